@@ -1,0 +1,39 @@
+# wattbench: the two commands are `make run` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PLAN   ?= plans/default.yaml
+export WATTBENCH_DB ?= data/wattbench.duckdb
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: run test ui bench install validate clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "wattbench needs $(PYTHON) on PATH (or: make PYTHON=python3)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	@mkdir -p $(DAGSTER_HOME) data
+	$(BIN)/wattbench run --plan $(PLAN)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+ui: $(STAMP)
+	@mkdir -p $(DAGSTER_HOME) data
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+validate: $(STAMP)
+	$(BIN)/dagster definitions validate -w workspace.yaml
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .dagster_home data

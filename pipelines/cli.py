@@ -1,0 +1,51 @@
+"""The `wattbench` console script. Each component registers its own subcommands (see `_COMMAND_MODULES`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser.
+_COMMAND_MODULES = (
+    "pipelines.commands",                   # run, sql, ingest, report
+    "resources.loadgen.cli",                # load
+    "resources.engines.emulator.cli",       # emulate
+    "resources.telemetry.cli",              # telemetry
+    "resources.agent.cli",                  # agent
+    "resources.engines.cli",                # deploy, make-tiny-model
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wattbench",
+        description="Benchmark LLM serving engines on your traffic: latency, tokens per joule, $ per 1M tokens.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that component is not in this build yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("wattbench: interrupted; everything measured so far is on disk", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Result bundles: what the bench agent writes on the GPU node and `wattbench ingest` loads into DuckDB.
+
+A bundle is a folder holding one JSON-lines file per warehouse table (`<table>.jsonl`, columns as in
+sql/schema.sql) and a `manifest.json`. Rows are appended and flushed as they are measured, so an
+interrupted run leaves everything measured so far on disk; the manifest is rewritten atomically after
+every table flush and says whether the run finished (`complete`).
+
+Stdlib only: this module runs inside engine images next to the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+BUNDLE_VERSION = 1
+MANIFEST = "manifest.json"
+# Tables a bundle may carry, in the order ingest loads them.
+BUNDLE_TABLES = (
+    "engine_builds",
+    "deployments",
+    "load_runs",
+    "requests",
+    "gpu_samples",
+    "energy_windows",
+    "server_metrics",
+)
+
+
+class BundleError(Exception):
+    """A bundle on disk is missing, unreadable or not of a version this code reads."""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+class BundleWriter:
+    """Append-only writer of one bundle. Thread-safe; every `write` is flushed to disk before it returns."""
+
+    def __init__(self, path: str | os.PathLike, run_id: str, source: str, **manifest_extra: Any):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self.source = source
+        self._lock = threading.Lock()
+        self._files: dict[str, Any] = {}
+        self._rows: dict[str, int] = {}
+        existing = self.path / MANIFEST
+        if existing.exists():
+            old = read_manifest(self.path)
+            if old.get("run_id") != run_id:
+                raise BundleError(
+                    f"{self.path}: holds run {old.get('run_id')!r}, refusing to mix in run {run_id!r}; "
+                    "use an empty folder"
+                )
+            self._rows = dict(old.get("tables", {}))
+        self.manifest: dict[str, Any] = {
+            "bundle_version": BUNDLE_VERSION,
+            "run_id": run_id,
+            "source": source,
+            "host": socket.gethostname(),
+            "created_unix_ns": time.time_ns(),
+            "clock_anchor_mono_ns": time.perf_counter_ns(),
+            "clock_anchor_unix_ns": time.time_ns(),
+            "complete": False,
+            "errors": [],
+            **manifest_extra,
+        }
+        self._write_manifest()
+
+    def write(self, table: str, rows: Iterable[dict[str, Any]]) -> int:
+        """Append rows to a table file; run_id and source are filled in where absent."""
+        if table not in BUNDLE_TABLES:
+            raise BundleError(f"unknown bundle table {table!r}; expected one of {', '.join(BUNDLE_TABLES)}")
+        lines = []
+        for row in rows:
+            row = dict(row)
+            row.setdefault("run_id", self.run_id)
+            row.setdefault("source", self.source)
+            lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
+        if not lines:
+            return 0
+        with self._lock:
+            fh = self._files.get(table)
+            if fh is None:
+                fh = open(self.path / f"{table}.jsonl", "a", encoding="utf-8")
+                self._files[table] = fh
+            fh.write("".join(lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+            self._rows[table] = self._rows.get(table, 0) + len(lines)
+            self._write_manifest()
+        return len(lines)
+
+    def note_error(self, kind: str, text: str) -> None:
+        with self._lock:
+            self.manifest["errors"].append({"kind": kind, "text": text, "unix_ns": time.time_ns()})
+            self._write_manifest()
+
+    def update_manifest(self, **fields: Any) -> None:
+        with self._lock:
+            self.manifest.update(fields)
+            self._write_manifest()
+
+    def close(self, complete: bool = True) -> None:
+        with self._lock:
+            for fh in self._files.values():
+                fh.close()
+            self._files.clear()
+            self.manifest["complete"] = complete
+            self.manifest["closed_unix_ns"] = time.time_ns()
+            self._write_manifest()
+
+    def __enter__(self) -> "BundleWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None:
+            self.manifest["errors"].append({"kind": type(exc).__name__, "text": str(exc), "unix_ns": time.time_ns()})
+        self.close(complete=exc is None)
+
+    def _write_manifest(self) -> None:
+        self.manifest["tables"] = dict(self._rows)
+        tmp = self.path / (MANIFEST + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.manifest, fh, indent=2, default=_json_default)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path / MANIFEST)
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    folder = Path(path)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.exists():
+        raise BundleError(f"{folder}: no {MANIFEST}; expected a wattbench result bundle folder")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{manifest_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    if manifest.get("bundle_version") != BUNDLE_VERSION:
+        raise BundleError(
+            f"{manifest_path}: bundle_version {manifest.get('bundle_version')!r}; this wattbench reads {BUNDLE_VERSION}"
+        )
+    for key in ("run_id", "source"):
+        if not manifest.get(key):
+            raise BundleError(f"{manifest_path}: field {key!r} missing; expected a non-empty string")
+    return manifest
