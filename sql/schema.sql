@@ -25,7 +25,10 @@ CREATE TABLE IF NOT EXISTS runs (
     clock_anchor_unix_ns BIGINT,            -- ... read together with time.time_ns()
     gpu_price_per_hour  DOUBLE,             -- $ per GPU-hour used for the cost reports
     energy_price_per_kwh DOUBLE,
-    pue                 DOUBLE
+    pue                 DOUBLE,
+    slo_ttft_ms         DOUBLE,             -- the plan's SLO; goodput counts requests meeting all of them
+    slo_tpot_ms         DOUBLE,
+    slo_e2e_ms          DOUBLE
 );
 
 CREATE TABLE IF NOT EXISTS engine_builds (

@@ -1,0 +1,144 @@
+"""Stages 2-5: deployments, load runs with their requests, GPU telemetry and server metrics.
+
+These stages happen together on the GPU node: the engine must be up while load runs and the sampler and the
+/metrics scraper watch it. So one Dagster step launches the bench agent through Pipes (a subprocess here,
+a pod on Kubernetes), the agent writes a result bundle, and the step ingests the bundle in one transaction
+and materializes each stage table as its own asset, each gated by its own blocking check.
+"""
+
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster import AssetCheckExecutionContext, AssetExecutionContext
+from dagster_duckdb import DuckDBResource
+
+from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
+from pipelines.plan import Plan, point_label
+from pipelines.resources import BenchPlan
+from resources.warehouse import apply_schema, ingest_bundle
+
+STAGE_TABLES = {
+    "deployments": ("engine_builds", "Engine servers started (or attached): startup time, HBM after load, idle power "
+                    "before and after, versions, telemetry source; failed starts are rows with their kind."),
+    "load_runs": ("deployments", "One row per load point: steady-state window, achieved vs requested load, send "
+                  "lateness, completed/failed, output tokens and GPU energy (counter) over the window."),
+    "requests": ("load_runs", "One row per request sent: TTFT, E2E, TPOT, every content event's time and tokens, "
+                 "token counts and where they came from, finish reason, HTTP status, error kind."),
+    "gpu_samples": ("load_runs", "GPU telemetry (NVML, or the emulator's model for emulated engines) at the plan's "
+                    "sample rate, plus energy-counter readings at every window boundary (energy_windows)."),
+    "server_metrics": ("load_runs", "Engine /metrics scrapes during the run: running and waiting requests, KV-cache "
+                       "use, preemptions, token counters."),
+}
+
+
+def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the bench agent needs to run every deployment and load point of the plan."""
+    deployments = []
+    for spec, cfg in plan.engine_configs():
+        points = []
+        for workload in plan.workloads:
+            for load in workload.load_specs():
+                points.append({
+                    "load_point_id": f"{spec.name}:{workload.name}:{point_label(load)}",
+                    "workload": workload.name,
+                    "spec": load,
+                })
+        build = builds.get(cfg.build_id(), {})
+        deployments.append({
+            "deployment_id": spec.name,
+            "build_id": cfg.build_id(),
+            "engine_config": asdict(cfg),
+            "target": "external" if spec.engine == "external" else "local",
+            "url": spec.url,
+            "artifact_path": build.get("artifact_path"),
+            "telemetry": plan.telemetry,
+            "sampler_hz": plan.sampler_hz,
+            "idle_baseline_s": plan.idle_baseline_s,
+            "health_timeout_s": plan.health_timeout_s,
+            "load_points": points,
+        })
+    return {
+        "run_id": run_id,
+        "source": "emulated" if plan.is_emulated else "measured",
+        "plan_name": plan.name,
+        "out": str(out),
+        "deployments": deployments,
+    }
+
+
+def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
+    rows = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+    meta: dict[str, Any] = {"run_id": run_id, "rows": dg.MetadataValue.int(rows)}
+    if table == "load_runs":
+        figures = con.execute(
+            """SELECT sum(completed), sum(failed), min(window_s), sum(output_tokens_in_window), sum(energy_j)
+               FROM load_runs WHERE run_id = ?""", [run_id]).fetchone()
+        meta.update({
+            "completed_requests": figures[0] or 0, "failed_requests": figures[1] or 0,
+            "shortest_window_s": float(figures[2]) if figures[2] is not None else None,
+            "output_tokens_in_windows": int(figures[3] or 0),
+            "energy_in_windows_j": float(figures[4]) if figures[4] is not None else None,
+        })
+    elif table == "deployments":
+        healthy, failed = con.execute(
+            "SELECT count(*) FILTER (WHERE status = 'healthy'), count(*) FILTER (WHERE status <> 'healthy') "
+            "FROM deployments WHERE run_id = ?", [run_id]).fetchone()
+        meta.update({"healthy": healthy, "failed": failed})
+    elif table == "gpu_samples":
+        gpus, mean_w = con.execute(
+            "SELECT count(DISTINCT gpu_uuid), avg(power_w) FROM gpu_samples WHERE run_id = ?", [run_id]).fetchone()
+        meta.update({"gpus": gpus, "mean_power_w_per_gpu": float(mean_w) if mean_w is not None else None})
+    return {k: v for k, v in meta.items() if v is not None}
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(name, deps=[dep], description=desc, owners=OWNERS, kinds={"python", "duckdb"},
+                     group_name=GROUP, skippable=True)
+        for name, (dep, desc) in STAGE_TABLES.items()
+    ],
+    pool=WRITER_POOL,
+    can_subset=False,
+)
+def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
+          pipes_subprocess_client: dg.PipesSubprocessClient):
+    """Run the bench agent over every deployment and load point of the plan, then ingest its bundle."""
+    bench_plan, _ = plan.load()
+    run_id = run_id_of(context)
+    out = plan.run_dir(run_id) / "bundle"
+    headlines: list[dict[str, Any]] = []
+    if plan.replay_bundle:
+        out = Path(plan.replay_bundle)
+        context.log.info(f"replaying bundle {out} instead of running the agent")
+    else:
+        with warehouse.get_connection() as con:
+            builds = {r[0]: {"artifact_path": None} for r in
+                      con.execute("SELECT build_id FROM engine_builds WHERE run_id = ?", [run_id]).fetchall()}
+        spec = agent_spec(bench_plan, run_id, out, builds)
+        n_points = sum(len(d["load_points"]) for d in spec["deployments"])
+        context.log.info(f"bench agent: {len(spec['deployments'])} deployment(s), {n_points} load point(s) -> {out}")
+        invocation = pipes_subprocess_client.run(
+            command=[sys.executable, "-m", "resources.agent"],
+            context=context,
+            extras={"spec": spec},
+        )
+        headlines = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and "load_point_id" in m]
+    with warehouse.get_connection() as con:
+        apply_schema(con)
+        counts = ingest_bundle(con, out, run_id=run_id)
+        context.log.info(f"ingested {out}: " + ", ".join(f"{t}={n}" for t, n in counts.items()))
+        for table in STAGE_TABLES:
+            meta = _stage_metadata(con, table, run_id)
+            meta["bundle"] = dg.MetadataValue.path(str(out))
+            if table == "load_runs" and headlines:
+                md = ["| load point | output tok/s | TTFT p50 ms | energy J | tok/J |", "|---|---|---|---|---|"]
+                for h in headlines:
+                    md.append("| {} | {} | {} | {} | {} |".format(
+                        h["load_point_id"], *(f"{h[k]:.4g}" if isinstance(h.get(k), (int, float)) else "n/a"
+                                              for k in ("output_tok_s", "ttft_p50_ms", "energy_j", "tokens_per_joule"))))
+                meta["headlines"] = dg.MetadataValue.md("\n".join(md))
+            yield dg.MaterializeResult(asset_key=table, metadata=meta)

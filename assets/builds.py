@@ -1,0 +1,68 @@
+"""Stage 1: engine builds. TensorRT-LLM-style engines are compiled and timed; vLLM/SGLang record 'no build'."""
+
+
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+import time
+
+import dagster as dg
+from dagster import AssetCheckExecutionContext, AssetExecutionContext
+from dagster_duckdb import DuckDBResource
+
+from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
+from pipelines.resources import BenchPlan
+from resources.engines.base import adapter_for
+from resources.warehouse import apply_schema, replace_rows
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"python", "duckdb"},
+    pool=WRITER_POOL,
+    code_version="1",
+)
+def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
+    """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
+    engines; the resolved config and 'no build' for engines that load checkpoints directly. Also opens the
+    run's row in `runs` with the plan, prices and SLO."""
+    bench_plan, plan_sha = plan.load()
+    run_id = run_id_of(context)
+    workdir = plan.run_dir(run_id) / "builds"
+    rows = []
+    for spec, cfg in bench_plan.engine_configs():
+        adapter = adapter_for(cfg.engine)
+        context.log.info(f"build {spec.name}: {cfg.engine} {cfg.model} {cfg.precision} tp={cfg.tp}")
+        result = adapter.build(cfg, workdir)
+        rows.append({
+            "run_id": run_id, "source": adapter.source, "build_id": cfg.build_id(), "model": cfg.model,
+            "engine": cfg.engine if cfg.engine != "emulator" else f"emulator:{cfg.profile}",
+            "config_name": spec.name, "precision": cfg.precision, "tp": cfg.tp, "gpu_name": cfg.gpu,
+            "status": result.status, "build_s": result.build_s, "artifact_sha256": result.artifact_sha256,
+            "artifact_bytes": result.artifact_bytes, "engine_version": result.engine_version,
+            "hardware_lock": result.hardware_lock, "config": result.resolved_config,
+            "error_kind": result.error_kind, "error_text": result.error_text,
+        })
+    source = "emulated" if bench_plan.is_emulated else "measured"
+    with warehouse.get_connection() as con:
+        apply_schema(con)
+        replace_rows(con, "runs", [{
+            "run_id": run_id, "source": source, "plan_name": bench_plan.name, "plan_path": str(Path(plan.path).resolve()),
+            "plan_sha256": plan_sha, "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
+            "host": socket.gethostname(), "wattbench_version": "0.1.0",
+            "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
+            "gpu_price_per_hour": bench_plan.prices.gpu_hour_usd, "energy_price_per_kwh": bench_plan.prices.energy_kwh_usd,
+            "pue": bench_plan.prices.pue, "slo_ttft_ms": bench_plan.slo.ttft_ms, "slo_tpot_ms": bench_plan.slo.tpot_ms,
+            "slo_e2e_ms": bench_plan.slo.e2e_ms,
+        }], key=("run_id",))
+        replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
+    table = "\n".join(
+        ["| engine | status | build s | artifact |", "|---|---|---|---|"]
+        + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "
+           f"{(r['artifact_sha256'] or '')[:12]} |" for r in rows]
+    )
+    return dg.MaterializeResult(metadata={
+        "run_id": run_id, "source": source, "rows": len(rows), "builds": dg.MetadataValue.md(table),
+        "plan": dg.MetadataValue.path(str(Path(plan.path).resolve())),
+    })

@@ -1,0 +1,79 @@
+"""Blocking Great Expectations checks: one suite per stage table, run on this run's rows.
+
+An error-level failure fails the check with ERROR severity, which stops the reports of this run (other runs
+are untouched); warn-level failures are recorded and shown but let the reports go on. Every outcome also
+lands in the validation_results table.
+"""
+
+
+import dagster as dg
+from dagster import AssetCheckExecutionContext
+from dagster_duckdb import DuckDBResource
+
+from assets.common import run_id_of
+from pipelines.resources import BenchPlan
+from resources.validation import outcome_rows, validate_table
+from resources.warehouse import apply_schema
+
+# asset -> tables its suite covers
+CHECKED = {
+    "engine_builds": ("engine_builds",),
+    "deployments": ("deployments",),
+    "load_runs": ("load_runs",),
+    "requests": ("requests",),
+    "gpu_samples": ("gpu_samples",),
+    "server_metrics": ("server_metrics",),
+}
+
+
+def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition:
+    check_name = f"gx_{asset}"
+
+    @dg.asset_check(
+        asset=asset,
+        name=check_name,
+        blocking=True,
+        description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures block the reports.",
+    )
+    def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
+        bench_plan, _ = plan.load()
+        run_id = run_id_of(context)
+        pv = bench_plan.validation.model_dump()
+        results = []
+        with warehouse.get_connection() as con:
+            for table in tables:
+                df = con.execute(f"SELECT * FROM {table} WHERE run_id = ?", [run_id]).df()
+                if table == "server_metrics" and df.empty:
+                    continue  # engines without /metrics (e.g. transformers serve) have none; nothing to judge
+                results.append(validate_table(table, df, pv, sample_period_s=1.0 / bench_plan.sampler_hz))
+            apply_schema(con)
+            con.execute("DELETE FROM validation_results WHERE run_id = ? AND check_name = ?", [run_id, check_name])
+            for result in results:
+                rows = outcome_rows(run_id, check_name, result)
+                if rows:
+                    con.executemany(
+                        "INSERT INTO validation_results (run_id, check_name, table_name, expectation, column_name, severity, "
+                        "success, element_count, unexpected_count, sample) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [list(r.values()) for r in rows],
+                    )
+        errors = [o for r in results for o in r.errors]
+        warnings = [o for r in results for o in r.warnings]
+        metadata = {
+            "expectations": sum(len(r.outcomes) for r in results),
+            "failed_error": len(errors),
+            "failed_warn": len(warnings),
+            "rows_checked": sum(r.rows for r in results),
+            "results": dg.MetadataValue.md("\n\n".join(r.markdown() for r in results) or "no rows to check"),
+        }
+        if errors:
+            metadata["failed"] = ", ".join(f"{o.rule} ({o.unexpected_count} rows)" for o in errors)
+            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata)
+        if warnings:
+            metadata["warnings"] = ", ".join(f"{o.rule} ({o.unexpected_count} rows)" for o in warnings)
+            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=metadata)
+        return dg.AssetCheckResult(passed=True, metadata=metadata)
+
+    return _check
+
+
+stage_checks = [_make_check(asset, tables) for asset, tables in CHECKED.items()]

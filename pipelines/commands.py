@@ -1,0 +1,167 @@
+"""Control-plane subcommands: run (materialize the graph), sql, ingest, report."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _fail(message: str) -> int:
+    print(f"wattbench: {message}", file=sys.stderr)
+    return 2
+
+
+def _print_table(df, fmt: str = "table") -> None:
+    if fmt == "csv":
+        df.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        print(df.to_json(orient="records", lines=True))
+    else:
+        from tabulate import tabulate
+
+        print(tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=".4g", missingval="NULL"))
+
+
+def latest_run_id(con) -> str | None:
+    row = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC NULLS LAST LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def head_to_head_text(con, run_id: str) -> str:
+    from tabulate import tabulate
+
+    from resources.reporting import pivot_head_to_head
+    from resources.warehouse import run_sql
+
+    table = pivot_head_to_head(run_sql(con, "head_to_head", {"run_id": run_id}))
+    if table.empty:
+        return "(no head-to-head rows for this run)"
+    return tabulate(table, headers="keys", tablefmt="github", missingval="NULL")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pipelines.plan import PlanError, load_plan
+
+    try:
+        plan, _ = load_plan(args.plan)
+    except PlanError as exc:
+        return _fail(str(exc))
+    db = Path(args.db or os.environ.get("WATTBENCH_DB", "data/wattbench.duckdb")).resolve()
+    import dagster as dg
+
+    from pipelines.definitions import ALL_ASSETS, make_resources
+    from assets.checks import stage_checks
+    from resources.warehouse import connect
+
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
+    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); warehouse {db}",
+          file=sys.stderr)
+    started = time.monotonic()
+    result = dg.materialize(
+        [*ALL_ASSETS, *stage_checks],
+        resources=make_resources(db_path=str(db), plan_path=str(Path(args.plan).resolve())),
+        instance=instance,
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+    )
+    elapsed = time.monotonic() - started
+    run_id = result.run_id
+    failed_checks = [
+        f"{e.asset_check_evaluation_data.asset_key.to_user_string()}:{e.asset_check_evaluation_data.check_name}"
+        for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
+    ]
+    with connect(db, read_only=True) as con:
+        print()
+        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "") + "):")
+        print(head_to_head_text(con, run_id))
+    report = Path(make_resources(plan_path=args.plan)["plan"].output_dir) / run_id / "report.html"
+    print()
+    if failed_checks:
+        print(f"Validation failed ({', '.join(failed_checks)}): reports for this run were not produced. "
+              f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")
+    if report.exists():
+        print(f"HTML report: {report}")
+    print(f"Warehouse: {db}   (try: wattbench sql load_points)   run took {elapsed:.0f} s")
+    return 0 if result.success and not failed_checks else 1
+
+
+def _sql(args: argparse.Namespace) -> int:
+    from resources.warehouse import WarehouseError, connect, run_sql, sql_text
+
+    try:
+        with connect(args.db, read_only=True) as con:
+            query = args.query
+            text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
+            params = {}
+            if "$run_id" in text:
+                run_id = args.run or latest_run_id(con)
+                if run_id is None:
+                    return _fail("no runs in the warehouse yet; run `make run` first")
+                params["run_id"] = run_id
+                print(f"-- run_id = {run_id}", file=sys.stderr)
+            df = run_sql(con, text, params)
+    except WarehouseError as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # duckdb errors: show the message, not a traceback
+        return _fail(f"query failed: {exc}")
+    _print_table(df, args.format)
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from resources.bundle import BundleError
+    from resources.warehouse import WarehouseError, connect, ingest_bundle
+
+    try:
+        with connect(args.db) as con:
+            counts = ingest_bundle(con, args.bundle)
+    except (BundleError, WarehouseError) as exc:
+        return _fail(str(exc))
+    print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from resources.warehouse import WarehouseError, connect
+
+    try:
+        with connect(args.db, read_only=True) as con:
+            run_id = args.run or latest_run_id(con)
+            if run_id is None:
+                return _fail("no runs in the warehouse yet; run `make run` first")
+            print(f"Head to head, run {run_id}:")
+            print(head_to_head_text(con, run_id))
+    except WarehouseError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from pipelines.plan import DEFAULT_PLAN
+
+    p = sub.add_parser("run", help="materialize the whole asset graph on a plan and print the head-to-head table")
+    p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
+    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=_run)
+
+    p = sub.add_parser("sql", help="run SQL (or a named query from sql/) on the warehouse, read-only")
+    p.add_argument("query", help="SQL text, or the name of a query in sql/ (e.g. load_points, head_to_head)")
+    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--run", help="run id for queries that use $run_id (default: the latest run)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(func=_sql)
+
+    p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
+    p.add_argument("bundle", help="bundle folder (holds manifest.json)")
+    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.set_defaults(func=_ingest)
+
+    p = sub.add_parser("report", help="print the head-to-head table of a run")
+    p.add_argument("--run", help="run id (default: the latest run)")
+    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.set_defaults(func=_report)

@@ -1,0 +1,37 @@
+"""The wattbench code location: every asset, check, resource and job, assembled explicitly in one place."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+
+from assets.bench import bench
+from assets.builds import engine_builds
+from assets.checks import stage_checks
+from assets.reports import head_to_head, html_report, load_point_report
+from pipelines.resources import BenchPlan, plan_path_from_env
+from resources.warehouse import default_db_path
+
+ALL_ASSETS = [engine_builds, bench, load_point_report, head_to_head, html_report]
+
+benchmark_job = dg.define_asset_job(
+    "benchmark",
+    selection=dg.AssetSelection.all(),
+    description="Build, deploy, load, sample, validate and report the whole plan.",
+)
+
+
+def make_resources(db_path: str | None = None, plan_path: str | None = None, **plan_fields) -> dict:
+    return {
+        "warehouse": DuckDBResource(database=str(db_path or default_db_path())),
+        "plan": BenchPlan(path=plan_path or plan_path_from_env(), **plan_fields),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    asset_checks=stage_checks,
+    jobs=[benchmark_job],
+    resources=make_resources(),
+)

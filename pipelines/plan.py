@@ -1,0 +1,226 @@
+"""The benchmark plan: models x engines x workloads x prices, as a YAML file validated by a schema.
+
+A bad plan gets one message naming the file, the field and what was expected; nothing runs on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from resources.engines.base import EngineConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PLAN = REPO_ROOT / "plans" / "default.yaml"
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be run, with a message naming the file, the field and what was expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineSpec(_Strict):
+    name: str = Field(description="Column name in reports, e.g. 'trtllm-like'")
+    engine: Literal["emulator", "trtllm", "vllm", "sglang", "transformers", "external"]
+    profile: Literal["trtllm-like", "vllm-like"] | None = None
+    precision: Literal["fp16", "bf16", "fp8", "int4-awq"] = "fp16"
+    tp: int = Field(1, ge=1, le=64)
+    url: str | None = Field(None, description="external engines only: the endpoint to measure")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _profile_for_emulator(self) -> "EngineSpec":
+        if self.engine == "emulator" and self.profile is None:
+            raise ValueError("an emulator engine needs profile: trtllm-like or vllm-like")
+        if self.engine == "external" and not self.url:
+            raise ValueError("an external engine needs url: the OpenAI-compatible endpoint to measure")
+        return self
+
+
+class LoadPoint(_Strict):
+    """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them)."""
+
+    shape: Literal["concurrency", "poisson", "gamma", "surge", "trace"]
+    concurrency: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
+    burstiness: float | None = Field(None, gt=0)
+    surge_factor: float | None = Field(None, gt=0)
+    surge_start_s: float | None = Field(None, ge=0)
+    surge_duration_s: float | None = Field(None, gt=0)
+    trace_path: str | None = None
+
+
+class Workload(_Strict):
+    name: str
+    api: Literal["chat", "completions"] = "chat"
+    input_tokens: int = Field(512, ge=1)
+    output_tokens: int = Field(128, ge=1)
+    warmup_s: float = Field(2.0, ge=0)
+    duration_s: float = Field(20.0, gt=0)
+    points: list[LoadPoint] = Field(min_length=1)
+    sweep: dict[str, list[float]] | None = Field(
+        None, description="expand each point over these values, e.g. {concurrency: [8, 32]}"
+    )
+    load_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="further load generator settings (LoadSpec fields: input_tokens_dist, dataset_path, "
+        "shared_prefix_tokens, tokenizer, seed, timeout_s, ...)",
+    )
+
+    def expanded_points(self) -> list[LoadPoint]:
+        if not self.sweep:
+            return list(self.points)
+        out: list[LoadPoint] = []
+        for point in self.points:
+            for key, values in self.sweep.items():
+                for value in values:
+                    cast = int(value) if key == "concurrency" else float(value)
+                    out.append(point.model_copy(update={key: cast}))
+        return out
+
+    def load_specs(self) -> list[dict[str, Any]]:
+        """One load generator spec (LoadSpec fields, less url/model) per expanded point."""
+        specs = []
+        for point in self.expanded_points():
+            spec = {"api": self.api, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                    "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
+            spec.update({k: v for k, v in point.model_dump().items() if v is not None})
+            spec.update(self.load_options)
+            specs.append(spec)
+        return specs
+
+
+def point_label(spec: dict[str, Any]) -> str:
+    """A short, stable name for a load point: c32, poisson-r4, gamma-r6-b0.25, surge-r2x5, trace."""
+    shape = spec["shape"]
+    if shape == "concurrency":
+        return f"c{spec['concurrency']}"
+    if shape == "trace":
+        return "trace"
+    label = f"{shape}-r{spec['rate']:g}"
+    if shape == "gamma":
+        label += f"-b{spec.get('burstiness', 1.0):g}"
+    if shape == "surge":
+        label += f"x{spec.get('surge_factor', 1.0):g}"
+    return label
+
+
+class Prices(_Strict):
+    gpu_hour_usd: float = Field(gt=0, description="price of one GPU-hour, $")
+    energy_kwh_usd: float = Field(0.12, ge=0)
+    pue: float = Field(1.3, ge=1)
+    label: str = "example prices; replace with your own"
+
+
+class Slo(_Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+
+class Validation(_Strict):
+    max_error_rate: float = Field(0.01, ge=0, le=1)
+    min_energy_window_s: float = Field(20.0, ge=0)
+    severity: dict[str, Literal["error", "warn"]] = Field(
+        default_factory=dict, description="expectation name -> severity, overriding the suite's default"
+    )
+
+
+class Plan(_Strict):
+    name: str
+    description: str = ""
+    model: str
+    gpu: str = "h100-sxm"
+    engines: list[EngineSpec] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1)
+    prices: Prices
+    slo: Slo = Field(default_factory=Slo)
+    validation: Validation = Field(default_factory=Validation)
+    telemetry: Literal["auto", "nvml", "emulated", "none"] = "auto"
+    sampler_hz: float = Field(10.0, gt=0, le=100)
+    idle_baseline_s: float = Field(3.0, ge=0)
+    health_timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("engines")
+    @classmethod
+    def _unique_names(cls, engines: list[EngineSpec]) -> list[EngineSpec]:
+        names = [e.name for e in engines]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"engine names must be unique; repeated: {', '.join(dupes)}")
+        return engines
+
+    def engine_configs(self) -> list[tuple[EngineSpec, EngineConfig]]:
+        return [
+            (
+                spec,
+                EngineConfig(
+                    engine=spec.engine,
+                    model=self.model,
+                    config_name=spec.name,
+                    precision=spec.precision,
+                    tp=spec.tp,
+                    gpu=self.gpu,
+                    profile=spec.profile,
+                    options=dict(spec.options),
+                ),
+            )
+            for spec in self.engines
+        ]
+
+    @property
+    def is_emulated(self) -> bool:
+        return all(e.engine == "emulator" for e in self.engines)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def load_plan(path: str | Path) -> tuple[Plan, str]:
+    """Parse and validate a plan file; returns the plan and the sha256 of its bytes."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PlanError(f"{path}: plan file not found; expected a YAML benchmark plan (see plans/default.yaml)") from None
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PlanError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: expected a mapping of plan fields at the top level, got {type(data).__name__}")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        # An unknown key is usually a typo of a missing one: name the unknown key first.
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        err = errors[0]
+        field = _field_path(tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            err = {**err, "msg": "unknown field; see plans/default.yaml for the fields a plan takes", "input": None}
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        got = err.get("input")
+        got_text = "" if isinstance(got, dict) or got is None else f"; got {got!r}"
+        raise PlanError(f"{path}: field '{field}': {err['msg']}{got_text}{more}") from None
+    from resources.loadgen import LoadSpec
+
+    for w_index, workload in enumerate(plan.workloads):
+        for spec in workload.load_specs():
+            try:
+                LoadSpec.from_dict({k: v for k, v in spec.items()})
+            except ValueError as exc:
+                raise PlanError(f"{path}: field 'workloads[{w_index}]' ({workload.name}): {exc}") from None
+    return plan, hashlib.sha256(raw).hexdigest()

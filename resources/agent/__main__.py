@@ -1,0 +1,30 @@
+"""`python -m resources.agent --spec FILE`: the agent's entry point, also what Dagster Pipes launches.
+
+Under Pipes the spec arrives in the Pipes extras, progress goes to the Dagster UI as log lines, and each
+load point's headline figures as a custom message.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from resources.agent.runner import run_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dagster_pipes import is_dagster_pipes_process, open_dagster_pipes
+
+    if is_dagster_pipes_process():
+        with open_dagster_pipes() as pipes:
+            spec = pipes.get_extra("spec")
+            out = run_spec(spec, log=pipes.log.info, report=pipes.report_custom_message)
+            pipes.report_custom_message({"bundle": str(out)})
+        return 0
+    from resources.agent.cli import main as cli_main
+
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

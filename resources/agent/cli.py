@@ -1,0 +1,41 @@
+"""`wattbench agent --spec SPEC.json [--out DIR]`: run the bench agent by hand (Dagster runs it via Pipes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _run(args: argparse.Namespace) -> int:
+    from resources.agent.runner import run_spec
+
+    try:
+        spec = json.loads(Path(args.spec).read_text())
+    except FileNotFoundError:
+        print(f"wattbench agent: {args.spec}: spec file not found", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"wattbench agent: {args.spec}: not valid JSON ({exc.msg} at line {exc.lineno})", file=sys.stderr)
+        return 2
+    if args.out:
+        spec["out"] = args.out
+    out = run_spec(spec, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(out)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent", help="run the bench agent on a spec (start engines, drive load, sample GPUs) into a bundle")
+    p.add_argument("--spec", required=True, help="agent spec JSON (see docs/CONTRACTS.md)")
+    p.add_argument("--out", help="bundle folder (overrides the spec's 'out')")
+    p.set_defaults(func=_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m resources.agent")
+    sub = parser.add_subparsers()
+    register(sub)
+    args = parser.parse_args(["agent", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)

@@ -1,0 +1,251 @@
+"""Great Expectations 1.x suites, one per warehouse table, and the code that runs them on one run's rows.
+
+Each expectation has a short name (`<table>.<what>`) and a severity: `error` blocks the reports of the run,
+`warn` is recorded and shown but lets reports go on. The plan may override severities by name.
+Derived columns (per-GPU energy deltas, counter-vs-trace differences) are computed here before GX runs,
+so every rule stays a plain GX expectation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+import great_expectations as gx  # noqa: E402
+from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
+
+logging.getLogger("great_expectations").setLevel(logging.ERROR)
+
+SOURCES = ["emulated", "measured"]
+
+
+@dataclass
+class Rule:
+    name: str
+    expectation: Any  # a gx.expectations.* instance
+    severity: str = "error"
+    prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # adds derived columns the rule reads
+
+
+@dataclass
+class Outcome:
+    rule: str
+    table: str
+    expectation: str
+    column: str | None
+    severity: str
+    success: bool
+    element_count: int | None
+    unexpected_count: int | None
+    sample: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class SuiteResult:
+    table: str
+    outcomes: list[Outcome]
+    rows: int
+
+    @property
+    def errors(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success and o.severity == "warn"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors
+
+    def markdown(self) -> str:
+        lines = [f"**{self.table}**: {self.rows} rows, {len(self.outcomes)} expectations, "
+                 f"{len(self.errors)} failed (error), {len(self.warnings)} failed (warn)", "",
+                 "| expectation | severity | result | unexpected / rows | sample |", "|---|---|---|---|---|"]
+        for o in sorted(self.outcomes, key=lambda o: (o.success, o.severity != "error")):
+            sample = ", ".join(str(s) for s in o.sample[:3]).replace("|", "/")
+            status = "pass" if o.success else "**FAIL**"
+            lines.append(f"| {o.rule} | {o.severity} | {status} | {o.unexpected_count or 0} / {o.element_count or 0} | {sample} |")
+        return "\n".join(lines)
+
+
+E = gx.expectations
+
+
+def _not_null(table: str, *cols: str) -> list[Rule]:
+    return [Rule(f"{table}.{c}_present", E.ExpectColumnValuesToNotBeNull(column=c)) for c in cols]
+
+
+def _source(table: str) -> Rule:
+    return Rule(f"{table}.source_known", E.ExpectColumnValuesToBeInSet(column="source", value_set=SOURCES))
+
+
+def _gpu_energy_deltas(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.sort_values(["deployment_id", "gpu_uuid", "t_ns"]).copy()
+    df["energy_delta_mj"] = df.groupby(["deployment_id", "gpu_uuid"])["energy_mj"].diff()
+    df["gap_ns"] = df.groupby(["deployment_id", "gpu_uuid"])["t_ns"].diff()
+    df["power_ceiling_w"] = df["power_limit_w"] * 1.1
+    return df
+
+
+def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    both = df["energy_j"].notna() & df["energy_trace_j"].notna() & (df["energy_j"] > 0)
+    df["counter_trace_diff_pct"] = None
+    df.loc[both, "counter_trace_diff_pct"] = (
+        (df.loc[both, "energy_trace_j"] - df.loc[both, "energy_j"]).abs() / df.loc[both, "energy_j"] * 100
+    )
+    df["counter_trace_diff_pct"] = pd.to_numeric(df["counter_trace_diff_pct"])
+    df["rate_achieved_pct"] = None
+    has_rate = df["rate"].notna() & df["achieved_rate"].notna() & (df["shape"] == "poisson")
+    df.loc[has_rate, "rate_achieved_pct"] = df.loc[has_rate, "achieved_rate"] / df.loc[has_rate, "rate"] * 100
+    df["rate_achieved_pct"] = pd.to_numeric(df["rate_achieved_pct"])
+    df["has_energy"] = df["energy_j"].notna()
+    return df
+
+
+def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float = 0.1) -> dict[str, list[Rule]]:
+    """The rules of every table, with the plan's limits applied."""
+    pv = plan_validation or {}
+    max_err = float(pv.get("max_error_rate", 0.01))
+    min_window = float(pv.get("min_energy_window_s", 20.0))
+    gap_limit_ns = 3 * sample_period_s * 1e9
+    return {
+        "engine_builds": [
+            *_not_null("engine_builds", "run_id", "build_id", "model", "engine"), _source("engine_builds"),
+            Rule("engine_builds.status_ok", E.ExpectColumnValuesToBeInSet(column="status", value_set=["built", "cached", "no_build"])),
+            Rule("engine_builds.hash_present", E.ExpectColumnValuesToNotBeNull(column="artifact_sha256", row_condition='status == "built"', condition_parser="pandas")),
+            Rule("engine_builds.build_time_positive", E.ExpectColumnValuesToBeBetween(column="build_s", min_value=0, strict_min=True, row_condition='status == "built"', condition_parser="pandas")),
+        ],
+        "deployments": [
+            *_not_null("deployments", "run_id", "deployment_id", "engine"), _source("deployments"),
+            Rule("deployments.healthy", E.ExpectColumnValuesToBeInSet(column="status", value_set=["healthy"])),
+            Rule("deployments.startup_nonnegative", E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0)),
+            Rule("deployments.hbm_within_gpu", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+        ],
+        "load_runs": [
+            *_not_null("load_runs", "run_id", "load_point_id", "window_s"), _source("load_runs"),
+            Rule("load_runs.status_ok", E.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"])),
+            Rule("load_runs.completed_some", E.ExpectColumnValuesToBeBetween(column="completed", min_value=1)),
+            Rule("load_runs.energy_measured", E.ExpectColumnValuesToBeInSet(column="has_energy", value_set=[True]), "warn", _window_checks),
+            Rule("load_runs.min_energy_window", E.ExpectColumnValuesToBeBetween(column="window_s", min_value=min_window), "error"),
+            Rule("load_runs.counter_vs_trace_2pct", E.ExpectColumnValuesToBeBetween(column="counter_trace_diff_pct", min_value=0, max_value=2.0), "error", _window_checks),
+            Rule("load_runs.achieved_rate_5pct", E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
+        ],
+        "requests": [
+            *_not_null("requests", "run_id", "request_id", "load_point_id"), _source("requests"),
+            Rule("requests.error_rate", E.ExpectColumnValuesToBeNull(column="error_kind", mostly=max(1e-9, 1 - max_err))),
+            Rule("requests.ttft_le_e2e", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e_ms", column_B="ttft_ms", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule("requests.tpot_nonnegative", E.ExpectColumnValuesToBeBetween(column="tpot_ms", min_value=0)),
+            Rule("requests.completion_le_max_tokens", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="max_tokens", column_B="completion_tokens", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule("requests.no_truncation", E.ExpectColumnPairValuesToBeEqual(column_A="completion_tokens", column_B="max_tokens", ignore_row_if="either_value_is_missing")),
+            Rule("requests.sent_before_first_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_token_ns", column_B="sent_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule("requests.first_before_last_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="last_token_ns", column_B="first_token_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
+        ],
+        "gpu_samples": [
+            *_not_null("gpu_samples", "run_id", "gpu_uuid", "t_ns"), _source("gpu_samples"),
+            Rule("gpu_samples.power_nonnegative", E.ExpectColumnValuesToBeBetween(column="power_w", min_value=0)),
+            Rule("gpu_samples.power_within_limit", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="power_ceiling_w", column_B="power_w", or_equal=True, ignore_row_if="either_value_is_missing"), "error", _gpu_energy_deltas),
+            Rule("gpu_samples.energy_monotone", E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0), "error", _gpu_energy_deltas),
+            Rule("gpu_samples.no_gaps", E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999), "warn", _gpu_energy_deltas),
+            Rule("gpu_samples.hbm_within_total", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+        ],
+        "server_metrics": [
+            *_not_null("server_metrics", "run_id", "metric", "t_ns", "value"), _source("server_metrics"),
+        ],
+    }
+
+
+_CONTEXT: Any = None
+
+
+def _context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        ctx = gx.get_context(mode="ephemeral")
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):
+        return value.item()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def validate_table(table: str, df: pd.DataFrame, plan_validation: dict[str, Any] | None = None,
+                   sample_period_s: float = 0.1) -> SuiteResult:
+    """Run a table's suite on a DataFrame of its rows (one run's rows, as the asset checks pass them)."""
+    rules = suites(plan_validation, sample_period_s)[table]
+    overrides = (plan_validation or {}).get("severity", {})
+    ctx = _context()
+    name = f"wb_{table}"
+    try:
+        source = ctx.data_sources.get(name)
+    except (KeyError, ValueError):
+        source = ctx.data_sources.add_pandas(name)
+    outcomes: list[Outcome] = []
+    if df.empty:
+        return SuiteResult(table, [Outcome(f"{table}.has_rows", table, "expect_table_row_count_to_be_between", None,
+                                           overrides.get(f"{table}.has_rows", "error"), False, 0, 0)], 0)
+    # One GX suite per distinct `prepare`, so derived columns are computed once per batch.
+    groups: dict[Any, list[Rule]] = {}
+    for rule in rules:
+        groups.setdefault(rule.prepare, []).append(rule)
+    for i, (prepare, group) in enumerate(groups.items()):
+        frame = prepare(df) if prepare else df
+        asset_name = f"{table}_{i}"
+        try:
+            asset = source.get_asset(asset_name)
+        except LookupError:
+            asset = source.add_dataframe_asset(name=asset_name)
+        try:
+            batch_def = asset.get_batch_definition("all")
+        except (KeyError, ValueError, LookupError):
+            batch_def = asset.add_batch_definition_whole_dataframe("all")
+        suite = gx.ExpectationSuite(name=f"{table}_{i}")
+        by_id = {}
+        for rule in group:
+            severity = overrides.get(rule.name, rule.severity)
+            exp = rule.expectation.model_copy(deep=True) if hasattr(rule.expectation, "model_copy") else rule.expectation
+            exp.severity = "critical" if severity == "error" else "warning"
+            exp.meta = {"rule": rule.name, "severity": severity}
+            suite.add_expectation(exp)
+            by_id[id(exp)] = rule
+        result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+        for r in result.results:
+            cfg = r.expectation_config
+            meta = cfg.meta or {}
+            res = r.result or {}
+            failed_to_run = bool(r.exception_info and r.exception_info.get("raised_exception"))
+            sample = res.get("partial_unexpected_list") or []
+            if failed_to_run:
+                sample = [str(r.exception_info.get("exception_message"))[:200]]
+            outcomes.append(Outcome(
+                rule=meta.get("rule", cfg.type), table=table, expectation=cfg.type,
+                column=cfg.kwargs.get("column") or cfg.kwargs.get("column_A"),
+                severity=meta.get("severity", "error"), success=bool(r.success) and not failed_to_run,
+                element_count=res.get("element_count"), unexpected_count=res.get("unexpected_count"),
+                sample=_jsonable(sample[:5]),
+            ))
+    return SuiteResult(table, outcomes, len(df))
+
+
+def outcome_rows(run_id: str, check_name: str, result: SuiteResult) -> list[dict[str, Any]]:
+    """validation_results rows for a suite result."""
+    return [
+        {"run_id": run_id, "check_name": check_name, "table_name": o.table, "expectation": o.rule,
+         "column_name": o.column, "severity": o.severity, "success": o.success, "element_count": o.element_count,
+         "unexpected_count": o.unexpected_count, "sample": json.dumps(o.sample, default=str)}
+        for o in result.outcomes
+    ]

@@ -1,0 +1,206 @@
+"""The DuckDB warehouse: schema, bundle ingest, and the .sql files in sql/ as the query interface.
+
+Only the control plane writes DuckDB, one process at a time (DuckDB allows one writer): connections are
+short, and opening a locked file waits and retries before it fails with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+
+from resources.bundle import BUNDLE_TABLES, BundleError, read_manifest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SQL_DIR = REPO_ROOT / "sql"
+SCHEMA_VERSION = 1
+# Tables whose rows belong to one deployment: a bundle replaces exactly its (run_id, deployment_id) rows.
+_DEPLOYMENT_TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics")
+
+
+class WarehouseError(RuntimeError):
+    """The warehouse cannot do what was asked; the message says what, where and what was expected."""
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
+
+
+@contextmanager
+def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds."""
+    db = Path(path) if path else default_db_path()
+    if read_only and not db.exists():
+        raise WarehouseError(f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB")
+    if not read_only:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    delay = 0.1
+    while True:
+        try:
+            con = duckdb.connect(str(db), read_only=read_only)
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                holder = re.search(r"PID (\d+)", str(exc))
+                who = f" (held by process {holder.group(1)})" if holder else ""
+                raise WarehouseError(
+                    f"{db}: locked by another writer{who} for more than {wait_s:.0f} s; "
+                    "wait for that run to finish, or point WATTBENCH_DB at another file"
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    try:
+        if not read_only:
+            apply_schema(con)
+        yield con
+    finally:
+        con.close()
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
+    """Create every table if absent and record the schema version; safe to call on every connection."""
+    con.execute((SQL_DIR / "schema.sql").read_text())
+    con.execute((SQL_DIR / "views.sql").read_text())
+    current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    if current is None:
+        con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
+    elif current > SCHEMA_VERSION:
+        raise WarehouseError(
+            f"warehouse schema version {current} is newer than this wattbench's {SCHEMA_VERSION}; upgrade wattbench"
+        )
+    return SCHEMA_VERSION
+
+
+def sql_text(name: str) -> str:
+    """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
+    path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views")))
+        raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
+    return path.read_text()
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+    text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
+    if params:
+        # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
+        used = {k: v for k, v in params.items() if f"${k}" in text}
+        return con.execute(text, used).df()
+    return con.execute(text).df()
+
+
+def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}
+
+
+def _check_columns(path: Path, allowed: set[str]) -> None:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                keys = json.loads(line).keys()
+            except (json.JSONDecodeError, AttributeError) as exc:
+                raise BundleError(f"{path}:{lineno}: not a JSON object ({exc}); expected one row per line") from None
+            unknown = set(keys) - allowed
+            if unknown:
+                raise BundleError(
+                    f"{path}:{lineno}: unknown column(s) {', '.join(sorted(unknown))}; expected columns of "
+                    f"table {path.stem} in sql/schema.sql"
+                )
+
+
+def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None) -> dict[str, int]:
+    """Load a result bundle in one transaction, replacing earlier rows of the same run and deployments.
+
+    Idempotent: ingesting the same bundle twice leaves the same rows. `run_id` files the rows under another
+    run (a bundle measured elsewhere, replayed into this run). Returns rows loaded per table.
+    """
+    folder = Path(bundle)
+    manifest = read_manifest(folder)
+    run_id = run_id or manifest["run_id"]
+    files = {t: folder / f"{t}.jsonl" for t in BUNDLE_TABLES if (folder / f"{t}.jsonl").exists()}
+    types = {t: table_columns(con, t) for t in files}
+    for table, path in files.items():
+        _check_columns(path, set(types[table]))
+
+    counts: dict[str, int] = {}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            """INSERT INTO runs (run_id, source, host, clock_anchor_mono_ns, clock_anchor_unix_ns, status)
+               VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING""",
+            [run_id, manifest["source"], manifest.get("host"), manifest.get("clock_anchor_mono_ns"),
+             manifest.get("clock_anchor_unix_ns"), "running"],
+        )
+        deployment_ids: set[str] = set()
+        for table, path in files.items():
+            if table in _DEPLOYMENT_TABLES:
+                ids = con.execute(
+                    "SELECT DISTINCT deployment_id FROM read_json(?, format='newline_delimited', columns={'deployment_id': 'VARCHAR'})",
+                    [str(path)],
+                ).fetchall()
+                deployment_ids |= {r[0] for r in ids if r[0] is not None}
+        for table, path in files.items():
+            cols = types[table]
+            if table in _DEPLOYMENT_TABLES:
+                if deployment_ids:
+                    con.execute(
+                        f"DELETE FROM {table} WHERE run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [run_id, sorted(deployment_ids)],
+                    )
+            elif table == "engine_builds":
+                con.execute(
+                    "DELETE FROM engine_builds WHERE run_id = ? AND build_id IN (SELECT build_id FROM "
+                    "read_json(?, format='newline_delimited', columns={'build_id': 'VARCHAR'}))",
+                    [run_id, str(path)],
+                )
+            columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols.items()) + "}"
+            before = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+            if path.stat().st_size:
+                con.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id) FROM "
+                    f"read_json(?, format='newline_delimited', columns={columns_literal})",
+                    [run_id, str(path)],
+                )
+            after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
+            counts[table] = after - before
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return counts
+
+
+def replace_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]], key: tuple[str, ...]) -> int:
+    """Insert rows, replacing those with the same key; one transaction."""
+    if not rows:
+        return 0
+    cols = table_columns(con, table)
+    unknown = set().union(*(r.keys() for r in rows)) - set(cols)
+    if unknown:
+        raise WarehouseError(f"table {table}: unknown column(s) {', '.join(sorted(unknown))}")
+    names = [c for c in cols if any(c in r for r in rows)]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for row in rows:
+            where = " AND ".join(f"{k} = ?" for k in key)
+            con.execute(f"DELETE FROM {table} WHERE {where}", [row[k] for k in key])
+            values = [json.dumps(row.get(c)) if cols[c] == "JSON" and row.get(c) is not None else row.get(c) for c in names]
+            con.execute(
+                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})", values
+            )
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return len(rows)

@@ -1,0 +1,20 @@
+-- Every load point of one run with its latency, throughput, energy and cost figures (units in the names).
+-- $run_id: the run (wattbench sql fills in the latest run when omitted).
+SELECT engine, workload, shape, concurrency, rate, window_s,
+       round(output_tok_s, 1)               AS output_tok_s,
+       round(requests_s, 2)                 AS requests_s,
+       round(goodput_requests_s, 2)         AS goodput_requests_s,
+       round(ttft_p50_ms, 1) AS ttft_p50_ms, round(ttft_p99_ms, 1) AS ttft_p99_ms,
+       round(tpot_p50_ms, 2) AS tpot_p50_ms, round(itl_p50_ms, 2) AS itl_p50_ms,
+       round(e2e_p50_ms, 1)  AS e2e_p50_ms,
+       round(output_tokens_per_j, 3)        AS output_tokens_per_j,
+       round(j_per_output_token, 4)         AS j_per_output_token,
+       round(mean_power_w_per_gpu, 1)       AS mean_w_per_gpu,
+       round(peak_power_w_per_gpu, 1)       AS peak_w_per_gpu,
+       round(peak_hbm_mib_per_gpu / 1024, 1) AS peak_hbm_gib_per_gpu,
+       round(usd_per_1m_output_tokens, 3)   AS usd_per_1m_output_tokens,
+       round(energy_usd_per_1m_output_tokens, 4) AS energy_usd_per_1m_output_tokens,
+       meets_slo_p99, source, load_point_id
+FROM v_load_points
+WHERE run_id = $run_id
+ORDER BY engine, workload, coalesce(concurrency, 0), coalesce(rate, 0);

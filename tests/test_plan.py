@@ -1,0 +1,65 @@
+"""The plan schema: the default plan is valid; a bad plan gets one message naming file, field and expectation."""
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.plan import DEFAULT_PLAN, PlanError, load_plan, point_label
+
+
+def test_default_plan_is_the_documented_one():
+    plan, sha = load_plan(DEFAULT_PLAN)
+    assert plan.model == "llama-3-70b" and plan.gpu == "h100-sxm"
+    assert {e.profile for e in plan.engines} == {"trtllm-like", "vllm-like"}
+    assert all(e.precision == "fp8" and e.tp == 8 for e in plan.engines)
+    shapes = {p.shape for w in plan.workloads for p in w.expanded_points()}
+    assert shapes == {"concurrency", "gamma"}
+    assert plan.is_emulated and len(sha) == 64
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "plan.yaml"
+    path.write_text(text)
+    return path
+
+
+GOOD = DEFAULT_PLAN.read_text()
+
+
+@pytest.mark.parametrize(
+    "mutate, field, expected",
+    [
+        (lambda t: t.replace("tp: 8", "tp: 0", 1), "engines[0].tp", "greater than or equal to 1"),
+        (lambda t: t.replace("precision: fp8", "precision: fp7", 1), "engines[0].precision", "fp16"),
+        (lambda t: t.replace("gpu_hour_usd: 2.50", "gpu_hour_usd: cheap"), "prices.gpu_hour_usd", "valid number"),
+        (lambda t: t.replace("model: llama-3-70b", "modle: llama-3-70b"), "modle", "unknown field"),
+        (lambda t: t.replace("    profile: vllm-like\n", ""), "engines[1]", "needs profile"),
+        (lambda t: t.replace("shape: gamma, rate: 6", "shape: gamma"), "workloads[1]", "rate"),
+    ],
+)
+def test_bad_plan_names_file_field_and_expectation(tmp_path, mutate, field, expected):
+    path = _write(tmp_path, mutate(GOOD))
+    with pytest.raises(PlanError) as err:
+        load_plan(path)
+    message = str(err.value)
+    assert str(path) in message
+    assert field in message
+    assert expected in message
+    assert "\n" not in message  # one clear line
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    path = _write(tmp_path, "name: x\nengines: [\n")
+    with pytest.raises(PlanError, match=r"plan.yaml: not valid YAML at line \d+"):
+        load_plan(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(PlanError, match="plan file not found"):
+        load_plan(tmp_path / "nope.yaml")
+
+
+def test_point_labels():
+    assert point_label({"shape": "concurrency", "concurrency": 32}) == "c32"
+    assert point_label({"shape": "gamma", "rate": 6.0, "burstiness": 0.25}) == "gamma-r6-b0.25"
+    assert point_label({"shape": "surge", "rate": 2.0, "surge_factor": 5.0}) == "surge-r2x5"

@@ -1,0 +1,136 @@
+"""The warehouse: versioned idempotent schema, one-transaction idempotent bundle ingest, lock handling."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from resources.bundle import BundleError, BundleWriter, read_manifest
+from resources.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
+
+
+def make_bundle(path, run_id="r1", deployment="d1", n_requests=5):
+    with BundleWriter(path, run_id=run_id, source="emulated") as w:
+        w.write("deployments", [{"deployment_id": deployment, "model": "m", "engine": "emulator:vllm-like",
+                                 "config_name": deployment, "status": "healthy", "n_gpus": 1, "config": {"a": 1},
+                                 "gpu_uuids": ["GPU-1"]}])
+        w.write("load_runs", [{"deployment_id": deployment, "load_point_id": f"{deployment}:w:c1", "workload": "w",
+                               "shape": "concurrency", "status": "ok", "window_s": 2.0, "window_start_ns": 0,
+                               "window_end_ns": 2_000_000_000, "output_tokens_in_window": 100, "energy_j": 50.0,
+                               "completed": n_requests, "failed": 0, "summary": {"x": 1}}])
+        w.write("requests", [{"deployment_id": deployment, "load_point_id": f"{deployment}:w:c1", "request_id": str(i),
+                              "ttft_ms": 10.0, "e2e_ms": 50.0, "chunk_ns": [1, 2, 3], "chunk_tokens": [1, 1, 1],
+                              "in_window": True} for i in range(n_requests)])
+        w.write("gpu_samples", [{"deployment_id": deployment, "gpu_uuid": "GPU-1", "t_ns": t * 100_000_000,
+                                 "power_w": 300.0, "energy_mj": 1000.0 + t} for t in range(10)])
+    return path
+
+
+def test_schema_is_idempotent_and_versioned(tmp_path):
+    db = tmp_path / "w.duckdb"
+    for _ in range(2):
+        with connect(db) as con:
+            pass
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*), max(version) FROM schema_version").fetchone() == (1, SCHEMA_VERSION)
+        tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+    for table in ("runs", "engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "energy_windows",
+                  "server_metrics", "validation_results"):
+        assert table in tables
+    with connect(db, read_only=True) as con:
+        for table in {t for t in tables if not t.startswith("v_")} - {"schema_version", "validation_results"}:
+            cols = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+            assert {"run_id", "source"} <= cols, table
+
+
+def test_ingest_is_idempotent(tmp_path):
+    bundle = make_bundle(tmp_path / "b")
+    db = tmp_path / "w.duckdb"
+    with connect(db) as con:
+        first = ingest_bundle(con, bundle)
+        second = ingest_bundle(con, bundle)
+        assert first == second
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 5
+        assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 10
+        assert con.execute("SELECT gpu_uuids FROM deployments").fetchone()[0] == ["GPU-1"]
+        assert json.loads(con.execute("SELECT config FROM deployments").fetchone()[0]) == {"a": 1}
+
+
+def test_ingest_replaces_only_its_deployments(tmp_path):
+    db = tmp_path / "w.duckdb"
+    with connect(db) as con:
+        ingest_bundle(con, make_bundle(tmp_path / "a", deployment="a", n_requests=3))
+        ingest_bundle(con, make_bundle(tmp_path / "b", deployment="b", n_requests=4))
+        ingest_bundle(con, make_bundle(tmp_path / "a2", deployment="a", n_requests=2))
+        rows = dict(con.execute("SELECT deployment_id, count(*) FROM requests GROUP BY 1").fetchall())
+    assert rows == {"a": 2, "b": 4}
+
+
+def test_ingest_under_another_run_id(tmp_path):
+    with connect(tmp_path / "w.duckdb") as con:
+        ingest_bundle(con, make_bundle(tmp_path / "b"), run_id="replayed")
+        assert con.execute("SELECT DISTINCT run_id FROM requests").fetchall() == [("replayed",)]
+
+
+def test_bad_bundle_is_rejected_whole(tmp_path):
+    bundle = make_bundle(tmp_path / "b")
+    with open(bundle / "requests.jsonl", "a") as fh:
+        fh.write(json.dumps({"run_id": "r1", "source": "emulated", "deployment_id": "d1", "load_point_id": "x",
+                             "request_id": "z", "bogus_column": 1}) + "\n")
+    with connect(tmp_path / "w.duckdb") as con:
+        with pytest.raises(BundleError, match=r"requests.jsonl:6: unknown column\(s\) bogus_column"):
+            ingest_bundle(con, bundle)
+        assert con.execute("SELECT count(*) FROM deployments").fetchone()[0] == 0  # nothing half-loaded
+
+
+def test_manifest_errors_are_clear(tmp_path):
+    with pytest.raises(BundleError, match="no manifest.json"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(BundleError, match="not valid JSON"):
+        read_manifest(tmp_path)
+
+
+def test_interrupted_bundle_keeps_what_was_written(tmp_path):
+    path = tmp_path / "b"
+    with pytest.raises(RuntimeError):
+        with BundleWriter(path, run_id="r", source="emulated") as w:
+            w.write("gpu_samples", [{"deployment_id": "d", "gpu_uuid": "g", "t_ns": 1, "power_w": 1.0}])
+            raise RuntimeError("killed")
+    manifest = read_manifest(path)
+    assert manifest["complete"] is False and manifest["tables"] == {"gpu_samples": 1}
+    with connect(tmp_path / "w.duckdb") as con:
+        assert ingest_bundle(con, path)["gpu_samples"] == 1
+
+
+def test_locked_database_waits_then_says_so(tmp_path):
+    db = tmp_path / "w.duckdb"
+    with connect(db):
+        pass
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('locked', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(WarehouseError, match=r"locked by another writer.*for more than 1 s"):
+            with connect(db, wait_s=1.0):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_read_only_without_warehouse_says_what_to_do(tmp_path):
+    with pytest.raises(WarehouseError, match="run `make run`"):
+        with connect(tmp_path / "none.duckdb", read_only=True):
+            pass
+
+
+def test_named_queries_exist_and_parse(tmp_path):
+    with connect(tmp_path / "w.duckdb") as con:
+        ingest_bundle(con, make_bundle(tmp_path / "b"))
+        for name in ("load_points", "head_to_head"):
+            run_sql(con, name, {"run_id": "r1"})
+        with pytest.raises(WarehouseError, match="known queries: head_to_head, load_points"):
+            run_sql(con, "nope")
