@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 # Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser.
 _COMMAND_MODULES = (
-    "pipelines.commands",                   # run, sql, ingest, report
+    "pipelines.commands",                   # run, sql, ingest
+    "pipelines.report_cli",                 # report
     "resources.loadgen.cli",                # load
     "resources.engines.emulator.cli",       # emulate
     "resources.telemetry.cli",              # telemetry
@@ -35,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE"):  # `wattbench sql ... | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

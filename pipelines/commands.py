@@ -1,4 +1,4 @@
-"""Control-plane subcommands: run (materialize the graph), sql, ingest, report."""
+"""Control-plane subcommands: run (materialize the graph), sql, ingest."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     run_id = result.run_id
     failed_checks = [
-        f"{e.asset_check_evaluation_data.asset_key.to_user_string()}:{e.asset_check_evaluation_data.check_name}"
+        f"{e.asset_key.to_user_string()}:{e.check_name}"
         for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
     ]
     with connect(db, read_only=True) as con:
@@ -125,21 +125,6 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    from resources.warehouse import WarehouseError, connect
-
-    try:
-        with connect(args.db, read_only=True) as con:
-            run_id = args.run or latest_run_id(con)
-            if run_id is None:
-                return _fail("no runs in the warehouse yet; run `make run` first")
-            print(f"Head to head, run {run_id}:")
-            print(head_to_head_text(con, run_id))
-    except WarehouseError as exc:
-        return _fail(str(exc))
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     from pipelines.plan import DEFAULT_PLAN
 
@@ -160,8 +145,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("bundle", help="bundle folder (holds manifest.json)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.set_defaults(func=_ingest)
-
-    p = sub.add_parser("report", help="print the head-to-head table of a run")
-    p.add_argument("--run", help="run id (default: the latest run)")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
-    p.set_defaults(func=_report)
