@@ -18,18 +18,20 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-run: $(STAMP)
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	@mkdir -p $(DAGSTER_HOME) data
+	cp dagster.yaml $@
+
+run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/wattbench run --plan $(PLAN)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-ui: $(STAMP)
-	@mkdir -p $(DAGSTER_HOME) data
+ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-validate: $(STAMP)
+validate: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
 bench: $(STAMP)
