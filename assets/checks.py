@@ -10,7 +10,7 @@ import dagster as dg
 from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import run_id_of
+from assets.common import WRITER_POOL, run_id_of
 from pipelines.resources import BenchPlan
 from resources.validation import outcome_rows, validate_table
 from resources.warehouse import apply_schema
@@ -33,6 +33,7 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         asset=asset,
         name=check_name,
         blocking=True,
+        pool=WRITER_POOL,
         description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures block the reports.",
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:

@@ -92,16 +92,33 @@ class BundleWriter:
             lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
         if not lines:
             return 0
+        data = "".join(lines).encode("utf-8")
         with self._lock:
             fh = self._files.get(table)
             if fh is None:
-                fh = open(self.path / f"{table}.jsonl", "a", encoding="utf-8")
+                fh = open(self.path / f"{table}.jsonl", "ab")
                 self._files[table] = fh
-            fh.write("".join(lines))
-            fh.flush()
-            os.fsync(fh.fileno())
+            offset = fh.tell()
+            try:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            except OSError as exc:
+                # Disk full (or gone): cut the file back to its last whole row so what is on disk stays loadable.
+                try:
+                    fh.truncate(offset)
+                    fh.seek(offset)
+                except OSError:
+                    pass
+                raise BundleError(
+                    f"{self.path / (table + '.jsonl')}: could not write {len(lines)} row(s) ({exc.strerror or exc}); "
+                    f"the {self._rows.get(table, 0)} row(s) already written are intact and can be ingested"
+                ) from exc
             self._rows[table] = self._rows.get(table, 0) + len(lines)
-            self._write_manifest()
+            try:
+                self._write_manifest()
+            except OSError:
+                pass  # the previous manifest stays in place (atomic replace); rows are counted on the next write
         return len(lines)
 
     def note_error(self, kind: str, text: str) -> None:
@@ -121,7 +138,10 @@ class BundleWriter:
             self._files.clear()
             self.manifest["complete"] = complete
             self.manifest["closed_unix_ns"] = time.time_ns()
-            self._write_manifest()
+            try:
+                self._write_manifest()
+            except OSError:
+                pass  # disk full: the last manifest written stays, and says complete=false
 
     def __enter__(self) -> "BundleWriter":
         return self

@@ -118,6 +118,8 @@ CREATE TABLE IF NOT EXISTS load_runs (
     output_tokens_in_window BIGINT,             -- tokens whose content event arrived inside the window
     energy_j                DOUBLE,             -- energy counter delta over the window, summed over GPUs
     energy_trace_j          DOUBLE,             -- integrated instant-power trace over the same window
+    energy_crosscheck_j     DOUBLE,             -- an independent reading of the same window (e.g. nvidia-smi)
+    energy_crosscheck_source VARCHAR,
     idle_power_w            DOUBLE,             -- deployment idle baseline (mean of before/after), summed over GPUs
     status                  VARCHAR NOT NULL,   -- ok | failed
     error_kind              VARCHAR,

@@ -13,9 +13,11 @@ from resources.agent.runner import run_spec
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dagster_pipes import is_dagster_pipes_process, open_dagster_pipes
+    import os
 
-    if is_dagster_pipes_process():
+    from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
+
+    if os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):
         with open_dagster_pipes() as pipes:
             spec = pipes.get_extra("spec")
             out = run_spec(spec, log=pipes.log.info, report=pipes.report_custom_message)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import httpx
 
+from resources.agent.crosscheck import NvidiaSmiEnergy
 from resources.bundle import BundleWriter
 from resources.deploy.local import DeployError, LocalProcess, free_port
 from resources.engines.base import EngineConfig, adapter_for
@@ -158,6 +159,10 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
         raise ValueError(f"{deployment_id}: emulated telemetry is only for emulated engines")
     row["telemetry_source"] = telemetry
     metrics_url = url + adapter.metrics_path if adapter.metrics_path else None
+    # A second, independent energy reading per load point where asked (real GPUs only).
+    crosscheck = NvidiaSmiEnergy(dep.get("gpu_uuids")) if dep.get("energy_crosscheck") and telemetry == "nvml" else None
+    if crosscheck is not None and not crosscheck.available:
+        log(f"[{deployment_id}] energy cross-check asked for, but nvidia-smi has no energy query here; skipped")
     try:
         with open_sampler(
             kind=telemetry, gpu_uuids=dep.get("gpu_uuids"), url=url, hz=float(dep.get("sampler_hz", 10)),
@@ -171,7 +176,7 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
                 scraper.load_point_id = lp_id
                 log(f"[{deployment_id}] load point {i}/{len(points)}: {lp_id}")
                 run_load_point(point, url, adapter.served_model_name(cfg), deployment_id, adapter.source, sampler,
-                               writer, log, report)
+                               writer, log, report, crosscheck)
                 scraper.load_point_id = None
                 if server is not None and not server.alive():
                     row["error_kind"], row["error_text"] = "server_crash", server.log_tail(1500)
@@ -195,24 +200,35 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
 
 
 def run_load_point(point: dict[str, Any], url: str, model: str, deployment_id: str, source: str, sampler,
-                   writer: BundleWriter, log: Log, report: Callable[[dict], None]) -> dict[str, Any]:
+                   writer: BundleWriter, log: Log, report: Callable[[dict], None],
+                   crosscheck: NvidiaSmiEnergy | None = None) -> dict[str, Any]:
     lp_id = point["load_point_id"]
     spec = LoadSpec.from_dict({**point["spec"], "url": url, "model": model, "load_point_id": lp_id})
     window: dict[str, Any] = {}
     ids = {"deployment_id": deployment_id, "load_point_id": lp_id, "source": source}
     lr: dict[str, Any] = {**ids, "workload": point["workload"], "shape": spec.shape, "status": "failed"}
+    cross = crosscheck if crosscheck is not None and crosscheck.available else None
+
+    def window_start() -> None:
+        if cross:
+            cross.begin()
+        sampler.begin_window(lp_id)
+
+    def window_end() -> None:
+        if cross:
+            window["crosscheck_j"] = cross.end_j()
+        window.update(sampler.end_window(lp_id) or {})
+
     try:
-        result = run_load(
-            spec,
-            progress=False,
-            on_window_start=lambda: sampler.begin_window(lp_id),
-            on_window_end=lambda: window.update(sampler.end_window(lp_id) or {}),
-        )
+        result = run_load(spec, progress=False, on_window_start=window_start, on_window_end=window_end)
         writer.write("requests", [{**r, **ids} for r in result.records])
         lr.update(result.load_run_row())
         lr.update({**ids, "workload": point["workload"]})
         lr["energy_j"] = window.get("total_j")
         lr["energy_trace_j"] = window.get("trace_j")
+        if cross:
+            lr["energy_crosscheck_j"] = window.get("crosscheck_j")
+            lr["energy_crosscheck_source"] = f"nvidia-smi {cross.field}"
         s = result.summary
         headline = {
             "load_point_id": lp_id, "output_tok_s": s.get("output_token_throughput"),

@@ -1,0 +1,82 @@
+"""Bundles: what goes in comes out of DuckDB unchanged (property-based), and a full disk loses nothing written."""
+
+import errno
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import resources.bundle as bundle_mod
+from resources.bundle import BundleError, BundleWriter
+from resources.warehouse import connect, ingest_bundle
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)
+maybe = lambda s: st.none() | s  # noqa: E731
+text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+request_rows = st.lists(
+    st.fixed_dictionaries({
+        "ttft_ms": maybe(finite), "e2e_ms": maybe(finite), "tpot_ms": maybe(finite),
+        "prompt_tokens": maybe(st.integers(0, 2**31 - 1)), "completion_tokens": maybe(st.integers(0, 2**31 - 1)),
+        "finish_reason": maybe(text), "error_kind": maybe(text), "error_text": maybe(text),
+        "http_status": maybe(st.integers(100, 599)),
+        "chunk_ns": maybe(st.lists(st.integers(0, 2**62), max_size=8)),
+        "chunk_tokens": maybe(st.lists(st.integers(0, 1000), max_size=8)),
+        "in_window": maybe(st.booleans()),
+    }),
+    min_size=1, max_size=20,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=request_rows)
+def test_requests_round_trip(tmp_path_factory, rows):
+    tmp = tmp_path_factory.mktemp("rt")
+    with BundleWriter(tmp / "b", run_id="r", source="emulated") as w:
+        w.write("requests", [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)}
+                             for i, r in enumerate(rows)])
+    with connect(tmp / "w.duckdb") as con:
+        ingest_bundle(con, tmp / "b")
+        ingest_bundle(con, tmp / "b")  # idempotent
+        cur = con.execute("SELECT * FROM requests ORDER BY CAST(request_id AS INTEGER)")
+        names = [d[0] for d in cur.description]
+        got = [dict(zip(names, r)) for r in cur.fetchall()]
+    assert len(got) == len(rows)
+    for i, row in enumerate(rows):
+        back = got[i]
+        for key, value in row.items():
+            have = back[key]
+            if value is None:
+                assert have is None, key
+            elif isinstance(value, float):
+                assert have == pytest.approx(value, rel=1e-12, abs=1e-9), key
+            elif isinstance(value, list):
+                assert list(have) == value, key
+            else:
+                assert have == value, key
+
+
+def test_disk_full_keeps_what_was_written(tmp_path, monkeypatch):
+    real_fsync = bundle_mod.os.fsync
+    calls = {"n": 0}
+
+    def fsync(fd):
+        calls["n"] += 1
+        if calls["n"] == 5:  # the third write's data (each write fsyncs data, then the manifest)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    w = BundleWriter(tmp_path / "b", run_id="r", source="emulated")
+    monkeypatch.setattr(bundle_mod.os, "fsync", fsync)
+    row = {"deployment_id": "d", "gpu_uuid": "g", "power_w": 1.0}
+    w.write("gpu_samples", [{**row, "t_ns": 1}])
+    w.write("gpu_samples", [{**row, "t_ns": 2}])
+    with pytest.raises(BundleError, match=r"No space left on device.*2 row\(s\) already written are intact"):
+        w.write("gpu_samples", [{**row, "t_ns": 3}, {**row, "t_ns": 4}])
+    monkeypatch.setattr(bundle_mod.os, "fsync", real_fsync)
+    w.close(complete=False)
+    lines = (tmp_path / "b" / "gpu_samples.jsonl").read_text().splitlines()
+    assert [json.loads(l)["t_ns"] for l in lines] == [1, 2]
+    with connect(tmp_path / "w.duckdb") as con:
+        assert ingest_bundle(con, tmp_path / "b")["gpu_samples"] == 2
