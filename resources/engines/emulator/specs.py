@@ -1,0 +1,150 @@
+"""Specs as data: models, GPUs and precisions (loaded from specs.json, which cites its sources)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+_SPECS_PATH = Path(__file__).with_name("specs.json")
+
+
+class SpecError(ValueError):
+    """An unknown model, GPU or precision name."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    hf_id: str
+    aliases: tuple[str, ...]
+    params: float
+    active_params: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    experts: int
+    experts_per_token: int
+    max_position: int
+    tied_embeddings: bool
+    source: str
+
+    # ---- shapes derived from the config (what the performance model uses) ----
+    @property
+    def attn_params_per_layer(self) -> int:
+        q = self.hidden * self.heads * self.head_dim
+        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        return q + kv + o
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        return 3 * self.hidden * self.intermediate  # gate, up, down (SwiGLU)
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def total_params_derived(self) -> float:
+        per_layer = self.attn_params_per_layer + self.experts * self.expert_params_per_layer
+        head = 0 if self.tied_embeddings else self.embed_params
+        return self.layers * per_layer + self.embed_params + head
+
+    def names(self) -> tuple[str, ...]:
+        return (self.id, self.hf_id, *self.aliases)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    id: str
+    name: str
+    hbm_mib: float
+    hbm_bw: float
+    flops: dict[str, float | None]
+    tdp_w: float
+    idle_w: float
+    nvlink_bw: float
+    compute_capability: str
+    sm_clock_max_mhz: float
+    sm_clock_idle_mhz: float
+    mem_clock_mhz: float
+    source: str
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_mib * 1024 * 1024
+
+    def peak_flops(self, compute: str) -> float:
+        """Dense tensor throughput for a compute type; fp8 falls back to bf16 where there are no fp8 cores."""
+        v = self.flops.get(compute)
+        return float(v) if v else float(self.flops["bf16"])
+
+    @property
+    def has_fp8(self) -> bool:
+        return bool(self.flops.get("fp8"))
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    id: str
+    weight_bytes: float
+    kv_bytes: float
+    act_bytes: float
+    compute: str
+    gemm_eff_scale: float
+    source: str
+
+
+@lru_cache(maxsize=1)
+def _raw() -> dict[str, Any]:
+    return json.loads(_SPECS_PATH.read_text())
+
+
+def _pick(table: str, name: str, kind: str) -> tuple[str, dict[str, Any]]:
+    raw = _raw()[table]
+    key = (name or "").strip().lower()
+    if key in raw:
+        return key, raw[key]
+    if table == "models":  # also accept Hub names and aliases
+        for mid, m in raw.items():
+            if key in {a.lower() for a in (m["hf_id"], *m.get("aliases", []))}:
+                return mid, m
+    known = ", ".join(sorted(raw))
+    raise SpecError(f"unknown {kind} {name!r}; known {kind}s: {known}")
+
+
+def model_spec(name: str) -> ModelSpec:
+    mid, m = _pick("models", name, "model")
+    return ModelSpec(id=mid, hf_id=m["hf_id"], aliases=tuple(m.get("aliases", [])), params=float(m["params"]),
+                     active_params=float(m["active_params"]), layers=m["layers"], hidden=m["hidden"],
+                     heads=m["heads"], kv_heads=m["kv_heads"], head_dim=m["head_dim"],
+                     intermediate=m["intermediate"], vocab=m["vocab"], experts=m["experts"],
+                     experts_per_token=m["experts_per_token"], max_position=m["max_position"],
+                     tied_embeddings=m["tied_embeddings"], source=m["source"])
+
+
+def gpu_spec(name: str) -> GPUSpec:
+    gid, g = _pick("gpus", name, "GPU")
+    return GPUSpec(id=gid, name=g["name"], hbm_mib=float(g["hbm_mib"]), hbm_bw=float(g["hbm_bw"]),
+                   flops=dict(g["flops"]), tdp_w=float(g["tdp_w"]), idle_w=float(g["idle_w"]),
+                   nvlink_bw=float(g["nvlink_bw"]), compute_capability=g["compute_capability"],
+                   sm_clock_max_mhz=float(g["sm_clock_max_mhz"]), sm_clock_idle_mhz=float(g["sm_clock_idle_mhz"]),
+                   mem_clock_mhz=float(g["mem_clock_mhz"]), source=g["source"])
+
+
+def precision_spec(name: str) -> PrecisionSpec:
+    pid, p = _pick("precisions", name, "precision")
+    return PrecisionSpec(id=pid, weight_bytes=float(p["weight_bytes"]), kv_bytes=float(p["kv_bytes"]),
+                         act_bytes=float(p["act_bytes"]), compute=p["compute"],
+                         gemm_eff_scale=float(p["gemm_eff_scale"]), source=p["source"])
+
+
+def known(table: str) -> list[str]:
+    return sorted(_raw()[table])
