@@ -125,9 +125,10 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    from pipelines.plan import DEFAULT_PLAN
+DEFAULT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "default.yaml"
 
+
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="materialize the whole asset graph on a plan and print the head-to-head table")
     p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
