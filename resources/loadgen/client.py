@@ -1,0 +1,385 @@
+"""One OpenAI-compatible streaming request -> one `requests` row. Never raises for request-level failures.
+
+Timing: `sent_ns` is the instant the request bytes were handed to the socket (FastTransport; with httpx's own
+transport, just before `client.send`); content-event times are the arrival times of the bytes that completed
+the event (FastTransport stamps them in `data_received`; otherwise when the body iterator yields them).
+SSE scanning is cheap: events are split on blank lines with bytes.find, only `data:` payloads are JSON-decoded.
+
+Error kinds (`error_kind`; NULL = success): http_4xx, http_5xx, rate_limited (429; Retry-After in error_text),
+timeout (the request's overall timeout_s), connect_error, disconnected (connection dropped before the stream
+ended), malformed_sse (a data line that is not JSON; the rest of the stream is still read and timed),
+stream_error (the server sent an error object in the stream), empty_choices (the stream ended with no content,
+having sent chunks whose `choices` was empty), no_content (the stream ended with no content event),
+cancelled (the run was interrupted or the drain bound hit), client_error (anything else, with its type).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Callable
+
+import httpx
+
+from .metrics import distribute_tokens, tpot_ms
+from .transport import timed_stream
+
+_perf_ns = time.perf_counter_ns
+_loads = json.loads
+
+
+def endpoint_url(url: str, api: str) -> str:
+    u = url.rstrip("/")
+    if u.endswith("/chat/completions") or u.endswith("/completions"):
+        return u
+    path = "/chat/completions" if api == "chat" else "/completions"
+    return u + path if u.endswith("/v1") else u + "/v1" + path
+
+
+def build_body(spec: Any, prompt: str, max_tokens: int) -> dict:
+    body: dict[str, Any] = {"model": spec.model}
+    if spec.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body.update(max_tokens=int(max_tokens), stream=True, stream_options={"include_usage": True})
+    if spec.ignore_eos:
+        body["ignore_eos"] = True          # vLLM, SGLang, TensorRT-LLM (trtllm-serve) accept it
+        body["min_tokens"] = int(max_tokens)  # vLLM, SGLang; ignored where unknown
+    for k, v in (spec.extra_body or {}).items():
+        if v is None:
+            body.pop(k, None)
+        else:
+            body[k] = v
+    return body
+
+
+async def _stamped(aiter):
+    async for data in aiter:
+        yield _perf_ns(), data
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    v = resp.headers.get("retry-after")
+    if v is None:
+        return None
+    try:
+        return max(float(v), 0.0)
+    except ValueError:
+        try:
+            from email.utils import parsedate_to_datetime
+            return max(parsedate_to_datetime(v).timestamp() - time.time(), 0.0)
+        except Exception:
+            return None
+
+
+class SSEParser:
+    """Incremental SSE scanner for OpenAI streaming chunks; `feed(arrival_ns, bytes)`.
+
+    Cheap path (no JSON decode) for the common content chunk: framing checked ({...}), no usage / non-null
+    finish_reason / error in it, and the first `"content":` (chat) or `"text":` (completions) value read in
+    place (empty string, null, or a string whose escaped length is kept). Everything else (usage, finish,
+    errors, reasoning deltas, odd shapes) goes through json.loads, which also flags malformed lines.
+    """
+
+    __slots__ = ("buf", "chat", "key", "chunk_ns", "lens", "raw", "keep_text", "usage", "finish", "empty",
+                 "err", "errtxt", "done")
+
+    def __init__(self, chat: bool, keep_text: bool = False):
+        self.buf = b""
+        self.chat = chat
+        self.key = b'"content":' if chat else b'"text":'
+        self.chunk_ns: list[int] = []
+        self.lens: list[int] = []
+        self.raw: list = []          # content texts (str) when keep_text
+        self.keep_text = keep_text
+        self.usage = None
+        self.finish = None
+        self.empty = 0
+        self.err = None
+        self.errtxt = None
+        self.done = False
+
+    def feed(self, ns: int, data: bytes) -> None:
+        if self.done:
+            return
+        buf = self.buf + data if self.buf else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        start = 0
+        find = buf.find
+        key = self.key
+        while True:
+            i = find(b"\n\n", start)
+            if i < 0:
+                break
+            ev = buf[start:i]
+            start = i + 2
+            if ev[:6] == b"data: ":
+                d = ev[6:]
+            elif ev[:5] == b"data:":
+                d = ev[5:]
+            else:
+                d = None
+            if d is None or b"\n" in d:
+                self._general(ev, ns)
+            elif d == b"[DONE]":
+                self.done = True
+                break
+            elif d[:1] != b"{" or d[-1:] != b"}" or b'"usage":{' in d or b'"finish_reason":"' in d or b'"error"' in d:
+                self._data(d, ns)
+            else:
+                j = d.find(key)
+                if j < 0:
+                    self._data(d, ns)
+                    continue
+                k = j + len(key)
+                c = d[k:k + 1]
+                while c == b" ":
+                    k += 1
+                    c = d[k:k + 1]
+                if c == b'"':
+                    if d[k + 1:k + 2] == b'"':
+                        continue  # empty content (e.g. the role chunk)
+                    e = d.find(b'"', k + 1)
+                    while e > 0 and d[e - 1:e] == b"\\":
+                        # count the backslashes: an even number means the quote is not escaped
+                        b = e - 1
+                        while d[b - 1:b] == b"\\":
+                            b -= 1
+                        if (e - b) % 2 == 0:
+                            break
+                        e = d.find(b'"', e + 1)
+                    if e < 0:
+                        self._data(d, ns)
+                        continue
+                    self.chunk_ns.append(ns)
+                    self.lens.append(e - k - 1)
+                    if self.keep_text:
+                        self.raw.append(_loads(d[k:e + 1]))
+                elif c != b"n":  # not null: something else, let JSON decide
+                    self._data(d, ns)
+        self.buf = buf[start:] if start < len(buf) else b""
+
+    def _general(self, ev: bytes, ns: int) -> None:
+        parts = [ln[5:] for ln in ev.split(b"\n") if ln.startswith(b"data:")]
+        if not parts:
+            return  # comment / event: / id: / retry: only
+        data = b"\n".join(p[1:] if p.startswith(b" ") else p for p in parts)
+        if data == b"[DONE]":
+            self.done = True
+            return
+        self._data(data, ns)
+
+    def _data(self, data: bytes, ns: int) -> None:
+        try:
+            obj = _loads(data)
+            choices = obj.get("choices")
+        except Exception:
+            if self.err is None:
+                self.err = "malformed_sse"
+                self.errtxt = "malformed SSE data line: " + data[:200].decode("utf-8", "replace")
+            return
+        if choices:
+            c = choices[0]
+            if self.chat:
+                d = c.get("delta") or {}
+                text = d.get("content") or d.get("reasoning_content") or d.get("reasoning")
+                if text is None and "text" in c:
+                    text = c.get("text")
+            else:
+                text = c.get("text")
+                if text is None and "delta" in c:
+                    text = (c.get("delta") or {}).get("content")
+            if text:
+                self.chunk_ns.append(ns)
+                self.lens.append(len(text))
+                if self.keep_text:
+                    self.raw.append(text)
+            fr = c.get("finish_reason")
+            if fr is not None:
+                self.finish = fr
+        u = obj.get("usage")
+        if u:
+            self.usage = u
+        elif not choices:
+            if obj.get("error") is not None or obj.get("object") == "error":
+                if self.err is None:
+                    e = obj.get("error", obj)
+                    self.err = "stream_error"
+                    self.errtxt = "error event in stream: " + json.dumps(e)[:300]
+            else:
+                self.empty += 1
+
+
+class RequestRunner:
+    """Sends requests for one load point and turns each into a record (dict keyed by `requests` columns).
+
+    With FastTransport the request goes straight to the transport (httpx.Request in, httpx.Response out; the
+    AsyncClient's cookie/auth/redirect machinery is not needed here) and the SSE body is scanned inside the
+    protocol's `data_received` (one task wake-up per request instead of one per read)."""
+
+    def __init__(self, spec: Any, client: httpx.AsyncClient | None, load_point_id: str, tokenizer=None):
+        self.spec = spec
+        self.client = client
+        self.url = httpx.URL(endpoint_url(spec.url, spec.api))
+        self.lp = load_point_id
+        self.tok = tokenizer
+        self.headers = httpx.Headers({"content-type": "application/json", "accept": "text/event-stream",
+                                      "accept-encoding": "identity", "user-agent": "wattbench-loadgen",
+                                      **(spec.headers or {})})
+        t = float(spec.timeout_s)
+        self.timeout_ext = {"connect": t, "read": t, "write": t, "pool": t}
+        self.is_chat = spec.api == "chat"
+        tr = getattr(client, "_transport", None) if client is not None else None
+        from .transport import FastTransport
+        self.fast = tr if isinstance(tr, FastTransport) else None
+
+    def encode(self, prompt: str, max_tokens: int) -> bytes:
+        return json.dumps(build_body(self.spec, prompt, max_tokens), separators=(",", ":")).encode()
+
+    async def run(self, request_id: str, body: bytes, input_tokens: int, max_tokens: int, scheduled_ns: int,
+                  prompt: str | None = None, on_status: Callable[[int, float | None], None] | None = None) -> dict:
+        p = SSEParser(self.is_chat, keep_text=self.tok is not None)
+        status = None
+        sent_ns = None
+        retry_after = None
+        fail_ns = None
+        try:
+            async with asyncio.timeout(self.spec.timeout_s):
+                req = httpx.Request("POST", self.url, content=body, headers=self.headers,
+                                    extensions={"timeout": self.timeout_ext})
+                sent_ns = _perf_ns()
+                if self.fast is not None:
+                    resp = await self.fast.handle_async_request(req)
+                else:
+                    resp = await self.client.send(req, stream=True)
+                sent_ns = req.extensions.get("wattbench.sent_ns", sent_ns)
+                status = resp.status_code
+                try:
+                    if status >= 400:
+                        raw = await resp.aread()
+                        retry_after = _retry_after(resp)
+                        p.err = "rate_limited" if status == 429 else f"http_{status // 100}xx"
+                        txt = raw[:500].decode("utf-8", "replace")
+                        if status == 429:
+                            txt = f"Retry-After: {resp.headers.get('retry-after')}; {txt}"
+                        p.errtxt = f"HTTP {status}: {txt}"
+                    else:
+                        ts = timed_stream(resp)
+                        if ts is not None:
+                            fut = asyncio.get_running_loop().create_future()
+
+                            def on_done(exc, fut=fut):
+                                if not fut.done():
+                                    fut.set_result(exc)
+                            ts.set_consumer(p.feed, on_done)
+                            exc = await fut
+                            if exc is not None:
+                                raise exc
+                        else:
+                            async for data in resp.aiter_raw():
+                                p.feed(_perf_ns(), data)
+                        if p.buf.strip() and not p.done:
+                            p.feed(_perf_ns(), b"\n\n")
+                finally:
+                    await resp.aclose()
+        except TimeoutError:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "timeout", f"no complete response within timeout_s={self.spec.timeout_s}"
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "connect_error", f"{type(exc).__name__}: {exc}"
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "disconnected", f"{type(exc).__name__}: {exc}"
+        except httpx.TimeoutException as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "timeout", f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "cancelled", "run interrupted or drain bound reached before the response ended"
+            rec = self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
+            raise _Cancelled(rec)
+        except Exception as exc:  # never let one request stop the run
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "client_error", f"{type(exc).__name__}: {exc}"
+        if on_status is not None and status is not None:
+            on_status(status, retry_after)
+        if p.err is None and not p.chunk_ns:
+            fail_ns = _perf_ns()
+            if p.empty:
+                p.err, p.errtxt = "empty_choices", f"{p.empty} chunk(s) with empty choices and no content"
+            else:
+                p.err, p.errtxt = "no_content", "the stream ended without a content event"
+        if p.err is not None and fail_ns is None:
+            fail_ns = _perf_ns()
+        return self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
+
+    def _record(self, request_id, scheduled_ns, sent_ns, fail_ns, status, p: SSEParser,
+                input_tokens, max_tokens, prompt) -> dict:
+        usage = p.usage or {}
+        chunk_ns = p.chunk_ns
+        n_events = len(chunk_ns)
+        ct = usage.get("completion_tokens")
+        pt = usage.get("prompt_tokens")
+        if ct is not None:
+            source = "usage"
+        elif self.tok is not None and p.raw:
+            ct = len(self.tok.encode("".join(p.raw)))
+            source = "tokenizer"
+        else:
+            ct = n_events if n_events else None
+            source = "estimate"
+        if pt is None:
+            if self.tok is not None and prompt is not None:
+                pt = len(self.tok.encode(prompt))
+            else:
+                pt = input_tokens
+        if source == "estimate":
+            chunk_tokens = [1] * n_events
+        else:
+            chunk_tokens = distribute_tokens(int(ct or 0), p.lens) if n_events else []
+        ok = p.err is None
+        ttft = e2e = None
+        first = chunk_ns[0] if chunk_ns else None
+        last = chunk_ns[-1] if chunk_ns else None
+        if sent_ns is not None:
+            if first is not None:
+                ttft = (first - sent_ns) / 1e6
+            if ok and last is not None:
+                e2e = (last - sent_ns) / 1e6
+            elif fail_ns is not None:
+                e2e = (max(fail_ns, last or 0) - sent_ns) / 1e6  # failed: time to failure
+        return {
+            "load_point_id": self.lp,
+            "request_id": request_id,
+            "scheduled_ns": scheduled_ns,
+            "sent_ns": sent_ns,
+            "first_token_ns": first,
+            "last_token_ns": last,
+            "ttft_ms": ttft,
+            "e2e_ms": e2e,
+            "tpot_ms": tpot_ms(e2e, ttft, ct) if ok else None,
+            "prompt_tokens": pt,
+            "completion_tokens": ct,
+            "token_count_source": source,
+            "input_tokens_requested": int(input_tokens),
+            "max_tokens": int(max_tokens),
+            "finish_reason": p.finish,
+            "http_status": status,
+            "error_kind": p.err,
+            "error_text": p.errtxt,
+            "chunk_ns": chunk_ns,
+            "chunk_tokens": chunk_tokens,
+            "in_window": None,  # set by the runner
+        }
+
+
+class _Cancelled(asyncio.CancelledError):
+    """CancelledError carrying the record of the request it interrupted."""
+
+    def __init__(self, record: dict):
+        super().__init__("cancelled")
+        self.record = record

@@ -1,0 +1,106 @@
+"""`LoadSpec`: everything one load point needs. Plain data, JSON round-trippable (`from_dict` / `to_dict`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SHAPES = ("concurrency", "poisson", "gamma", "surge", "trace")
+APIS = ("chat", "completions")
+
+
+class LoadSpecError(ValueError):
+    """A LoadSpec (or the dict it was made from) is not valid; the message names the field."""
+
+
+@dataclass
+class LoadSpec:
+    url: str = "http://127.0.0.1:8000"            # server base URL (with or without /v1)
+    model: str = "model"
+    api: str = "chat"                              # chat | completions
+    shape: str = "concurrency"                     # concurrency | poisson | gamma | surge | trace
+    concurrency: int | None = None                 # closed loop streams; for open-loop shapes: max in flight (None = no cap)
+    rate: float | None = None                      # requests/s for poisson | gamma | surge (base rate)
+    burstiness: float = 1.0                        # gamma shape k (vLLM convention): 1 = Poisson, <1 burstier, CV = 1/sqrt(k)
+    surge_factor: float = 1.0                      # surge: rate x surge_factor ...
+    surge_start_s: float = 0.0                     # ... from t0 + surge_start_s ...
+    surge_duration_s: float = 0.0                  # ... for surge_duration_s
+    trace_path: str | None = None                  # trace shape: JSONL or CSV (timestamp, prompt | input_tokens, output_tokens)
+    trace_time_scale: float = 1.0                  # trace timestamps are multiplied by this (0.5 = replay twice as fast)
+    input_tokens: int = 128
+    output_tokens: int = 128
+    input_tokens_dist: dict | None = None          # see workload.sample_lengths: fixed | uniform | normal | lognormal | choice
+    output_tokens_dist: dict | None = None
+    dataset_path: str | None = None                # ShareGPT-format JSON/JSONL: prompts (and output lengths) from it
+    shared_prefix_tokens: int = 0                  # every prompt starts with the same prefix of this many tokens
+    num_prefixes: int = 1                          # number of distinct shared prefixes (requests assigned round robin)
+    tokenizer: str | None = None                   # tokenizer.json path or HF name (optional; exact lengths + token counts)
+    warmup_s: float = 0.0
+    duration_s: float = 10.0
+    max_requests: int | None = None                # stop sending after this many requests
+    seed: int = 0
+    ignore_eos: bool = True                        # send ignore_eos + min_tokens so outputs are as long as asked
+    timeout_s: float = 600.0                       # per request, send -> end of stream; also bounds the drain
+    extra_body: dict = field(default_factory=dict)  # merged into every request body last; a None value deletes a key
+    headers: dict = field(default_factory=dict)    # extra HTTP headers (e.g. Authorization)
+    load_point_id: str | None = None
+    workload: str | None = None                    # workload name, copied to load_run_row()
+    honor_retry_after: bool = True                 # closed loop: a stream that got 429 waits Retry-After (capped) before its next request
+    transport: str = "fast"                        # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LoadSpec":
+        if not isinstance(d, dict):
+            raise LoadSpecError(f"LoadSpec wants a mapping, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in d:
+            if key not in known:
+                raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known))})")
+        spec = cls(**d)
+        spec.validate()
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> "LoadSpec":
+        spec = dataclasses.replace(self, **changes)
+        spec.validate()
+        return spec
+
+    def validate(self) -> "LoadSpec":
+        if self.api not in APIS:
+            raise LoadSpecError(f"api must be one of {APIS}, got {self.api!r}")
+        if self.shape not in SHAPES:
+            raise LoadSpecError(f"shape must be one of {SHAPES}, got {self.shape!r}")
+        if self.shape == "concurrency":
+            if not self.concurrency or self.concurrency < 1:
+                raise LoadSpecError("shape 'concurrency' needs concurrency >= 1")
+        elif self.shape in ("poisson", "gamma", "surge"):
+            if not self.rate or self.rate <= 0:
+                raise LoadSpecError(f"shape {self.shape!r} needs rate > 0 (requests/s)")
+        elif self.shape == "trace" and not self.trace_path:
+            raise LoadSpecError("shape 'trace' needs trace_path")
+        if self.burstiness is None or self.burstiness <= 0:
+            raise LoadSpecError("burstiness must be > 0")
+        if self.surge_factor <= 0:
+            raise LoadSpecError("surge_factor must be > 0")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise LoadSpecError("concurrency must be >= 1")
+        if self.input_tokens < 1 or self.output_tokens < 1:
+            raise LoadSpecError("input_tokens and output_tokens must be >= 1")
+        if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens >= max(self.input_tokens, 1) and self.shared_prefix_tokens:
+            raise LoadSpecError("shared_prefix_tokens must be >= 0 and < input_tokens")
+        if self.warmup_s < 0 or self.duration_s is None or self.duration_s < 0:
+            raise LoadSpecError("warmup_s and duration_s must be >= 0")
+        if self.duration_s == 0 and self.shape != "trace" and not self.max_requests:
+            raise LoadSpecError("duration_s must be > 0 (or give max_requests)")
+        if self.timeout_s <= 0:
+            raise LoadSpecError("timeout_s must be > 0")
+        if self.transport not in ("fast", "httpx"):
+            raise LoadSpecError("transport must be 'fast' or 'httpx'")
+        if not isinstance(self.extra_body, dict) or not isinstance(self.headers, dict):
+            raise LoadSpecError("extra_body and headers must be mappings")
+        return self

@@ -1,0 +1,55 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from .conftest import ROOT
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "load", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, **kw)
+
+
+def test_cli_json_summary(fast_server, tmp_path):
+    out = tmp_path / "r.jsonl"
+    p = cli("--url", fast_server, "--model", "m", "--concurrency", "2", "--input-tokens", "16", "--output-tokens", "4",
+            "--duration", "0.5", "--out", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert {"p50", "p90", "p99", "mean"} <= set(s[k])
+    for k in ("request_throughput", "output_token_throughput", "completed", "failed", "window_s"):
+        assert k in s
+    assert s["completed"] == len(out.read_text().splitlines()) and s["failed"] == 0
+    assert "TTFT ms" in p.stderr  # the table goes to stderr when --json owns stdout
+
+
+def test_cli_rejects_bad_trace_with_line(fast_server, tmp_path):
+    t = tmp_path / "t.csv"
+    t.write_text("timestamp,input_tokens,output_tokens\n0,1,1\nx,1,1\n")
+    p = cli("--url", fast_server, "--model", "m", "--trace", str(t))
+    assert p.returncode == 2 and "t.csv:3:" in p.stderr
+
+
+def test_interrupt_flushes_everything_measured(tmp_path):
+    from resources.loadgen.testserver import server_process
+    out = tmp_path / "i.jsonl"
+    with server_process(ttft_ms=5, itl_ms=20) as url:
+        p = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m",
+                              "--concurrency", "4", "--output-tokens", "20", "--duration", "30", "--out", str(out),
+                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 6):
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=20)
+    assert p.returncode == 130, err
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    ids = [r["request_id"] for r in recs]
+    assert len(ids) == len(set(ids)) >= 6
+    cancelled = [r for r in recs if r["error_kind"] == "cancelled"]
+    assert 1 <= len(cancelled) <= 4  # streams mid-request at the interrupt: each has exactly one record
+    assert all(r["chunk_ns"] is not None and r["sent_ns"] for r in cancelled)
