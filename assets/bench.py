@@ -59,6 +59,8 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
             "sampler_hz": plan.sampler_hz,
             "idle_baseline_s": plan.idle_baseline_s,
             "health_timeout_s": plan.health_timeout_s,
+            "warmup_requests": plan.warmup_requests,
+            "energy_crosscheck": plan.energy_crosscheck,
             "load_points": points,
         })
     return {

@@ -125,6 +125,24 @@ class Slo(_Strict):
     e2e_ms: float | None = Field(None, gt=0)
 
 
+class CapacityProfile(_Strict):
+    """The traffic to plan capacity for (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md)."""
+
+    steady_qps: float = Field(ge=0, description="requests/s of the steady baseline, served around the clock")
+    peak_qps: float = Field(gt=0, description="requests/s at the burst peak (>= steady_qps)")
+    burst_hours_per_day: float = Field(4.0, ge=0, le=24, description="hours a day the elastic pool runs")
+    input_tokens: int | None = Field(None, ge=1, description="typical prompt length; None: every measured length")
+    output_tokens: int | None = Field(None, ge=1, description="typical output length; None: every measured length")
+    elastic_gpu_hour_usd: float | None = Field(
+        None, gt=0, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
+
+    @model_validator(mode="after")
+    def _peak_at_least_steady(self) -> "CapacityProfile":
+        if self.peak_qps < self.steady_qps:
+            raise ValueError(f"peak_qps ({self.peak_qps:g}) must be >= steady_qps ({self.steady_qps:g})")
+        return self
+
+
 class Validation(_Strict):
     max_error_rate: float = Field(0.01, ge=0, le=1)
     min_energy_window_s: float = Field(20.0, ge=0)
@@ -142,11 +160,14 @@ class Plan(_Strict):
     workloads: list[Workload] = Field(min_length=1)
     prices: Prices
     slo: Slo = Field(default_factory=Slo)
+    capacity: CapacityProfile | None = Field(None, description="traffic profile for the capacity plan")
     validation: Validation = Field(default_factory=Validation)
     telemetry: Literal["auto", "nvml", "emulated", "none"] = "auto"
     sampler_hz: float = Field(10.0, gt=0, le=100)
     idle_baseline_s: float = Field(3.0, ge=0)
     health_timeout_s: float = Field(600.0, gt=0)
+    warmup_requests: int = Field(0, ge=0, description="unrecorded requests sent once the engine is up")
+    energy_crosscheck: bool = Field(False, description="also read energy independently (nvidia-smi or Zeus) at every window edge")
 
     @field_validator("engines")
     @classmethod

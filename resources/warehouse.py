@@ -83,7 +83,7 @@ def sql_text(name: str) -> str:
     """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
     path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views")))
+        known = ", ".join(sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm")))
         raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
     return path.read_text()
 
@@ -174,11 +174,17 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
                 )
             after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
             counts[table] = after - before
+        _derive_deployment_hbm(con, run_id)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
     return counts
+
+
+def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    """HBM after load, before traffic: the GPU samples of the idle_before window, summed over the GPUs."""
+    con.execute((SQL_DIR / "derive_deployment_hbm.sql").read_text(), {"run_id": run_id})
 
 
 def replace_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]], key: tuple[str, ...]) -> int:

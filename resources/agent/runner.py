@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import httpx
 
-from resources.agent.crosscheck import NvidiaSmiEnergy
+from resources.agent.crosscheck import CrossCheck, open_crosscheck
 from resources.bundle import BundleWriter
 from resources.deploy.local import DeployError, LocalProcess, free_port
 from resources.engines.base import EngineConfig, adapter_for
@@ -160,21 +160,27 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
     row["telemetry_source"] = telemetry
     metrics_url = url + adapter.metrics_path if adapter.metrics_path else None
     # A second, independent energy reading per load point where asked (real GPUs only).
-    crosscheck = NvidiaSmiEnergy(dep.get("gpu_uuids")) if dep.get("energy_crosscheck") and telemetry == "nvml" else None
-    if crosscheck is not None and not crosscheck.available:
-        log(f"[{deployment_id}] energy cross-check asked for, but nvidia-smi has no energy query here; skipped")
+    crosscheck = None
+    if dep.get("energy_crosscheck") and telemetry == "nvml":
+        crosscheck, message = open_crosscheck(dep.get("gpu_uuids"))
+        log(f"[{deployment_id}] {message}")
     try:
         with open_sampler(
             kind=telemetry, gpu_uuids=dep.get("gpu_uuids"), url=url, hz=float(dep.get("sampler_hz", 10)),
             out=writer, deployment_id=deployment_id,
         ) as sampler, MetricsScraper(metrics_url, writer, deployment_id) as scraper:
             idle_s = float(dep.get("idle_baseline_s", 3))
+            warm_up_engine(dep, adapter, url, adapter.served_model_name(cfg), deployment_id, log)
             row["idle_power_w_before"] = _mean_power_w(_idle_window(sampler, "idle_before", idle_s))
             points = dep.get("load_points", [])
             for i, point in enumerate(points, 1):
                 lp_id = point["load_point_id"]
                 scraper.load_point_id = lp_id
                 log(f"[{deployment_id}] load point {i}/{len(points)}: {lp_id}")
+                if not adapter.accepts_ignore_eos and point["spec"].get("ignore_eos", True):
+                    log(f"[{deployment_id}] {adapter.name} rejects ignore_eos/min_tokens: sending without them; "
+                        "output lengths are the model's (truncation checks read usage and finish_reason)")
+                    point = {**point, "spec": {**point["spec"], "ignore_eos": False}}
                 run_load_point(point, url, adapter.served_model_name(cfg), deployment_id, adapter.source, sampler,
                                writer, log, report, crosscheck)
                 scraper.load_point_id = None
@@ -183,14 +189,8 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
                     log(f"[{deployment_id}] server died during {lp_id}; skipping the remaining points")
                     break
             row["idle_power_w_after"] = _mean_power_w(_idle_window(sampler, "idle_after", idle_s))
-            info = sampler.info()
-        for key in ("driver_version", "power_limit_w", "persistence_mode", "sampler_hz", "sampler_cpu_share",
-                    "sampler_call_ms", "hbm_used_mib", "hbm_total_mib"):
-            if info.get(key) is not None:
-                row[key] = info[key]
-        row["gpu_uuids"] = info.get("gpu_uuids")
-        if info.get("gpu_uuids"):
-            row["n_gpus"] = len(info["gpu_uuids"])
+        # What the sampler saw of the GPUs (real names, uuids, driver, its own cost) replaces the plan's words.
+        row.update({k: v for k, v in sampler.deployment_columns().items() if v is not None})
         row["status"] = "healthy" if row.get("error_kind") is None else "failed"
     finally:
         if server is not None:
@@ -199,15 +199,34 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
     return row
 
 
+def warm_up_engine(dep: dict[str, Any], adapter, url: str, model: str, deployment_id: str, log: Log) -> None:
+    """A few unrecorded requests before the idle baseline, so first-request costs (CUDA graphs, compilation,
+    allocator growth) land in no measurement."""
+    n = int(dep.get("warmup_requests", 0))
+    if n <= 0 or not dep.get("load_points"):
+        return
+    first = dep["load_points"][0]["spec"]
+    spec = LoadSpec.from_dict({
+        "url": url, "model": model, "api": first.get("api", "chat"), "shape": "concurrency",
+        "concurrency": min(n, 8), "max_requests": n, "duration_s": 600, "input_tokens": first.get("input_tokens", 128),
+        "output_tokens": min(int(first.get("output_tokens", 16)), 16), "ignore_eos": adapter.accepts_ignore_eos,
+        "timeout_s": float(dep.get("health_timeout_s", 600)),
+    })
+    started = time.monotonic()
+    result = run_load(spec, progress=False)
+    log(f"[{deployment_id}] warm-up: {result.summary.get('completed')} request(s) in {time.monotonic() - started:.1f} s "
+        "(not recorded)")
+
+
 def run_load_point(point: dict[str, Any], url: str, model: str, deployment_id: str, source: str, sampler,
                    writer: BundleWriter, log: Log, report: Callable[[dict], None],
-                   crosscheck: NvidiaSmiEnergy | None = None) -> dict[str, Any]:
+                   crosscheck: CrossCheck | None = None) -> dict[str, Any]:
     lp_id = point["load_point_id"]
     spec = LoadSpec.from_dict({**point["spec"], "url": url, "model": model, "load_point_id": lp_id})
     window: dict[str, Any] = {}
     ids = {"deployment_id": deployment_id, "load_point_id": lp_id, "source": source}
     lr: dict[str, Any] = {**ids, "workload": point["workload"], "shape": spec.shape, "status": "failed"}
-    cross = crosscheck if crosscheck is not None and crosscheck.available else None
+    cross = crosscheck
 
     def window_start() -> None:
         if cross:
@@ -228,7 +247,7 @@ def run_load_point(point: dict[str, Any], url: str, model: str, deployment_id: s
         lr["energy_trace_j"] = window.get("trace_j")
         if cross:
             lr["energy_crosscheck_j"] = window.get("crosscheck_j")
-            lr["energy_crosscheck_source"] = f"nvidia-smi {cross.field}"
+            lr["energy_crosscheck_source"] = cross.source
         s = result.summary
         headline = {
             "load_point_id": lp_id, "output_tok_s": s.get("output_token_throughput"),

@@ -59,6 +59,8 @@ class EngineAdapter:
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"
     source: str = "measured"
+    # Whether the server accepts vLLM's ignore_eos / min_tokens request fields (some reject unknown fields).
+    accepts_ignore_eos: bool = True
 
     def build(self, cfg: EngineConfig, workdir: Path) -> BuildResult:
         return BuildResult(status="no_build", resolved_config=self.resolved_config(cfg))

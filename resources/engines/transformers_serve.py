@@ -33,6 +33,7 @@ class TransformersServeAdapter(EngineAdapter):
     follows_version = "5.17"  # transformers release whose `transformers serve` CLI this follows
     health_path = "/health"
     metrics_path = None  # transformers serve exposes no Prometheus metrics
+    accepts_ignore_eos = False  # it answers 422 to ignore_eos / min_tokens (seen with 5.17)
     source = "measured"
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
