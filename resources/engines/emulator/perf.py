@@ -6,7 +6,7 @@ Roofline per operator class (docs/EMULATOR.md has the equations):
   all-reduce      t_ar   = 2 L (alpha + 2 (N-1)/N * T h a / (B_nvlink * e_nvlink))          (N > 1)
   fixed           t_fix  = L * c_layer                     (kernel launches and tails, CUDA graphs or not)
   host            t_cpu  = c_step + c_seq * n_seqs         (scheduler, sampling, detokenization not hidden)
-  step            t      = t_lin + t_attn + t_ar + t_fix + t_cpu
+  step            t      = t_gpu + t_cpu - min(host_overlap * t_cpu, t_gpu)   (t_gpu = t_lin + t_attn + t_ar + t_fix)
 Power per GPU: P = P_idle + TDP * (k_busy + k_mem * u_mem + k_cmp * u_cmp) while an iteration runs, capped at the power limit by
 lowering the SM clock (compute-bound time stretches by 1/clk; clock-event reason sw_power_cap).
 Pure Python, no dependencies: the server and simulate() share it.
@@ -40,6 +40,7 @@ class KernelFactors:
     step_overhead_s: float  # host time per step not overlapped with the GPU
     seq_overhead_s: float  # host time per scheduled sequence and step
     frontend_event_s: float  # API-server time to turn one step's output of one request into an SSE event
+    host_overlap: float = 0.0  # share of the host time hidden behind the GPU's previous iteration (overlap scheduler)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,9 @@ class Deployment:
             t_ar = 0.0
         t_gpu = t_lin + t_attn + t_ar + self.fixed_s
         t_cpu = kf.step_overhead_s + kf.seq_overhead_s * load.seqs
+        if kf.host_overlap > 0.0:  # scheduling of step n+1 runs while the GPU executes step n
+            hidden = min(t_cpu * kf.host_overlap, t_gpu)
+            t_cpu -= hidden
         dt = t_gpu + t_cpu
         flops = lin_flops + attn_flops
         nbytes = w_bytes + kv_bytes

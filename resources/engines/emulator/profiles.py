@@ -9,19 +9,23 @@ from typing import Any
 from resources.engines.emulator.perf import Deployment, KernelFactors
 from resources.engines.emulator.specs import gpu_spec, model_spec, precision_spec
 
-EMULATOR_VERSION = "0.1.0"
+EMULATOR_VERSION = "0.2.0"
 PROFILES = ("trtllm-like", "vllm-like")
 
 # ---- fitted kernel factors (docs/EMULATOR.md, "Fitted factors"; benchmarks/emulator_calibration.py) ----
 FACTORS: dict[str, KernelFactors] = {
-    # TensorRT-LLM: fused kernels, fp8 context FMHA, C++ runtime with CUDA graphs, custom all-reduce
-    "trtllm-like": KernelFactors(gemm_eff=0.70, attn_eff=0.55, fp8_attention=True, mem_eff=0.82,
+    # TensorRT-LLM: fused kernels, fp8 context FMHA, C++ runtime with CUDA graphs whose scheduler overlaps the GPU
+    # (host_overlap), custom all-reduce
+    "trtllm-like": KernelFactors(gemm_eff=0.70, attn_eff=0.55, fp8_attention=True, mem_eff=0.70,
                                  layer_overhead_s=1.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
-                                 step_overhead_s=0.20e-3, seq_overhead_s=1.0e-6, frontend_event_s=20e-6),
-    # vLLM V1: torch.compile + CUDA graphs, FlashAttention (bf16 math), Python scheduler and output processor
-    "vllm-like": KernelFactors(gemm_eff=0.64, attn_eff=0.45, fp8_attention=False, mem_eff=0.80,
-                               layer_overhead_s=2.5e-6, allreduce_latency_s=3.5e-6, nvlink_eff=0.85,
-                               step_overhead_s=0.35e-3, seq_overhead_s=10.0e-6, frontend_event_s=30e-6),
+                                 step_overhead_s=0.20e-3, seq_overhead_s=1.0e-6, frontend_event_s=20e-6,
+                                 host_overlap=1.0),
+    # vLLM V1 (0.11 defaults, no --async-scheduling): torch.compile + CUDA graphs, FlashAttention (bf16 math),
+    # Python scheduler and input preparation between iterations (not overlapped), custom all-reduce
+    "vllm-like": KernelFactors(gemm_eff=0.64, attn_eff=0.45, fp8_attention=False, mem_eff=0.70,
+                               layer_overhead_s=2.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
+                               step_overhead_s=0.15e-3, seq_overhead_s=3.0e-6, frontend_event_s=30e-6,
+                               host_overlap=0.0),
 }
 
 # ---- knobs: name -> (default, help). None = derived from the model / deployment ----
