@@ -25,6 +25,7 @@ from resources.agent.crosscheck import CrossCheck, open_crosscheck
 from resources.bundle import BundleWriter
 from resources.deploy.local import DeployError, LocalProcess, free_port
 from resources.engines.base import EngineConfig, adapter_for
+from resources.engines.failures import mark_truncations
 from resources.loadgen import LoadSpec, run_load
 from resources.telemetry import open_sampler
 
@@ -144,6 +145,8 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
             row["startup_s"] = server.wait_healthy(adapter.health_path, float(dep.get("health_timeout_s", 600)))
             url = server.url
             log(f"[{deployment_id}] healthy after {row['startup_s']:.1f} s at {url}")
+            if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
+                row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
         row["url"] = url
     except (DeployError, httpx.HTTPError, OSError) as exc:
         row["error_kind"] = getattr(exc, "kind", "unreachable")
@@ -240,8 +243,13 @@ def run_load_point(point: dict[str, Any], url: str, model: str, deployment_id: s
 
     try:
         result = run_load(spec, progress=False, on_window_start=window_start, on_window_end=window_end)
-        writer.write("requests", [{**r, **ids} for r in result.records])
+        records = [{**r, **ids} for r in result.records]
+        truncations = mark_truncations(records)  # silent truncation becomes a per-request error kind
+        writer.write("requests", records)
         lr.update(result.load_run_row())
+        if any(truncations.values()):
+            lr["summary"] = {**(lr.get("summary") or {}), "truncations": truncations}
+            log(f"[{deployment_id}] {lp_id}: silent truncation found: {truncations}")
         lr.update({**ids, "workload": point["workload"]})
         lr["energy_j"] = window.get("total_j")
         lr["energy_trace_j"] = window.get("trace_j")

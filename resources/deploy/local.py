@@ -17,7 +17,8 @@ import httpx
 
 
 class DeployError(RuntimeError):
-    """A server did not come up; `kind` says how (start_failed, oom_at_start, health_timeout, port_in_use)."""
+    """A server did not come up; `kind` says how (start_failed, oom_at_start, health_timeout, port_in_use,
+    hardware_mismatch, not_built, config_error)."""
 
     def __init__(self, kind: str, text: str):
         super().__init__(text)
@@ -40,8 +41,15 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+# Lines TensorRT prints when an engine was compiled for another GPU architecture or TensorRT release.
+_HW_MARKERS = ("generated on an incompatible device", "engine plan file is not compatible",
+               "serialization assertion stdversionread == kserialization_version failed")
+
+
 def classify_start_failure(log_text: str) -> str:
     lowered = log_text.lower()
+    if any(m in lowered for m in _HW_MARKERS):
+        return "hardware_mismatch"
     if any(m in lowered for m in _OOM_MARKERS):
         return "oom_at_start"
     if "address already in use" in lowered:
@@ -130,3 +138,30 @@ class LocalProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             return self.proc.wait(timeout=5)
+
+
+def start_server(command_for_port, log_path: Path, host: str = "127.0.0.1", port: int = 0,
+                 health_path: str = "/health", health_timeout_s: float = 600.0, env: dict[str, str] | None = None,
+                 port_retries: int = 2) -> tuple[LocalProcess, float]:
+    """Start a server and wait for health; returns (process, startup seconds).
+
+    `command_for_port(port)` gives the command line for a port. With port 0 a free port is picked, and when the
+    server still loses a race for it ('address already in use' in its log) another free port is tried, up to
+    `port_retries` times. An explicit port that is taken is an error at once (DeployError 'port_in_use').
+    """
+    attempts = 1 + (port_retries if not port else 0)
+    last: DeployError | None = None
+    for _ in range(attempts):
+        p = port or free_port(host)
+        server = LocalProcess(command=list(command_for_port(p)), log_path=log_path, host=host, port=p,
+                              env=dict(env or {}))
+        server.start()
+        try:
+            return server, server.wait_healthy(health_path, health_timeout_s)
+        except DeployError as exc:
+            server.stop()
+            if exc.kind != "port_in_use":
+                raise
+            last = exc
+    assert last is not None
+    raise last

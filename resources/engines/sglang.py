@@ -1,0 +1,124 @@
+"""SGLang: `python3 -m sglang.launch_server --model-path MODEL ...`. No build step: startup is measured instead.
+
+Follows SGLang 0.5 (the server arguments page, `python3 -m sglang.launch_server --help`, and the production metrics
+page; docs/ENGINES.md cites them):
+
+    python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --host H --port P --tp-size 8 \
+        --dtype auto --quantization fp8 --context-length 4096 --max-running-requests 256 \
+        --mem-fraction-static 0.88 --enable-metrics
+
+Precision -> flags as for vLLM: --dtype takes auto|half|float16|bfloat16|float|float32; fp8 is
+`--quantization fp8` (and an FP8 KV cache is `--kv-cache-dtype fp8_e4m3`, option kv_cache_dtype); int4-awq serves an
+AWQ checkpoint with `--quantization awq`. --enable-metrics is always passed, so /metrics serves Prometheus text
+(sglang:* names). Health: GET /health answers once the server is up; GET /health_generate runs a one-token
+generation, which Kubernetes uses as the readiness probe (readiness_path).
+
+The interpreter is `python3` from the PATH (the engine image's), or the `python` option / $WATTBENCH_SGLANG_PYTHON.
+
+Agent-side code: stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from resources.engines.base import BuildResult, EngineAdapter, EngineConfig
+from resources.engines.options import Flag, OptionError, normalise, to_flags
+from resources.engines.vllm import parse_phases
+
+FOLLOWS = "0.5"
+
+OPTIONS: dict[str, Flag] = {
+    "dtype": Flag("--dtype", str),
+    "quantization": Flag("--quantization", str),
+    "kv_cache_dtype": Flag("--kv-cache-dtype", str, help="auto | fp8_e5m2 | fp8_e4m3"),
+    "context_length": Flag("--context-length", int),
+    "max_running_requests": Flag("--max-running-requests", int),
+    "max_total_tokens": Flag("--max-total-tokens", int),
+    "mem_fraction_static": Flag("--mem-fraction-static", float),
+    "chunked_prefill_size": Flag("--chunked-prefill-size", int),
+    "max_prefill_tokens": Flag("--max-prefill-tokens", int),
+    "schedule_policy": Flag("--schedule-policy", str),
+    "disable_radix_cache": Flag("--disable-radix-cache", bool),
+    "disable_cuda_graph": Flag("--disable-cuda-graph", bool),
+    "cuda_graph_max_bs": Flag("--cuda-graph-max-bs", int),
+    "served_model_name": Flag("--served-model-name", str),
+    "tokenizer_path": Flag("--tokenizer-path", str),
+    "trust_remote_code": Flag("--trust-remote-code", bool),
+    "random_seed": Flag("--random-seed", int),
+    "python": Flag(None, str, help="interpreter that has sglang installed (default python3)"),
+}
+# The names the vLLM-style plans use, mapped onto SGLang's own flags.
+ALIASES = {"max_model_len": "context_length", "max_num_seqs": "max_running_requests",
+           "gpu_memory_utilization": "mem_fraction_static"}
+
+PRECISIONS = {"fp16": ("float16", None), "bf16": ("bfloat16", None), "fp8": ("auto", "fp8"),
+              "int4-awq": ("float16", "awq")}
+
+_PHASES = (
+    ("weights_load_s", re.compile(r"Load weight end\..*?elapsed[=:]\s*([\d.]+)")),
+    ("cuda_graph_capture_s", re.compile(r"Capture cuda graph end\. Time elapsed:\s*([\d.]+)")),
+)
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    follows_version = FOLLOWS
+    health_path = "/health"
+    readiness_path = "/health_generate"
+    metrics_path = "/metrics"
+    source = "measured"
+
+    def options(self, cfg: EngineConfig) -> dict[str, Any]:
+        if cfg.precision not in PRECISIONS:
+            raise OptionError(f"sglang: precision {cfg.precision!r} not supported; expected one of "
+                              f"{', '.join(PRECISIONS)}")
+        opts = normalise(cfg.options, OPTIONS, "sglang", ALIASES)
+        dtype, quant = PRECISIONS[cfg.precision]
+        opts.setdefault("dtype", dtype)
+        if quant:
+            opts.setdefault("quantization", quant)
+        return opts
+
+    def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
+        from resources.deploy.local import DeployError
+
+        try:
+            opts = self.options(cfg)
+        except OptionError as exc:
+            raise DeployError("config_error", str(exc)) from None
+        python = opts.pop("python", None) or os.environ.get("WATTBENCH_SGLANG_PYTHON") or "python3"
+        if artifact_path and artifact_path != cfg.model and not opts.get("served_model_name"):
+            opts["served_model_name"] = cfg.model
+        return [python, "-m", "sglang.launch_server", "--model-path", artifact_path or cfg.model,
+                "--host", host, "--port", str(port), "--tp-size", str(cfg.tp), *to_flags(opts, OPTIONS),
+                "--enable-metrics"]
+
+    def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
+        base = {"engine": "sglang", "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
+                "follows_version": FOLLOWS}
+        try:
+            opts = self.options(cfg)
+        except OptionError as exc:
+            return {**base, **cfg.options, "config_error": str(exc)}
+        opts.pop("python", None)
+        return {**base, **opts, "enable_metrics": True}
+
+    def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
+        resolved = self.resolved_config(cfg)
+        if "config_error" in resolved:
+            return BuildResult(status="failed", error_kind="config_error", error_text=resolved["config_error"],
+                               engine_version=FOLLOWS, resolved_config=resolved)
+        return BuildResult(status="no_build", engine_version=FOLLOWS, resolved_config=resolved)
+
+    def served_model_name(self, cfg: EngineConfig) -> str:
+        opts = {str(k).replace("-", "_"): v for k, v in cfg.options.items()}
+        return str(opts.get("served_model_name") or cfg.model)
+
+    @staticmethod
+    def startup_phases(log_text: str) -> dict[str, float]:
+        """Seconds spent loading weights and capturing CUDA graphs, from SGLang's log."""
+        return parse_phases(log_text, _PHASES)

@@ -1,0 +1,119 @@
+"""The bench agent end to end against the fake engines: failures are rows, and the rest of the spec goes on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from resources.agent.runner import run_spec
+from resources.engines.base import EngineConfig
+from resources.engines.failures import classify_truncation, mark_truncations
+from resources.engines.trtllm import TrtllmAdapter
+
+from tests.engines.conftest import A100, H100
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def point(dep: str, n: int = 1, output_tokens: int = 8, input_tokens: int = 16) -> list[dict]:
+    return [{"load_point_id": f"{dep}:w:c2:{i}", "workload": "w",
+             "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": input_tokens,
+                      "output_tokens": output_tokens, "warmup_s": 0.0, "duration_s": 0.8, "timeout_s": 10}}
+            for i in range(n)]
+
+
+def dep(name: str, cfg: EngineConfig, points: list[dict], **extra) -> dict:
+    return {"deployment_id": name, "build_id": cfg.build_id(), "engine_config": asdict(cfg), "target": "local",
+            "telemetry": "none", "idle_baseline_s": 0, "health_timeout_s": 20, "load_points": points, **extra}
+
+
+def rows(bundle: Path, table: str) -> list[dict]:
+    path = bundle / f"{table}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_failures_are_rows_and_later_deployments_still_run(fake_engines, tmp_path):
+    trt = EngineConfig(engine="trtllm", model=MODEL, config_name="trt", precision="fp8", tp=1,
+                       options={"max_batch_size": 8, "max_input_len": 16, "max_seq_len": 20, "max_num_tokens": 256})
+    trt_a100 = EngineConfig(engine="trtllm", model=MODEL, config_name="trt-a100", precision="fp16", tp=1)
+    assert TrtllmAdapter().build(trt, None).status == "built"
+    fake_engines.gpu(A100)
+    assert TrtllmAdapter().build(trt_a100, None).status == "built"  # an A100-only engine
+    fake_engines.gpu(H100)
+
+    def vllm(name: str, **opts) -> EngineConfig:
+        return EngineConfig(engine="vllm", model=MODEL, config_name=name, precision="bf16", tp=1,
+                            options={"served_model_name": name, **opts})
+
+    sglang = EngineConfig(engine="sglang", model=MODEL, config_name="sg", precision="bf16", tp=1)
+    fake_engines.set(FAKE_ENGINE_OOM="oom-case", FAKE_ENGINE_HANG="sglang", FAKE_ENGINE_CRASH_AFTER="3:crash-case")
+    spec = {"run_id": "r-fake", "source": "measured", "plan_name": "fake", "out": str(tmp_path / "bundle"),
+            "deployments": [
+                dep("oom", vllm("oom-case"), point("oom")),
+                dep("hang", sglang, point("hang"), health_timeout_s=1.5),
+                dep("crash", vllm("crash-case"), point("crash", n=2)),
+                dep("hw", trt_a100, point("hw")),
+                dep("trt", trt, point("trt", output_tokens=8, input_tokens=16)),
+                dep("ok", vllm("ok-case", max_num_seqs=16, enable_prefix_caching=True), point("ok")),
+            ]}
+    logs: list[str] = []
+    bundle = run_spec(spec, log=logs.append)
+
+    deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}
+    assert set(deployments) == {"oom", "hang", "crash", "hw", "trt", "ok"}
+    assert deployments["oom"]["error_kind"] == "oom_at_start"
+    assert "OutOfMemoryError" in deployments["oom"]["error_text"]
+    assert deployments["hang"]["error_kind"] == "health_timeout"
+    assert deployments["crash"]["error_kind"] == "server_crash" and deployments["crash"]["status"] == "failed"
+    assert "illegal memory access" in deployments["crash"]["error_text"]
+    assert deployments["hw"]["error_kind"] == "hardware_mismatch"
+    assert "cannot run on NVIDIA H100 80GB HBM3 (sm90)" in deployments["hw"]["error_text"]
+    for ok in ("trt", "ok"):
+        assert deployments[ok]["status"] == "healthy", deployments[ok]
+        assert deployments[ok]["startup_s"] > 0 and Path(deployments[ok]["log_path"]).is_file()
+    assert deployments["ok"]["engine_version"] == "0.10.1.1" and deployments["trt"]["engine_version"] == "0.18.2"
+
+    load_runs = {r["load_point_id"]: r for r in rows(bundle, "load_runs")}
+    assert load_runs["ok:w:c2:0"]["status"] == "ok" and load_runs["ok:w:c2:0"]["completed"] > 0
+    assert "crash:w:c2:1" not in load_runs  # the point after the crash is skipped, not run against a dead server
+    assert not any(k.startswith(("oom:", "hang:", "hw:")) for k in load_runs)
+    metrics = {r["metric"] for r in rows(bundle, "server_metrics") if r["deployment_id"] == "ok"}
+    assert "vllm:num_requests_running" in metrics
+
+    # silent truncation: the TensorRT-LLM engine was built with max_seq_len 20 < 16 + 8
+    # the agent marks each silently truncated request with its kind, and counts them on the load point
+    requests = [r for r in rows(bundle, "requests") if r["deployment_id"] == "trt" and r.get("http_status") == 200]
+    assert requests and all(r["finish_reason"] == "length" for r in requests)
+    assert {r["error_kind"] for r in requests} == {"truncated_output"}
+    assert {classify_truncation(r) for r in requests} == {"truncated_output"}
+    assert load_runs["trt:w:c2:0"]["summary"]["truncations"]["truncated_output"] == len(requests)
+    ok_requests = [r for r in rows(bundle, "requests") if r["deployment_id"] == "ok" and r.get("error_kind") is None]
+    assert ok_requests and {classify_truncation(r) for r in ok_requests} == {None}
+    fresh = [{**r, "error_kind": None, "error_text": None} for r in requests]
+    counts = mark_truncations(fresh)
+    assert counts["truncated_output"] == len(requests) and fresh[0]["error_kind"] == "truncated_output"
+
+    # the documented flags reached the servers
+    (serve,) = fake_engines.calls("trtllm-serve")
+    assert serve[serve.index("--max_seq_len") + 1] == "20"
+    ok_argv = [a for a in fake_engines.calls("vllm") if "ok-case" in a][0]
+    assert "--enable-prefix-caching" in ok_argv and ok_argv[ok_argv.index("--max-num-seqs") + 1] == "16"
+
+
+def test_truncate_scenario_and_sglang_serves(fake_engines, tmp_path):
+    fake_engines.set(FAKE_ENGINE_TRUNCATE="sglang")
+    sglang = EngineConfig(engine="sglang", model=MODEL, config_name="sg", precision="fp8", tp=1,
+                          options={"max_model_len": 4096})
+    spec = {"run_id": "r2", "source": "measured", "out": str(tmp_path / "b2"), "deployments": [dep("sg", sglang,
+                                                                                                    point("sg"))]}
+    bundle = run_spec(spec, log=lambda m: None)
+    (row,) = rows(bundle, "deployments")
+    assert row["status"] == "healthy" and row["engine_version"] == "0.5"
+    requests = [r for r in rows(bundle, "requests") if r.get("http_status") == 200]
+    assert requests and {r["error_kind"] for r in requests} == {"truncated_output"}
+    assert {classify_truncation(r) for r in requests} == {"truncated_output"}
+    assert any(r["metric"].startswith("sglang:") for r in rows(bundle, "server_metrics"))
+    (argv,) = fake_engines.calls("sglang")
+    assert argv[argv.index("--quantization") + 1] == "fp8" and "--enable-metrics" in argv
+    assert argv[argv.index("--context-length") + 1] == "4096"
