@@ -1,10 +1,16 @@
-"""Stage 6: reports. Every figure comes from a .sql file in sql/ over this run's validated rows."""
+"""Stage 6: reports. Every figure comes from a .sql file in sql/ over this run's validated rows (docs/REPORTS.md).
+
+Every report asset depends on every stage asset, so the blocking Great Expectations checks gate it.
+`REPORT_ASSETS` is the list pipelines/definitions.py wires in.
+"""
 
 
 from datetime import datetime, timezone
+from typing import Any
 
 import dagster as dg
-from dagster import AssetCheckExecutionContext, AssetExecutionContext
+import pandas as pd
+from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
@@ -16,88 +22,285 @@ from resources.warehouse import run_sql
 STAGES = ["engine_builds", *STAGE_TABLES]
 
 
+def _num(value: Any) -> float | None:
+    """A finite float, or None (NULL / NaN are not figures)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def _floats(meta: dict[str, Any], figures: dict[str, Any]) -> None:
+    """Add the finite figures as float metadata (the Dagster UI charts them across materializations)."""
+    for key, value in figures.items():
+        f = _num(value)
+        if f is not None:
+            meta[key] = dg.MetadataValue.float(f)
+
+
+def _run_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
+    """What the pictures are drawn from: this run's load points, power samples, windows and requests."""
+    return {
+        "points": con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df(),
+        "samples": con.execute(
+            "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
+            [run_id]).df(),
+        "windows": con.execute(
+            "SELECT deployment_id, load_point_id, window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? "
+            "AND window_start_ns IS NOT NULL", [run_id]).df(),
+        "requests": con.execute(
+            "SELECT load_point_id, ttft_ms, in_window, error_kind FROM requests WHERE run_id = ?", [run_id]).df(),
+    }
+
+
+def _load_point_plots(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
+    return {
+        "throughput vs latency": reporting.plot_throughput_latency(frames["points"], label),
+        "tokens per joule vs concurrency": reporting.plot_tokens_per_joule(frames["points"], label),
+        "power trace": reporting.plot_power_trace(frames["samples"], frames["windows"], label),
+        "TTFT CDF": reporting.plot_ttft_cdf(frames["requests"], label),
+    }
+
+
+def _source(con, run_id: str) -> str:
+    row = con.execute("SELECT source FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return row[0] if row else "unknown"
+
+
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
 def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
-    """Per load point: output tokens/s, requests/s, goodput at the SLO, TTFT/TPOT/ITL/E2E percentiles, tokens
-    per joule, J per token, W per GPU, peak HBM and $ per 1M output tokens (sql/load_points.sql), with the
-    throughput-latency, tokens-per-joule, power-trace and TTFT-CDF pictures."""
+    """Per load point: output tokens/s, requests/s, goodput at the SLO, TTFT/TPOT/ITL/E2E percentiles, J per
+    token and tokens per joule, mean and peak W per GPU, peak HBM, share of time power- or thermally-capped,
+    $ per 1M output tokens and the energy cost line (sql/load_points.sql over v_load_points), with the
+    throughput-latency (Pareto frontier per config), tokens-per-joule, power-trace and TTFT-CDF pictures."""
     run_id = run_id_of(context)
     with warehouse.get_connection() as con:
         table = run_sql(con, "load_points", {"run_id": run_id})
-        full = con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df()
-        source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
-    label = source
-    plots = {
-        "throughput vs latency": reporting.plot_throughput_latency(full, label),
-        "tokens per joule": reporting.plot_tokens_per_joule(full, label),
-    }
-    best = full.sort_values("output_tokens_per_j", ascending=False).head(1)
-    meta = {
+        frames = _run_frames(con, run_id)
+        source = _source(con, run_id)
+    full = frames["points"]
+    plots = _load_point_plots(frames, source)
+    meta: dict[str, Any] = {
         "run_id": run_id, "source": source, "load_points": len(table),
+        "load_points_meeting_slo": int(full["meets_slo_p99"].fillna(False).sum()) if not full.empty else 0,
         "table": dg.MetadataValue.md(reporting.markdown_table(table)),
         "plots": dg.MetadataValue.md("\n\n".join(reporting.md_image(p, n) for n, p in plots.items())),
     }
-    if not best.empty and best["output_tokens_per_j"].notna().all():
-        meta["best_output_tokens_per_j"] = float(best["output_tokens_per_j"].iloc[0])
-        meta["best_tokens_per_j_at"] = str(best["load_point_id"].iloc[0])
-    peak = full["output_tok_s"].max() if not full.empty else None
-    if peak == peak and peak is not None:
-        meta["peak_output_tok_s"] = float(peak)
+    if not full.empty:
+        best = full.dropna(subset=["output_tokens_per_j"]).sort_values("output_tokens_per_j", ascending=False).head(1)
+        if not best.empty:
+            meta["best_tokens_per_j_at"] = str(best["load_point_id"].iloc[0])
+        slo = full[full["meets_slo_p99"].fillna(False).astype(bool)]
+        _floats(meta, {
+            "best_output_tokens_per_j": full["output_tokens_per_j"].max(),
+            "peak_output_tok_s": full["output_tok_s"].max(),
+            "best_usd_per_1m_output_tokens_at_slo": slo["usd_per_1m_output_tokens"].min() if not slo.empty else None,
+            "max_capped_share": full["capped_share"].max(),
+        })
     return dg.MaterializeResult(metadata=meta)
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
 def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
-    """The head-to-head table the seed article announces: rows are measured figures (peak tokens/s, tokens per
-    joule and $ per 1M tokens at the SLO, p99 TTFT under bursts, build and startup time, longest context,
-    failures), columns are engines; every cell names the load point it came from (sql/head_to_head.sql)."""
+    """The head-to-head table the seed article announces and leaves empty: rows are capabilities and measured
+    figures (engine and version, peak tokens/s, goodput, tokens per joule and $ per 1M tokens at the SLO, p99
+    TTFT under a surge, build time, hardware lock, startup time, longest context served, behaviour on failure),
+    columns are engines; every cell names the run and load point it came from (sql/head_to_head.sql)."""
     run_id = run_id_of(context)
     with warehouse.get_connection() as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
     table = reporting.pivot_head_to_head(long)
-    origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "load_point_id"]]
-    return dg.MaterializeResult(metadata={
+    origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
+    meta: dict[str, Any] = {
         "run_id": run_id,
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(table, index=True)),
         "cell_origins": dg.MetadataValue.md(reporting.markdown_table(origin)),
-    })
+    }
+    keys = {3: "peak_output_tok_s", 5: "tokens_per_j_at_slo", 6: "usd_per_1m_output_tokens_at_slo",
+            8: "surge_ttft_p99_ms"}
+    for _, row in long[long["ord"].isin(list(keys))].iterrows():
+        _floats(meta, {f"{row['engine']}/{keys[int(row['ord'])]}": row["value"]})
+    return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python"}, deps=[load_point_report, head_to_head], pool=WRITER_POOL)
-def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
-    """A self-contained HTML report (opens offline): the head-to-head table, pictures and every load point,
-    marked EMULATED at the top when the emulator produced the numbers. Closes the run's row in `runs`."""
+def _capacity_frames(con, run_id: str, params: dict[str, Any] | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if params is None:
+        return pd.DataFrame(), pd.DataFrame()
+    full = {"run_id": run_id, **params}
+    return run_sql(con, "capacity_plan", full), run_sql(con, "hybrid_plan", full)
+
+
+_NO_PROFILE = ("no traffic profile: add a `capacity:` section to the plan (steady_qps, peak_qps, "
+               "burst_hours_per_day, input_tokens, output_tokens) to size GPUs and cost")
+
+
+def _profile_text(params: dict[str, Any]) -> str:
+    lengths = (f"{params['input_tokens'] or 'any'}/{params['output_tokens'] or 'any'} tokens in/out")
+    elastic = (f", elastic GPU-hour ${params['elastic_gpu_hour_usd']:g}" if params.get("elastic_gpu_hour_usd") else "")
+    return (f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s for "
+            f"{params['burst_hours_per_day']:g} h/day, {lengths}{elastic}")
+
+
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
+def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
+    """Capacity plan for the plan's traffic profile (`capacity:`) at its SLO: the fewest GPUs per engine config
+    and their monthly cost (sql/capacity_plan.sql), and the seed article's hybrid topology (steady baseline on
+    one engine's pool, bursts on another's elastic pool) against each engine alone (sql/hybrid_plan.sql).
+    NULL with a reason where no load point meets the SLO; the assumptions are listed with the tables."""
     bench_plan, _ = plan.load()
     run_id = run_id_of(context)
+    params = reporting.capacity_params(bench_plan.capacity)
+    with warehouse.get_connection() as con:
+        per_config, topologies = _capacity_frames(con, run_id, params)
+        source = _source(con, run_id)
+    meta: dict[str, Any] = {"run_id": run_id, "source": source}
+    if params is None:
+        meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
+        return dg.MaterializeResult(metadata=meta)
+    picture = reporting.plot_capacity(topologies, source, note=_topology_note(topologies))
+    meta.update({
+        "traffic_profile": _profile_text(params),
+        "per_engine_config": dg.MetadataValue.md(reporting.markdown_table(per_config)),
+        "topologies": dg.MetadataValue.md(reporting.markdown_table(topologies)),
+        "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in reporting.CAPACITY_ASSUMPTIONS)),
+        "picture": dg.MetadataValue.md(reporting.md_image(picture, "monthly cost per topology")),
+    })
+    for _, row in per_config.iterrows():
+        _floats(meta, {f"{row['engine']}/peak_gpus": row["peak_gpus"],
+                       f"{row['engine']}/monthly_gpu_usd": row["monthly_gpu_usd"]})
+    sized = topologies.dropna(subset=["monthly_gpu_usd"]) if not topologies.empty else topologies
+    if not sized.empty:
+        pick = sized[sized["pick"].str.contains("rule pick")]
+        alone = sized[sized["topology"].str.endswith("always on for the peak")]
+        _floats(meta, {
+            "hybrid_monthly_gpu_usd": pick["monthly_gpu_usd"].iloc[0] if not pick.empty else None,
+            "best_single_pool_monthly_gpu_usd": alone["monthly_gpu_usd"].min() if not alone.empty else None,
+            "cheapest_monthly_gpu_usd": sized["monthly_gpu_usd"].min(),
+        })
+        if not pick.empty:
+            meta["hybrid"] = str(pick["topology"].iloc[0])
+    return dg.MaterializeResult(metadata=meta)
+
+
+def _topology_note(topologies: pd.DataFrame) -> str | None:
+    if topologies.empty or "note" not in topologies:
+        return None
+    notes = topologies["note"].dropna()
+    return str(notes.iloc[0]) if not notes.empty else None
+
+
+@dg.asset(
+    group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES,
+    check_specs=[dg.AssetCheckSpec("no_regressions", asset="regressions", blocking=False,
+                                   description="WARN when a load point moved beyond its noise band in the worse "
+                                               "direction against the previous run of the same point.")],
+)
+def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
+    """This run's load points against the previous run of the same point (same model, engine, config,
+    precision, tp, GPU, source, workload and load point): relative change per metric, flagged REGRESSION or
+    improvement beyond a noise band = max(3 x the robust relative stdev (1.4826 x MAD / |median|) over earlier
+    runs of the point, 5%)
+    (sql/regressions.sql). The check `no_regressions` warns (never blocks) when something regressed."""
+    run_id = run_id_of(context)
+    with warehouse.get_connection() as con:
+        table = run_sql(con, "regressions", {"run_id": run_id})
+    counts = table["flag"].value_counts().to_dict() if not table.empty else {}
+    flagged = table[table["flag"].isin(["REGRESSION", "improvement"])]
+    compared = int((table["flag"] != "no baseline").sum()) if not table.empty else 0
+    n_reg = int(counts.get("REGRESSION", 0))
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "rule": ("change = (this - previous) / |previous|; band = max(3 x robust relative stdev (1.4826 x MAD / "
+                 "|median|) over earlier runs of the point, 5%)"),
+        "regressions": dg.MetadataValue.int(n_reg),
+        "improvements": dg.MetadataValue.int(int(counts.get("improvement", 0))),
+        "compared_figures": dg.MetadataValue.int(compared),
+        "no_baseline_figures": dg.MetadataValue.int(int(counts.get("no baseline", 0))),
+        "flagged": dg.MetadataValue.md(reporting.markdown_table(flagged) if not flagged.empty
+                                       else ("_nothing beyond the noise band_" if compared
+                                             else "_no earlier run of these load points to compare with_")),
+    }
+    previous = table["previous_run_id"].dropna().unique().tolist() if not table.empty else []
+    if previous:
+        meta["previous_runs"] = ", ".join(sorted(previous))
+    worst = flagged[flagged["flag"] == "REGRESSION"]
+    check = dg.AssetCheckResult(
+        check_name="no_regressions", passed=n_reg == 0, severity=dg.AssetCheckSeverity.WARN,
+        metadata={"regressions": n_reg,
+                  "worst": dg.MetadataValue.md(reporting.markdown_table(worst.head(20)) if n_reg else "_none_")},
+    )
+    return dg.MaterializeResult(metadata=meta, check_results=[check])
+
+
+def _html_sections(long: pd.DataFrame, table: pd.DataFrame, params: dict[str, Any] | None, per_config: pd.DataFrame,
+                   topologies: pd.DataFrame, regress: pd.DataFrame, run_id: str) -> list[tuple[str, str]]:
+    h2h = reporting.pivot_head_to_head(long)
+    sections = [("Head to head", (f"<p class='meta'>every cell from run {run_id}; '@' names the load point "
+                                  "(workload:point) it came from</p>" + reporting.html_table(h2h, index=True)))]
+    if params is None:
+        sections.append(("Capacity plan", f"<p>{_NO_PROFILE}.</p>"))
+    else:
+        assumptions = "".join(f"<li>{a}</li>" for a in reporting.CAPACITY_ASSUMPTIONS)
+        sections.append(("Capacity plan", (
+            f"<p>Traffic profile: {_profile_text(params)}; SLO and prices from the plan.</p>"
+            + reporting.html_table(per_config, empty="no engine config")
+            + "<h3>Hybrid topology against each engine alone</h3>"
+            + reporting.html_table(topologies, empty="no topology")
+            + f"<p>Assumptions:</p><ul>{assumptions}</ul>")))
+    if regress.empty:
+        body = "<p>no load points</p>"
+    else:
+        flagged = regress[regress["flag"].isin(["REGRESSION", "improvement"])]
+        compared = int((regress["flag"] != "no baseline").sum())
+        counts = regress["flag"].value_counts().to_dict()
+        body = (f"<p>{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s) "
+                f"among {compared} compared figures; rule: change = (this - previous) / |previous|, flagged beyond "
+                "max(3 x robust relative stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%).</p>"
+                + (reporting.html_table(flagged) if not flagged.empty else
+                   "<p>nothing beyond the noise band</p>" if compared else
+                   "<p>no earlier run of these load points to compare with</p>"))
+    sections.append(("Against the previous run", body))
+    sections.append(("Every load point", reporting.html_table(table, empty="no load points")))
+    return sections
+
+
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python", "html"},
+          deps=[load_point_report, head_to_head, capacity_plan, regressions], pool=WRITER_POOL)
+def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
+    """A self-contained HTML report (opens offline: inline CSS, PNGs as data URIs, no script): the head-to-head
+    table, the capacity plan and hybrid topology, regressions against the previous run, the pictures and every
+    load point, marked EMULATED at the top when the emulator produced the numbers. Closes the run's row in
+    `runs`."""
+    bench_plan, _ = plan.load()
+    run_id = run_id_of(context)
+    params = reporting.capacity_params(bench_plan.capacity)
     with warehouse.get_connection() as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         table = run_sql(con, "load_points", {"run_id": run_id})
-        full = con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df()
-        samples = con.execute(
-            "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
-            [run_id]).df()
-        windows = con.execute(
-            "SELECT deployment_id, load_point_id, window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? "
-            "AND window_start_ns IS NOT NULL", [run_id]).df()
-        reqs = con.execute(
-            "SELECT load_point_id, ttft_ms, in_window, error_kind FROM requests WHERE run_id = ?", [run_id]).df()
-        source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+        frames = _run_frames(con, run_id)
+        per_config, topologies = _capacity_frames(con, run_id, params)
+        regress = run_sql(con, "regressions", {"run_id": run_id})
+        source = _source(con, run_id)
         con.execute("UPDATE runs SET finished_at = ?, status = 'succeeded' WHERE run_id = ?",
                     [datetime.now(timezone.utc).replace(tzinfo=None), run_id])
-    plots = {
-        "throughput vs latency": reporting.plot_throughput_latency(full, source),
-        "tokens per joule vs concurrency": reporting.plot_tokens_per_joule(full, source),
-        "power trace": reporting.plot_power_trace(samples, windows, source),
-        "TTFT CDF": reporting.plot_ttft_cdf(reqs, source),
-    }
+    plots = _load_point_plots(frames, source)
+    plots["capacity plan"] = reporting.plot_capacity(
+        topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies))
+    full = frames["points"]
     min_window = float(full["window_s"].min()) if not full.empty else None
     notes = reporting.summarize_notes(source, f"{bench_plan.name} ({plan.path})", bench_plan.prices.label, min_window)
     path = reporting.write_html(
         plan.run_dir(run_id) / "report.html", f"wattbench: {bench_plan.name}", source, run_id,
-        reporting.pivot_head_to_head(long), table, plots, notes,
+        _html_sections(long, table, params, per_config, topologies, regress, run_id), plots, notes,
     )
     context.log.info(f"HTML report: {path}")
     return dg.MaterializeResult(metadata={
         "run_id": run_id, "source": source, "path": dg.MetadataValue.path(str(path)),
+        "pictures": dg.MetadataValue.int(len(plots)),
         "power_trace": dg.MetadataValue.md(reporting.md_image(plots["power trace"], "power trace")),
     })
+
+
+# What pipelines/definitions.py wires in: ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]
+REPORT_ASSETS = [load_point_report, head_to_head, capacity_plan, regressions, html_report]

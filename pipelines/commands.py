@@ -96,13 +96,19 @@ def _sql(args: argparse.Namespace) -> int:
         with connect(args.db, read_only=True) as con:
             query = args.query
             text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
-            params = {}
-            if "$run_id" in text:
+            from resources.reporting import query_params
+
+            run_id = None
+            if "$" in text:
                 run_id = args.run or latest_run_id(con)
-                if run_id is None:
+                if run_id is None and "$run_id" in text:
                     return _fail("no runs in the warehouse yet; run `make run` first")
-                params["run_id"] = run_id
-                print(f"-- run_id = {run_id}", file=sys.stderr)
+                if "$run_id" in text:
+                    print(f"-- run_id = {run_id}", file=sys.stderr)
+            try:
+                params = query_params(con, text, run_id, dict(p.split("=", 1) for p in args.param))
+            except ValueError as exc:
+                return _fail(str(exc))
             df = run_sql(con, text, params)
     except WarehouseError as exc:
         return _fail(str(exc))
@@ -140,6 +146,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--run", help="run id for queries that use $run_id (default: the latest run)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a $NAME parameter of the query (the capacity profile defaults to the run's plan)")
     p.set_defaults(func=_sql)
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")

@@ -10,12 +10,12 @@ from dagster_duckdb import DuckDBResource
 from assets.bench import bench
 from assets.builds import engine_builds
 from assets.checks import stage_checks
-from assets.reports import head_to_head, html_report, load_point_report
+from assets.reports import REPORT_ASSETS
 from pipelines.k8s import K8sAgentLauncher, cluster_benchmark_job
 from pipelines.resources import BenchPlan, plan_path_from_env
 from resources.warehouse import default_db_path
 
-ALL_ASSETS = [engine_builds, bench, load_point_report, head_to_head, html_report]
+ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]
 
 benchmark_job = dg.define_asset_job(
     "benchmark",

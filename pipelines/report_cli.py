@@ -1,29 +1,176 @@
-"""`wattbench report`: print a run's reports from the warehouse."""
+"""`wattbench report`: print a run's reports from the warehouse (the same sql/ queries the report assets use).
+
+    wattbench report                         head-to-head table of the latest run
+    wattbench report --capacity              capacity plan + hybrid topology (profile from the run's plan, or flags)
+    wattbench report --regressions           this run against the previous run of each load point
+    wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from pipelines.commands import _fail, head_to_head_text, latest_run_id
+from pipelines.commands import _fail, _print_table, head_to_head_text, latest_run_id
+
+_FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
+
+
+def resolve_run(con, ref: str | None) -> str:
+    """A full run id from an id or a unique prefix of one (default: the latest run). ValueError if none/ambiguous."""
+    if ref is None:
+        run_id = latest_run_id(con)
+        if run_id is None:
+            raise ValueError("no runs in the warehouse yet; run `make run` first")
+        return run_id
+    rows = [r[0] for r in con.execute(
+        "SELECT run_id FROM runs WHERE run_id = ? OR starts_with(run_id, ?) ORDER BY run_id", [ref, ref]).fetchall()]
+    if ref in rows:
+        return ref
+    if not rows:
+        raise ValueError(f"no run {ref!r} in the warehouse; list them with: wattbench sql \"SELECT run_id, plan_name, "
+                         "started_at FROM runs ORDER BY started_at\"")
+    if len(rows) > 1:
+        raise ValueError(f"run prefix {ref!r} is ambiguous: {', '.join(rows[:5])}")
+    return rows[0]
+
+
+def _fmt(value) -> str:
+    import pandas as pd
+
+    if value is None or (not isinstance(value, (list, tuple, dict)) and pd.isna(value)):
+        return "NULL"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def compare_text(con, run_a: str, run_b: str, only_flagged: bool = False) -> tuple[str, dict[str, int]]:
+    """The side-by-side comparison of two runs (sql/compare_runs.sql): B against A, one row per load point and
+    metric, with the change, the noise band and the flag. Returns the text and the count of each flag."""
+    from tabulate import tabulate
+
+    from resources.warehouse import run_sql
+
+    df = run_sql(con, "compare_runs", {"run_a": run_a, "run_b": run_b})
+    counts = df["flag"].value_counts().to_dict() if not df.empty else {}
+    info = {r[0]: r[1:] for r in con.execute(
+        "SELECT run_id, plan_name, started_at, source FROM runs WHERE run_id IN (?, ?)", [run_a, run_b]).fetchall()}
+    head = []
+    for tag, rid in (("A", run_a), ("B", run_b)):
+        plan_name, started, source = info.get(rid, (None, None, None))
+        head.append(f"{tag} = run {rid} ({plan_name or '?'}, started {started or '?'}, {source or '?'})")
+    if df.empty:
+        return "\n".join(head + ["(run B has no load points)"]), counts
+    if only_flagged:
+        df = df[df["flag"].isin(["REGRESSION", "improvement"])]
+    rows = []
+    last = None
+    for _, r in df.iterrows():
+        point = f"{r['engine']} {r['workload']}:{r['point_label']}"
+        rows.append([point if point != last else "", r["metric"], "↑" if r["better"] == "higher" else "↓",
+                     _fmt(r["run_a"]), _fmt(r["run_b"]),
+                     "" if r["change_pct"] != r["change_pct"] else f"{r['change_pct']:+.1f}%",
+                     f"±{r['band_pct']:.1f}%", r["flag"] if r["flag"] != "within noise" else "·"])
+        last = point
+    table = tabulate(rows, headers=["load point", "metric", "better", "A", "B", "change", "band", "flag"],
+                     tablefmt="github", disable_numparse=True)
+    summary = (f"{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s), "
+               f"{counts.get('within noise', 0)} within noise, {counts.get('no baseline', 0)} not in run A. "
+               "Rule: change = (B - A) / |A|; flagged beyond max(3 x robust relative stdev (1.4826 x MAD / |median|) of "
+               "the metric over runs of the point up to A, 5%).")
+    return "\n".join(head + ["", table if rows else "(nothing beyond the noise band)", "", summary]), counts
+
+
+def _print(df, fmt: str) -> None:
+    """Tables with money in them: thousands separators instead of exponents."""
+    if fmt != "table" or df.empty:
+        _print_table(df, fmt)
+        return
+    from tabulate import tabulate
+
+    shown = df.astype(object).map(_fmt)
+    print(tabulate(shown, headers="keys", tablefmt="github", showindex=False, disable_numparse=True))
+
+
+def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
+    from resources.reporting import CAPACITY_ASSUMPTIONS, run_capacity_profile
+    from resources.warehouse import run_sql
+
+    params = run_capacity_profile(con, run_id) or {}
+    for key in ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
+                "elastic_gpu_hour_usd"):
+        value = getattr(args, key)
+        if value is not None:
+            params[key] = value
+    params.setdefault("burst_hours_per_day", 4.0)
+    for key in ("input_tokens", "output_tokens", "elastic_gpu_hour_usd"):
+        params.setdefault(key, None)
+    if params.get("steady_qps") is None or params.get("peak_qps") is None:
+        return _fail("no traffic profile: the run's plan has no `capacity:` section; pass --steady-qps and --peak-qps")
+    if params["peak_qps"] < params["steady_qps"]:
+        return _fail(f"--peak-qps ({params['peak_qps']:g}) must be >= --steady-qps ({params['steady_qps']:g})")
+    params["run_id"] = run_id
+    print(f"Capacity plan, run {run_id}: steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s "
+          f"for {params['burst_hours_per_day']:g} h/day, lengths {params['input_tokens'] or 'any'}/"
+          f"{params['output_tokens'] or 'any'} tokens in/out")
+    _print(run_sql(con, "capacity_plan", params), args.format)
+    print("\nHybrid topology against each engine alone:")
+    _print(run_sql(con, "hybrid_plan", params), args.format)
+    print("\nAssumptions:\n" + "\n".join(f"- {a}" for a in CAPACITY_ASSUMPTIONS))
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from resources.warehouse import WarehouseError, connect
+    from resources.warehouse import WarehouseError, connect, run_sql
 
     try:
         with connect(args.db, read_only=True) as con:
-            run_id = args.run or latest_run_id(con)
-            if run_id is None:
-                return _fail("no runs in the warehouse yet; run `make run` first")
+            if args.compare:
+                run_a, run_b = (resolve_run(con, r) for r in args.compare)
+                text, counts = compare_text(con, run_a, run_b, only_flagged=args.only_flagged)
+                print(text)
+                return 1 if args.fail_on_regression and counts.get("REGRESSION", 0) else 0
+            run_id = resolve_run(con, args.run)
+            if args.capacity:
+                return _capacity(con, run_id, args)
+            if args.regressions:
+                df = run_sql(con, "regressions", {"run_id": run_id})
+                if args.only_flagged:
+                    df = df[df["flag"].isin(["REGRESSION", "improvement"])]
+                print(f"Run {run_id} against the previous run of each load point:", file=sys.stderr)
+                _print(df, args.format)
+                return 1 if args.fail_on_regression and (df["flag"] == "REGRESSION").any() else 0
             print(f"Head to head, run {run_id}:")
             print(head_to_head_text(con, run_id))
+    except ValueError as exc:
+        return _fail(str(exc))
     except WarehouseError as exc:
         return _fail(str(exc))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="print the head-to-head table of a run")
-    p.add_argument("--run", help="run id (default: the latest run)")
+    p = sub.add_parser("report", help="print a run's reports: head-to-head (default), --capacity, --regressions, "
+                                      "--compare RUN_A RUN_B")
+    p.add_argument("--run", help="run id or a unique prefix of one (default: the latest run)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                      help="two runs side by side: B against A per load point and metric, with deltas and flags")
+    mode.add_argument("--capacity", action="store_true", help="capacity plan and hybrid topology of the run")
+    mode.add_argument("--regressions", action="store_true", help="the run against the previous run of each point")
+    p.add_argument("--only-flagged", action="store_true", help="--compare/--regressions: only rows beyond the band")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed (for CI)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="--capacity/--regressions output format")
+    g = p.add_argument_group("traffic profile for --capacity (default: the `capacity:` section of the run's plan)")
+    g.add_argument("--steady-qps", type=float)
+    g.add_argument("--peak-qps", type=float)
+    g.add_argument("--burst-hours-per-day", type=float)
+    g.add_argument("--input-tokens", type=int)
+    g.add_argument("--output-tokens", type=int)
+    g.add_argument("--elastic-gpu-hour-usd", type=float)
     p.set_defaults(func=_report)

@@ -18,15 +18,27 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
        count(*) FILTER (WHERE q.in_window)                              AS requests_in_window,
        count(*) FILTER (WHERE q.in_window AND q.error_kind IS NULL)     AS ok_in_window,
        count(*) FILTER (WHERE q.error_kind IS NOT NULL)                 AS errors,
-       quantile_cont(q.ttft_ms, 0.50) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p50_ms,
-       quantile_cont(q.ttft_ms, 0.90) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p90_ms,
-       quantile_cont(q.ttft_ms, 0.99) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p99_ms,
-       quantile_cont(q.tpot_ms, 0.50) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p50_ms,
-       quantile_cont(q.tpot_ms, 0.90) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p90_ms,
-       quantile_cont(q.tpot_ms, 0.99) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p99_ms,
-       quantile_cont(q.e2e_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p50_ms,
-       quantile_cont(q.e2e_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p90_ms,
-       quantile_cont(q.e2e_ms, 0.99)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p99_ms,
+       quantile_cont(q.ttft_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p50_ms,
+       quantile_cont(q.ttft_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p90_ms,
+       quantile_cont(q.ttft_ms, 0.95)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p95_ms,
+       quantile_cont(q.ttft_ms, 0.99)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p99_ms,
+       quantile_cont(q.ttft_ms, 0.999) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p999_ms,
+       avg(q.ttft_ms)                  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_mean_ms,
+       stddev_samp(q.ttft_ms)          FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_stdev_ms,
+       quantile_cont(q.tpot_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p50_ms,
+       quantile_cont(q.tpot_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p90_ms,
+       quantile_cont(q.tpot_ms, 0.95)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p95_ms,
+       quantile_cont(q.tpot_ms, 0.99)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p99_ms,
+       quantile_cont(q.tpot_ms, 0.999) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p999_ms,
+       avg(q.tpot_ms)                  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_mean_ms,
+       stddev_samp(q.tpot_ms)          FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_stdev_ms,
+       quantile_cont(q.e2e_ms, 0.50)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p50_ms,
+       quantile_cont(q.e2e_ms, 0.90)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p90_ms,
+       quantile_cont(q.e2e_ms, 0.95)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p95_ms,
+       quantile_cont(q.e2e_ms, 0.99)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p99_ms,
+       quantile_cont(q.e2e_ms, 0.999)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p999_ms,
+       avg(q.e2e_ms)                   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_mean_ms,
+       stddev_samp(q.e2e_ms)           FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
        count(*) FILTER (
            WHERE q.in_window AND q.error_kind IS NULL
              AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
@@ -40,8 +52,13 @@ GROUP BY ALL;
 
 CREATE OR REPLACE VIEW v_itl_stats AS
 SELECT run_id, deployment_id, load_point_id,
-       quantile_cont(itl_ms, 0.50) AS itl_p50_ms,
-       quantile_cont(itl_ms, 0.99) AS itl_p99_ms
+       quantile_cont(itl_ms, 0.50)  AS itl_p50_ms,
+       quantile_cont(itl_ms, 0.90)  AS itl_p90_ms,
+       quantile_cont(itl_ms, 0.95)  AS itl_p95_ms,
+       quantile_cont(itl_ms, 0.99)  AS itl_p99_ms,
+       quantile_cont(itl_ms, 0.999) AS itl_p999_ms,
+       avg(itl_ms)                  AS itl_mean_ms,
+       stddev_samp(itl_ms)          AS itl_stdev_ms
 FROM v_itl GROUP BY ALL;
 
 -- Power and memory inside each load point's window, per GPU then over the deployment.
@@ -53,6 +70,10 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
        avg(CASE WHEN s.clock_events IS NULL THEN NULL
                 WHEN s.clock_events LIKE '%power%' OR s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
                                                                AS capped_share,
+       avg(CASE WHEN s.clock_events IS NULL THEN NULL WHEN s.clock_events LIKE '%power%' THEN 1.0 ELSE 0.0 END)
+                                                               AS power_capped_share,
+       avg(CASE WHEN s.clock_events IS NULL THEN NULL WHEN s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
+                                                               AS thermal_capped_share,
        count(*)                                                AS samples
 FROM load_runs l
 JOIN gpu_samples s
@@ -60,33 +81,46 @@ JOIN gpu_samples s
  AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
 GROUP BY ALL;
 
+-- One row per load point that ran (status ok): every figure of docs/MEASUREMENT.md, units in the names.
+-- Cost: $ per 1M output tokens = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6; energy cost (second line) =
+-- kWh per 1M output tokens x $/kWh x PUE. Power per GPU: `counter_w_per_gpu` is the energy counter over the
+-- window / window / GPUs (figure of record); mean/peak_power_w_per_gpu come from the sampled instant-power trace.
 CREATE OR REPLACE VIEW v_load_points AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
-       d.gpu_name, d.n_gpus, l.deployment_id, l.load_point_id, l.workload, l.shape, l.concurrency, l.rate,
+       d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
+       regexp_extract(l.load_point_id, '[^:]*$')                       AS point_label,
+       coalesce(r.started_at, make_timestamp(r.clock_anchor_unix_ns // 1000)) AS run_at,
+       l.workload, l.shape, l.concurrency, l.rate,
        l.burstiness, l.input_tokens, l.output_tokens, l.window_s, l.achieved_rate, l.achieved_concurrency,
-       l.completed, l.failed,
+       l.completed, l.failed, q.errors AS failed_requests,
        l.output_tokens_in_window / l.window_s                          AS output_tok_s,
        q.ok_in_window / l.window_s                                     AS requests_s,
        q.meeting_slo_in_window / l.window_s                            AS goodput_requests_s,
-       q.ttft_p50_ms, q.ttft_p90_ms, q.ttft_p99_ms,
-       q.tpot_p50_ms, q.tpot_p90_ms, q.tpot_p99_ms,
-       i.itl_p50_ms, i.itl_p99_ms,
-       q.e2e_p50_ms, q.e2e_p90_ms, q.e2e_p99_ms,
+       q.meeting_slo_in_window / l.window_s / nullif(coalesce(d.n_gpus, d.tp), 0) AS goodput_requests_s_per_gpu,
+       q.meeting_slo_in_window / nullif(q.requests_in_window, 0)       AS slo_attainment,
+       q.ttft_p50_ms, q.ttft_p90_ms, q.ttft_p95_ms, q.ttft_p99_ms, q.ttft_p999_ms, q.ttft_mean_ms, q.ttft_stdev_ms,
+       q.tpot_p50_ms, q.tpot_p90_ms, q.tpot_p95_ms, q.tpot_p99_ms, q.tpot_p999_ms, q.tpot_mean_ms, q.tpot_stdev_ms,
+       i.itl_p50_ms, i.itl_p90_ms, i.itl_p95_ms, i.itl_p99_ms, i.itl_p999_ms, i.itl_mean_ms, i.itl_stdev_ms,
+       q.e2e_p50_ms, q.e2e_p90_ms, q.e2e_p95_ms, q.e2e_p99_ms, q.e2e_p999_ms, q.e2e_mean_ms, q.e2e_stdev_ms,
        l.energy_j,
        l.energy_trace_j,
+       abs(l.energy_trace_j - l.energy_j) / nullif(l.energy_j, 0)      AS energy_trace_gap,
        l.energy_j / nullif(l.output_tokens_in_window, 0)               AS j_per_output_token,
        l.output_tokens_in_window / nullif(l.energy_j, 0)               AS output_tokens_per_j,
        l.energy_j / l.window_s                                          AS mean_power_w,
+       l.energy_j / l.window_s / nullif(coalesce(d.n_gpus, d.tp), 0)   AS counter_w_per_gpu,
        (l.energy_j - l.idle_power_w * l.window_s) / nullif(l.output_tokens_in_window, 0)
                                                                         AS j_per_output_token_above_idle,
        g.mean_power_w_per_gpu, g.peak_power_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
-       r.gpu_price_per_hour * d.n_gpus / nullif(l.output_tokens_in_window / l.window_s * 3600, 0) * 1e6
+       g.power_capped_share, g.thermal_capped_share,
+       r.gpu_price_per_hour * coalesce(d.n_gpus, d.tp) / nullif(l.output_tokens_in_window / l.window_s * 3600, 0) * 1e6
                                                                         AS usd_per_1m_output_tokens,
        l.energy_j / nullif(l.output_tokens_in_window, 0) * 1e6 / 3.6e6 * r.energy_price_per_kwh * r.pue
                                                                         AS energy_usd_per_1m_output_tokens,
        (r.slo_ttft_ms IS NULL OR q.ttft_p99_ms <= r.slo_ttft_ms)
          AND (r.slo_tpot_ms IS NULL OR q.tpot_p99_ms <= r.slo_tpot_ms)
          AND (r.slo_e2e_ms IS NULL OR q.e2e_p99_ms <= r.slo_e2e_ms)    AS meets_slo_p99,
+       r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms,
        q.longest_context_tokens
 FROM load_runs l
 JOIN deployments d USING (run_id, deployment_id)
@@ -95,3 +129,134 @@ LEFT JOIN v_request_stats q USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_itl_stats i USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
 WHERE l.status = 'ok';
+
+-- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
+-- the load points measured at the workload lengths nearest the traffic profile's (|ln(in/in')| + |ln(out/out')|;
+-- all points when the profile gives no lengths); of those that meet the p99 SLO, the highest goodput is the
+-- per-replica capacity (requests/s one deployment sustained while meeting every SLO). Replicas =
+-- ceil(QPS / capacity) for the steady and for the peak QPS; GPUs = replicas x GPUs per deployment; monthly cost
+-- = GPUs x $/GPU-hour x 730 h; the energy line = replicas x the deployment's measured W at the sizing point x
+-- 730 h x $/kWh x PUE. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
+CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
+WITH cfg AS (
+    SELECT d.run_id, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
+           coalesce(d.n_gpus, d.tp) AS gpus_per_replica, d.status AS deployment_status, d.error_kind AS deployment_error,
+           r.gpu_price_per_hour, r.energy_price_per_kwh, r.pue, r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms
+    FROM deployments d LEFT JOIN runs r USING (run_id)
+    WHERE d.run_id = p_run_id),
+lp AS (
+    SELECT *, coalesce(abs(ln(input_tokens / p_input_tokens::DOUBLE)), 0)
+              + coalesce(abs(ln(output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
+    FROM v_load_points WHERE run_id = p_run_id),
+near AS (SELECT * FROM lp QUALIFY len_distance = min(len_distance) OVER (PARTITION BY engine)),
+cap AS (
+    SELECT engine,
+           count(*)                                                   AS points_at_lengths,
+           count(*) FILTER (WHERE meets_slo_p99)                      AS points_meeting_slo,
+           max(goodput_requests_s) FILTER (WHERE meets_slo_p99)       AS goodput_per_replica,
+           arg_max(load_point_id, goodput_requests_s) FILTER (WHERE meets_slo_p99) AS sized_on,
+           arg_max(mean_power_w, goodput_requests_s) FILTER (WHERE meets_slo_p99)  AS power_w_per_replica,
+           arg_max(ttft_p99_ms, goodput_requests_s) FILTER (WHERE meets_slo_p99)   AS sized_ttft_p99_ms,
+           arg_max(tpot_p99_ms, goodput_requests_s) FILTER (WHERE meets_slo_p99)   AS sized_tpot_p99_ms,
+           min(input_tokens)                                          AS measured_input_tokens,
+           min(output_tokens)                                         AS measured_output_tokens
+    FROM near GROUP BY engine),
+burst AS (
+    SELECT engine, max(ttft_p99_ms) AS burst_ttft_p99_ms, arg_max(load_point_id, ttft_p99_ms) AS burst_point,
+           bool_and(coalesce(meets_slo_p99, false)) AS burst_meets_slo
+    FROM near WHERE shape IN ('gamma', 'surge') GROUP BY engine),
+sized AS (
+    SELECT c.*, cap.* EXCLUDE (engine), b.* EXCLUDE (engine),
+           p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,
+           p_input_tokens::INTEGER AS profile_input_tokens, p_output_tokens::INTEGER AS profile_output_tokens,
+           ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
+    FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
+SELECT run_id, engine, engine_kind, model, precision, tp, gpus_per_replica,
+       steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
+       measured_input_tokens, measured_output_tokens,
+       goodput_per_replica, goodput_per_replica / gpus_per_replica AS goodput_per_gpu, sized_on,
+       sized_ttft_p99_ms, sized_tpot_p99_ms,
+       steady_replicas, steady_replicas * gpus_per_replica AS steady_gpus,
+       peak_replicas, peak_replicas * gpus_per_replica AS peak_gpus,
+       peak_replicas * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd,
+       peak_replicas * power_w_per_replica / 1000 * 730 * energy_price_per_kwh * pue AS monthly_energy_usd,
+       power_w_per_replica, gpu_price_per_hour, energy_price_per_kwh, pue,
+       burst_point, burst_ttft_p99_ms, burst_meets_slo,
+       CASE
+         WHEN deployment_status IS DISTINCT FROM 'healthy'
+           THEN 'deployment ' || coalesce(deployment_status, '?') || coalesce(' (' || deployment_error || ')', '') || ': no capacity measured'
+         WHEN coalesce(points_at_lengths, 0) = 0 THEN 'no load point measured for this engine config'
+         WHEN coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0
+           THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',
+                'TPOT <= ' || slo_tpot_ms || ' ms', 'E2E <= ' || slo_e2e_ms || ' ms') || '): no capacity can be claimed'
+         ELSE 'sized on ' || sized_on
+              || CASE WHEN (profile_input_tokens IS NOT NULL AND profile_input_tokens <> measured_input_tokens)
+                        OR (profile_output_tokens IS NOT NULL AND profile_output_tokens <> measured_output_tokens)
+                      THEN '; measured at ' || measured_input_tokens || '/' || measured_output_tokens
+                           || ' tokens in/out, profile asks ' || coalesce(profile_input_tokens::VARCHAR, '?') || '/'
+                           || coalesce(profile_output_tokens::VARCHAR, '?') || ' (not rescaled)'
+                      ELSE '' END
+              || CASE WHEN burst_point IS NULL THEN '; no gamma/surge point measured'
+                      WHEN NOT burst_meets_slo THEN '; misses the SLO under bursts (' || burst_point || ')'
+                      ELSE '' END
+       END AS note
+FROM sized;
+
+-- Load points of two runs side by side, one row per (load point, metric), with the noise band and a flag
+-- (sql/regressions.sql, sql/compare_runs.sql; docs/REPORTS.md). A point is the same point in both runs when
+-- (model, engine kind, config name, precision, tp, GPU, source, workload, point label) agree. Baseline: run
+-- p_base, or, when p_base is NULL, the latest earlier run (by start time) that measured the same point. Runs whose
+-- error-level validation failed (validation_results) serve neither as baseline nor as noise sample unless named.
+-- Noise: robust relative stdev of the metric over every run of that point up to and including the baseline (2 or
+-- more): 1.4826 x MAD / |median| (the stdev for normal noise, and one earlier step change does not widen it);
+-- band = max(k x noise, floor_rel). Flag: |change| <= band 'within noise'; else 'REGRESSION' when the
+-- change is in the worse direction, 'improvement' otherwise; 'no baseline' when the point was never measured before.
+CREATE OR REPLACE MACRO compare_points(p_new, p_base, k := 3.0, floor_rel := 0.05) AS TABLE
+WITH metrics(metric, better, ord) AS (VALUES
+        ('output_tok_s', 'higher', 1), ('goodput_requests_s', 'higher', 2), ('output_tokens_per_j', 'higher', 3),
+        ('ttft_p50_ms', 'lower', 4), ('ttft_p99_ms', 'lower', 5), ('tpot_p50_ms', 'lower', 6),
+        ('tpot_p99_ms', 'lower', 7), ('e2e_p99_ms', 'lower', 8), ('usd_per_1m_output_tokens', 'lower', 9)),
+long AS (
+    UNPIVOT (SELECT run_id, run_at, model, engine_kind, engine, precision, tp, gpu_name, source, workload, point_label,
+                    load_point_id, output_tok_s, goodput_requests_s, output_tokens_per_j, ttft_p50_ms, ttft_p99_ms,
+                    tpot_p50_ms, tpot_p99_ms, e2e_p99_ms, usd_per_1m_output_tokens
+             FROM v_load_points)
+    ON output_tok_s, goodput_requests_s, output_tokens_per_j, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
+       e2e_p99_ms, usd_per_1m_output_tokens
+    INTO NAME metric VALUE value),
+invalid AS (SELECT DISTINCT run_id FROM validation_results WHERE NOT success AND severity = 'error'),
+pts AS (
+    SELECT l.*, m.better, m.ord,
+           concat_ws('|', model, engine_kind, engine, precision, tp, gpu_name, source, workload, point_label) AS point_key
+    FROM long l JOIN metrics m USING (metric)
+    WHERE l.run_id = p_new OR l.run_id = p_base OR l.run_id NOT IN (SELECT run_id FROM invalid)),
+paired AS (
+    SELECT n.*, b.run_id AS base_run_id, b.run_at AS base_run_at, b.value AS base_value,
+           b.load_point_id AS base_load_point_id
+    FROM (SELECT * FROM pts WHERE run_id = p_new) n
+    LEFT JOIN pts b
+      ON b.point_key = n.point_key AND b.metric = n.metric AND b.run_id <> n.run_id
+     AND (CASE WHEN p_base IS NULL THEN b.run_at < n.run_at ELSE b.run_id = p_base END)
+    QUALIFY row_number() OVER (PARTITION BY n.point_key, n.metric ORDER BY b.run_at DESC NULLS LAST) = 1),
+noise AS (
+    SELECT p.point_key, p.metric, count(h.value) AS repeats,
+           CASE WHEN count(h.value) >= 2 THEN 1.4826 * mad(h.value) / nullif(abs(median(h.value)), 0) END AS noise_rel
+    FROM paired p
+    JOIN pts h ON h.point_key = p.point_key AND h.metric = p.metric AND h.run_id <> p.run_id
+              AND h.run_at <= p.base_run_at
+    GROUP BY ALL),
+judged AS (
+    SELECT p.*, coalesce(z.repeats, 0) AS repeats, z.noise_rel,
+           (p.value - p.base_value) / nullif(abs(p.base_value), 0) AS change_rel,
+           greatest(k * coalesce(z.noise_rel, 0), floor_rel) AS band_rel
+    FROM paired p LEFT JOIN noise z USING (point_key, metric))
+SELECT run_id, base_run_id, engine, engine_kind, workload, point_label, metric, better, base_value, value,
+       change_rel, repeats, noise_rel, band_rel,
+       CASE WHEN base_run_id IS NULL THEN 'no baseline'
+            WHEN change_rel IS NULL THEN 'not comparable'
+            WHEN abs(change_rel) <= band_rel THEN 'within noise'
+            WHEN (change_rel > 0) = (better = 'higher') THEN 'improvement'
+            ELSE 'REGRESSION' END AS flag,
+       load_point_id, base_load_point_id, model, precision, tp, gpu_name, source, ord
+FROM judged;

@@ -2,6 +2,7 @@ import os
 import sys
 from pathlib import Path
 
+import hypothesis  # noqa: F401  (imported early: its pytest plugin imports it late otherwise, which trips a CPython 3.11 AST bug)
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]

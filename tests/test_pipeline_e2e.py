@@ -35,7 +35,7 @@ def test_whole_graph_materializes(smoke_run):
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "server_metrics",
-                            "load_point_report", "head_to_head", "html_report"}
+                            "load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"}
     errors = [e for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"]
     assert not errors, [e.metadata for e in errors]
 
@@ -86,7 +86,7 @@ def test_html_report_is_offline_and_marked_emulated(smoke_run):
     html = (tmp / "runs" / result.run_id / "report.html").read_text()
     assert "EMULATED" in html and "Head to head" in html
     assert "<script" not in html and "http://" not in html and "https://" not in html  # nothing fetched
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count("data:image/png;base64,") == 5  # 4 load-point pictures + the capacity plan
 
 
 def test_validation_results_recorded(smoke_run):
@@ -118,7 +118,7 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     )
     materialized = {e.asset_key.to_user_string() for e in bad.get_asset_materialization_events()}
     assert "requests" in materialized
-    assert not {"load_point_report", "head_to_head", "html_report"} & materialized
+    assert not {"load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"} & materialized
     failed = [e for e in bad.get_asset_check_evaluations() if not e.passed]
     assert any(e.check_name == "gx_requests" for e in failed)
     with connect(db, read_only=True) as con:

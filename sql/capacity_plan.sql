@@ -1,0 +1,23 @@
+-- Capacity plan: for the traffic profile and the run's SLO, the fewest GPUs per engine config and their monthly
+-- cost (always on, sized for the peak). Per-replica capacity = the highest goodput (requests/s meeting every SLO)
+-- of a load point that meets the p99 SLO, at the measured workload lengths nearest the profile's.
+-- replicas = ceil(QPS / capacity); GPUs = replicas x GPUs per deployment; $/month = GPUs x $/GPU-hour x 730 h;
+-- energy $/month = replicas x measured deployment W at the sizing point x 730 h x $/kWh x PUE (second line).
+-- NULL with a `note` when no point meets the SLO. Arithmetic: MACRO capacity_plan in sql/views.sql.
+-- $run_id; traffic profile (plan section `capacity`): $steady_qps, $peak_qps, $input_tokens, $output_tokens
+-- (the last two may be NULL: use every measured length).
+SELECT engine, engine_kind, precision, tp, gpus_per_replica,
+       steady_qps, peak_qps,
+       round(goodput_per_replica, 2)   AS capacity_rps_per_replica,
+       round(goodput_per_gpu, 3)       AS capacity_rps_per_gpu,
+       steady_replicas, steady_gpus, peak_replicas, peak_gpus,
+       round(monthly_gpu_usd, 0)       AS monthly_gpu_usd,
+       round(monthly_energy_usd, 0)    AS monthly_energy_usd,
+       round(sized_ttft_p99_ms, 1)     AS sized_ttft_p99_ms,
+       round(sized_tpot_p99_ms, 2)     AS sized_tpot_p99_ms,
+       round(burst_ttft_p99_ms, 1)     AS burst_ttft_p99_ms,
+       burst_meets_slo,
+       measured_input_tokens, measured_output_tokens,
+       note, sized_on, burst_point, run_id
+FROM capacity_plan($run_id, $steady_qps, $peak_qps, $input_tokens, $output_tokens)
+ORDER BY monthly_gpu_usd NULLS LAST, engine;
