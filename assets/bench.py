@@ -8,7 +8,6 @@ and materializes each stage table as its own asset, each gated by its own blocki
 
 
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ from dagster import AssetCheckExecutionContext, AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
-from pipelines.plan import Plan, point_label
-from pipelines.resources import BenchPlan
+from resources.plan import agent_spec
+from resources.bench_plan import BenchPlan
 from resources.warehouse import apply_schema, ingest_bundle
 
 STAGE_TABLES = {
@@ -33,43 +32,6 @@ STAGE_TABLES = {
     "server_metrics": ("load_runs", "Engine /metrics scrapes during the run: running and waiting requests, KV-cache "
                        "use, preemptions, token counters."),
 }
-
-
-def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What the bench agent needs to run every deployment and load point of the plan."""
-    deployments = []
-    for spec, cfg in plan.engine_configs():
-        points = []
-        for workload in plan.workloads:
-            for load in workload.load_specs():
-                points.append({
-                    "load_point_id": f"{spec.name}:{workload.name}:{point_label(load)}",
-                    "workload": workload.name,
-                    "spec": load,
-                })
-        build = builds.get(cfg.build_id(), {})
-        deployments.append({
-            "deployment_id": spec.name,
-            "build_id": cfg.build_id(),
-            "engine_config": asdict(cfg),
-            "target": "external" if spec.engine == "external" else "local",
-            "url": spec.url,
-            "artifact_path": build.get("artifact_path"),
-            "telemetry": plan.telemetry,
-            "sampler_hz": plan.sampler_hz,
-            "idle_baseline_s": plan.idle_baseline_s,
-            "health_timeout_s": plan.health_timeout_s,
-            "warmup_requests": plan.warmup_requests,
-            "energy_crosscheck": plan.energy_crosscheck,
-            "load_points": points,
-        })
-    return {
-        "run_id": run_id,
-        "source": "emulated" if plan.is_emulated else "measured",
-        "plan_name": plan.name,
-        "out": str(out),
-        "deployments": deployments,
-    }
 
 
 def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from dagster import AssetCheckExecutionContext, AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
-from pipelines.resources import BenchPlan
+from resources.bench_plan import BenchPlan
 from resources.engines.base import adapter_for
 from resources.warehouse import apply_schema, replace_rows
 

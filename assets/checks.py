@@ -11,7 +11,7 @@ from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.common import WRITER_POOL, run_id_of
-from pipelines.resources import BenchPlan
+from resources.bench_plan import BenchPlan
 from resources.validation import outcome_rows, validate_table
 from resources.warehouse import apply_schema
 

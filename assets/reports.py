@@ -15,7 +15,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
 from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
-from pipelines.resources import BenchPlan
+from resources.bench_plan import BenchPlan
 from resources import reporting
 from resources.warehouse import run_sql
 

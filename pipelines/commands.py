@@ -43,7 +43,7 @@ def head_to_head_text(con, run_id: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipelines.plan import PlanError, load_plan
+    from resources.plan import PlanError, load_plan
 
     try:
         plan, _ = load_plan(args.plan)

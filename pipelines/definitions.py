@@ -12,7 +12,7 @@ from assets.builds import engine_builds
 from assets.checks import stage_checks
 from assets.reports import REPORT_ASSETS
 from pipelines.k8s import K8sAgentLauncher, cluster_benchmark_job
-from pipelines.resources import BenchPlan, plan_path_from_env
+from resources.bench_plan import BenchPlan, plan_path_from_env
 from resources.warehouse import default_db_path
 
 ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]

@@ -287,7 +287,7 @@ CAPACITY_ASSUMPTIONS = [
 
 def capacity_params(profile: Any) -> dict[str, Any] | None:
     """The $parameters of sql/capacity_plan.sql and sql/hybrid_plan.sql from a plan's `capacity` section
-    (pipelines.plan.CapacityProfile, or a dict of its fields); None when there is none."""
+    (resources.plan.CapacityProfile, or a dict of its fields); None when there is none."""
     if profile is None:
         return None
     data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
@@ -299,7 +299,7 @@ def run_capacity_profile(con, run_id: str) -> dict[str, Any] | None:
     row = con.execute("SELECT plan_path FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if not row or not row[0] or not Path(row[0]).exists():
         return None
-    from pipelines.plan import PlanError, load_plan
+    from resources.plan import PlanError, load_plan
 
     try:
         plan, _ = load_plan(row[0])

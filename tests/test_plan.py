@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.plan import DEFAULT_PLAN, PlanError, load_plan, point_label
+from resources.plan import DEFAULT_PLAN, PlanError, load_plan, point_label
 
 
 def test_default_plan_is_the_documented_one():

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from pipelines.plan import CapacityProfile, Plan
+from resources.plan import CapacityProfile, Plan
 from resources.reporting import capacity_params, query_params
 from resources.warehouse import connect, run_sql
 
@@ -116,7 +116,7 @@ def test_profile_in_the_plan_and_parameters(wh, repo_root):
     assert capacity_params(profile) == PROFILE
     assert capacity_params(None) is None
     assert Plan.model_fields["capacity"].default is None
-    from pipelines.plan import load_plan
+    from resources.plan import load_plan
 
     plan, _ = load_plan(repo_root / "plans" / "default.yaml")
     assert plan.capacity is not None and plan.capacity.peak_qps >= plan.capacity.steady_qps

@@ -6,6 +6,7 @@ A bad plan gets one message naming the file, the field and what was expected; no
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -245,3 +246,40 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
             except ValueError as exc:
                 raise PlanError(f"{path}: field 'workloads[{w_index}]' ({workload.name}): {exc}") from None
     return plan, hashlib.sha256(raw).hexdigest()
+
+
+def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What the bench agent needs to run every deployment and load point of the plan."""
+    deployments = []
+    for spec, cfg in plan.engine_configs():
+        points = []
+        for workload in plan.workloads:
+            for load in workload.load_specs():
+                points.append({
+                    "load_point_id": f"{spec.name}:{workload.name}:{point_label(load)}",
+                    "workload": workload.name,
+                    "spec": load,
+                })
+        build = builds.get(cfg.build_id(), {})
+        deployments.append({
+            "deployment_id": spec.name,
+            "build_id": cfg.build_id(),
+            "engine_config": asdict(cfg),
+            "target": "external" if spec.engine == "external" else "local",
+            "url": spec.url,
+            "artifact_path": build.get("artifact_path"),
+            "telemetry": plan.telemetry,
+            "sampler_hz": plan.sampler_hz,
+            "idle_baseline_s": plan.idle_baseline_s,
+            "health_timeout_s": plan.health_timeout_s,
+            "warmup_requests": plan.warmup_requests,
+            "energy_crosscheck": plan.energy_crosscheck,
+            "load_points": points,
+        })
+    return {
+        "run_id": run_id,
+        "source": "emulated" if plan.is_emulated else "measured",
+        "plan_name": plan.name,
+        "out": str(out),
+        "deployments": deployments,
+    }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.plan import DEFAULT_PLAN, REPO_ROOT, Plan, load_plan
+from resources.plan import DEFAULT_PLAN, REPO_ROOT, Plan, load_plan
 
 
 class BenchPlan(dg.ConfigurableResource):
