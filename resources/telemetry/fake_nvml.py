@@ -18,6 +18,17 @@ cost reflects the recording. Replay time = (now - epoch) x speed + start_offset_
 around, and the energy counter keeps counting (each lap adds the recorded span), so it never runs backwards
 unless reset_after_s asks it to. With speed != 1 the counter's increments are divided by speed, so that counter
 energy still equals replayed power x real seconds (tests compress a trace without breaking that identity).
+
+Fault injection on top of any trace (the recording has none of these):
+- not_supported=[fn | "field:ID", ...]: those calls (or fields of the batch) answer NVML_ERROR_NOT_SUPPORTED.
+- reset_after_s=S: the energy counter restarts near zero S seconds after the epoch (replay seconds, x speed);
+  reset_when_file=PATH: the same, the first time a counter read finds PATH existing.
+- errors=[{"code": 15 | "NVML_ERROR_GPU_IS_LOST", "calls": [fn | "field:ID", ...], "from_s": a, "until_s": b,
+  "when_file": PATH}, ...]: NVML errors in the middle of a run. While a rule is active every call it names (all
+  calls when "calls" is absent; "field:ID" sets that field's per-field nvmlReturn instead) raises NVMLError(code).
+  A rule is active between from_s and until_s after the epoch (same clock as reset_after_s; either bound may be
+  left out) and, when "when_file" is given, only while that file exists - so a test can switch a fault on and
+  off at known instants in both processes that replay the trace (sampler and window reads).
 """
 
 from __future__ import annotations
@@ -36,6 +47,37 @@ import pynvml as _real  # constants and the NVMLError classes only; the library 
 TRACE_FORMAT = "wattbench-nvml-trace/1"
 ENERGY_KEY = "nvmlDeviceGetTotalEnergyConsumption"
 SYNTHETIC_PROVENANCE = "synthetic, shaped after MEASUREMENT.md facts, replace with a recording"
+FAULTS_PROVENANCE = ("synthetic fault cases the H200 recording does not contain (recorded NotSupported answers, "
+                     "a counter reset, GPU_IS_LOST mid-run); not a recording")
+
+
+def _error_code(code: int | str) -> int:
+    """15 or "NVML_ERROR_GPU_IS_LOST" or "GPU_IS_LOST" -> 15."""
+    if isinstance(code, str) and not code.lstrip("-").isdigit():
+        name = code if code.startswith("NVML_ERROR_") else "NVML_ERROR_" + code
+        return int(getattr(_real, name))
+    return int(code)
+
+
+class _ErrorRule:
+    def __init__(self, rule: dict[str, Any]):
+        self.code = _error_code(rule.get("code", "NVML_ERROR_UNKNOWN"))
+        self.calls = set(rule["calls"]) if rule.get("calls") else None  # None: every call
+        self.from_s = rule.get("from_s")
+        self.until_s = rule.get("until_s")
+        self.when_file = Path(rule["when_file"]) if rule.get("when_file") else None
+
+    def hits(self, name: str, elapsed_s: float) -> bool:
+        if self.calls is None:
+            if name.startswith("field:"):
+                return False  # a whole-call error already fails the batch
+        elif name not in self.calls:
+            return False
+        if self.from_s is not None and elapsed_s < self.from_s:
+            return False
+        if self.until_s is not None and elapsed_s >= self.until_s:
+            return False
+        return self.when_file is None or self.when_file.exists()
 
 
 @dataclass(frozen=True)
@@ -67,7 +109,9 @@ class FakeNvml:
 
     def __init__(self, trace: str | Path | dict[str, Any], epoch_ns: int | None = None, speed: float = 1.0,
                  start_offset_s: float = 0.0, reset_after_s: float | None = None,
-                 not_supported: list[str] | tuple[str, ...] = (), latency_scale: float = 1.0):
+                 not_supported: list[str] | tuple[str, ...] = (), latency_scale: float = 1.0,
+                 errors: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
+                 reset_when_file: str | Path | None = None):
         data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
         if data.get("format") != TRACE_FORMAT:
             raise ValueError(f"{trace}: not a {TRACE_FORMAT} trace (format={data.get('format')!r})")
@@ -77,8 +121,10 @@ class FakeNvml:
         self.speed = speed
         self.start_offset_s = start_offset_s
         self.reset_after_s = reset_after_s
+        self.reset_when_file = Path(reset_when_file) if reset_when_file else None
         self.not_supported = set(not_supported)
         self.latency_scale = latency_scale
+        self.error_rules = [_ErrorRule(r) for r in errors]
         self.span_ms = float(data.get("seconds", 0)) * 1000.0 or 1.0
         self.system = {k: _Timeline(v) for k, v in data.get("system", {}).items()}
         self.devices = [{k: _Timeline(v) for k, v in d["calls"].items()} for d in data["devices"]]
@@ -100,11 +146,24 @@ class FakeNvml:
     def _error(self, code: int) -> None:
         raise _real.NVMLError(code)
 
+    def _injected(self, name: str) -> int | None:
+        """The NVML error code an active `errors` rule gives call (or "field:ID") `name`, else None."""
+        if not self.error_rules:
+            return None
+        elapsed_s = (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed
+        for rule in self.error_rules:
+            if rule.hits(name, elapsed_s):
+                return rule.code
+        return None
+
     def _ret(self, timelines: dict[str, _Timeline], key: str, fn: str, dev: int | None) -> Any:
         if not self.initialised:
             self._error(_real.NVML_ERROR_UNINITIALIZED)
         if key in self.not_supported or fn in self.not_supported:
             self._error(_real.NVML_ERROR_NOT_SUPPORTED)
+        injected = self._injected(fn)
+        if injected is not None:
+            self._error(injected)
         tl = timelines.get(key)
         if tl is None:  # never recorded: this GPU/driver did not answer it
             self._error(_real.NVML_ERROR_NOT_SUPPORTED)
@@ -119,8 +178,11 @@ class FakeNvml:
             # keep counting across laps; with speed != 1 the counter advances in real time (power x real
             # seconds), so the energy stays consistent with the replayed power readings
             ret = first + (ret + lap * (last - first) - first) / self.speed
-            if self.reset_after_s is not None and \
-                    (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed >= self.reset_after_s:
+            reset_due = self._reset_offset[dev] is not None or (
+                self.reset_after_s is not None
+                and (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed >= self.reset_after_s
+            ) or (self.reset_when_file is not None and self.reset_when_file.exists())
+            if reset_due:
                 if self._reset_offset[dev] is None:
                     self._reset_offset[dev] = ret - 1000.0  # the counter restarts near zero
                 ret = ret - self._reset_offset[dev]
@@ -212,6 +274,9 @@ class FakeNvml:
             if rec is None or f"field:{fid}" in self.not_supported:
                 rec = {"value": 0, "valueType": 1, "nvmlReturn": _real.NVML_ERROR_NOT_SUPPORTED,
                        "timestamp": 0, "latencyUsec": 0}
+            injected = self._injected(f"field:{fid}")
+            if injected is not None:
+                rec = {"value": 0, "valueType": 1, "nvmlReturn": injected, "timestamp": 0, "latencyUsec": 0}
             v = rec["value"]
             value = SimpleNamespace(dVal=v, uiVal=v, ulVal=v, ullVal=v, sllVal=v, siVal=v, usVal=v)
             out.append(SimpleNamespace(fieldId=fid, scopeId=0, timestamp=rec.get("timestamp", 0),
@@ -319,3 +384,44 @@ def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
                    "nvmlDeviceGetCount": [[0.0, 0.01, 1]]},
         "devices": [{"index": 0, "calls": calls}],
     }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A small SYNTHETIC trace with the fault cases the H200 recording does not contain
+# ------------------------------------------------------------------------------------------------------------
+def synthetic_faults_trace(seconds: float = 3.0, reset_at_s: float = 1.5,
+                           lost: tuple[float, float] = (2.0, 2.4)) -> dict[str, Any]:
+    """SYNTHETIC, not a recording: an idle H200-shaped trace (synthetic_h200_trace) edited to hold, as recorded
+    answers, what a faulty GPU would return: nvmlDeviceGetUtilizationRates answers NOT_SUPPORTED and field 82 (HBM
+    temperature) has a per-field NOT_SUPPORTED return throughout; the energy counter restarts near zero at
+    `reset_at_s`; every per-sample call answers GPU_IS_LOST during `lost`. The fault instants are listed under
+    "faults" so tests read them from the file. tests/telemetry/traces/synthetic_faults.json is this output."""
+    trace = synthetic_h200_trace(seconds=seconds, seed=1, load=(seconds, seconds))  # idle only
+    calls = trace["devices"][0]["calls"]
+    not_supported = {"nvml_error": int(_real.NVML_ERROR_NOT_SUPPORTED)}
+    gpu_lost = {"nvml_error": int(_real.NVML_ERROR_GPU_IS_LOST)}
+    calls["nvmlDeviceGetUtilizationRates"] = [[t, d, not_supported] for t, d, _ in
+                                              calls["nvmlDeviceGetUtilizationRates"]]
+    for _, _, fields in calls["nvmlDeviceGetFieldValues"]:
+        fields["82"].update(value=0, nvmlReturn=int(_real.NVML_ERROR_NOT_SUPPORTED))
+    energy = calls[ENERGY_KEY]
+    base = next(e for t, _, e in energy if t >= reset_at_s * 1000.0) - 1000
+    for entry in energy:
+        if entry[0] >= reset_at_s * 1000.0:
+            entry[2] -= base  # restarts near zero (as after a driver reload)
+    for key, entries in calls.items():
+        if len(entries) > 1:  # the per-sample calls
+            for entry in entries:
+                if lost[0] * 1000.0 <= entry[0] < lost[1] * 1000.0:
+                    entry[2] = gpu_lost
+    trace.update(
+        provenance=FAULTS_PROVENANCE,
+        generator=f"resources.telemetry.fake_nvml.synthetic_faults_trace(seconds={seconds}, "
+                  f"reset_at_s={reset_at_s}, lost={list(lost)})",
+        phases=[{"name": "idle", "start_s": 0.0}],
+        faults=[{"kind": "not_supported", "calls": ["nvmlDeviceGetUtilizationRates", "field:82"]},
+                {"kind": "counter_reset", "at_s": reset_at_s},
+                {"kind": "nvml_error", "code": int(_real.NVML_ERROR_GPU_IS_LOST), "from_s": lost[0],
+                 "until_s": lost[1]}],
+    )
+    return trace

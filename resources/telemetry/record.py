@@ -4,6 +4,11 @@ It drives the very sampler code (NvmlSource.sample / read_energy) through a reco
 so the trace holds exactly the calls, arguments and return values the fake replays (fake_nvml.py documents
 the format). Optionally it runs a bf16 matmul load on the GPU for the middle half of the recording
 (`--load matmul`, needs torch) so one recording covers idle -> power-capped load -> idle.
+
+The load process announces on stdout when its first matmul batch has finished ("wattbench-load: busy") and when it
+stops ("wattbench-load: done"); the recorder stamps those lines, so `phases` and `load_window_s` say when the GPU was
+actually loaded (torch's import and CUDA start-up take seconds: the "load_starting" phase), and `load_planned_s`
+keeps the planned window.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +33,24 @@ import sys, time, torch
 end = time.time() + float(sys.argv[1])
 a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
 b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+first = True
 while time.time() < end:
     for _ in range(20):
         c = a @ b
     torch.cuda.synchronize()
+    if first:
+        print("wattbench-load: busy", flush=True)
+        first = False
+print("wattbench-load: done", flush=True)
 """
+LOAD_MARK = "wattbench-load: "
+
+
+def _stamp_marks(stream: Any, start: float, marks: dict[str, float]) -> None:
+    """Reader thread: the recording time (s) of each 'wattbench-load: X' line of the load process."""
+    for line in stream:
+        if line.startswith(LOAD_MARK):
+            marks.setdefault(line[len(LOAD_MARK):].strip(), round(time.perf_counter() - start, 3))
 
 
 def _plain(value: Any) -> Any:
@@ -128,8 +147,10 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
     src = NvmlSource(gpu_uuids, nvml_module=rec)
     src.open()
     load_proc = None
-    load_window = None
-    phases = [{"name": "idle", "start_s": 0.0}]
+    load_planned = None
+    load_exit_s = None
+    marks: dict[str, float] = {}  # 'busy' / 'done' -> recording seconds, stamped by the reader thread
+    reader = None
     period = 1.0 / hz
     start = time.perf_counter()
     next_t = start
@@ -141,12 +162,14 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
             if elapsed >= seconds:
                 break
             if load == "matmul" and load_proc is None and elapsed >= seconds / 4:
-                load_window = (elapsed, seconds * 3 / 4)
+                load_planned = (round(elapsed, 3), round(seconds * 3 / 4, 3))
                 load_proc = subprocess.Popen([sys.executable, "-c", _MATMUL, str(seconds / 2)],
-                                             env={**os.environ, "CUDA_VISIBLE_DEVICES": src.gpus[0]["uuid"]})
-                phases.append({"name": "matmul_bf16", "start_s": round(elapsed, 3)})
-            if load_proc is not None and load_proc.poll() is not None and phases[-1]["name"] != "idle":
-                phases.append({"name": "idle", "start_s": round(elapsed, 3)})
+                                             env={**os.environ, "CUDA_VISIBLE_DEVICES": src.gpus[0]["uuid"]},
+                                             stdout=subprocess.PIPE, text=True)
+                reader = threading.Thread(target=_stamp_marks, args=(load_proc.stdout, start, marks), daemon=True)
+                reader.start()
+            if load_proc is not None and load_exit_s is None and load_proc.poll() is not None:
+                load_exit_s = round(elapsed, 3)
             src.sample()
             if now - last_energy_read >= 1.0:  # window-boundary style reads too, as the caller makes them
                 src.read_energy()
@@ -159,7 +182,19 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
                 load_proc.wait(timeout=max(5.0, seconds))
             except subprocess.TimeoutExpired:
                 load_proc.terminate()
+        if reader is not None:
+            reader.join(5)
         src.close()
+    phases = [{"name": "idle", "start_s": 0.0}]
+    load_window = None
+    if load_planned is not None:
+        busy, done = marks.get("busy"), marks.get("done", load_exit_s)
+        phases.append({"name": "load_starting", "start_s": load_planned[0]})
+        if busy is not None:
+            phases.append({"name": "matmul_bf16", "start_s": busy})
+            load_window = (busy, done)
+        if done is not None and done < seconds:
+            phases.append({"name": "idle", "start_s": done})
     try:
         from importlib.metadata import version
 
@@ -179,7 +214,8 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
         "hz": hz,
         "seconds": seconds,
         "load": load,
-        "load_window_s": load_window,
+        "load_window_s": load_window,  # observed: first batch done -> load stopped (None: never got busy)
+        "load_planned_s": load_planned,
         "phases": phases,
         "call_stats": src.stats.summary(),
         "system": rec.system,

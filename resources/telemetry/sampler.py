@@ -28,6 +28,7 @@ from resources.telemetry.sources import TelemetryUnavailable, make_source
 
 TRACE_DISAGREE = 0.02  # flag a window when counter and integrated trace differ by more than 2 %
 FLUSH_S = 1.0  # how often sample rows are written to the bundle
+MAX_TRACE_GAP_S = 0.5  # a window whose power trace has a longer hole (NVML errors, a stall) gets no trace_j
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -56,6 +57,9 @@ def _sampler_main(kind: str, source_args: dict[str, Any], hz: float, data, ctrl)
             tick_ns_total += t1 - t0
             if rows:
                 data.send(("samples", rows))
+            errors = source.take_errors() if hasattr(source, "take_errors") else []
+            if errors:
+                data.send(("call_errors", errors))
             next_ns += period_ns
             now = time.perf_counter_ns()
             if next_ns < now:  # fell behind (slow calls, CPU contention): skip ticks, never burst
@@ -129,6 +133,8 @@ class Sampler:
         self._window_read_ns: list[int] = []
         self.samples_written = 0
         self.sampler_error: str | None = None
+        self.call_errors: list[str] = []  # NVML errors met while sampling or reading windows, one per GPU and code
+        self._reported: set[tuple[str, Any]] = set()
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
@@ -160,7 +166,10 @@ class Sampler:
         if not self._data.poll(60):
             self._stop_process()
             return self._fail_start("sampler process did not start within 60 s")
-        msg = self._data.recv()
+        try:
+            msg = self._data.recv()
+        except (EOFError, OSError):  # the sampler process died before it reported ready
+            return self._fail_start(f"sampler process exited with code {self._proc.exitcode} before it was ready")
         if msg[0] != "ready":
             self._stop_process()
             return self._fail_start(f"sampler process failed: {msg[1]}")
@@ -247,6 +256,8 @@ class Sampler:
                     break
                 elif msg[0] == "error":
                     self.sampler_error = msg[1]
+                elif msg[0] == "call_errors":
+                    self._report_call_errors(msg[1])
             if time.monotonic() - last_flush >= FLUSH_S:
                 self._flush()
                 last_flush = time.monotonic()
@@ -294,7 +305,23 @@ class Sampler:
         t0 = time.perf_counter_ns()
         values = self._src.read_energy()
         self._window_read_ns.append(time.perf_counter_ns() - t0)
+        if hasattr(self._src, "take_errors"):
+            self._report_call_errors(self._src.take_errors())
         return values
+
+    def _report_call_errors(self, errors: list[tuple[str, Any, str]]) -> None:
+        """Report each (GPU, NVML error code) once: one stderr line and one manifest error; the values it hits
+        stay NULL while it lasts and sampling goes on."""
+        for uuid, code, text in errors:
+            with self._lock:
+                if (uuid, code) in self._reported:
+                    continue
+                self._reported.add((uuid, code))
+                self.call_errors.append(text)
+            print(f"wattbench telemetry: {text} (deployment {self.deployment_id or '-'}); the values it affects are "
+                  "NULL while it lasts, sampling goes on", file=sys.stderr, flush=True)
+            if self.out is not None and hasattr(self.out, "note_error"):
+                self.out.note_error("telemetry_nvml_error", text)
 
     def begin_window(self, name: str) -> dict[str, Any]:
         """Read every GPU's energy counter now and open window `name`."""
@@ -376,6 +403,9 @@ class Sampler:
             pts = [p for p in pts if p[0] >= start_ns - 5e8 and p[0] <= end_ns + 5e8]
             if not pts or pts[0][0] > start_ns + 5e8:
                 return None
+            edges = [start_ns] + [p[0] for p in pts if start_ns < p[0] < end_ns] + [end_ns]
+            if max(b - a for a, b in zip(edges, edges[1:])) > max(MAX_TRACE_GAP_S, 3 / self.hz) * 1e9:
+                return None  # a hole in the power trace: no integral made up across it
             have = True
             total += _integrate(pts, start_ns, end_ns)
         return total if have else None
@@ -409,6 +439,7 @@ class Sampler:
             "sampler_missed_ticks": st.get("missed_ticks"),
             "sampler_calls": st.get("calls"),
             "sampler_error": self.sampler_error,
+            "telemetry_call_errors": list(self.call_errors),
             "samples_written": self.samples_written,
             "window_read_ms": (sum(reads) / len(reads) / 1e6) if reads else None,
             "window_read_calls": self._src.stats.summary() if self._src is not None else {},

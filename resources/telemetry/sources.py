@@ -122,6 +122,8 @@ class NvmlSource:
         self.stats = CallStats()
         self._unsupported: set[tuple[int, str]] = set()
         self._initialised = False
+        self._seen_errors: set[tuple[int, int | None]] = set()
+        self._new_errors: list[tuple[str, int | None, str]] = []  # (gpu uuid, NVML code, text), first of each
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def _call(self, fn: str, *args: Any, gpu: int = -1, key: str | None = None) -> Any:
@@ -135,8 +137,13 @@ class NvmlSource:
             value = getattr(nvml, fn)(*args)
         except nvml.NVMLError as exc:
             self.stats.add(fn, time.perf_counter_ns() - t0, error=True)
-            if getattr(exc, "value", None) == NVML_ERROR_NOT_SUPPORTED:
+            code = getattr(exc, "value", None)
+            if code == NVML_ERROR_NOT_SUPPORTED:
                 self._unsupported.add((gpu, key))
+            elif (gpu, code) not in self._seen_errors:  # any other error: the caller reports the first one
+                self._seen_errors.add((gpu, code))
+                who = self.gpus[gpu]["uuid"] if 0 <= gpu < len(self.gpus) else "NVML"
+                self._new_errors.append((who, code, f"NVML error on {who}: {exc} (NVML code {code}, first in {fn})"))
             return None
         except AttributeError:  # function absent from this nvidia-ml-py
             self._unsupported.add((gpu, key))
@@ -185,6 +192,11 @@ class NvmlSource:
                 "persistence_mode": bool(persistence) if persistence is not None else None,
             })
         return self.info()
+
+    def take_errors(self) -> list[tuple[str, int | None, str]]:
+        """NVML errors (other than NOT_SUPPORTED) seen for the first time since the last call: (uuid, code, text)."""
+        errors, self._new_errors = self._new_errors, []
+        return errors
 
     def info(self) -> dict[str, Any]:
         return {
