@@ -11,6 +11,7 @@ Stdlib only: this module runs inside engine images next to the agent.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -49,7 +50,11 @@ def _json_default(value: Any) -> Any:
 class BundleWriter:
     """Append-only writer of one bundle. Thread-safe; every `write` is flushed to disk before it returns."""
 
-    def __init__(self, path: str | os.PathLike, run_id: str, source: str, **manifest_extra: Any):
+    def __init__(self, path: str | os.PathLike, run_id: str, source: str, previous: str = "set_aside",
+                 **manifest_extra: Any):
+        """`previous`: what to do with an earlier attempt of the same run in this folder (a run killed and run
+        again): "set_aside" (default) moves it to `attempts/<n>/`, where it stays a loadable bundle, and starts
+        afresh, so the folder never holds a row twice; "append" continues it."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
@@ -57,6 +62,7 @@ class BundleWriter:
         self._lock = threading.Lock()
         self._files: dict[str, Any] = {}
         self._rows: dict[str, int] = {}
+        self.set_aside: Path | None = None
         existing = self.path / MANIFEST
         if existing.exists():
             old = read_manifest(self.path)
@@ -65,7 +71,10 @@ class BundleWriter:
                     f"{self.path}: holds run {old.get('run_id')!r}, refusing to mix in run {run_id!r}; "
                     "use an empty folder"
                 )
-            self._rows = dict(old.get("tables", {}))
+            if previous == "append":
+                self._rows = dict(old.get("tables", {}))
+            else:
+                self.set_aside = set_aside_attempt(self.path)
         self.manifest: dict[str, Any] = {
             "bundle_version": BUNDLE_VERSION,
             "run_id": run_id,
@@ -78,6 +87,8 @@ class BundleWriter:
             "errors": [],
             **manifest_extra,
         }
+        if self.set_aside is not None:
+            self.manifest["earlier_attempt"] = str(self.set_aside)
         self._write_manifest()
 
     def write(self, table: str, rows: Iterable[dict[str, Any]]) -> int:
@@ -89,7 +100,14 @@ class BundleWriter:
             row = dict(row)
             row.setdefault("run_id", self.run_id)
             row.setdefault("source", self.source)
-            lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
+            try:
+                lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
+            except ValueError:
+                bad = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
+                raise BundleError(
+                    f"{self.path / (table + '.jsonl')}: row {len(lines) + 1} of this write has NaN/Inf in "
+                    f"{', '.join(bad) or 'a nested value'}; expected a finite number, or null where not measured"
+                ) from None
         if not lines:
             return 0
         data = "".join(lines).encode("utf-8")
@@ -159,6 +177,22 @@ class BundleWriter:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path / MANIFEST)
+
+
+def set_aside_attempt(path: str | os.PathLike) -> Path | None:
+    """Move a bundle's files (manifest, tables, logs) into `attempts/<n>/` inside it; returns that folder."""
+    folder = Path(path)
+    names = [p for p in folder.iterdir() if p.name == MANIFEST or p.suffix == ".jsonl" or p.name == "logs"]
+    if not names:
+        return None
+    attempts = folder / "attempts"
+    attempts.mkdir(exist_ok=True)
+    n = 1 + max((int(p.name) for p in attempts.iterdir() if p.name.isdigit()), default=0)
+    dest = attempts / str(n)
+    dest.mkdir()
+    for p in names:
+        os.replace(p, dest / p.name)
+    return dest
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:

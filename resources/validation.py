@@ -97,6 +97,9 @@ def _gpu_energy_deltas(df: pd.DataFrame) -> pd.DataFrame:
 
 def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
+    for col in ("energy_j", "energy_trace_j", "rate", "achieved_rate", "concurrency", "achieved_concurrency", "shape"):
+        if col not in df.columns:
+            df[col] = None
     both = df["energy_j"].notna() & df["energy_trace_j"].notna() & (df["energy_j"] > 0)
     df["counter_trace_diff_pct"] = None
     df.loc[both, "counter_trace_diff_pct"] = (
@@ -107,8 +110,47 @@ def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
     has_rate = df["rate"].notna() & df["achieved_rate"].notna() & (df["shape"] == "poisson")
     df.loc[has_rate, "rate_achieved_pct"] = df.loc[has_rate, "achieved_rate"] / df.loc[has_rate, "rate"] * 100
     df["rate_achieved_pct"] = pd.to_numeric(df["rate_achieved_pct"])
+    # Closed loop: the time-averaged in-flight requests against the concurrency asked for.
+    df["concurrency_achieved_pct"] = None
+    conc = pd.to_numeric(df["concurrency"], errors="coerce")
+    achieved = pd.to_numeric(df["achieved_concurrency"], errors="coerce")
+    has_conc = (df["shape"] == "concurrency") & (conc > 0) & achieved.notna()
+    df.loc[has_conc, "concurrency_achieved_pct"] = achieved[has_conc] / conc[has_conc] * 100
+    df["concurrency_achieved_pct"] = pd.to_numeric(df["concurrency_achieved_pct"])
     df["has_energy"] = df["energy_j"].notna()
     return df
+
+
+# DuckDB's DataFrame conversion turns NULL (not measured) and NaN (a broken value) into the same NaN, so the
+# non-finite values are named in SQL, before conversion: `nonfinite_columns` lists the DOUBLE columns of a row
+# holding NaN or +-Inf (NULL when none). `table_frame` adds it; a frame without it (rows handed in directly)
+# gets it from the values where that is unambiguous (+-Inf), see _nonfinite.
+NONFINITE = "nonfinite_columns"
+
+
+def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
+    """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL."""
+    doubles = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[1] in ("DOUBLE", "FLOAT", "REAL")]
+    if doubles:
+        names = ", ".join(f"CASE WHEN isnan({c}) OR isinf({c}) THEN '{c}' END" for c in doubles)
+        extra = f", nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
+    else:
+        extra = f", NULL::VARCHAR AS {NONFINITE}"
+    return con.execute(f"SELECT *{extra} FROM {table} WHERE run_id = ?", [run_id]).df()
+
+
+def _nonfinite(df: pd.DataFrame) -> pd.DataFrame:
+    if NONFINITE in df.columns:
+        return df
+    df = df.copy()
+    num = df.select_dtypes("number")
+    inf = num.apply(lambda col: col.isin([float("inf"), float("-inf")]))
+    df[NONFINITE] = [",".join(num.columns[row]) or None for row in inf.to_numpy()] if len(num.columns) else None
+    return df
+
+
+def _gpu_samples_prepare(df: pd.DataFrame) -> pd.DataFrame:
+    return _gpu_energy_deltas(_nonfinite(df))
 
 
 def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float = 0.1) -> dict[str, list[Rule]]:
@@ -127,7 +169,8 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
         "deployments": [
             *_not_null("deployments", "run_id", "deployment_id", "engine"), _source("deployments"),
             Rule("deployments.healthy", E.ExpectColumnValuesToBeInSet(column="status", value_set=["healthy"])),
-            Rule("deployments.startup_nonnegative", E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0)),
+            # NULL for an attached external endpoint (not started, so not timed); a started engine took some time.
+            Rule("deployments.startup_positive", E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0, strict_min=True)),
             Rule("deployments.hbm_within_gpu", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
         ],
         "load_runs": [
@@ -139,7 +182,9 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             # The counter is the figure of record; a trace that disagrees by > 2% is flagged (warn), not fatal:
             # 10 Hz instant-power samples alias under fast-changing load (seen on the H200 at 256 streams).
             Rule("load_runs.counter_vs_trace_2pct", E.ExpectColumnValuesToBeBetween(column="counter_trace_diff_pct", min_value=0, max_value=2.0), "warn", _window_checks),
+            # Achieved against requested load: open loop (poisson) by rate, closed loop by time-averaged concurrency.
             Rule("load_runs.achieved_rate_5pct", E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
+            Rule("load_runs.achieved_concurrency_5pct", E.ExpectColumnValuesToBeBetween(column="concurrency_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
         ],
         "requests": [
             *_not_null("requests", "run_id", "request_id", "load_point_id"), _source("requests"),
@@ -154,9 +199,11 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
         "gpu_samples": [
             *_not_null("gpu_samples", "run_id", "gpu_uuid", "t_ns"), _source("gpu_samples"),
             Rule("gpu_samples.power_nonnegative", E.ExpectColumnValuesToBeBetween(column="power_w", min_value=0)),
-            Rule("gpu_samples.power_within_limit", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="power_ceiling_w", column_B="power_w", or_equal=True, ignore_row_if="either_value_is_missing"), "error", _gpu_energy_deltas),
-            Rule("gpu_samples.energy_monotone", E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0), "error", _gpu_energy_deltas),
-            Rule("gpu_samples.no_gaps", E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999), "warn", _gpu_energy_deltas),
+            Rule("gpu_samples.power_within_limit", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="power_ceiling_w", column_B="power_w", or_equal=True, ignore_row_if="either_value_is_missing"), "error", _gpu_samples_prepare),
+            Rule("gpu_samples.energy_monotone", E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0), "error", _gpu_samples_prepare),
+            Rule("gpu_samples.no_gaps", E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999), "warn", _gpu_samples_prepare),
+            # NaN/Inf is a broken reading (a value not measured is NULL); the sample names the columns.
+            Rule("gpu_samples.no_nan", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", _gpu_samples_prepare),
             Rule("gpu_samples.hbm_within_total", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
         ],
         "server_metrics": [

@@ -167,11 +167,23 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
             columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols.items()) + "}"
             before = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
             if path.stat().st_size:
-                con.execute(
-                    f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id) FROM "
-                    f"read_json(?, format='newline_delimited', columns={columns_literal})",
-                    [run_id, str(path)],
-                )
+                try:
+                    con.execute(
+                        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id) FROM "
+                        f"read_json(?, format='newline_delimited', columns={columns_literal})",
+                        [run_id, str(path)],
+                    )
+                except duckdb.ConstraintException as exc:
+                    raise BundleError(
+                        f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
+                        "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
+                        "nothing was loaded"
+                    ) from None
+                except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+                    raise BundleError(
+                        f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
+                        f"(table {table}); nothing was loaded"
+                    ) from None
             after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
             counts[table] = after - before
         _derive_deployment_hbm(con, run_id)

@@ -17,7 +17,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, open_dagster_pipes
 
+    from resources.agent.cli import stop_on_sigterm
+
     if os.environ.get(DAGSTER_PIPES_CONTEXT_ENV_VAR):
+        stop_on_sigterm()  # a terminated Dagster run stops the engine and leaves a loadable bundle
         with open_dagster_pipes() as pipes:
             spec = pipes.get_extra("spec")
             out = run_spec(spec, log=pipes.log.info, report=pipes.report_custom_message)

@@ -8,6 +8,29 @@ import sys
 from pathlib import Path
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (Dagster terminating the run, a pod being deleted, `kill`) stops the agent the way Ctrl-C does:
+    the engine it started is stopped and the bundle is closed with complete=false. (SIGKILL cannot be caught;
+    the bundle is still loadable then, see docs/RELIABILITY.md.)"""
+    import signal
+
+    from resources.agent.runner import STOP
+
+    def _terminate(signum, frame):
+        first = not STOP.is_set()
+        STOP.set()
+        if first:
+            raise KeyboardInterrupt(f"terminated by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+
+def interrupted_message(out: str, exc: BaseException) -> str:
+    return (f"wattbench agent: interrupted ({exc or 'SIGINT'}); {out} keeps every load point finished before it "
+            f"(manifest complete=false); load it with `wattbench ingest {out}`, or run the spec again (the partial "
+            "attempt is kept under attempts/<n>/)")
+
+
 def _run(args: argparse.Namespace) -> int:
     from resources.agent.runner import run_spec
 
@@ -21,7 +44,12 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.out:
         spec["out"] = args.out
-    out = run_spec(spec, log=lambda m: print(m, file=sys.stderr, flush=True))
+    stop_on_sigterm()
+    try:
+        out = run_spec(spec, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except KeyboardInterrupt as exc:
+        print(interrupted_message(spec.get("out"), exc), file=sys.stderr, flush=True)
+        return 130
     print(out)
     return 0
 

@@ -31,6 +31,15 @@ from resources.telemetry import open_sampler
 
 Log = Callable[[str], None]
 
+# Set when the agent is asked to stop (SIGTERM, see cli.stop_on_sigterm). The signal also raises
+# KeyboardInterrupt at once; should a callback swallow that, the agent still stops at the next load point.
+STOP = threading.Event()
+
+
+def _check_stop(where: str) -> None:
+    if STOP.is_set():
+        raise KeyboardInterrupt(f"terminated (stop requested; seen before {where})")
+
 _PROM_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFaN]+)")
 
 
@@ -128,11 +137,15 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
             url = dep["url"].rstrip("/")
             if url.endswith("/v1"):
                 url = url[: -len("/v1")]
-            t0 = time.perf_counter_ns()
-            with httpx.Client(timeout=5.0) as client:
-                client.get(url + "/v1/models").raise_for_status()
+            try:
+                with httpx.Client(timeout=5.0) as client:
+                    client.get(url + "/v1/models").raise_for_status()
+            except httpx.HTTPError as exc:
+                what = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
+                        else f"{type(exc).__name__}: {exc}")
+                raise DeployError("unreachable", f"GET {url}/v1/models {what}; expected an OpenAI-compatible "
+                                                 "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
             row["startup_s"] = None  # attached, not started: startup not measured
-            _ = t0
         else:
             log_path = Path(writer.path) / "logs" / f"{deployment_id}.log"
             server = LocalProcess(
@@ -178,6 +191,7 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
             points = dep.get("load_points", [])
             for i, point in enumerate(points, 1):
                 lp_id = point["load_point_id"]
+                _check_stop(f"load point {lp_id}")
                 scraper.load_point_id = lp_id
                 log(f"[{deployment_id}] load point {i}/{len(points)}: {lp_id}")
                 if not adapter.accepts_ignore_eos and point["spec"].get("ignore_eos", True):
@@ -195,6 +209,10 @@ def run_deployment(dep: dict[str, Any], writer: BundleWriter, log: Log, report: 
         # What the sampler saw of the GPUs (real names, uuids, driver, its own cost) replaces the plan's words.
         row.update({k: v for k, v in sampler.deployment_columns().items() if v is not None})
         row["status"] = "healthy" if row.get("error_kind") is None else "failed"
+    except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT/SIGTERM: stop the engine, say so in the row, re-raise
+        row["error_kind"] = "interrupted"
+        row["error_text"] = f"agent interrupted ({exc or type(exc).__name__}) during deployment {deployment_id}"
+        raise
     finally:
         if server is not None:
             server.stop()
@@ -280,8 +298,13 @@ def run_spec(spec: dict[str, Any], log: Log = print, report: Callable[[dict], No
     out = Path(spec["out"])
     source = spec.get("source", "measured")
     with BundleWriter(out, run_id=spec["run_id"], source=source, plan=spec.get("plan_name")) as writer:
+        if writer.set_aside is not None:
+            log(f"{out}: held an earlier attempt of run {spec['run_id']}; kept it under {writer.set_aside} "
+                "(a loadable bundle) and starting afresh, so no row is written twice")
         for dep in spec["deployments"]:
+            _check_stop(f"deployment {dep.get('deployment_id')}")
             run_deployment(dep, writer, log, report)
+        _check_stop("closing the bundle")
     return out
 
 

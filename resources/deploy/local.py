@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,18 @@ class DeployError(RuntimeError):
 
 # Lines engines print when weights plus KV cache do not fit (vLLM, TensorRT-LLM, PyTorch, the emulator).
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "no available memory for the cache blocks", "insufficient memory")
+
+
+def _die_with_parent() -> None:
+    """In the engine's process, before exec: ask Linux to SIGTERM it when the agent dies (even by SIGKILL), so a
+    killed run leaves no server holding the GPU's memory. Elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -85,6 +98,7 @@ class LocalProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, **self.env},
             start_new_session=True,  # so stop() can signal the whole process group
+            preexec_fn=_die_with_parent,
         )
         log.close()
         return self
