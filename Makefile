@@ -7,7 +7,7 @@ PLAN   ?= plans/default.yaml
 export WATTBENCH_DB ?= data/wattbench.duckdb
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: run test ui bench install validate clean
+.PHONY: run test test-browser ui bench install validate clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "wattbench needs $(PYTHON) on PATH (or: make PYTHON=python3)"; exit 1; }
@@ -27,6 +27,10 @@ run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# the Dagster UI in headless Chromium (also part of `make test`); refreshes the screenshots in docs/img/
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -q -m browser tests/browser $(PYTEST_ARGS)
 
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

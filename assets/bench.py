@@ -15,7 +15,7 @@ import dagster as dg
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
+from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.plan import agent_spec
 from resources.bench_plan import BenchPlan
 from resources.warehouse import apply_schema, ingest_bundle
@@ -36,14 +36,18 @@ STAGE_TABLES = {
 
 def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
     rows = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-    meta: dict[str, Any] = {"run_id": run_id, "rows": dg.MetadataValue.int(rows)}
+    meta: dict[str, Any] = {"run_id": run_id, "rows": dg.MetadataValue.int(rows),
+                            "dagster/row_count": dg.MetadataValue.int(rows)}
     if table == "load_runs":
         figures = con.execute(
-            """SELECT sum(completed), sum(failed), min(window_s), sum(output_tokens_in_window), sum(energy_j)
+            """SELECT sum(completed), sum(failed), min(window_s), sum(output_tokens_in_window), sum(energy_j),
+                      max(window_s), sum(window_s)
                FROM load_runs WHERE run_id = ?""", [run_id]).fetchone()
         meta.update({
             "completed_requests": figures[0] or 0, "failed_requests": figures[1] or 0,
             "shortest_window_s": float(figures[2]) if figures[2] is not None else None,
+            "longest_window_s": float(figures[5]) if figures[5] is not None else None,
+            "total_window_s": float(figures[6]) if figures[6] is not None else None,
             "output_tokens_in_windows": int(figures[3] or 0),
             "energy_in_windows_j": float(figures[4]) if figures[4] is not None else None,
         })
@@ -53,16 +57,30 @@ def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
             "FROM deployments WHERE run_id = ?", [run_id]).fetchone()
         meta.update({"healthy": healthy, "failed": failed})
     elif table == "gpu_samples":
-        gpus, mean_w = con.execute(
-            "SELECT count(DISTINCT gpu_uuid), avg(power_w) FROM gpu_samples WHERE run_id = ?", [run_id]).fetchone()
-        meta.update({"gpus": gpus, "mean_power_w_per_gpu": float(mean_w) if mean_w is not None else None})
+        gpus, mean_w, peak_w, span_ns = con.execute(
+            "SELECT count(DISTINCT gpu_uuid), avg(power_w), max(power_w), max(t_ns) - min(t_ns) FROM gpu_samples "
+            "WHERE run_id = ?", [run_id]).fetchone()
+        meta.update({"gpus": gpus, "mean_power_w_per_gpu": float(mean_w) if mean_w is not None else None,
+                     "peak_power_w_per_gpu": float(peak_w) if peak_w is not None else None,
+                     "sampled_s": float(span_ns) / 1e9 if span_ns is not None else None})
+    elif table == "requests":
+        ok, errors, p50 = con.execute(
+            "SELECT count(*) FILTER (WHERE error_kind IS NULL), count(*) FILTER (WHERE error_kind IS NOT NULL), "
+            "quantile_cont(ttft_ms, 0.5) FILTER (WHERE in_window AND error_kind IS NULL) FROM requests "
+            "WHERE run_id = ?", [run_id]).fetchone()
+        meta.update({"ok_requests": ok, "error_requests": errors,
+                     "ttft_p50_ms_in_windows": float(p50) if p50 is not None else None})
+    elif table == "server_metrics":
+        n_metrics = con.execute("SELECT count(DISTINCT metric) FROM server_metrics WHERE run_id = ?",
+                                [run_id]).fetchone()[0]
+        meta["distinct_metrics"] = n_metrics
     return {k: v for k, v in meta.items() if v is not None}
 
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec(name, deps=[dep], description=desc, owners=OWNERS, kinds={"python", "duckdb"},
-                     group_name=GROUP, skippable=True)
+        dg.AssetSpec(name, deps=[dep], description=desc, owners=OWNERS, kinds=GPU_KINDS,
+                     group_name=GROUP, skippable=True, partitions_def=BENCH_PARTITIONS)
         for name, (dep, desc) in STAGE_TABLES.items()
     ],
     pool=WRITER_POOL,
@@ -71,7 +89,7 @@ def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
 def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
           pipes_subprocess_client: dg.PipesSubprocessClient):
     """Run the bench agent over every deployment and load point of the plan, then ingest its bundle."""
-    bench_plan, _ = plan.load()
+    bench_plan, _ = plan.load(partition_key_of(context))
     run_id = run_id_of(context)
     out = plan.run_dir(run_id) / "bundle"
     headlines: list[dict[str, Any]] = []
@@ -96,7 +114,7 @@ def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBReso
         counts = ingest_bundle(con, out, run_id=run_id)
         context.log.info(f"ingested {out}: " + ", ".join(f"{t}={n}" for t, n in counts.items()))
         for table in STAGE_TABLES:
-            meta = _stage_metadata(con, table, run_id)
+            meta = {**_stage_metadata(con, table, run_id), **partition_metadata(context)}
             meta["bundle"] = dg.MetadataValue.path(str(out))
             if table == "load_runs" and headlines:
                 md = ["| load point | output tok/s | TTFT p50 ms | energy J | tok/J |", "|---|---|---|---|---|"]

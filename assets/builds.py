@@ -10,7 +10,7 @@ import dagster as dg
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
+from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.bench_plan import BenchPlan
 from resources.engines.base import adapter_for
 from resources.warehouse import apply_schema, replace_rows
@@ -19,15 +19,18 @@ from resources.warehouse import apply_schema, replace_rows
 @dg.asset(
     group_name=GROUP,
     owners=OWNERS,
-    kinds={"python", "duckdb"},
+    kinds=GPU_KINDS,
     pool=WRITER_POOL,
     code_version="1",
+    partitions_def=BENCH_PARTITIONS,
 )
 def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
     engines; the resolved config and 'no build' for engines that load checkpoints directly. Also opens the
     run's row in `runs` with the plan, prices and SLO."""
-    bench_plan, plan_sha = plan.load()
+    partition = partition_key_of(context)
+    bench_plan, plan_sha = plan.load(partition)
+    plan_file = plan.plan_path(partition).resolve()
     run_id = run_id_of(context)
     workdir = plan.run_dir(run_id) / "builds"
     rows = []
@@ -48,7 +51,7 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     with warehouse.get_connection() as con:
         apply_schema(con)
         replace_rows(con, "runs", [{
-            "run_id": run_id, "source": source, "plan_name": bench_plan.name, "plan_path": str(Path(plan.path).resolve()),
+            "run_id": run_id, "source": source, "plan_name": bench_plan.name, "plan_path": str(plan_file),
             "plan_sha256": plan_sha, "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
             "host": socket.gethostname(), "wattbench_version": "0.1.0",
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
@@ -62,7 +65,14 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
         + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "
            f"{(r['artifact_sha256'] or '')[:12]} |" for r in rows]
     )
+    build_s = [r["build_s"] for r in rows if isinstance(r["build_s"], (int, float))]
     return dg.MaterializeResult(metadata={
-        "run_id": run_id, "source": source, "rows": len(rows), "builds": dg.MetadataValue.md(table),
-        "plan": dg.MetadataValue.path(str(Path(plan.path).resolve())),
+        "run_id": run_id, "source": source, **partition_metadata(context), "plan_name": bench_plan.name,
+        "model_id": bench_plan.model, "dagster/row_count": dg.MetadataValue.int(len(rows)),
+        "rows": len(rows),
+        "built_or_cached": dg.MetadataValue.int(sum(r["status"] in ("built", "cached") for r in rows)),
+        "failed": dg.MetadataValue.int(sum(r["status"] == "failed" for r in rows)),
+        "total_build_s": dg.MetadataValue.float(float(sum(build_s))),
+        "builds": dg.MetadataValue.md(table),
+        "plan": dg.MetadataValue.path(str(plan_file)),
     })

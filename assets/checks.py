@@ -10,9 +10,9 @@ import dagster as dg
 from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import WRITER_POOL, run_id_of
+from assets.common import WRITER_POOL, partition_key_of, run_id_of
 from resources.bench_plan import BenchPlan
-from resources.validation import outcome_rows, validate_table
+from resources.validation import outcome_rows, table_frame, validate_table
 from resources.warehouse import apply_schema
 
 # asset -> tables its suite covers
@@ -37,13 +37,13 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures block the reports.",
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
-        bench_plan, _ = plan.load()
+        bench_plan, _ = plan.load(partition_key_of(context))
         run_id = run_id_of(context)
         pv = bench_plan.validation.model_dump()
         results = []
         with warehouse.get_connection() as con:
             for table in tables:
-                df = con.execute(f"SELECT * FROM {table} WHERE run_id = ?", [run_id]).df()
+                df = table_frame(con, table, run_id)  # keeps NaN apart from NULL for the no-NaN rules
                 if table == "server_metrics" and df.empty:
                     continue  # engines without /metrics (e.g. transformers serve) have none; nothing to judge
                 results.append(validate_table(table, df, pv, sample_period_s=1.0 / bench_plan.sampler_hz))

@@ -1,11 +1,18 @@
-"""What every stage asset shares: owners, the writer pool, and the run id the warehouse keys rows by."""
+"""What every stage asset shares: owners, the writer pool, partitions, and the run id the warehouse keys rows by."""
+
+from typing import Any
 
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
+
+from assets.partitions import BENCH_PARTITIONS  # noqa: F401  (re-exported: every asset is partitioned alike)
 
 OWNERS = ["team:wattbench"]
 # DuckDB allows one writing process: every asset that writes the warehouse runs in this pool (limit 1).
 WRITER_POOL = "duckdb_writer"
 GROUP = "wattbench"
+# The bench agent and the engine builds run on the GPU node: a Kubernetes pod (dagster-k8s Pipes) on a cluster.
+GPU_KINDS = {"python", "duckdb", "kubernetes"}
+TABLE_KINDS = {"python", "duckdb"}
 
 
 def run_id_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> str:
@@ -13,3 +20,17 @@ def run_id_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> st
     if isinstance(context, AssetCheckExecutionContext):
         return context.op_execution_context.run_id
     return context.run_id
+
+
+def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> Any:
+    """The run's (model, scenario) partition key, or None when the asset runs unpartitioned (invoked directly)."""
+    ctx = context.op_execution_context if isinstance(context, AssetCheckExecutionContext) else context
+    return ctx.partition_key if ctx.has_partition_key else None
+
+
+def partition_metadata(context: AssetExecutionContext | AssetCheckExecutionContext) -> dict[str, str]:
+    key = partition_key_of(context)
+    if key is None:
+        return {}
+    dims = getattr(key, "keys_by_dimension", None) or dict(zip(("model", "scenario"), str(key).split("|", 1)))
+    return {"model": dims["model"], "scenario": dims["scenario"]}

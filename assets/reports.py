@@ -14,7 +14,8 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
-from assets.common import GROUP, OWNERS, WRITER_POOL, run_id_of
+from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of,
+                           partition_metadata, run_id_of)
 from resources.bench_plan import BenchPlan
 from resources import reporting
 from resources.warehouse import run_sql
@@ -68,7 +69,8 @@ def _source(con, run_id: str) -> str:
     return row[0] if row else "unknown"
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
+          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
 def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Per load point: output tokens/s, requests/s, goodput at the SLO, TTFT/TPOT/ITL/E2E percentiles, J per
     token and tokens per joule, mean and peak W per GPU, peak HBM, share of time power- or thermally-capped,
@@ -82,7 +84,8 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     full = frames["points"]
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
-        "run_id": run_id, "source": source, "load_points": len(table),
+        "run_id": run_id, "source": source, **partition_metadata(context), "load_points": len(table),
+        "dagster/row_count": dg.MetadataValue.int(len(table)),
         "load_points_meeting_slo": int(full["meets_slo_p99"].fillna(False).sum()) if not full.empty else 0,
         "table": dg.MetadataValue.md(reporting.markdown_table(table)),
         "plots": dg.MetadataValue.md("\n\n".join(reporting.md_image(p, n) for n, p in plots.items())),
@@ -101,7 +104,8 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
+          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
 def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """The head-to-head table the seed article announces and leaves empty: rows are capabilities and measured
     figures (engine and version, peak tokens/s, goodput, tokens per joule and $ per 1M tokens at the SLO, p99
@@ -113,7 +117,8 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     table = reporting.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
     meta: dict[str, Any] = {
-        "run_id": run_id,
+        "run_id": run_id, **partition_metadata(context),
+        "dagster/row_count": dg.MetadataValue.int(len(table)),
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(table, index=True)),
         "cell_origins": dg.MetadataValue.md(reporting.markdown_table(origin)),
     }
@@ -142,19 +147,20 @@ def _profile_text(params: dict[str, Any]) -> str:
             f"{params['burst_hours_per_day']:g} h/day, {lengths}{elastic}")
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES)
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
+          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
 def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Capacity plan for the plan's traffic profile (`capacity:`) at its SLO: the fewest GPUs per engine config
     and their monthly cost (sql/capacity_plan.sql), and the seed article's hybrid topology (steady baseline on
     one engine's pool, bursts on another's elastic pool) against each engine alone (sql/hybrid_plan.sql).
     NULL with a reason where no load point meets the SLO; the assumptions are listed with the tables."""
-    bench_plan, _ = plan.load()
+    bench_plan, _ = plan.load(partition_key_of(context))
     run_id = run_id_of(context)
     params = reporting.capacity_params(bench_plan.capacity)
     with warehouse.get_connection() as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
         source = _source(con, run_id)
-    meta: dict[str, Any] = {"run_id": run_id, "source": source}
+    meta: dict[str, Any] = {"run_id": run_id, "source": source, **partition_metadata(context)}
     if params is None:
         meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
         return dg.MaterializeResult(metadata=meta)
@@ -191,7 +197,7 @@ def _topology_note(topologies: pd.DataFrame) -> str | None:
 
 
 @dg.asset(
-    group_name=GROUP, owners=OWNERS, kinds={"duckdb", "python"}, deps=STAGES,
+    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL,
     check_specs=[dg.AssetCheckSpec("no_regressions", asset="regressions", blocking=False,
                                    description="WARN when a load point moved beyond its noise band in the worse "
                                                "direction against the previous run of the same point.")],
@@ -210,7 +216,8 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     compared = int((table["flag"] != "no baseline").sum()) if not table.empty else 0
     n_reg = int(counts.get("REGRESSION", 0))
     meta: dict[str, Any] = {
-        "run_id": run_id,
+        "run_id": run_id, **partition_metadata(context),
+        "dagster/row_count": dg.MetadataValue.int(len(table)),
         "rule": ("change = (this - previous) / |previous|; band = max(3 x robust relative stdev (1.4826 x MAD / "
                  "|median|) over earlier runs of the point, 5%)"),
         "regressions": dg.MetadataValue.int(n_reg),
@@ -265,14 +272,14 @@ def _html_sections(long: pd.DataFrame, table: pd.DataFrame, params: dict[str, An
     return sections
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python", "html"},
+@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python", "duckdb", "html"}, partitions_def=BENCH_PARTITIONS,
           deps=[load_point_report, head_to_head, capacity_plan, regressions], pool=WRITER_POOL)
 def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """A self-contained HTML report (opens offline: inline CSS, PNGs as data URIs, no script): the head-to-head
     table, the capacity plan and hybrid topology, regressions against the previous run, the pictures and every
     load point, marked EMULATED at the top when the emulator produced the numbers. Closes the run's row in
     `runs`."""
-    bench_plan, _ = plan.load()
+    bench_plan, _ = plan.load(partition_key_of(context))
     run_id = run_id_of(context)
     params = reporting.capacity_params(bench_plan.capacity)
     with warehouse.get_connection() as con:
@@ -289,17 +296,27 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies))
     full = frames["points"]
     min_window = float(full["window_s"].min()) if not full.empty else None
-    notes = reporting.summarize_notes(source, f"{bench_plan.name} ({plan.path})", bench_plan.prices.label, min_window)
+    notes = reporting.summarize_notes(source, f"{bench_plan.name} ({plan.plan_path(partition_key_of(context))})", bench_plan.prices.label, min_window)
     path = reporting.write_html(
         plan.run_dir(run_id) / "report.html", f"wattbench: {bench_plan.name}", source, run_id,
         _html_sections(long, table, params, per_config, topologies, regress, run_id), plots, notes,
     )
     context.log.info(f"HTML report: {path}")
-    return dg.MaterializeResult(metadata={
-        "run_id": run_id, "source": source, "path": dg.MetadataValue.path(str(path)),
+    meta: dict[str, Any] = {
+        "run_id": run_id, "source": source, **partition_metadata(context), "path": dg.MetadataValue.path(str(path)),
         "pictures": dg.MetadataValue.int(len(plots)),
+        "load_points": dg.MetadataValue.int(len(table)),
+        "head_to_head": dg.MetadataValue.md(reporting.markdown_table(reporting.pivot_head_to_head(long), index=True)),
         "power_trace": dg.MetadataValue.md(reporting.md_image(plots["power trace"], "power trace")),
-    })
+        "throughput_vs_latency": dg.MetadataValue.md(
+            reporting.md_image(plots["throughput vs latency"], "throughput vs latency")),
+    }
+    if min_window is not None:
+        meta["shortest_window_s"] = dg.MetadataValue.float(min_window)
+    if not full.empty:
+        _floats(meta, {"peak_output_tok_s": full["output_tok_s"].max(),
+                       "best_output_tokens_per_j": full["output_tokens_per_j"].max()})
+    return dg.MaterializeResult(metadata=meta)
 
 
 # What pipelines/definitions.py wires in: ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]

@@ -50,21 +50,36 @@ def _run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         return _fail(str(exc))
     db = Path(args.db or os.environ.get("WATTBENCH_DB", "data/wattbench.duckdb")).resolve()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    plan_file = Path(args.plan).resolve()
+    from resources.bench_plan import scenario_key_for, scenario_plans
+
+    if scenario_plans().get(scenario_key_for(plan_file)) != plan_file:
+        # a plan outside plans/ (or shadowing one): its stem becomes a scenario partition of the code location
+        os.environ["WATTBENCH_PLAN"] = str(plan_file)
     import dagster as dg
 
     from pipelines.definitions import ALL_ASSETS, make_resources
+    from pipelines.partitions import MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, ensure_models, partition_for_plan
     from assets.checks import stage_checks
     from resources.warehouse import connect
 
     instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    try:
+        partition = partition_for_plan(plan, plan_file)
+    except PlanError as exc:
+        return _fail(str(exc))
+    ensure_models(instance, [partition.keys_by_dimension["model"]])
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
-    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); warehouse {db}",
-          file=sys.stderr)
+    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); "
+          f"partition {partition}; warehouse {db}", file=sys.stderr)
     started = time.monotonic()
     result = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(Path(args.plan).resolve())),
+        resources=make_resources(db_path=str(db), plan_path=str(plan_file)),
         instance=instance,
+        partition_key=partition,
+        tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli"},
         raise_on_error=False,
         run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
     )
@@ -80,6 +95,11 @@ def _run(args: argparse.Namespace) -> int:
         print(head_to_head_text(con, run_id))
     report = Path(make_resources(plan_path=args.plan)["plan"].output_dir) / run_id / "report.html"
     print()
+    for event in result.get_step_failure_events():
+        error = event.event_specific_data.error if event.event_specific_data else None
+        cause = (error.cause or error) if error else None
+        message = (cause.message.strip().splitlines() or [""])[-1] if cause else ""
+        print(f"Step {event.step_key} failed: {message}")
     if failed_checks:
         print(f"Validation failed ({', '.join(failed_checks)}): reports for this run were not produced. "
               f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")

@@ -218,3 +218,13 @@ CREATE TABLE IF NOT EXISTS validation_results (
     sample          JSON,
     checked_at      TIMESTAMP DEFAULT current_timestamp
 );
+
+-- One row per failed Dagster run, written by the run-failure sensor `record_failed_runs` (pipelines/sensors.py).
+CREATE TABLE IF NOT EXISTS failed_runs (
+    run_id          VARCHAR PRIMARY KEY,
+    source          VARCHAR,                -- emulated | measured, from the run's row in runs; NULL if it had none
+    job_name        VARCHAR NOT NULL,
+    partition_key   VARCHAR,                -- model|scenario of a partitioned run
+    failed_at       TIMESTAMP NOT NULL,     -- UTC
+    error           VARCHAR                 -- the run's failure message and each failed step's error
+);

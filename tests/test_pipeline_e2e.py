@@ -10,11 +10,28 @@ import pytest
 
 from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
+from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect, run_sql
 
 pytestmark = pytest.mark.slow
 
 SMOKE_PLAN = Path(__file__).parent / "data" / "smoke_plan.yaml"
+# Assets are partitioned by (model, scenario). The plan resource's own file stands for the scenario of its stem,
+# so the smoke plan copied to default.yaml runs as the partition (its model, "default").
+SMOKE_PARTITION = bench_partition("llama-3.1-8b", "default")
+
+
+def _instance() -> dg.DagsterInstance:
+    instance = dg.DagsterInstance.ephemeral()
+    ensure_models(instance, ["llama-3.1-8b"])
+    return instance
+
+
+def _smoke_as_default(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "default.yaml"
+    shutil.copy(SMOKE_PLAN, path)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +40,10 @@ def smoke_run(tmp_path_factory):
     db = tmp / "w.duckdb"
     result = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(SMOKE_PLAN), output_dir=str(tmp / "runs")),
-        instance=dg.DagsterInstance.ephemeral(),
+        resources=make_resources(db_path=str(db), plan_path=str(_smoke_as_default(tmp / "plan")),
+                                 output_dir=str(tmp / "runs")),
+        instance=_instance(),
+        partition_key=SMOKE_PARTITION,
         raise_on_error=False,
     )
     return result, db, tmp
@@ -111,9 +130,11 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     db = tmp_path / "bad.duckdb"
     bad = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(SMOKE_PLAN), output_dir=str(tmp_path / "runs"),
+        resources=make_resources(db_path=str(db), plan_path=str(_smoke_as_default(tmp_path / "plan")),
+                                 output_dir=str(tmp_path / "runs"),
                                  replay_bundle=str(bundle)),
-        instance=dg.DagsterInstance.ephemeral(),
+        instance=_instance(),
+        partition_key=SMOKE_PARTITION,
         raise_on_error=False,
     )
     materialized = {e.asset_key.to_user_string() for e in bad.get_asset_materialization_events()}

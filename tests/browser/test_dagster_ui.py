@@ -1,0 +1,195 @@
+"""The Dagster UI in a real browser: `dagster dev` on a loopback port over this code location, opened in Debian's
+headless Chromium through Playwright. Finds every stage on the asset graph, launches a materialization of the plan
+through the UI's "Materialize all" dialog (picking the (model, scenario) partition), waits for the run to succeed,
+and checks that the report's tables and pictures show on the html_report and head_to_head asset pages.
+Screenshots go to docs/img/ (ui-asset-graph.png, ui-run-success.png, ui-asset-report.png).
+
+The plan is the small tests/data/smoke_plan.yaml (WATTBENCH_PLAN), so its stem `smoke_plan` is a scenario of the
+served code location and the run takes well under a minute. Skips (with the reason) without /usr/bin/chromium or
+Playwright; `.ci/run` installs chromium. Never runs `playwright install`: the browser is the system's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(420)]
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("WATTBENCH_CHROMIUM", "/usr/bin/chromium"))
+SHOTS = REPO / "docs" / "img"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+STAGES = ["engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "server_metrics",
+          "load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"]
+MODEL, SCENARIO = "llama-3.1-8b", "smoke_plan"
+PARTITION = f"{MODEL}|{SCENARIO}"
+
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[dev]')")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _graphql(url: str, query: str, variables: dict | None = None) -> dict:
+    r = httpx.post(f"{url}/graphql", json={"query": query, "variables": variables or {}}, timeout=30)
+    r.raise_for_status()
+    body = r.json()
+    assert "errors" not in body, body["errors"]
+    return body["data"]
+
+
+RUNS = """query($partition: String!) { runsOrError(filter: {tags: [{key: "dagster/partition", value: $partition}]}) {
+  ... on Runs { results { runId status } } } }"""
+
+
+@pytest.fixture(scope="module")
+def webserver(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ui")
+    home = tmp / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "WATTBENCH_DB": str(tmp / "wattbench.duckdb"),
+           "WATTBENCH_RUNS_DIR": str(tmp / "runs"), "WATTBENCH_PLAN": str(REPO / "tests" / "data" / "smoke_plan.yaml"),
+           "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    # the model partition exists before the UI opens (wattbench run, the sensor or the UI's "Add partition" add it)
+    subprocess.run([sys.executable, "-c", "import dagster as dg; "
+                    f"dg.DagsterInstance.get().add_dynamic_partitions('models', [{MODEL!r}])"],
+                   cwd=REPO, env=env, check=True, timeout=120)
+    port = _free_port()
+    log = (tmp / "dagster-dev.log").open("w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h",
+                             "127.0.0.1", "-p", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 150
+        while True:
+            assert proc.poll() is None, f"dagster dev exited: {(tmp / 'dagster-dev.log').read_text()[-3000:]}"
+            try:
+                data = _graphql(url, "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                                     "locationOrLoadError { __typename } } } } }")
+                entries = data["workspaceOrError"]["locationEntries"]
+                if entries and all(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] ==
+                                   "RepositoryLocation" for e in entries):
+                    break
+                if any(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "PythonError"
+                       for e in entries):
+                    pytest.fail(f"code location failed to load: {entries}")
+            except (httpx.HTTPError, KeyError, TypeError):
+                pass
+            assert time.monotonic() < deadline, "dagster dev did not serve the code location within 150 s"
+            time.sleep(1.0)
+        yield url, tmp
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # dagster dev and the daemon/webserver/code server it started
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _dismiss_onboarding(page) -> None:
+    page.wait_for_timeout(1500)
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count():
+        skip.first.click()
+
+
+def _pick(page, value: str, index: int) -> None:
+    """Open the index-th partition picker of the launch dialog and tick `value`."""
+    page.get_by_text("Select a partition or create one").first.click()
+    page.get_by_placeholder("Filter partitions").fill(value)
+    page.get_by_text(value, exact=True).filter(visible=True).first.click()
+    page.keyboard.press("Escape")
+
+
+def test_ui_graph_materialize_and_report(webserver, browser):
+    url, tmp = webserver
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.set_default_timeout(30_000)
+
+    # 1. the asset graph shows every stage
+    page.goto(f"{url}/asset-groups", wait_until="networkidle")
+    _dismiss_onboarding(page)
+    graph = page.locator("[data-testid='asset-graph'], .react-flow, svg").first
+    for name in STAGES:
+        page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "ui-asset-graph.png"))
+    assert graph.count()
+
+    # 2. launch the materialization from the UI: Materialize all -> pick (model, scenario) -> Launch 1 run
+    page.get_by_role("button", name="Materialize all…").click()
+    page.get_by_text("Launch runs to materialize").wait_for()
+    _pick(page, MODEL, 0)
+    _pick(page, SCENARIO, 1)
+    page.get_by_role("button", name="Launch 1 run").click()
+    page.get_by_text("Launched run").wait_for()
+
+    # 3. wait for success (GraphQL: the same API the UI reads), then show the run page
+    deadline = time.monotonic() + 240
+    run = None
+    while time.monotonic() < deadline:
+        runs = _graphql(url, RUNS, {"partition": PARTITION})["runsOrError"]["results"]
+        run = runs[0] if runs else None
+        if run and run["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(2)
+    assert run is not None, "the UI launched no run for the partition"
+    assert run["status"] == "SUCCESS", f"run {run['runId']} ended {run['status']}: see {tmp / 'dagster-dev.log'}"
+    page.goto(f"{url}/runs/{run['runId']}", wait_until="networkidle")
+    page.get_by_text("Success", exact=True).filter(visible=True).first.wait_for()
+    page.wait_for_timeout(1500)
+    page.screenshot(path=str(SHOTS / "ui-run-success.png"))
+
+    # 4. the report's table and plots on the asset page of the partition (metadata of its latest materialization)
+    partition = quote(PARTITION, safe="")
+    page.goto(f"{url}/assets/html_report?view=partitions&partition={partition}", wait_until="networkidle")
+    page.get_by_text("Latest materialization").filter(visible=True).first.wait_for()
+    for key in ("run_id", "peak_output_tok_s", "best_output_tokens_per_j", "head_to_head", "power_trace"):
+        page.locator("tr", has_text=key).filter(visible=True).first.wait_for()
+    page.locator("tr", has_text="head_to_head").get_by_text("[Show Markdown]").click()
+    page.get_by_text("peak output throughput (tok/s)").filter(visible=True).first.wait_for()
+    page.get_by_text("tokens per joule at SLO (best) (tok/J)").filter(visible=True).first.wait_for()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "ui-asset-head-to-head.png"))
+    page.get_by_role("button", name="Close").click()
+    page.locator("tr", has_text="power_trace").get_by_text("[Show Markdown]").click()
+    plot = page.locator("img[src^='data:image/png;base64,']").filter(visible=True)
+    plot.first.wait_for()
+    assert page.evaluate("img => img.naturalWidth", plot.first.element_handle()) > 100  # the PNG decoded
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "ui-asset-report.png"))
