@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import zlib
 import time
 import traceback
 from dataclasses import asdict
@@ -243,7 +244,12 @@ def run_load_point(point: dict[str, Any], url: str, model: str, deployment_id: s
                    writer: BundleWriter, log: Log, report: Callable[[dict], None],
                    crosscheck: CrossCheck | None = None) -> dict[str, Any]:
     lp_id = point["load_point_id"]
-    spec = LoadSpec.from_dict({**point["spec"], "url": url, "model": model, "load_point_id": lp_id})
+    # Each load point gets its own prompts and arrivals unless the plan pins a seed: repeating the same prompts
+    # across points would let prefix caching serve later points from cache and flatter them. The seed comes from
+    # the workload and point, not the engine, so every engine of a plan sees the very same requests.
+    point_key = point.get("workload", "") + ":" + lp_id.rsplit(":", 1)[-1]
+    seed = point["spec"].get("seed", zlib.crc32(point_key.encode()) & 0x7FFFFFFF)
+    spec = LoadSpec.from_dict({**point["spec"], "url": url, "model": model, "load_point_id": lp_id, "seed": seed})
     window: dict[str, Any] = {}
     ids = {"deployment_id": deployment_id, "load_point_id": lp_id, "source": source}
     lr: dict[str, Any] = {**ids, "workload": point["workload"], "shape": spec.shape, "status": "failed"}

@@ -38,6 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--shared-prefix-tokens", type=int, default=0)
     p.add_argument("--tokenizer", help="tokenizer.json path or HF name (optional)")
     p.add_argument("--warmup", type=float, default=0.0, help="seconds of warm-up before the window")
+    p.add_argument("--ramp", type=float, default=0.0,
+                   help="--concurrency: start the streams evenly over this many seconds (keep it within --warmup)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds of steady-state window (0 with --trace: whole trace)")
     p.add_argument("--max-requests", type=int)
     p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, s")
@@ -60,7 +62,7 @@ def _spec(a, **over) -> LoadSpec:
         k, _, v = h.partition(":")
         headers[k.strip()] = v.strip()
     d = dict(url=a.url, model=a.model, api=a.api, input_tokens=a.input_tokens, output_tokens=a.output_tokens,
-             warmup_s=a.warmup, duration_s=a.duration, max_requests=a.max_requests, timeout_s=a.timeout,
+             warmup_s=a.warmup, ramp_s=a.ramp, duration_s=a.duration, max_requests=a.max_requests, timeout_s=a.timeout,
              seed=a.seed, ignore_eos=not a.no_ignore_eos, extra_body=json.loads(a.extra_body) if a.extra_body else {},
              headers=headers, transport=a.transport, dataset_path=a.dataset, shared_prefix_tokens=a.shared_prefix_tokens,
              tokenizer=a.tokenizer, load_point_id=a.load_point_id, burstiness=a.burstiness,

@@ -285,6 +285,12 @@ async def _main(ctx: dict) -> dict:
 
     async def stream(k: int) -> None:
         scheduled = t0
+        if spec.ramp_s > 0 and spec.concurrency:
+            # stream k of this worker is stream k*nw+wk overall: starts spread evenly over ramp_s
+            scheduled = t0 + int(spec.ramp_s * 1e9 * (k * nw + wk) / spec.concurrency)
+            delay = (scheduled - _perf_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
         wait_s = [0.0]
 
         def on_status(status: int, retry_after: float | None) -> None:

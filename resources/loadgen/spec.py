@@ -37,6 +37,8 @@ class LoadSpec:
     num_prefixes: int = 1                          # number of distinct shared prefixes (requests assigned round robin)
     tokenizer: str | None = None                   # tokenizer.json path or HF name (optional; exact lengths + token counts)
     warmup_s: float = 0.0
+    ramp_s: float = 0.0                            # concurrency: start the streams evenly over this many seconds
+                                                   # (desynchronises closed-loop waves; keep it within warmup_s)
     duration_s: float = 10.0
     max_requests: int | None = None                # stop sending after this many requests
     seed: int = 0
@@ -93,6 +95,8 @@ class LoadSpec:
             raise LoadSpecError("input_tokens and output_tokens must be >= 1")
         if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens >= max(self.input_tokens, 1) and self.shared_prefix_tokens:
             raise LoadSpecError("shared_prefix_tokens must be >= 0 and < input_tokens")
+        if self.ramp_s is None or self.ramp_s < 0:
+            raise LoadSpecError("ramp_s must be >= 0")
         if self.warmup_s < 0 or self.duration_s is None or self.duration_s < 0:
             raise LoadSpecError("warmup_s and duration_s must be >= 0")
         if self.duration_s == 0 and self.shape != "trace" and not self.max_requests:
