@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster import AssetCheckExecutionContext, AssetExecutionContext
+from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of

@@ -3,11 +3,10 @@
 
 import socket
 from datetime import datetime, timezone
-from pathlib import Path
 import time
 
 import dagster as dg
-from dagster import AssetCheckExecutionContext, AssetExecutionContext
+from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of

@@ -6,7 +6,6 @@ load point's headline figures as a custom message.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from resources.agent.runner import run_spec

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
-from resources.engines.base import BuildResult, EngineAdapter, EngineConfig
+from resources.engines.base import EngineConfig
+from resources.engines.checkpoint import CheckpointEngineAdapter
 from resources.engines.options import Flag, OptionError, normalise, to_flags
-from resources.engines.vllm import parse_phases
 
 FOLLOWS = "0.5"
 
@@ -64,7 +63,8 @@ _PHASES = (
 )
 
 
-class SglangAdapter(EngineAdapter):
+class SglangAdapter(CheckpointEngineAdapter):
+    phases = _PHASES
     name = "sglang"
     follows_version = FOLLOWS
     health_path = "/health"
@@ -107,18 +107,5 @@ class SglangAdapter(EngineAdapter):
         opts.pop("python", None)
         return {**base, **opts, "enable_metrics": True}
 
-    def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
-        resolved = self.resolved_config(cfg)
-        if "config_error" in resolved:
-            return BuildResult(status="failed", error_kind="config_error", error_text=resolved["config_error"],
-                               engine_version=FOLLOWS, resolved_config=resolved)
-        return BuildResult(status="no_build", engine_version=FOLLOWS, resolved_config=resolved)
 
-    def served_model_name(self, cfg: EngineConfig) -> str:
-        opts = {str(k).replace("-", "_"): v for k, v in cfg.options.items()}
-        return str(opts.get("served_model_name") or cfg.model)
 
-    @staticmethod
-    def startup_phases(log_text: str) -> dict[str, float]:
-        """Seconds spent loading weights and capturing CUDA graphs, from SGLang's log."""
-        return parse_phases(log_text, _PHASES)

@@ -24,10 +24,10 @@ Agent-side code: stdlib only.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from resources.engines.base import BuildResult, EngineAdapter, EngineConfig
+from resources.engines.base import EngineConfig
+from resources.engines.checkpoint import CheckpointEngineAdapter
 from resources.engines.options import Flag, OptionError, normalise, to_flags
 
 FOLLOWS = "0.10.1.1"
@@ -67,18 +67,10 @@ _PHASES = (
 )
 
 
-def parse_phases(text: str, patterns) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, pattern in patterns:
-        if key in out:
-            continue
-        m = pattern.search(text)
-        if m:
-            out[key] = float(m.group(1))
-    return out
 
 
-class VllmAdapter(EngineAdapter):
+class VllmAdapter(CheckpointEngineAdapter):
+    phases = _PHASES
     name = "vllm"
     follows_version = FOLLOWS
     health_path = "/health"
@@ -116,18 +108,5 @@ class VllmAdapter(EngineAdapter):
             return {**base, **cfg.options, "config_error": str(exc)}
         return {**base, **opts, "command": self.serve_command(cfg, "HOST", 0)[:3] + to_flags(opts, OPTIONS)}
 
-    def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
-        resolved = self.resolved_config(cfg)
-        if "config_error" in resolved:
-            return BuildResult(status="failed", error_kind="config_error", error_text=resolved["config_error"],
-                               engine_version=FOLLOWS, resolved_config=resolved)
-        return BuildResult(status="no_build", engine_version=FOLLOWS, resolved_config=resolved)
 
-    def served_model_name(self, cfg: EngineConfig) -> str:
-        opts = {str(k).replace("-", "_"): v for k, v in cfg.options.items()}
-        return str(opts.get("served_model_name") or cfg.model)
 
-    @staticmethod
-    def startup_phases(log_text: str) -> dict[str, float]:
-        """Seconds spent loading weights, capturing CUDA graphs and initialising the engine, from vLLM's log."""
-        return parse_phases(log_text, _PHASES)

@@ -329,7 +329,6 @@ async def _main(ctx: dict) -> dict:
                 t.add_done_callback(lambda _t: cap.release())
 
     async def show_progress() -> None:
-        total = (send_end - t0) / 1e9
         while True:
             now = _perf_ns()
             ctx["progress"].show((now - t0) / 1e9, sink, state["inflight"],

@@ -12,7 +12,6 @@ trtllm-like (TensorRT-LLM in-flight batching, GUARANTEED_NO_EVICT): a sequence i
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict, deque
 from typing import Any, Callable
 

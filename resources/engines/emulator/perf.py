@@ -14,7 +14,6 @@ Pure Python, no dependencies: the server and simulate() share it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from resources.engines.emulator.specs import GPUSpec, ModelSpec, PrecisionSpec

@@ -9,7 +9,6 @@ import asyncio
 import bisect
 import json
 import math
-import os
 import signal
 import sys
 import time
