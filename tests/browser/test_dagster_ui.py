@@ -130,9 +130,11 @@ def _dismiss_onboarding(page) -> None:
 def _pick(page, value: str, index: int) -> None:
     """Open the index-th partition picker of the launch dialog and tick `value`."""
     page.get_by_text("Select a partition or create one").first.click()
-    page.get_by_placeholder("Filter partitions").fill(value)
+    page.get_by_placeholder("Filter partitions").last.fill(value)  # the picker just opened
     page.get_by_text(value, exact=True).filter(visible=True).first.click()
     page.keyboard.press("Escape")
+    # the picker must be closed before the next one opens, or two filter boxes are on the page
+    page.get_by_placeholder("Filter partitions").first.wait_for(state="detached", timeout=10_000)
 
 
 def test_ui_graph_materialize_and_report(webserver, browser):
