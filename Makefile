@@ -30,7 +30,7 @@ test: $(STAMP)
 
 # the Dagster UI in headless Chromium (also part of `make test`); refreshes the screenshots in docs/img/
 test-browser: $(STAMP)
-	$(BIN)/python -m pytest -q -m browser tests/browser $(PYTEST_ARGS)
+	WATTBENCH_SCREENSHOTS=docs $(BIN)/python -m pytest -q -m browser tests/browser $(PYTEST_ARGS)
 
 ui: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
