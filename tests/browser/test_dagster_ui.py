@@ -197,3 +197,36 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     assert page.evaluate("img => img.naturalWidth", plot.first.element_handle()) > 100  # the PNG decoded
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "ui-asset-report.png"))
+
+
+LAUNCH_BACKFILL = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
+  __typename ... on PartitionBackfill { status } ... on PythonError { message } } }"""
+
+
+def test_backfill_over_two_models(webserver):
+    """A backfill over two model partitions of the smoke scenario, through the webserver's GraphQL API (the call
+    the UI's 'Launch backfill' makes): the daemon runs both partitions and both succeed."""
+    url, tmp = webserver
+    second = "mixtral-8x7b"
+    env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home")}
+    subprocess.run([sys.executable, "-c", "import dagster as dg; "
+                    f"dg.DagsterInstance.get().add_dynamic_partitions('models', [{second!r}])"],
+                   cwd=REPO, env=env, check=True, timeout=120)
+    partitions = [PARTITION, f"{second}|{SCENARIO}"]
+    launched = _graphql(url, LAUNCH_BACKFILL, {"p": {
+        "assetSelection": [{"path": [name]} for name in STAGES], "partitionNames": partitions}})
+    result = launched["launchPartitionBackfill"]
+    assert result["__typename"] == "LaunchBackfillSuccess", result
+    deadline = time.monotonic() + 360
+    status = None
+    while time.monotonic() < deadline:
+        status = _graphql(url, BACKFILL, {"id": result["backfillId"]})["partitionBackfillOrError"].get("status")
+        if status in ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"):
+            break
+        time.sleep(3)
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), f"backfill ended {status}: see {tmp / 'dagster-dev.log'}"
+    for partition in partitions:
+        runs = _graphql(url, RUNS, {"partition": partition})["runsOrError"]["results"]
+        assert runs and runs[0]["status"] == "SUCCESS", (partition, runs)
