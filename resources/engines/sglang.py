@@ -26,7 +26,7 @@ from typing import Any
 
 from resources.engines.base import EngineConfig
 from resources.engines.checkpoint import CheckpointEngineAdapter
-from resources.engines.options import Flag, OptionError, normalise, to_flags
+from resources.engines.options import Flag, to_flags
 
 FOLLOWS = "0.5"
 
@@ -65,6 +65,9 @@ _PHASES = (
 
 class SglangAdapter(CheckpointEngineAdapter):
     phases = _PHASES
+    option_table = OPTIONS
+    precisions = PRECISIONS
+    aliases = ALIASES
     name = "sglang"
     follows_version = FOLLOWS
     health_path = "/health"
@@ -72,40 +75,13 @@ class SglangAdapter(CheckpointEngineAdapter):
     metrics_path = "/metrics"
     source = "measured"
 
-    def options(self, cfg: EngineConfig) -> dict[str, Any]:
-        if cfg.precision not in PRECISIONS:
-            raise OptionError(f"sglang: precision {cfg.precision!r} not supported; expected one of "
-                              f"{', '.join(PRECISIONS)}")
-        opts = normalise(cfg.options, OPTIONS, "sglang", ALIASES)
-        dtype, quant = PRECISIONS[cfg.precision]
-        opts.setdefault("dtype", dtype)
-        if quant:
-            opts.setdefault("quantization", quant)
-        return opts
-
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
-        from resources.deploy.local import DeployError
-
-        try:
-            opts = self.options(cfg)
-        except OptionError as exc:
-            raise DeployError("config_error", str(exc)) from None
+        opts = self.serve_options(cfg, artifact_path)
         python = opts.pop("python", None) or os.environ.get("WATTBENCH_SGLANG_PYTHON") or "python3"
-        if artifact_path and artifact_path != cfg.model and not opts.get("served_model_name"):
-            opts["served_model_name"] = cfg.model
         return [python, "-m", "sglang.launch_server", "--model-path", artifact_path or cfg.model,
                 "--host", host, "--port", str(port), "--tp-size", str(cfg.tp), *to_flags(opts, OPTIONS),
                 "--enable-metrics"]
 
-    def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        base = {"engine": "sglang", "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
-                "follows_version": FOLLOWS}
-        try:
-            opts = self.options(cfg)
-        except OptionError as exc:
-            return {**base, **cfg.options, "config_error": str(exc)}
+    def _resolved_extra(self, cfg: EngineConfig, opts: dict[str, Any]) -> dict[str, Any]:
         opts.pop("python", None)
-        return {**base, **opts, "enable_metrics": True}
-
-
-
+        return {**opts, "enable_metrics": True}

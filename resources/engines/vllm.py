@@ -28,7 +28,7 @@ from typing import Any
 
 from resources.engines.base import EngineConfig
 from resources.engines.checkpoint import CheckpointEngineAdapter
-from resources.engines.options import Flag, OptionError, normalise, to_flags
+from resources.engines.options import Flag, to_flags
 
 FOLLOWS = "0.10.1.1"
 
@@ -71,42 +71,18 @@ _PHASES = (
 
 class VllmAdapter(CheckpointEngineAdapter):
     phases = _PHASES
+    option_table = OPTIONS
+    precisions = PRECISIONS
     name = "vllm"
     follows_version = FOLLOWS
     health_path = "/health"
     metrics_path = "/metrics"
     source = "measured"
 
-    def options(self, cfg: EngineConfig) -> dict[str, Any]:
-        if cfg.precision not in PRECISIONS:
-            raise OptionError(f"vllm: precision {cfg.precision!r} not supported; expected one of {', '.join(PRECISIONS)}")
-        opts = normalise(cfg.options, OPTIONS, "vllm")
-        dtype, quant = PRECISIONS[cfg.precision]
-        opts.setdefault("dtype", dtype)
-        if quant:
-            opts.setdefault("quantization", quant)
-        return opts
-
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
-        from resources.deploy.local import DeployError
-
-        try:
-            opts = self.options(cfg)
-        except OptionError as exc:
-            raise DeployError("config_error", str(exc)) from None
-        if artifact_path and artifact_path != cfg.model and not opts.get("served_model_name"):
-            opts["served_model_name"] = cfg.model  # requests keep naming the model as the plan does
+        opts = self.serve_options(cfg, artifact_path)
         return ["vllm", "serve", artifact_path or cfg.model, "--host", host, "--port", str(port),
                 "--tensor-parallel-size", str(cfg.tp), *to_flags(opts, OPTIONS)]
 
-    def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        base = {"engine": "vllm", "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
-                "follows_version": FOLLOWS}
-        try:
-            opts = self.options(cfg)
-        except OptionError as exc:
-            return {**base, **cfg.options, "config_error": str(exc)}
-        return {**base, **opts, "command": self.serve_command(cfg, "HOST", 0)[:3] + to_flags(opts, OPTIONS)}
-
-
-
+    def _resolved_extra(self, cfg: EngineConfig, opts: dict[str, Any]) -> dict[str, Any]:
+        return {**opts, "command": self.serve_command(cfg, "HOST", 0)[:3] + to_flags(opts, OPTIONS)}
