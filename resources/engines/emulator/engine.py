@@ -227,15 +227,19 @@ class Scheduler:
         if q > 1:
             ld.prefill_tokens += q
 
+    def _drop_aborted(self, cache_prompt: bool) -> list:
+        """Release the requests whose clients went away; returns the running list without them."""
+        if any(r.aborted for r in self.running):
+            for r in [r for r in self.running if r.aborted]:
+                self._release(r, cache_prompt=cache_prompt)
+            self.running = [r for r in self.running if not r.aborted]
+        return self.running
+
     def _schedule_vllm(self) -> Batch:
         b = Batch()
         bs = self.bs
         budget = self.token_budget
-        running = self.running
-        if any(r.aborted for r in running):
-            for r in [r for r in running if r.aborted]:
-                self._release(r, cache_prompt=True)
-            self.running = running = [r for r in running if not r.aborted]
+        running = self._drop_aborted(cache_prompt=True)
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
@@ -285,11 +289,7 @@ class Scheduler:
         b = Batch()
         bs = self.bs
         budget = self.token_budget
-        running = self.running
-        if any(r.aborted for r in running):
-            for r in [r for r in running if r.aborted]:
-                self._release(r, cache_prompt=False)
-            self.running = running = [r for r in running if not r.aborted]
+        running = self._drop_aborted(cache_prompt=False)
         # generation requests first (one token each), then context chunks of already admitted requests
         for r in running:
             need = r.prompt_len + r.generated - r.num_computed
