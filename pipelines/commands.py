@@ -42,6 +42,38 @@ def head_to_head_text(con, run_id: str) -> str:
     return tabulate(table, headers="keys", tablefmt="github", missingval="NULL")
 
 
+def open_instance(models: list[str] = ()):
+    """The Dagster instance of $DAGSTER_HOME (an ephemeral one without it), with its storage created and the
+    given model partitions added.
+
+    A fresh DAGSTER_HOME creates its SQLite storages (and their alembic version tables) on first use; two
+    `wattbench run`s started together would race on that and one would die with "table alembic_version already
+    exists". An exclusive lock file in DAGSTER_HOME serializes the first use; later runs pass straight through."""
+    import fcntl
+
+    import dagster as dg
+
+    from pipelines.partitions import ensure_models
+
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        instance = dg.DagsterInstance.ephemeral()
+        ensure_models(instance, models)
+        return instance
+    Path(home).mkdir(parents=True, exist_ok=True)
+    with open(Path(home) / ".wattbench-instance.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            instance = dg.DagsterInstance.get()
+            # touch every storage so that its tables exist before the lock is released
+            instance.get_runs(limit=1)
+            instance.all_instigator_state()
+            ensure_models(instance, models)  # check-then-add, also under the lock
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return instance
+
+
 def _run(args: argparse.Namespace) -> int:
     from resources.plan import PlanError, load_plan
 
@@ -60,16 +92,15 @@ def _run(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from pipelines.definitions import ALL_ASSETS, make_resources
-    from pipelines.partitions import MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, ensure_models, partition_for_plan
+    from pipelines.partitions import MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, partition_for_plan
     from assets.checks import stage_checks
     from resources.warehouse import connect
 
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
     try:
         partition = partition_for_plan(plan, plan_file)
     except PlanError as exc:
         return _fail(str(exc))
-    ensure_models(instance, [partition.keys_by_dimension["model"]])
+    instance = open_instance([partition.keys_by_dimension["model"]])
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
     print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); "
           f"partition {partition}; warehouse {db}", file=sys.stderr)

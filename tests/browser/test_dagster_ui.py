@@ -122,11 +122,28 @@ def browser():
             b.close()
 
 
-def _dismiss_onboarding(page) -> None:
-    page.wait_for_timeout(1500)
-    skip = page.get_by_role("button", name="Skip")
-    if skip.count():
-        skip.first.click()
+# The webserver shows a community sign-up dialog on loopback origins about a second after the first page loads
+# (later on a slow machine); the dialog's own "dismissed" flag in localStorage keeps it away.
+NO_NUX = "window.localStorage.setItem('communityNux', JSON.stringify('1'));"
+
+
+def _clear_overlays(page, settle_ms: int = 2500) -> None:
+    """Wait for late dialogs to appear, then close whatever modal overlay is open (its backdrop would swallow
+    the next click)."""
+    page.wait_for_timeout(settle_ms)
+    backdrop = page.locator(".bp5-overlay-backdrop").filter(visible=True)
+    for _ in range(10):
+        if not backdrop.count():
+            return
+        for name in ("Skip", "Close", "Dismiss", "Not now", "Got it"):
+            button = page.get_by_role("button", name=name).filter(visible=True)
+            if button.count():
+                button.first.click()
+                break
+        else:
+            page.keyboard.press("Escape")
+        page.wait_for_timeout(500)
+    assert not backdrop.count(), "a modal dialog stays open over the page"
 
 
 def _pick(page, value: str, index: int) -> None:
@@ -143,11 +160,12 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     url, tmp = webserver
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page.add_init_script(NO_NUX)
     page.set_default_timeout(30_000)
 
     # 1. the asset graph shows every stage
     page.goto(f"{url}/asset-groups", wait_until="networkidle")
-    _dismiss_onboarding(page)
+    _clear_overlays(page)
     graph = page.locator("[data-testid='asset-graph'], .react-flow, svg").first
     for name in STAGES:
         page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
@@ -156,6 +174,7 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     assert graph.count()
 
     # 2. launch the materialization from the UI: Materialize all -> pick (model, scenario) -> Launch 1 run
+    _clear_overlays(page, settle_ms=0)
     page.get_by_role("button", name="Materialize all…").click()
     page.get_by_text("Launch runs to materialize").wait_for()
     _pick(page, MODEL, 0)
