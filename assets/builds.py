@@ -1,8 +1,15 @@
-"""Stage 1: engine builds. TensorRT-LLM-style engines are compiled and timed; vLLM/SGLang record 'no build'."""
+"""Stage 1: engine builds. TensorRT-LLM-style engines are compiled and timed; vLLM/SGLang record 'no build'.
+
+Where a build runs is the `engine_builder` resource's business, picked by the environment (pipelines/definitions.py):
+LocalEngineBuilder builds in the step's own process (locally the step runs on the GPU machine); on a cluster
+pipelines/k8s.py's K8sBuildLauncher sends each engine that is compiled for its GPU to a build pod on a node of that
+GPU kind, and builds the rest here. Either way the step writes the same engine_builds rows.
+"""
 
 
 import socket
 from datetime import datetime, timezone
+from pathlib import Path
 import time
 
 import dagster as dg
@@ -11,8 +18,15 @@ from dagster_duckdb import DuckDBResource
 
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.bench_plan import BenchPlan
-from resources.engines.base import adapter_for
+from resources.engines.base import BuildResult, EngineConfig, adapter_for
 from resources.warehouse import apply_schema, replace_rows
+
+
+class LocalEngineBuilder(dg.ConfigurableResource):
+    """Builds engines in the step's own process: right where the step runs on the machine that will serve them."""
+
+    def build(self, context: AssetExecutionContext, cfg: EngineConfig, workdir: Path) -> BuildResult:
+        return adapter_for(cfg.engine).build(cfg, workdir)
 
 
 @dg.asset(
@@ -23,7 +37,8 @@ from resources.warehouse import apply_schema, replace_rows
     code_version="1",
     partitions_def=BENCH_PARTITIONS,
 )
-def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
+def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
+                  engine_builder: LocalEngineBuilder) -> dg.MaterializeResult:
     """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
     engines; the resolved config and 'no build' for engines that load checkpoints directly. Also opens the
     run's row in `runs` with the plan, prices and SLO."""
@@ -36,7 +51,7 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     for spec, cfg in bench_plan.engine_configs():
         adapter = adapter_for(cfg.engine)
         context.log.info(f"build {spec.name}: {cfg.engine} {cfg.model} {cfg.precision} tp={cfg.tp}")
-        result = adapter.build(cfg, workdir)
+        result = engine_builder.build(context, cfg, workdir)
         rows.append({
             "run_id": run_id, "source": adapter.source, "build_id": cfg.build_id(), "model": cfg.model,
             "engine": cfg.engine if cfg.engine != "emulator" else f"emulator:{cfg.profile}",

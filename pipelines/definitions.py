@@ -15,11 +15,11 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets.bench import bench
-from assets.builds import engine_builds
+from assets.builds import LocalEngineBuilder, engine_builds
 from assets.checks import stage_checks
 from assets.partitions import BENCH_PARTITIONS
 from assets.reports import REPORT_ASSETS
-from pipelines.k8s import K8sAgentLauncher, cluster_benchmark_job
+from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher, cluster_benchmark_job
 from pipelines.schedules import SCHEDULES
 from pipelines.sensors import SENSORS, HubWatch
 from resources.bench_plan import BenchPlan, output_dir_from_env, plan_path_from_env
@@ -52,14 +52,15 @@ benchmark_job = dg.define_asset_job(
 
 
 def make_resources(db_path: str | None = None, plan_path: str | None = None, **plan_fields) -> dict:
-    """The environment picks the resources: locally the agent is a subprocess, on a cluster
-    (WATTBENCH_TARGET=kubernetes) a Pipes pod."""
+    """The environment picks the resources: locally the agent is a subprocess and engines build in the step, on a
+    cluster (WATTBENCH_TARGET=kubernetes) the agent is a Pipes pod and a GPU-locked engine builds in one too."""
     on_cluster = os.environ.get("WATTBENCH_TARGET") == "kubernetes"
     plan_fields.setdefault("output_dir", output_dir_from_env())
     return {
         "warehouse": DuckDBResource(database=str(db_path or default_db_path())),
         "plan": BenchPlan(path=plan_path or plan_path_from_env(), **plan_fields),
         "pipes_subprocess_client": K8sAgentLauncher.from_env() if on_cluster else dg.PipesSubprocessClient(),
+        "engine_builder": K8sBuildLauncher.from_env() if on_cluster else LocalEngineBuilder(),
         "hub": HubWatch.from_env(),
     }
 

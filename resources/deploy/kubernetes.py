@@ -1,4 +1,5 @@
-"""Kubernetes deployment target: an engine as a Deployment + Service, and the bench agent's pod spec.
+"""Kubernetes deployment target: an engine as a Deployment + Service, and the pod specs of the bench agent and of
+the TensorRT-LLM build pod.
 
 Built as the `kubernetes` client's API models (V1Deployment, V1Service, V1PodSpec, ...), so a manifest that does not
 fit the API fails here, not in the cluster; `to_yaml` dumps them through ApiClient.sanitize_for_serialization.
@@ -16,11 +17,17 @@ What every engine pod gets:
 - optionally a models PersistentVolumeClaim at /models (Hugging Face cache, TensorRT-LLM engines under
   /models/engines/<build_id>) and HF_TOKEN from a Secret.
 
+A TensorRT-LLM engine is compiled for the GPU it runs on, so it is built in a pod of its own on a node of that GPU
+kind (`build_pod_spec`, `build_pod`): `python3 -m resources.engines.build_agent` with GPUs = tp, building into the
+engine cache on the models PVC (/models/engine_cache) that the serving pods mount too.
+
 Agent-side code: uses only the `kubernetes` client's models and pyyaml (no cluster access, no Dagster).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +35,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from resources.engines.base import EngineAdapter, EngineConfig, adapter_for
+from resources.engines.build_agent import BUILD_SPEC_ENV, build_spec
 
 # Images that carry each engine at the version its adapter follows (override with --image / image=).
 DEFAULT_IMAGES = {
@@ -40,6 +48,17 @@ DEFAULT_IMAGES = {
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MODELS_MOUNT = "/models"
+ENGINES_DIR = f"{MODELS_MOUNT}/engines"         # where a serving pod expects engine <build_id>
+ENGINE_CACHE_DIR = f"{MODELS_MOUNT}/engine_cache"  # the content-addressed build cache (build_cache.py)
+DEFAULT_AGENT_IMAGE = "wattbench-agent:latest"
+BUILD_AGENT_COMMAND = ["python3", "-m", "resources.engines.build_agent"]
+
+
+def build_image_from_env() -> str:
+    """The build pod's image: $WATTBENCH_BUILD_IMAGE, else the agent's ($WATTBENCH_AGENT_IMAGE), which holds the
+    engines and wattbench's agent side already."""
+    return (os.environ.get("WATTBENCH_BUILD_IMAGE") or os.environ.get("WATTBENCH_AGENT_IMAGE")
+            or DEFAULT_AGENT_IMAGE)
 
 
 @dataclass
@@ -105,7 +124,7 @@ def _env(target: K8sTarget) -> list[k8s.V1EnvVar]:
     env = []
     if target.models_pvc:
         env.append(k8s.V1EnvVar(name="HF_HOME", value=f"{MODELS_MOUNT}/hf"))
-        env.append(k8s.V1EnvVar(name="WATTBENCH_ENGINE_CACHE", value=f"{MODELS_MOUNT}/engine_cache"))
+        env.append(k8s.V1EnvVar(name="WATTBENCH_ENGINE_CACHE", value=ENGINE_CACHE_DIR))
     if target.hf_token_secret:
         env.append(k8s.V1EnvVar(name="HF_TOKEN", value_from=k8s.V1EnvVarSource(
             secret_key_ref=k8s.V1SecretKeySelector(name=target.hf_token_secret, key="HF_TOKEN", optional=True))))
@@ -125,7 +144,7 @@ def engine_artifact_path(cfg: EngineConfig, artifact_path: str | None = None) ->
     if artifact_path:
         return artifact_path
     if cfg.engine == "trtllm":
-        return cfg.options.get("engine_dir") or f"{MODELS_MOUNT}/engines/{cfg.build_id()}"
+        return cfg.options.get("engine_dir") or f"{ENGINES_DIR}/{cfg.build_id()}"
     return None
 
 
@@ -196,16 +215,11 @@ def service_url(cfg: EngineConfig, target: K8sTarget | None = None) -> str:
     return f"http://{resource_name(cfg)}.{target.namespace}.svc.cluster.local:{target.port}"
 
 
-def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,
-                   service_account: str | None = None, bundle_pvc: str | None = None,
-                   bundle_mount: str = "/data") -> dict[str, Any]:
-    """The base pod spec (as a dict, the shape PipesK8sClient's base_pod_spec takes) of the bench agent's pod.
-
-    The agent starts each engine as a local process inside this pod (the image must hold the engine and
-    wattbench's agent side), so the pod gets the GPUs, /dev/shm, the node selector and the models volume; the
-    bundle is written to `bundle_pvc` mounted at `bundle_mount`, where the Dagster step reads and ingests it.
-    """
-    target = target or K8sTarget()
+def _gpu_pod_spec(n_gpus: int, target: K8sTarget, service_account: str | None = None,
+                  bundle_pvc: str | None = None, bundle_mount: str = "/data") -> k8s.V1PodSpec:
+    """A run-to-completion pod with `n_gpus` GPUs, /dev/shm, the node selector and the models volume (what the
+    agent and the build pod share); `bundle_pvc` mounted at `bundle_mount` when given. Its one container is named
+    as PipesK8sClient expects, which sets the image and command."""
     volumes, mounts = _volumes(target)
     if bundle_pvc:
         volumes.append(k8s.V1Volume(name="bundles", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
@@ -215,9 +229,56 @@ def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,
     container = k8s.V1Container(name="dagster-pipes-execution", resources=_gpu_resources(n_gpus, target),
                                 volume_mounts=mounts, env=_env(target) or None,
                                 image_pull_policy=target.image_pull_policy)
-    spec = k8s.V1PodSpec(containers=[container], volumes=volumes, node_selector=node_selector,
+    return k8s.V1PodSpec(containers=[container], volumes=volumes, node_selector=node_selector,
                          tolerations=tolerations, restart_policy="Never", service_account_name=service_account)
+
+
+def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,
+                   service_account: str | None = None, bundle_pvc: str | None = None,
+                   bundle_mount: str = "/data") -> dict[str, Any]:
+    """The base pod spec (as a dict, the shape PipesK8sClient's base_pod_spec takes) of the bench agent's pod.
+
+    The agent starts each engine as a local process inside this pod (the image must hold the engine and
+    wattbench's agent side), so the pod gets the GPUs, /dev/shm, the node selector and the models volume; the
+    bundle is written to `bundle_pvc` mounted at `bundle_mount`, where the Dagster step reads and ingests it.
+    """
+    spec = _gpu_pod_spec(n_gpus, target or K8sTarget(), service_account, bundle_pvc, bundle_mount)
     return k8s.ApiClient().sanitize_for_serialization(spec)
+
+
+def build_pod_labels(cfg: EngineConfig) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "wattbench-build", "app.kubernetes.io/part-of": "wattbench",
+            "wattbench/engine": cfg.engine, "wattbench/build-id": cfg.build_id()}
+
+
+def build_pod_spec(cfg: EngineConfig, target: K8sTarget | None = None, service_account: str | None = None,
+                   bundle_pvc: str | None = None, bundle_mount: str = "/data") -> dict[str, Any]:
+    """The base pod spec (PipesK8sClient's base_pod_spec) of the pod that builds one engine config: GPUs = tp
+    (trtllm-build --workers tp), on the node selector's GPU kind, with the models PVC at /models where
+    WATTBENCH_ENGINE_CACHE points, so the engine lands in the cache the serving pods read. Build logs go to the
+    run folder on `bundle_pvc` when given."""
+    spec = _gpu_pod_spec(cfg.tp, target or K8sTarget(), service_account, bundle_pvc, bundle_mount)
+    return k8s.ApiClient().sanitize_for_serialization(spec)
+
+
+def build_pod(cfg: EngineConfig, target: K8sTarget | None = None, image: str | None = None,
+              service_account: str | None = None) -> k8s.V1Pod:
+    """The build pod of one config as a standalone manifest (`wattbench deploy --target kubernetes --dry-run`): the
+    pod the cluster job starts through Pipes, with the build spec in $WATTBENCH_BUILD_SPEC instead of the Pipes
+    extras. With a models PVC the agent also links /models/engines/<build_id> to the built engine, the path the
+    Deployment's trtllm-serve is given (until the pod has succeeded, that container fails to start and restarts)."""
+    target = target or K8sTarget()
+    spec = _gpu_pod_spec(cfg.tp, target, service_account)
+    (container,) = spec.containers
+    container.name, container.image = "build", image or build_image_from_env()
+    container.command = list(BUILD_AGENT_COMMAND)
+    build = build_spec([cfg], engines_dir=ENGINES_DIR if target.models_pvc else None)
+    container.env = [*(container.env or []), k8s.V1EnvVar(name=BUILD_SPEC_ENV, value=json.dumps(build))]
+    metadata = k8s.V1ObjectMeta(
+        name=f"{resource_name(cfg)}-build", namespace=target.namespace,
+        labels={**build_pod_labels(cfg), **target.labels},
+        annotations={"wattbench/engine-version": adapter_for(cfg.engine).follows_version, "wattbench/model": cfg.model})
+    return k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
 
 
 def to_dicts(objects: list[Any]) -> list[dict[str, Any]]:

@@ -62,6 +62,10 @@ class EngineAdapter:
     # Whether the server accepts vLLM's ignore_eos / min_tokens request fields (some reject unknown fields).
     accepts_ignore_eos: bool = True
 
+    # Whether build() compiles an artifact locked to the GPU it runs on (a TensorRT-LLM engine): on a cluster such
+    # a build runs in a build pod on a node of the target GPU kind, not in the GPU-less step pod.
+    builds_on_gpu: bool = False
+
     def build(self, cfg: EngineConfig, workdir: Path) -> BuildResult:
         return BuildResult(status="no_build", resolved_config=self.resolved_config(cfg))
 

@@ -2,6 +2,7 @@
 
     wattbench deploy --engine vllm --model meta-llama/Llama-3.1-8B-Instruct --tp 8 --target kubernetes --dry-run \
         [--image IMG] [--namespace NS] [--gpu-product NVIDIA-H100-80GB-HBM3] [--option max_model_len=4096 ...]
+        # TensorRT-LLM: the build pod (resources/engines/build_agent.py) is printed before the Deployment
     wattbench deploy --engine vllm --model M --target local [--port 8000]      # start, wait for health, Ctrl-C stops
     wattbench deploy --engine vllm --model M --target local --dry-run           # print the command line only
     wattbench make-tiny-model --out DIR [--size tiny|1b]                        # resources/engines/tiny_model.py
@@ -105,7 +106,7 @@ def _deploy_kubernetes(cfg: EngineConfig, args: argparse.Namespace) -> int:
         print(f"wattbench deploy: {getattr(exc, 'kind', 'config_error')}: {exc}", file=sys.stderr)
         return 1
     if args.dry_run:
-        sys.stdout.write(to_yaml(manifests))
+        sys.stdout.write(to_yaml(_build_pod(cfg, target, args) + manifests))
         return 0
     try:  # apply with the kubernetes client (kubeconfig or in-cluster config)
         from kubernetes import client as k8s, config as k8s_config
@@ -132,6 +133,22 @@ def _deploy_kubernetes(cfg: EngineConfig, args: argparse.Namespace) -> int:
         print(f"wattbench deploy: cannot apply to the cluster ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
               "use --dry-run | kubectl apply -f -", file=sys.stderr)
         return 1
+
+
+def _build_pod(cfg: EngineConfig, target, args: argparse.Namespace) -> list[Any]:
+    """[the build pod] for an engine compiled for its GPU (TensorRT-LLM), to run before the Deployment; [] when
+    it needs none or a prebuilt engine is given."""
+    from resources.deploy.kubernetes import build_image_from_env, build_pod
+
+    if not adapter_for(cfg.engine).builds_on_gpu or args.artifact_path or cfg.options.get("engine_dir"):
+        return []
+    image = build_image_from_env()
+    print(f"wattbench deploy: the build pod (image {image}: $WATTBENCH_BUILD_IMAGE, else $WATTBENCH_AGENT_IMAGE) "
+          "must succeed before the Deployment's engine can start", file=sys.stderr)
+    if not target.models_pvc:
+        print("wattbench deploy: without --models-pvc the engine stays in the build pod and the Deployment will not "
+              "find it", file=sys.stderr)
+    return [build_pod(cfg, target, image)]
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:

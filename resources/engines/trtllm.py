@@ -135,6 +135,7 @@ class TrtllmAdapter(EngineAdapter):
     health_path = "/health"
     metrics_path = None  # trtllm-serve's /metrics is JSON iteration stats, not Prometheus text
     source = "measured"
+    builds_on_gpu = True  # the engine is locked to the GPU kind it was built on
 
     def __init__(self, gpu_probe: GpuProbe | None = None, cache_dir: str | os.PathLike | None = None,
                  version_probe=None):
