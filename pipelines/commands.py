@@ -124,7 +124,9 @@ def _run(args: argparse.Namespace) -> int:
         print()
         print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "") + "):")
         print(head_to_head_text(con, run_id))
-    report = Path(make_resources(plan_path=args.plan)["plan"].output_dir) / run_id / "report.html"
+    # the report's path as the html_report asset recorded it (none when validation blocked the reports)
+    reports = [e.materialization.metadata["path"].value for e in result.get_asset_materialization_events()
+               if e.materialization.asset_key == dg.AssetKey("html_report") and "path" in e.materialization.metadata]
     print()
     for event in result.get_step_failure_events():
         error = event.event_specific_data.error if event.event_specific_data else None
@@ -134,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     if failed_checks:
         print(f"Validation failed ({', '.join(failed_checks)}): reports for this run were not produced. "
               f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")
-    if report.exists():
+    for report in reports:
         print(f"HTML report: {report}")
     print(f"Warehouse: {db}   (try: wattbench sql load_points)   run took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
