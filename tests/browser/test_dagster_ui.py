@@ -1,8 +1,11 @@
 """The Dagster UI in a real browser: `dagster dev` on a loopback port over this code location, opened in Debian's
 headless Chromium through Playwright. Finds every stage on the asset graph, launches a materialization of the plan
 through the UI's "Materialize all" dialog (picking the (model, scenario) partition), waits for the run to succeed,
-and checks that the report's tables and pictures show on the html_report and head_to_head asset pages.
-Screenshots go to docs/img/ (ui-asset-graph.png, ui-run-success.png, ui-asset-report.png).
+and checks that the report's tables and pictures show on the html_report and head_to_head asset pages. Then
+launches a backfill over two models of the scenario from the same dialog ("Launch backfill"), opens the backfill's
+page from the toast and waits for both partitions' runs to succeed.
+Screenshots go to docs/img/ (ui-asset-graph.png, ui-run-success.png, ui-asset-head-to-head.png, ui-asset-report.png,
+ui-backfill.png) for `make test-browser`, else to WATTBENCH_SCREENSHOTS_DIR (/tmp/wattbench-ui-screenshots).
 
 The plan is the small tests/data/smoke_plan.yaml (WATTBENCH_PLAN), so its stem `smoke_plan` is a scenario of the
 served code location and the run takes well under a minute. Skips (with the reason) without /usr/bin/chromium or
@@ -12,6 +15,7 @@ Playwright; `.ci/run` installs chromium. Never runs `playwright install`: the br
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -146,26 +150,47 @@ def _clear_overlays(page, settle_ms: int = 2500) -> None:
     assert not backdrop.count(), "a modal dialog stays open over the page"
 
 
-def _pick(page, value: str, index: int) -> None:
-    """Open the index-th partition picker of the launch dialog and tick `value`."""
-    page.get_by_text("Select a partition or create one").first.click()
-    page.get_by_placeholder("Filter partitions").last.fill(value)  # the picker just opened
-    page.get_by_text(value, exact=True).filter(visible=True).first.click()
+def _launch_dialog(page):
+    """The "Launch runs to materialize …" dialog that "Materialize all…" opens."""
+    return page.get_by_role("dialog").filter(has_text="Launch runs to materialize")
+
+
+def _pick(page, index: int, *values: str) -> None:
+    """Open the index-th partition picker of the launch dialog (0: model, 1: scenario) and tick each of `values`."""
+    expect = sync_api.expect
+    trigger = _launch_dialog(page).locator("[aria-haspopup='dialog']").nth(index)
+    trigger.click()
+    box = page.get_by_placeholder("Filter partitions")
+    expect(box).to_have_count(1)  # the picker just opened, and only it
+    picker = page.locator(".dagster-popover").filter(has=box)
+    for value in values:
+        box.fill(value)
+        # a menu item per partition key, named "<key> <key>" (the key and its tooltip)
+        item = picker.get_by_role("menuitem", name=re.compile(rf"^{re.escape(value)}( |$)"))
+        item.click()
+        expect(item.get_by_role("checkbox")).to_be_checked()
     page.keyboard.press("Escape")
     # the picker must be closed before the next one opens, or two filter boxes are on the page
-    page.get_by_placeholder("Filter partitions").first.wait_for(state="detached", timeout=10_000)
+    expect(box).to_have_count(0, timeout=10_000)
+    for value in values:
+        expect(trigger).to_contain_text(value)  # a tag per ticked key in the picker's box
 
 
-def test_ui_graph_materialize_and_report(webserver, browser):
-    url, tmp = webserver
+def _asset_graph_page(browser, url: str):
+    """A new page on the asset graph, with no dialog in the way."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1600, "height": 1000})
     page.add_init_script(NO_NUX)
     page.set_default_timeout(30_000)
-
-    # 1. the asset graph shows every stage
     page.goto(f"{url}/asset-groups", wait_until="networkidle")
     _clear_overlays(page)
+    return page
+
+
+def test_ui_graph_materialize_and_report(webserver, browser):
+    url, tmp = webserver
+    # 1. the asset graph shows every stage
+    page = _asset_graph_page(browser, url)
     graph = page.locator("[data-testid='asset-graph'], .react-flow, svg").first
     for name in STAGES:
         page.get_by_text(name, exact=True).filter(visible=True).first.wait_for()
@@ -177,8 +202,8 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     _clear_overlays(page, settle_ms=0)
     page.get_by_role("button", name="Materialize all…").click()
     page.get_by_text("Launch runs to materialize").wait_for()
-    _pick(page, MODEL, 0)
-    _pick(page, SCENARIO, 1)
+    _pick(page, 0, MODEL)
+    _pick(page, 1, SCENARIO)
     page.get_by_role("button", name="Launch 1 run").click()
     page.get_by_text("Launched run").wait_for()
 
@@ -218,34 +243,66 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     page.screenshot(path=str(SHOTS / "ui-asset-report.png"))
 
 
-LAUNCH_BACKFILL = """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
-  __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
 BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) {
   __typename ... on PartitionBackfill { status } ... on PythonError { message } } }"""
+BACKFILL_RUNS = """query($id: String!) { runsOrError(filter: {tags: [{key: "dagster/backfill", value: $id}]}) {
+  ... on Runs { results { runId status tags { key value } } } } }"""
 
 
-def test_backfill_over_two_models(webserver):
-    """A backfill over two model partitions of the smoke scenario, through the webserver's GraphQL API (the call
-    the UI's 'Launch backfill' makes): the daemon runs both partitions and both succeed."""
+@pytest.mark.timeout(600)
+def test_backfill_over_two_models(webserver, browser):
+    """A backfill over two model partitions of the smoke scenario, launched from the UI as a user would:
+    "Materialize all…", tick both models and the scenario in the launch dialog, "Launch backfill", then "View" in
+    the "Created backfill <id>" toast. The daemon runs both partitions and both succeed."""
     url, tmp = webserver
+    expect = sync_api.expect
     second = "mixtral-8x7b"
     env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home")}
     subprocess.run([sys.executable, "-c", "import dagster as dg; "
                     f"dg.DagsterInstance.get().add_dynamic_partitions('models', [{second!r}])"],
                    cwd=REPO, env=env, check=True, timeout=120)
     partitions = [PARTITION, f"{second}|{SCENARIO}"]
-    launched = _graphql(url, LAUNCH_BACKFILL, {"p": {
-        "assetSelection": [{"path": [name]} for name in STAGES], "partitionNames": partitions}})
-    result = launched["launchPartitionBackfill"]
-    assert result["__typename"] == "LaunchBackfillSuccess", result
-    deadline = time.monotonic() + 360
+    # 1. Materialize all… -> tick both models and the scenario -> 2 partitions -> Launch backfill
+    page = _asset_graph_page(browser, url)
+    page.get_by_role("button", name="Materialize all…").click()
+    dialog = _launch_dialog(page)
+    dialog.wait_for()
+    _pick(page, 0, MODEL, second)
+    _pick(page, 1, SCENARIO)
+    expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
+    dialog.get_by_role("button", name="Launch backfill", exact=True).click()
+
+    # 2. the toast names the backfill; its "View" opens the backfill's page
+    page.get_by_text("Created backfill").first.wait_for(timeout=60_000)
+    expect(dialog).to_have_count(0)
+    view = page.get_by_role("link", name="View", exact=True).filter(visible=True).first
+    href = view.get_attribute("href") or ""
+    match = re.fullmatch(r"/runs/b/(\w+)", href)
+    assert match, f"the toast's View link goes to {href!r}, not a backfill page"
+    backfill_id = match.group(1)
+    view.click()
+    page.wait_for_url(f"**/runs/b/{backfill_id}")
+    for partition in partitions:  # the page's "Partition selection"
+        page.get_by_text(partition, exact=True).filter(visible=True).first.wait_for()
+
+    # 3. wait for the daemon to finish it (GraphQL: the same API the UI reads): one successful run per partition
+    deadline = time.monotonic() + 420
     status = None
     while time.monotonic() < deadline:
-        status = _graphql(url, BACKFILL, {"id": result["backfillId"]})["partitionBackfillOrError"].get("status")
+        status = _graphql(url, BACKFILL, {"id": backfill_id})["partitionBackfillOrError"].get("status")
         if status in ("COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"):
             break
         time.sleep(3)
-    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), f"backfill ended {status}: see {tmp / 'dagster-dev.log'}"
-    for partition in partitions:
-        runs = _graphql(url, RUNS, {"partition": partition})["runsOrError"]["results"]
-        assert runs and runs[0]["status"] == "SUCCESS", (partition, runs)
+    runs = _graphql(url, BACKFILL_RUNS, {"id": backfill_id})["runsOrError"]["results"]
+    by_partition = {next(t["value"] for t in run["tags"] if t["key"] == "dagster/partition"): run for run in runs}
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), \
+        f"backfill {backfill_id} ended {status}: {by_partition}; see {tmp / 'dagster-dev.log'}"
+    assert sorted(by_partition) == sorted(partitions), by_partition
+    for partition, run in by_partition.items():
+        assert run["status"] == "SUCCESS", (partition, run)
+
+    # 4. the backfill page shows it done: every asset at 100 % for both partitions
+    page.reload(wait_until="networkidle")
+    expect(page.get_by_text("100% completed", exact=True)).to_have_count(len(STAGES), timeout=60_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(SHOTS / "ui-backfill.png"))
