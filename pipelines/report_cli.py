@@ -4,6 +4,7 @@
     wattbench report --capacity              capacity plan + hybrid topology (profile from the run's plan, or flags)
     wattbench report --regressions           this run against the previous run of each load point
     wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
+    wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ def _print(df, fmt: str) -> None:
     print(tabulate(shown, headers="keys", tablefmt="github", showindex=False, disable_numparse=True))
 
 
-def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
-    from resources.reporting import CAPACITY_ASSUMPTIONS, run_capacity_profile
-    from resources.warehouse import run_sql
+def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
+    """The traffic profile: the flags given, else the `capacity:` section of the run's plan. ValueError if none."""
+    from resources.reporting import run_capacity_profile
 
     params = run_capacity_profile(con, run_id) or {}
     for key in ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
@@ -109,16 +110,54 @@ def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
     for key in ("input_tokens", "output_tokens", "elastic_gpu_hour_usd"):
         params.setdefault(key, None)
     if params.get("steady_qps") is None or params.get("peak_qps") is None:
-        return _fail("no traffic profile: the run's plan has no `capacity:` section; pass --steady-qps and --peak-qps")
+        raise ValueError("no traffic profile: the run's plan has no `capacity:` section; pass --steady-qps and "
+                         "--peak-qps")
     if params["peak_qps"] < params["steady_qps"]:
-        return _fail(f"--peak-qps ({params['peak_qps']:g}) must be >= --steady-qps ({params['steady_qps']:g})")
-    params["run_id"] = run_id
-    print(f"Capacity plan, run {run_id}: steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s "
-          f"for {params['burst_hours_per_day']:g} h/day, lengths {params['input_tokens'] or 'any'}/"
-          f"{params['output_tokens'] or 'any'} tokens in/out")
+        raise ValueError(f"--peak-qps ({params['peak_qps']:g}) must be >= --steady-qps ({params['steady_qps']:g})")
+    return params
+
+
+def _profile_line(params: dict) -> str:
+    return (f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s "
+            f"for {params['burst_hours_per_day']:g} h/day, lengths {params['input_tokens'] or 'any'}/"
+            f"{params['output_tokens'] or 'any'} tokens in/out")
+
+
+def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
+    from resources.reporting import CAPACITY_ASSUMPTIONS
+    from resources.warehouse import run_sql
+
+    params = {**_profile(con, run_id, args), "run_id": run_id}
+    print(f"Capacity plan, run {run_id}: {_profile_line(params)}")
     _print(run_sql(con, "capacity_plan", params), args.format)
     print("\nHybrid topology against each engine alone:")
     _print(run_sql(con, "hybrid_plan", params), args.format)
+    print("\nAssumptions:\n" + "\n".join(f"- {a}" for a in CAPACITY_ASSUMPTIONS))
+    return 0
+
+
+def latest_run_per_gpu(con) -> list[str]:
+    """The latest run of each GPU kind among the runs of the latest run's model."""
+    latest = resolve_run(con, None)
+    rows = con.execute("""
+        WITH per_run AS (
+            SELECT d.run_id, any_value(d.model) AS model, any_value(d.gpu_name) AS gpu_name, any_value(r.started_at) AS t
+            FROM deployments d JOIN runs r USING (run_id) GROUP BY d.run_id)
+        SELECT arg_max(run_id, t) FROM per_run
+        WHERE model = (SELECT model FROM per_run WHERE run_id = ?)
+        GROUP BY gpu_name ORDER BY gpu_name""", [latest]).fetchall()
+    return [r[0] for r in rows] or [latest]
+
+
+def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
+    from resources.reporting import CAPACITY_ASSUMPTIONS
+    from resources.warehouse import run_sql
+
+    runs = [resolve_run(con, ref) for ref in refs] if refs else latest_run_per_gpu(con)
+    params = {**_profile(con, runs[0], args), "runs": runs}
+    print(f"What to buy for {_profile_line(params)}; runs {', '.join(runs)} (cheapest first, GPUs sized for the "
+          "peak and always on, each run at its own $/GPU-hour):")
+    _print(run_sql(con, "what_to_buy", params), args.format)
     print("\nAssumptions:\n" + "\n".join(f"- {a}" for a in CAPACITY_ASSUMPTIONS))
     return 0
 
@@ -133,6 +172,8 @@ def _report(args: argparse.Namespace) -> int:
                 text, counts = compare_text(con, run_a, run_b, only_flagged=args.only_flagged)
                 print(text)
                 return 1 if args.fail_on_regression and counts.get("REGRESSION", 0) else 0
+            if args.buy is not None:
+                return _buy(con, args.buy, args)
             run_id = resolve_run(con, args.run)
             if args.capacity:
                 return _capacity(con, run_id, args)
@@ -162,11 +203,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="two runs side by side: B against A per load point and metric, with deltas and flags")
     mode.add_argument("--capacity", action="store_true", help="capacity plan and hybrid topology of the run")
     mode.add_argument("--regressions", action="store_true", help="the run against the previous run of each point")
+    mode.add_argument("--buy", nargs="*", metavar="RUN",
+                      help="what to buy: the traffic profile sized on these runs (default: the latest run of each GPU "
+                           "kind measured for the latest run's model), every engine config ranked by monthly cost")
     p.add_argument("--only-flagged", action="store_true", help="--compare/--regressions: only rows beyond the band")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed (for CI)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="--capacity/--regressions output format")
-    g = p.add_argument_group("traffic profile for --capacity (default: the `capacity:` section of the run's plan)")
+                   help="--capacity/--buy/--regressions output format")
+    g = p.add_argument_group("traffic profile for --capacity and --buy (default: the `capacity:` section of the "
+                                 "run's plan)")
     g.add_argument("--steady-qps", type=float)
     g.add_argument("--peak-qps", type=float)
     g.add_argument("--burst-hours-per-day", type=float)

@@ -63,3 +63,10 @@ def test_point_labels():
     assert point_label({"shape": "concurrency", "concurrency": 32}) == "c32"
     assert point_label({"shape": "gamma", "rate": 6.0, "burstiness": 0.25}) == "gamma-r6-b0.25"
     assert point_label({"shape": "surge", "rate": 2.0, "surge_factor": 5.0}) == "surge-r2x5"
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "plans").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_plan_is_valid(path):
+    plan, _ = load_plan(path)
+    assert plan.engines and plan.workloads
