@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+# the instance's storage is created here, once and under a lock, so that `make ui` and `make run` can start together
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml $(STAMP)
 	@mkdir -p $(DAGSTER_HOME) data
 	cp dagster.yaml $@
+	$(BIN)/python -c "from pipelines.commands import open_instance; open_instance()"
 
 run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/wattbench run --plan $(PLAN)
