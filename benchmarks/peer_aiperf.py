@@ -1,8 +1,8 @@
 """Do wattbench's numbers agree with NVIDIA AIPerf's? Both clients measure the same emulated engine, one after the
-other, at the same concurrency, prompt and output lengths; the emulator's own Prometheus histograms say what the
-server saw.
+other, at the same load (closed-loop streams, or Poisson arrivals at a rate), prompt and output lengths; the
+emulator's own Prometheus histograms say what the server saw.
 
-    python -m benchmarks.peer_aiperf [--concurrency 8,32] [--duration 20] [--out results/peer_aiperf.json]
+    python -m benchmarks.peer_aiperf [--concurrency 8,32] [--rates 6] [--duration 30] [--out results/peer_aiperf.json]
 
 AIPerf (pinned below) lives in its own virtualenv, .venv-peers/aiperf-<version>, created on first use with pip
 (it pulls ~1.2 GB, among it transformers; its pins clash with wattbench's). It needs a tokenizer: it gets the
@@ -109,12 +109,18 @@ class Emulator:
             self.proc.kill()
 
 
-def run_wattbench(url: str, concurrency: int, warmup_s: float, duration_s: float) -> dict:
+def load_label(load: dict) -> str:
+    return f"{load['concurrency']} streams" if "concurrency" in load else f"{load['rate']:g} req/s Poisson"
+
+
+def run_wattbench(url: str, load: dict, warmup_s: float, duration_s: float) -> dict:
     from resources.loadgen.runner import run_load
     from resources.loadgen.spec import LoadSpec
 
-    spec = LoadSpec(url=url, model=MODEL, api="chat", concurrency=concurrency, input_tokens=INPUT_TOKENS,
-                    output_tokens=OUTPUT_TOKENS, warmup_s=warmup_s, ramp_s=ramp_s(warmup_s), duration_s=duration_s)
+    shape = ({"shape": "concurrency", "concurrency": load["concurrency"], "ramp_s": ramp_s(warmup_s)}
+             if "concurrency" in load else {"shape": "poisson", "rate": load["rate"]})
+    spec = LoadSpec(url=url, model=MODEL, api="chat", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS,
+                    warmup_s=warmup_s, duration_s=duration_s, **shape)
     res = run_load(spec)
     s = res.summary
     out = {key: s[key] for key, _, _ in METRICS}
@@ -126,17 +132,20 @@ def run_wattbench(url: str, concurrency: int, warmup_s: float, duration_s: float
     span_s = (max(r["last_token_ns"] for r in sent) - min(r["sent_ns"] for r in sent)) / 1e9
     out["output_token_throughput_aiperf_definition"] = sum(r["completion_tokens"] for r in sent) / span_s
     out["request_throughput"] = s["request_throughput"]
+    out["sent_rate"] = s["achieved_rate"]  # requests sent per second of the window
     out["completed"] = s["completed"]
     out["failed"] = s["failed"]
     return out
 
 
-def run_aiperf(exe: Path, tokenizer: Path, url: str, concurrency: int, warmup_s: float, duration_s: float,
+def run_aiperf(exe: Path, tokenizer: Path, url: str, load: dict, warmup_s: float, duration_s: float,
                artifacts: Path) -> dict:
+    shape = (["--concurrency", str(load["concurrency"]), "--concurrency-ramp-duration", str(ramp_s(warmup_s)),
+              "--warmup-concurrency-ramp-duration", str(ramp_s(warmup_s))] if "concurrency" in load else
+             ["--request-rate", str(load["rate"]), "--arrival-pattern", "poisson"])
     cmd = [str(exe), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
-           "--tokenizer", str(tokenizer), "--use-server-token-count", "--concurrency", str(concurrency),
+           "--tokenizer", str(tokenizer), "--use-server-token-count", *shape,
            "--warmup-duration", str(warmup_s), "--benchmark-duration", str(duration_s),
-           "--concurrency-ramp-duration", str(ramp_s(warmup_s)), "--warmup-concurrency-ramp-duration", str(ramp_s(warmup_s)),
            "--benchmark-grace-period", "30",
            "--prompt-input-tokens-mean", str(INPUT_TOKENS), "--prompt-input-tokens-stddev", "0",
            "--prompt-output-tokens-mean", str(OUTPUT_TOKENS), "--prompt-output-tokens-stddev", "0",
@@ -162,37 +171,39 @@ def run_aiperf(exe: Path, tokenizer: Path, url: str, concurrency: int, warmup_s:
     out["window_s"] = ((records.get("benchmark_duration") or {}).get("avg") or float("nan")) / (
         1.0 if (records.get("benchmark_duration") or {}).get("unit") == "sec" else 1e9)
     out["request_throughput"] = (records.get("request_throughput") or {}).get("avg")
+    # every request of the profiling phase is sent within --benchmark-duration (the grace period only drains)
+    out["sent_rate"] = ((records.get("request_count") or {}).get("avg") or 0) / duration_s
     out["completed"] = (records.get("request_count") or {}).get("avg")
     out["failed"] = (records.get("error_request_count") or {}).get("avg", 0)
     return out
 
 
-def measure(client: str, concurrency: int, warmup_s: float, duration_s: float, exe: Path | None,
+def measure(client: str, load: dict, warmup_s: float, duration_s: float, exe: Path | None,
             tokenizer: Path | None, tmp: Path) -> dict:
     with Emulator() as emu:
         t0 = time.monotonic()
         if client == "wattbench":
-            res = run_wattbench(emu.url, concurrency, warmup_s, duration_s)
+            res = run_wattbench(emu.url, load, warmup_s, duration_s)
         else:
-            res = run_aiperf(exe, tokenizer, emu.url, concurrency, warmup_s, duration_s,
-                             tmp / f"aiperf-c{concurrency}")
+            res = run_aiperf(exe, tokenizer, emu.url, load, warmup_s, duration_s,
+                             tmp / f"aiperf-{load_label(load).replace(' ', '-').replace('/', '')}")
         res["server"] = emu.server_view()
         res["wall_s"] = time.monotonic() - t0
     # what the client adds to TTFT: its mean over the requests it measured against the server's mean over every
     # request it served (warm-up included: the server has no phases); the same for both clients
     res["client_ttft_error_ms"] = res["ttft_ms"]["mean"] - res["server"]["ttft_mean_ms"]
-    res.update(client=client, concurrency=concurrency)
+    res.update(client=client, load=load_label(load), **load)
     return res
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| streams | client | TTFT p50 / p99 (ms) | TPOT p50 (ms) | E2E p50 (ms) | output tok/s "
+    lines = ["| load | client | TTFT p50 / p99 (ms) | TPOT p50 (ms) | E2E p50 (ms) | output tok/s "
              "(own / AIPerf's definition) | req/s | "
              "TTFT mean: client / server (ms) | client-induced TTFT (ms) | prompt tokens / request |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         sv = r["server"]
-        lines.append(f"| {r['concurrency']} | {r['client']} | {r['ttft_ms']['p50']:.1f} / {r['ttft_ms']['p99']:.1f} | "
+        lines.append(f"| {r['load']} | {r['client']} | {r['ttft_ms']['p50']:.1f} / {r['ttft_ms']['p99']:.1f} | "
                      f"{r['tpot_ms']['p50']:.2f} | {r['e2e_ms']['p50']:.0f} | {r['output_token_throughput']:,.0f} / "
                      f"{r['output_token_throughput_aiperf_definition']:,.0f} | "
                      f"{r['request_throughput']:.2f} | {r['ttft_ms']['mean']:.1f} / {sv['ttft_mean_ms']:.1f} | "
@@ -201,25 +212,26 @@ def table(rows: list[dict]) -> str:
 
 
 def agreement(rows: list[dict]) -> list[dict]:
-    """wattbench against AIPerf per concurrency: relative difference of each headline figure."""
+    """wattbench against AIPerf per load: relative difference of each headline figure."""
     out = []
-    by = {(r["client"], r["concurrency"]): r for r in rows}
-    for c in sorted({r["concurrency"] for r in rows}):
+    by = {(r["client"], r["load"]): r for r in rows}
+    for c in dict.fromkeys(r["load"] for r in rows):
         w, a = by.get(("wattbench", c)), by.get(("aiperf", c))
         if not (w and a):
             continue
         diffs = {f"{key}_p50": 100 * (w[key]["p50"] / a[key]["p50"] - 1) for key, _, _ in METRICS}
         for key in ("output_token_throughput", "output_token_throughput_aiperf_definition", "request_throughput"):
             diffs[key] = 100 * (w[key] / a[key] - 1)
-        out.append({"concurrency": c, "wattbench_vs_aiperf_pct": diffs})
+        out.append({"load": c, "wattbench_vs_aiperf_pct": diffs})
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.peer_aiperf", description=__doc__.split("\n")[0])
-    ap.add_argument("--concurrency", default="8,32")
+    ap.add_argument("--concurrency", default="8,32", help="closed-loop stream counts, comma-separated")
+    ap.add_argument("--rates", default="6", help="Poisson arrival rates (req/s), comma-separated; '' for none")
     ap.add_argument("--warmup", type=float, default=5.0)
-    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--out", default=str(ROOT / "results" / "peer_aiperf.json"))
     args = ap.parse_args(argv)
     try:
@@ -232,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="wattbench-aiperf-") as tmpdir:
         tmp = Path(tmpdir)
         tokenizer = make_tokenizer(tmp / "tokenizer")
-        for c in [int(x) for x in args.concurrency.split(",")]:
+        loads = ([{"concurrency": int(x)} for x in args.concurrency.split(",") if x.strip()]
+                 + [{"rate": float(x)} for x in args.rates.split(",") if x.strip()])
+        for load in loads:
             for client in ("wattbench", "aiperf"):
-                print(f"peer_aiperf: {client} at {c} streams ...", file=sys.stderr, flush=True)
-                rows.append(measure(client, c, args.warmup, args.duration, exe, tokenizer, tmp))
+                print(f"peer_aiperf: {client} at {load_label(load)} ...", file=sys.stderr, flush=True)
+                rows.append(measure(client, load, args.warmup, args.duration, exe, tokenizer, tmp))
     agree = agreement(rows)
     out = {"source": "emulated engine, measured clients", "engine": " ".join(ENGINE), "aiperf": AIPERF_VERSION,
            "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "warmup_s": args.warmup,
@@ -244,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(table(rows))
     for a in agree:
-        print(f"{a['concurrency']} streams, wattbench vs AIPerf: "
+        print(f"{a['load']}, wattbench vs AIPerf: "
               + ", ".join(f"{k} {v:+.1f}%" for k, v in a["wattbench_vs_aiperf_pct"].items()))
     print(f"wrote {args.out}")
     return 0
