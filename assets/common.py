@@ -5,6 +5,7 @@ from typing import Any
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 
 from assets.partitions import BENCH_PARTITIONS  # noqa: F401  (re-exported: every asset is partitioned alike)
+from resources.bench_plan import partition_dims
 
 OWNERS = ["team:wattbench"]
 # DuckDB allows one writing process: every asset that writes the warehouse runs in this pool (limit 1).
@@ -29,8 +30,5 @@ def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext
 
 
 def partition_metadata(context: AssetExecutionContext | AssetCheckExecutionContext) -> dict[str, str]:
-    key = partition_key_of(context)
-    if key is None:
-        return {}
-    dims = getattr(key, "keys_by_dimension", None) or dict(zip(("model", "scenario"), str(key).split("|", 1)))
-    return {"model": dims["model"], "scenario": dims["scenario"]}
+    dims = partition_dims(partition_key_of(context))
+    return {} if dims is None else {"model": dims["model"], "scenario": dims["scenario"]}

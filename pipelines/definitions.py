@@ -20,6 +20,7 @@ from assets.checks import stage_checks
 from assets.partitions import BENCH_PARTITIONS
 from assets.reports import REPORT_ASSETS
 from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher, cluster_benchmark_job
+from pipelines.partitions import BENCHMARK_JOB
 from pipelines.schedules import SCHEDULES
 from pipelines.sensors import SENSORS, HubWatch
 from resources.bench_plan import BenchPlan, output_dir_from_env, plan_path_from_env
@@ -43,7 +44,7 @@ def _with_code_references(assets: list) -> list:
 ALL_ASSETS = _with_code_references([engine_builds, bench, *REPORT_ASSETS])
 
 benchmark_job = dg.define_asset_job(
-    "benchmark",
+    BENCHMARK_JOB,
     selection=dg.AssetSelection.all(),
     partitions_def=BENCH_PARTITIONS,
     description="Build, deploy, load, sample, validate and report one (model, scenario) partition: the scenario's "

@@ -16,6 +16,7 @@ from resources.bench_plan import scenario_key_for, scenario_plans
 from resources.model_registry import partition_key_for
 from resources.plan import Plan, PlanError, load_plan
 
+BENCHMARK_JOB = "benchmark"               # the partitioned job that sensors, schedules and backfills launch
 MODEL_TAG = "wattbench/model_id"          # the exact model id a run benchmarks (partition keys are sanitised)
 SCENARIO_TAG = "wattbench/scenario"
 TRIGGER_TAG = "wattbench/trigger"         # cli | hub-sensor | nightly | weekly
@@ -64,5 +65,5 @@ def pinned_models(scenarios: list[str] | None = None) -> dict[str, str]:
     return out
 
 
-__all__ = ["BENCH_PARTITIONS", "MODELS", "SCENARIOS", "MODEL_TAG", "SCENARIO_TAG", "TRIGGER_TAG", "bench_partition",
+__all__ = ["BENCH_PARTITIONS", "MODELS", "SCENARIOS", "BENCHMARK_JOB", "MODEL_TAG", "SCENARIO_TAG", "TRIGGER_TAG", "bench_partition",
            "partition_for_plan", "ensure_models", "registered_models", "pinned_models"]

@@ -17,11 +17,10 @@ import os
 
 import dagster as dg
 
-from pipelines.partitions import (MODEL_TAG, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG, bench_partition, ensure_models,
-                                  pinned_models, registered_models)
+from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG, bench_partition,
+                                  ensure_models, pinned_models, registered_models)
 from resources.model_registry import model_id_for
 
-BENCHMARK_JOB = "benchmark"
 PINNED_SCENARIO = "default"
 TZ = os.environ.get("WATTBENCH_SCHEDULE_TZ", "UTC")
 

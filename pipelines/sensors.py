@@ -31,10 +31,9 @@ from typing import Any
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from pipelines.partitions import (MODEL_TAG, MODELS, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG, bench_partition)
+from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG,
+                                  bench_partition)
 from resources.model_registry import HubClient, HubModel, HubUnavailable, parse_time, partition_key_for
-
-BENCHMARK_JOB = "benchmark"
 
 
 def _csv(text: str | None) -> list[str]:

@@ -36,7 +36,8 @@ def scenario_plans(extra: str | Path | None = None) -> dict[str, Path]:
     return dict(sorted(out.items()))
 
 
-def _dims(partition_key: Any) -> Mapping[str, str] | None:
+def partition_dims(partition_key: Any) -> Mapping[str, str] | None:
+    """{'model': ..., 'scenario': ...} of a (model, scenario) partition key or its string form; None for none."""
     if partition_key is None:
         return None
     if isinstance(partition_key, dg.MultiPartitionKey):
@@ -61,7 +62,7 @@ class BenchPlan(dg.ConfigurableResource):
 
     def plan_path(self, partition_key: Any = None) -> Path:
         """The plan file of a partition's scenario (this resource's file for its own stem, or no partition)."""
-        dims = _dims(partition_key)
+        dims = partition_dims(partition_key)
         if dims is None or dims["scenario"] == scenario_key_for(self.path):
             return Path(self.path)
         plans = scenario_plans()
@@ -73,7 +74,7 @@ class BenchPlan(dg.ConfigurableResource):
         """The plan (and a sha256 naming it) for a partition: the scenario's plan file with `model` set to the
         partition's model; the file's own model where the partition names it."""
         plan, sha = load_plan(self.plan_path(partition_key))
-        dims = _dims(partition_key)
+        dims = partition_dims(partition_key)
         if dims is None or dims["model"] == partition_key_for(plan.model):
             return plan, sha
         model = model_id_for(dims["model"])

@@ -67,8 +67,6 @@ _PHASES = (
 )
 
 
-
-
 class VllmAdapter(CheckpointEngineAdapter):
     phases = _PHASES
     option_table = OPTIONS
