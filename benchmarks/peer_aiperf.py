@@ -20,14 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
+
+from resources.agent.runner import parse_prometheus
+from resources.deploy.local import start_server
+from resources.engines.base import EngineConfig, adapter_for
 
 ROOT = Path(__file__).resolve().parents[1]
 AIPERF_VERSION = "0.13.0"
@@ -35,9 +39,9 @@ PEER_VENV = ROOT / ".venv-peers" / f"aiperf-{AIPERF_VERSION}"
 # A deployment slow enough per token (~17 ms at low batch) that client overhead on a 2-core machine is small.
 # Prefix caching off: AIPerf's synthetic prompts share prefixes (38% of prompt blocks hit the cache at 32 streams,
 # against 0% for wattbench's), which would compare two workloads instead of two clients.
-ENGINE = ["--profile", "vllm-like", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--tp", "4", "--precision", "bf16",
-          "--config", "enable_prefix_caching=false"]
-MODEL = "llama-3-70b"
+ENGINE = EngineConfig(engine="emulator", profile="vllm-like", model="llama-3-70b", gpu="h100-sxm", tp=4,
+                      precision="bf16", config_name="peer", options={"enable_prefix_caching": False})
+MODEL = ENGINE.model
 INPUT_TOKENS, OUTPUT_TOKENS = 512, 128
 # (wattbench summary key, AIPerf metric tag, label)
 METRICS = [("ttft_ms", "time_to_first_token", "TTFT (ms)"), ("tpot_ms", "inter_token_latency", "TPOT (ms)"),
@@ -71,25 +75,23 @@ def make_tokenizer(folder: Path) -> Path:
 
 
 class Emulator:
+    """The emulated engine, started the way the bench agent starts it (its adapter's command, start_server)."""
+
     def __enter__(self) -> "Emulator":
-        cmd = [sys.executable, "-m", "pipelines.cli", "emulate", "--host", "127.0.0.1", "--port", "0", "--seed", "0",
-               *ENGINE]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        line = self.proc.stderr.readline()
-        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"the emulator did not start: {line}{self.proc.stderr.read()}")
-        self.url = m.group(1)
+        self.log = Path(tempfile.mkstemp(prefix="wattbench-peer-emulator-", suffix=".log")[1])
+        self.server, _ = start_server(lambda port: adapter_for("emulator").serve_command(ENGINE, "127.0.0.1", port),
+                                      log_path=self.log, health_timeout_s=60)
+        self.url = self.server.url
         return self
 
     def server_view(self) -> dict[str, float]:
         """Mean TTFT, E2E and output tokens per request as the server saw them (all requests so far)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        samples: dict[str, float] = {}
+        for name, _labels, value in parse_prometheus(httpx.get(f"{self.url}/metrics", timeout=10).text):
+            samples.setdefault(name, value)
 
         def value(name: str) -> float:
-            m = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-            return float(m.group(1)) if m else float("nan")
+            return samples.get(name, float("nan"))
 
         n = value("vllm:e2e_request_latency_seconds_count")
         return {"requests": n,
@@ -102,11 +104,8 @@ class Emulator:
                 / max(value("vllm:prefix_cache_queries_total"), 1.0)}
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        self.server.stop()
+        self.log.unlink(missing_ok=True)
 
 
 def load_label(load: dict) -> str:
@@ -251,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"peer_aiperf: {client} at {load_label(load)} ...", file=sys.stderr, flush=True)
                 rows.append(measure(client, load, args.warmup, args.duration, exe, tokenizer, tmp))
     agree = agreement(rows)
-    out = {"source": "emulated engine, measured clients", "engine": " ".join(ENGINE), "aiperf": AIPERF_VERSION,
+    out = {"source": "emulated engine, measured clients", "engine": asdict(ENGINE), "aiperf": AIPERF_VERSION,
            "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "warmup_s": args.warmup,
            "duration_s": args.duration, "rows": rows, "agreement": agree,
            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count()}
