@@ -9,11 +9,11 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: run test test-browser ui bench install validate clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml agent/pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "wattbench needs $(PYTHON) on PATH (or: make PYTHON=python3)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e ./agent -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)

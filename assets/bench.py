@@ -101,12 +101,12 @@ def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBReso
             builds = {r[0]: {"artifact_path": None} for r in
                       con.execute("SELECT build_id FROM engine_builds WHERE run_id = ?", [run_id]).fetchall()}
         spec = agent_spec(bench_plan, run_id, out, builds)
-        n_points = sum(len(d["load_points"]) for d in spec["deployments"])
-        context.log.info(f"bench agent: {len(spec['deployments'])} deployment(s), {n_points} load point(s) -> {out}")
+        n_points = sum(len(d.load_points) for d in spec.deployments)
+        context.log.info(f"bench agent: {len(spec.deployments)} deployment(s), {n_points} load point(s) -> {out}")
         invocation = pipes_subprocess_client.run(
-            command=[sys.executable, "-m", "resources.agent"],
+            command=[sys.executable, "-m", "wattbench_agent"],
             context=context,
-            extras={"spec": spec},
+            extras={"spec": spec.to_dict()},
         )
         headlines = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and "load_point_id" in m]
     with warehouse.get_connection() as con:

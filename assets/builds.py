@@ -18,7 +18,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.bench_plan import BenchPlan
-from resources.engines.base import BuildResult, EngineConfig, adapter_for
+from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
 from resources.warehouse import apply_schema, replace_rows
 
 

@@ -17,7 +17,7 @@ from assets.bench import STAGE_TABLES
 from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of,
                            partition_metadata, run_id_of)
 from resources.bench_plan import BenchPlan
-from resources import reporting
+from assets import reporting
 from resources.warehouse import run_sql
 
 STAGES = ["engine_builds", *STAGE_TABLES]

@@ -3,7 +3,7 @@
 Everything is computed with the pure-Python simulate() API (virtual time, ~20 s in all). Writes
 results/emulator_calibration.json and results/emulator_calibration.md. `--fit` re-fits the vLLM-like kernel
 factors and the power factors (coordinate descent on log errors; slow) and prints them: the shipped values in
-resources/engines/emulator/profiles.py and perf.py come from that fit, rounded.
+agent/wattbench_agent/emulator/profiles.py and perf.py come from that fit, rounded.
 
 Public figures:
 - ML.ENERGY Leaderboard v3.0 (Dec 2025; vLLM 0.11.1, H100 SXM, GPU energy, steady state, Text Conversation task):
@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from resources.engines.emulator import Workload, simulate
-from resources.engines.emulator import perf as perf_mod
-from resources.engines.emulator import profiles as prof_mod
+from wattbench_agent.emulator import Workload, simulate
+from wattbench_agent.emulator import perf as perf_mod
+from wattbench_agent.emulator import profiles as prof_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 0.25

@@ -2,11 +2,11 @@
 
     python -m benchmarks.loadgen_fidelity [--streams 32,128,512] [--duration 8] [--warmup 2]
 
-A streaming server (resources/loadgen/testserver.py, its own process, uvloop) with true TTFT 50 ms, ITL 10 ms
+A streaming server (agent/wattbench_agent/loadgen/testserver.py, its own process, uvloop) with true TTFT 50 ms, ITL 10 ms
 and 64 output tokens records what it observed per request: TTFT (request complete -> first content write),
 request time (-> last content write) and the gaps between content writes. Two clients run against it in the
 same run, one after the other, closed loop at N streams:
-  - wattbench: resources.loadgen.run_load (httpx + wattbench's FastTransport, uvloop);
+  - wattbench: wattbench_agent.loadgen.run_load (httpx + wattbench's FastTransport, uvloop);
   - aiohttp-vllm: a `vllm bench serve`-style client (aiohttp ClientSession, TCPConnector(limit=0),
     `async for line in response.content`, json.loads per line, perf_counter stamps), on uvloop too.
 Reported per client: TTFT error p50/p99 = client TTFT quantile - server TTFT quantile (same window),
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from resources.loadgen import LoadSpec, run_load, summarize
-from resources.loadgen.testserver import get_stats, reset, server_process
+from wattbench_agent.loadgen import LoadSpec, run_load, summarize
+from wattbench_agent.loadgen.testserver import get_stats, reset, server_process
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 10.0, 64
 BARS = {128: {"ttft_p50": 5.0, "itl_p50": 1.0, "rate": 0.97}, 512: {"ttft_p50": 30.0, "rate": 0.93}}

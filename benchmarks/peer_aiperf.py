@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from resources.agent.runner import parse_prometheus
-from resources.deploy.local import start_server
-from resources.engines.base import EngineConfig, adapter_for
+from wattbench_agent.metrics_scrape import parse_prometheus
+from wattbench_agent.deploy.local import start_server
+from wattbench_agent.engines.base import EngineConfig, adapter_for
 
 ROOT = Path(__file__).resolve().parents[1]
 AIPERF_VERSION = "0.13.0"
@@ -67,7 +67,7 @@ def ensure_aiperf() -> Path:
 
 def make_tokenizer(folder: Path) -> Path:
     """The word-level tokenizer of make-tiny-model, saved with the peer venv's transformers."""
-    code = ("import sys; from resources.engines.tiny_model import build_tokenizer; "
+    code = ("import sys; from wattbench_agent.engines.tiny_model import build_tokenizer; "
             "build_tokenizer(32000).save_pretrained(sys.argv[1])")
     subprocess.run([str(PEER_VENV / "bin" / "python"), "-c", code, str(folder)], cwd=ROOT, check=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT), "TRANSFORMERS_VERBOSITY": "error"})
@@ -113,8 +113,8 @@ def load_label(load: dict) -> str:
 
 
 def run_wattbench(url: str, load: dict, warmup_s: float, duration_s: float) -> dict:
-    from resources.loadgen.runner import run_load
-    from resources.loadgen.spec import LoadSpec
+    from wattbench_agent.loadgen.runner import run_load
+    from wattbench_agent.loadgen.spec import LoadSpec
 
     shape = ({"shape": "concurrency", "concurrency": load["concurrency"], "ramp_s": ramp_s(warmup_s)}
              if "concurrency" in load else {"shape": "poisson", "rate": load["rate"]})

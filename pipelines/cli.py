@@ -7,15 +7,14 @@ import importlib
 import signal
 import sys
 
-# Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser.
+from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
+
+# Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The
+# agent's own subcommands (agent, load, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
 _COMMAND_MODULES = (
     "pipelines.commands",                   # run, sql, ingest
     "pipelines.report_cli",                 # report
-    "resources.loadgen.cli",                # load
-    "resources.engines.emulator.cli",       # emulate
-    "resources.telemetry.cli",              # telemetry
-    "resources.agent.cli",                  # agent
-    "resources.engines.cli",                # deploy, make-tiny-model
+    *AGENT_COMMAND_MODULES,
 )
 
 

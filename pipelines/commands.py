@@ -33,7 +33,7 @@ def latest_run_id(con) -> str | None:
 def head_to_head_text(con, run_id: str) -> str:
     from tabulate import tabulate
 
-    from resources.reporting import pivot_head_to_head
+    from assets.reporting import pivot_head_to_head
     from resources.warehouse import run_sql
 
     table = pivot_head_to_head(run_sql(con, "head_to_head", {"run_id": run_id}))
@@ -149,7 +149,7 @@ def _sql(args: argparse.Namespace) -> int:
         with connect(args.db, read_only=True) as con:
             query = args.query
             text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
-            from resources.reporting import query_params
+            from assets.reporting import query_params
 
             run_id = None
             if "$" in text:
@@ -172,7 +172,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from resources.bundle import BundleError
+    from wattbench_agent.bundle import BundleError
     from resources.warehouse import WarehouseError, connect, ingest_bundle
 
     try:

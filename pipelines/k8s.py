@@ -3,13 +3,13 @@ agent and the TensorRT-LLM engine builds as Pipes pods through dagster_k8s.Pipes
 
 Each Dagster step runs in its own Kubernetes Job (k8s_job_executor). The `bench` step launches the bench agent as a
 pod with the GPUs (`K8sAgentLauncher.run`, the same call shape as the local `PipesSubprocessClient.run` in
-assets/bench.py): the pod runs `python3 -m resources.agent`, reads its spec from the Pipes extras, starts each engine
+assets/bench.py): the pod runs `python3 -m wattbench_agent`, reads its spec from the Pipes extras, starts each engine
 as a local process inside the pod, and writes the result bundle to a PersistentVolumeClaim that the step pods mount
 at the same path, so the step ingests it as it does locally.
 
 The `engine_builds` step runs in a GPU-less step pod, but a TensorRT-LLM engine is locked to the GPU it is compiled
 on. So `K8sBuildLauncher.build` starts, per engine that builds on a GPU (`adapter.builds_on_gpu`), a build pod with
-GPUs = tp on the target GPU kind: `python3 -m resources.engines.build_agent` gets the config in the Pipes extras,
+GPUs = tp on the target GPU kind: `python3 -m wattbench_agent.engines.build_agent` gets the config in the Pipes extras,
 builds into the engine cache on the models PVC (or finds it there) and reports the BuildResult back as a custom
 message; the step writes the row. 'no build' engines (vLLM, SGLang, emulator, external) stay in the step.
 
@@ -39,12 +39,12 @@ from dagster import AssetExecutionContext
 from dagster_k8s import PipesK8sClient, k8s_job_executor
 
 from assets.builds import LocalEngineBuilder
-from resources.deploy.kubernetes import (BUILD_AGENT_COMMAND, DEFAULT_AGENT_IMAGE, ENGINES_DIR, K8sTarget,
+from wattbench_agent.deploy.kubernetes import (BUILD_AGENT_COMMAND, DEFAULT_AGENT_IMAGE, ENGINES_DIR, K8sTarget,
                                          agent_pod_spec, build_image_from_env, build_pod_labels, build_pod_spec)
-from resources.engines.base import BuildResult, EngineAdapter, EngineConfig, adapter_for
-from resources.engines.build_agent import BUILD_SPEC_EXTRA, build_spec, result_from_messages
+from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.build_agent import BUILD_SPEC_EXTRA, build_spec, result_from_messages
 
-AGENT_COMMAND = ["python3", "-m", "resources.agent"]
+AGENT_COMMAND = ["python3", "-m", "wattbench_agent"]
 
 
 class K8sPodLauncher(dg.ConfigurableResource):

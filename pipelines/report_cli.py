@@ -98,7 +98,7 @@ def _print(df, fmt: str) -> None:
 
 def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
     """The traffic profile: the flags given, else the `capacity:` section of the run's plan. ValueError if none."""
-    from resources.reporting import run_capacity_profile
+    from assets.reporting import run_capacity_profile
 
     params = run_capacity_profile(con, run_id) or {}
     for key in ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
@@ -124,7 +124,7 @@ def _profile_line(params: dict) -> str:
 
 
 def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
-    from resources.reporting import CAPACITY_ASSUMPTIONS
+    from assets.reporting import CAPACITY_ASSUMPTIONS
     from resources.warehouse import run_sql
 
     params = {**_profile(con, run_id, args), "run_id": run_id}
@@ -150,7 +150,7 @@ def latest_run_per_gpu(con) -> list[str]:
 
 
 def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
-    from resources.reporting import CAPACITY_ASSUMPTIONS
+    from assets.reporting import CAPACITY_ASSUMPTIONS
     from resources.warehouse import run_sql
 
     runs = [resolve_run(con, ref) for ref in refs] if refs else latest_run_per_gpu(con)

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
 
-from resources.engines.base import EngineConfig
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLAN = REPO_ROOT / "plans" / "default.yaml"
@@ -35,6 +36,23 @@ class EngineSpec(_Strict):
     tp: int = Field(1, ge=1, le=64)
     url: str | None = Field(None, description="external engines only: the endpoint to measure")
     options: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, StrictStr] = Field(
+        default_factory=dict, description="extra environment of this engine's process only (values are strings; "
+        "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'")
+    gpus: list[int | str] | None = Field(
+        None, min_length=1, description="the GPUs this engine runs on and is measured on (NVML indices or UUIDs), "
+        "tp of them; omitted: the agent assigns free ones. Engines may name the same GPU (one is loaded at a time)")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name == "CUDA_VISIBLE_DEVICES":
+                raise ValueError("set the engine's GPUs with `gpus: [...]`, not CUDA_VISIBLE_DEVICES: the agent pins "
+                                 "the engine and reads exactly those GPUs' energy")
+        return env
 
     @model_validator(mode="after")
     def _profile_for_emulator(self) -> "EngineSpec":
@@ -42,6 +60,8 @@ class EngineSpec(_Strict):
             raise ValueError("an emulator engine needs profile: trtllm-like or vllm-like")
         if self.engine == "external" and not self.url:
             raise ValueError("an external engine needs url: the OpenAI-compatible endpoint to measure")
+        if self.gpus is not None and len(self.gpus) != self.tp:
+            raise ValueError(f"gpus names {len(self.gpus)} GPU(s) for tp={self.tp}; expected exactly tp of them")
         return self
 
 
@@ -163,6 +183,8 @@ class Plan(_Strict):
     slo: Slo = Field(default_factory=Slo)
     capacity: CapacityProfile | None = Field(None, description="traffic profile for the capacity plan")
     validation: Validation = Field(default_factory=Validation)
+    repeats: int = Field(1, ge=1, le=100, description="run every load point this many times, interleaved across "
+                         "engines (A B A B), for 95% intervals on every figure")
     telemetry: Literal["auto", "nvml", "emulated", "none"] = "auto"
     sampler_hz: float = Field(10.0, gt=0, le=100)
     idle_baseline_s: float = Field(3.0, ge=0)
@@ -237,7 +259,7 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
         got = err.get("input")
         got_text = "" if isinstance(got, dict) or got is None else f"; got {got!r}"
         raise PlanError(f"{path}: field '{field}': {err['msg']}{got_text}{more}") from None
-    from resources.loadgen import LoadSpec
+    from wattbench_agent.loadgen import LoadSpec
 
     for w_index, workload in enumerate(plan.workloads):
         for spec in workload.load_specs():
@@ -248,38 +270,30 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
     return plan, hashlib.sha256(raw).hexdigest()
 
 
-def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What the bench agent needs to run every deployment and load point of the plan."""
+def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> AgentSpec:
+    """What the bench agent needs to run every deployment and load point of the plan.
+
+    Load points are listed repeat by repeat (every point once, then every point again, ...): the agent runs the
+    k-th point of each deployment in turn, so repeats spread over the whole run and drift hits every engine."""
     deployments = []
     for spec, cfg in plan.engine_configs():
         points = []
-        for workload in plan.workloads:
-            for load in workload.load_specs():
-                points.append({
-                    "load_point_id": f"{spec.name}:{workload.name}:{point_label(load)}",
-                    "workload": workload.name,
-                    "spec": load,
-                })
+        for repeat in range(1, plan.repeats + 1):
+            for workload in plan.workloads:
+                for load in workload.load_specs():
+                    label = point_label(load)
+                    suffix = f"#{repeat}" if plan.repeats > 1 else ""
+                    points.append(LoadPointSpec(load_point_id=f"{spec.name}:{workload.name}:{label}{suffix}",
+                                                workload=workload.name, point_label=label, load=load, repeat=repeat))
         build = builds.get(cfg.build_id(), {})
-        deployments.append({
-            "deployment_id": spec.name,
-            "build_id": cfg.build_id(),
-            "engine_config": asdict(cfg),
-            "target": "external" if spec.engine == "external" else "local",
-            "url": spec.url,
-            "artifact_path": build.get("artifact_path"),
-            "telemetry": plan.telemetry,
-            "sampler_hz": plan.sampler_hz,
-            "idle_baseline_s": plan.idle_baseline_s,
-            "health_timeout_s": plan.health_timeout_s,
-            "warmup_requests": plan.warmup_requests,
-            "energy_crosscheck": plan.energy_crosscheck,
-            "load_points": points,
-        })
-    return {
-        "run_id": run_id,
-        "source": "emulated" if plan.is_emulated else "measured",
-        "plan_name": plan.name,
-        "out": str(out),
-        "deployments": deployments,
-    }
+        deployments.append(DeploymentSpec(
+            deployment_id=spec.name, engine_config=cfg, build_id=cfg.build_id(),
+            target="external" if spec.engine == "external" else "local", url=spec.url,
+            artifact_path=build.get("artifact_path"), env=dict(spec.env),
+            gpus=tuple(str(g) for g in spec.gpus) if spec.gpus else None,
+            health_timeout_s=plan.health_timeout_s, load_points=tuple(points)))
+    return AgentSpec(
+        run_id=run_id, out=str(out), deployments=tuple(deployments),
+        source="emulated" if plan.is_emulated else "measured", plan_name=plan.name, telemetry=plan.telemetry,
+        sampler_hz=plan.sampler_hz, idle_baseline_s=plan.idle_baseline_s, warmup_requests=plan.warmup_requests,
+        energy_crosscheck=plan.energy_crosscheck)

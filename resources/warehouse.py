@@ -16,11 +16,21 @@ from typing import Any, Iterator
 
 import duckdb
 
-from resources.bundle import BUNDLE_TABLES, BundleError, read_manifest
+from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
+_LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
+                       "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
+                       "regexp_extract_all({col}, '=\"((?:[^\"\\\\]|\\\\.)*)\"', 1)) END")
+# Columns read from a bundle as another type than the table's, then converted (old bundles wrote them otherwise).
+_READ_AS = {
+    ("server_metrics", "labels"): (
+        "JSON", "CASE WHEN labels IS NULL THEN NULL WHEN json_type(labels) = 'OBJECT' "
+                "THEN labels::MAP(VARCHAR, VARCHAR) ELSE " + _LABELS_TEXT_TO_MAP.format(col="(labels->>'$')") + " END"),
+}
 # Tables whose rows belong to one deployment: a bundle replaces exactly its (run_id, deployment_id) rows.
 _DEPLOYMENT_TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics")
 
@@ -68,6 +78,9 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection."""
     con.execute((SQL_DIR / "schema.sql").read_text())
+    if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
+        con.execute("ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
+                    + _LABELS_TEXT_TO_MAP.format(col="labels"))
     con.execute((SQL_DIR / "views.sql").read_text())
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is None:
@@ -164,12 +177,14 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
                     "read_json(?, format='newline_delimited', columns={'build_id': 'VARCHAR'}))",
                     [run_id, str(path)],
                 )
-            columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols.items()) + "}"
+            read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+            columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
+            converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
             before = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
             if path.stat().st_size:
                 try:
                     con.execute(
-                        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id) FROM "
+                        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
                         f"read_json(?, format='newline_delimited', columns={columns_literal})",
                         [run_id, str(path)],
                     )

@@ -68,7 +68,9 @@ CREATE TABLE IF NOT EXISTS deployments (
     gpu_uuids           VARCHAR[],
     target              VARCHAR,            -- local | kubernetes | external
     url                 VARCHAR,
-    engine_version      VARCHAR,
+    engine_version      VARCHAR,            -- as the running engine says it (/version or its log); NULL if it did not
+    engine_version_source VARCHAR,          -- where engine_version was read: /version | log | unknown
+    version_checked     BOOLEAN,            -- the adapter was checked against this version (false: validation warns)
     status              VARCHAR NOT NULL,   -- healthy | failed
     startup_s           DOUBLE,             -- process start -> health OK
     hbm_used_mib        DOUBLE,             -- after load, before traffic, summed over the deployment's GPUs
@@ -93,7 +95,9 @@ CREATE TABLE IF NOT EXISTS load_runs (
     run_id                  VARCHAR NOT NULL,
     source                  VARCHAR NOT NULL,
     deployment_id           VARCHAR NOT NULL,
-    load_point_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,   -- <deployment>:<workload>:<point_label>[#<repeat>]
+    point_label             VARCHAR,            -- c32, gamma-r6-b0.25, ...: the same for every repeat and engine
+    repeat                  INTEGER,            -- 1-based; repeats of a point run interleaved across engines
     workload                VARCHAR NOT NULL,
     shape                   VARCHAR NOT NULL,   -- concurrency | poisson | gamma | surge | trace
     api                     VARCHAR,            -- chat | completions
@@ -200,9 +204,10 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     deployment_id   VARCHAR NOT NULL,
     load_point_id   VARCHAR,                -- NULL for scrapes outside a load point
     t_ns            BIGINT NOT NULL,
-    metric          VARCHAR NOT NULL,
-    labels          VARCHAR,
-    value           DOUBLE
+    metric          VARCHAR NOT NULL,       -- the sample's name (histograms: <name>_bucket, _sum, _count)
+    labels          MAP(VARCHAR, VARCHAR),  -- the sample's labels (le for histogram buckets)
+    value           DOUBLE,
+    scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
 );
 
 CREATE TABLE IF NOT EXISTS validation_results (
@@ -228,3 +233,11 @@ CREATE TABLE IF NOT EXISTS failed_runs (
     failed_at       TIMESTAMP NOT NULL,     -- UTC
     error           VARCHAR                 -- the run's failure message and each failed step's error
 );
+
+-- Migrations: columns added since schema version 1 (idempotent; warehouse.apply_schema also converts
+-- server_metrics.labels from its version-1 text form to a MAP).
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS engine_version_source VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS version_checked BOOLEAN;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS point_label VARCHAR;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS repeat INTEGER;
+ALTER TABLE server_metrics ADD COLUMN IF NOT EXISTS scrape VARCHAR;

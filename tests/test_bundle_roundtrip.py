@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import resources.bundle as bundle_mod
-from resources.bundle import BundleError, BundleWriter
+import wattbench_agent.bundle as bundle_mod
+from wattbench_agent.bundle import BundleError, BundleWriter
 from resources.warehouse import connect, ingest_bundle
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)

@@ -44,7 +44,7 @@ def test_error_rate_limit_from_plan():
 
 def test_truncation_is_caught():
     df = requests_frame()
-    df.loc[0, "error_kind"] = "truncated_output"  # as the agent classifies it (resources/engines/failures.py)
+    df.loc[0, "error_kind"] = "truncated_output"  # as the agent classifies it (agent/wattbench_agent/engines/failures.py)
     assert failed(validate_table("requests", df))["requests.no_truncation"].unexpected_count == 1
 
 

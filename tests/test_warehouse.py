@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from resources.bundle import BundleError, BundleWriter, read_manifest
+from wattbench_agent.bundle import BundleError, BundleWriter, read_manifest
 from resources.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
 
 

@@ -3,7 +3,7 @@ report assets use:  .venv/bin/python results/h200-transformers/make_figures.py""
 
 from pathlib import Path
 
-from resources import reporting
+from assets import reporting
 from resources.warehouse import connect, ingest_bundle
 
 HERE = Path(__file__).resolve().parent

@@ -14,15 +14,15 @@ mkdir -p /tmp/hfcache
 } > "$OUT/gpu_facts.txt" 2>&1
 cat "$OUT/gpu_facts.txt"
 echo "== building the random 1B model"; t0=$(date +%s)
-python3 -m resources.engines.tiny_model --out /tmp/wattbench-tiny-1b --size 1b 2>&1 | tail -3
+python3 -m wattbench_agent.engines.tiny_model --out /tmp/wattbench-tiny-1b --size 1b 2>&1 | tail -3
 echo "   took $(( $(date +%s) - t0 )) s"
 if [ "${RECORD:-1}" = 1 ]; then
   echo "== NVML recording for the fake-NVML tests (idle, then a bf16 matmul loop)"
-  timeout 90 python3 -m resources.telemetry.cli telemetry record --seconds 24 --load matmul --out "$OUT/h200_trace.json" 2>&1 | tail -5
+  timeout 90 python3 -m wattbench_agent.telemetry.cli telemetry record --seconds 24 --load matmul --out "$OUT/h200_trace.json" 2>&1 | tail -5
 fi
 python3 -c "import sklearn, zeus; print('zeus', zeus.__version__, 'sklearn', sklearn.__version__)" 2>&1 | tail -1
 echo "== bench agent: transformers serve, concurrency 1/16/64/256, 20 s windows, NVML at 10 Hz"
 rm -rf /tmp/bundle
-timeout 480 python3 -m resources.agent --spec results/h200-transformers/spec.json --out /tmp/bundle 2>&1 | tail -40
+timeout 480 python3 -m wattbench_agent --spec results/h200-transformers/spec.json --out /tmp/bundle 2>&1 | tail -40
 tar czf "$OUT/bundle.tgz" -C /tmp bundle
 ls -la "$OUT"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from resources.engines.base import EngineConfig
-from resources.engines.emulator import (ConfigError, EngineStartupError, SpecError, Workload, emulated_build, setup,
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.emulator import (ConfigError, EngineStartupError, SpecError, Workload, emulated_build, setup,
                                         simulate, step_time)
 
 

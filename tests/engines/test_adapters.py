@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from resources.deploy.local import DeployError, classify_start_failure
-from resources.engines import registry
-from resources.engines.base import EngineAdapter, EngineConfig, adapter_for
-from resources.engines.sglang import SglangAdapter
-from resources.engines.trtllm import TrtllmAdapter
-from resources.engines.vllm import VllmAdapter
+from wattbench_agent.deploy.local import DeployError, classify_start_failure
+from wattbench_agent.engines import registry
+from wattbench_agent.engines.base import EngineAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.sglang import SglangAdapter
+from wattbench_agent.engines.trtllm import TrtllmAdapter
+from wattbench_agent.engines.vllm import VllmAdapter
 
 
 def cfg(engine: str, precision: str = "bf16", tp: int = 1, **options) -> EngineConfig:
@@ -128,8 +128,8 @@ def test_start_failures_are_classified():
 
 
 def test_agent_side_imports_no_dagster_duckdb_or_gx():
-    code = ("import sys; import resources.engines.registry, resources.engines.cli, resources.engines.failures, "
-            "resources.deploy.local, resources.deploy.kubernetes; "
+    code = ("import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, wattbench_agent.engines.failures, "
+            "wattbench_agent.deploy.local, wattbench_agent.deploy.kubernetes; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -6,10 +6,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from resources.agent.runner import run_spec
-from resources.engines.base import EngineConfig
-from resources.engines.failures import classify_truncation, mark_truncations
-from resources.engines.trtllm import TrtllmAdapter
+from wattbench_agent.runner import run_spec
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.failures import classify_truncation, mark_truncations
+from wattbench_agent.engines.trtllm import TrtllmAdapter
 
 from tests.engines.conftest import A100, H100
 
@@ -109,7 +109,8 @@ def test_truncate_scenario_and_sglang_serves(fake_engines, tmp_path):
                                                                                                     point("sg"))]}
     bundle = run_spec(spec, log=lambda m: None)
     (row,) = rows(bundle, "deployments")
-    assert row["status"] == "healthy" and row["engine_version"] == "0.5"
+    assert row["status"] == "healthy" and row["engine_version"] == "0.5.0"
+    assert row["engine_version_source"] == "/get_server_info" and row["version_checked"] is True
     requests = [r for r in rows(bundle, "requests") if r.get("http_status") == 200]
     assert requests and {r["error_kind"] for r in requests} == {"truncated_output"}
     assert {classify_truncation(r) for r in requests} == {"truncated_output"}

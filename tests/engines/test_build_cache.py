@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from resources.deploy.local import DeployError
-from resources.engines.base import EngineConfig
-from resources.engines.build_cache import (BuildCache, GpuInfo, HardwareMismatch, check_hardware_lock, query_gpu,
+from wattbench_agent.deploy.local import DeployError
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.build_cache import (BuildCache, GpuInfo, HardwareMismatch, check_hardware_lock, query_gpu,
                                            tree_digest)
-from resources.engines.trtllm import TrtllmAdapter
+from wattbench_agent.engines.trtllm import TrtllmAdapter
 
 from tests.engines.conftest import A100
 

@@ -23,10 +23,10 @@ from pipelines.cli import main as wattbench
 from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher
 from pipelines.partitions import bench_partition, ensure_models
 from resources.bench_plan import BenchPlan
-from resources.deploy.kubernetes import BUILD_AGENT_COMMAND, K8sTarget, build_pod, to_dicts
-from resources.engines.base import EngineConfig, adapter_for
-from resources.engines.build_agent import BUILD_SPEC_ENV, build_spec, result_from_messages, run_builds
-from resources.engines.build_cache import tree_digest
+from wattbench_agent.deploy.kubernetes import BUILD_AGENT_COMMAND, K8sTarget, build_pod, to_dicts
+from wattbench_agent.engines.base import EngineConfig, adapter_for
+from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec, result_from_messages, run_builds
+from wattbench_agent.engines.build_cache import tree_digest
 from resources.warehouse import connect
 
 from tests.engines.test_kubernetes import roundtrip
@@ -60,7 +60,7 @@ def test_build_pod_spec_validates_against_the_api_models():
     roundtrip(k8s.ApiClient().sanitize_for_serialization(pod), "V1Pod")
     (c,) = pod.spec.containers
     assert c.image == "registry/wattbench-build:1"
-    assert c.command == ["python3", "-m", "resources.engines.build_agent"]
+    assert c.command == ["python3", "-m", "wattbench_agent.engines.build_agent"]
     assert c.resources.limits["nvidia.com/gpu"] == "4" and c.resources.requests["nvidia.com/gpu"] == "4"  # = tp
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert any(t.key == "nvidia.com/gpu" for t in pod.spec.tolerations)
@@ -101,7 +101,7 @@ def test_deploy_dry_run_prints_the_build_pod_before_the_deployment(capsys, monke
     pod = roundtrip(docs[0], "V1Pod")
     deployment = roundtrip(docs[1], "V1Deployment")
     (c,) = pod.spec.containers
-    assert c.image == "registry/wattbench-build:2" and c.command == ["python3", "-m", "resources.engines.build_agent"]
+    assert c.image == "registry/wattbench-build:2" and c.command == ["python3", "-m", "wattbench_agent.engines.build_agent"]
     assert c.resources.limits["nvidia.com/gpu"] == "2"
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod.metadata.namespace == "ns1" and pod.spec.restart_policy == "Never"
@@ -303,7 +303,7 @@ def test_a_path_that_cannot_be_linked_does_not_fail_the_build(fake_engines, tmp_
 
 
 def test_build_agent_imports_no_dagster_core_duckdb_or_gx():
-    code = ("import sys, dagster_pipes, resources.engines.build_agent; "
+    code = ("import sys, dagster_pipes, wattbench_agent.engines.build_agent; "
             "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)

@@ -1,6 +1,6 @@
 """Silent truncation is classified from what the server reported (usage and finish_reason)."""
 
-from resources.engines.failures import classify_truncation, mark_truncations
+from wattbench_agent.engines.failures import classify_truncation, mark_truncations
 
 
 def rec(**kw):

@@ -9,8 +9,8 @@ import yaml
 from kubernetes import client as k8s
 
 from pipelines.cli import main as wattbench
-from resources.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, to_dicts
-from resources.engines.base import EngineConfig
+from wattbench_agent.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, to_dicts
+from wattbench_agent.engines.base import EngineConfig
 
 
 class _Resp:
@@ -95,7 +95,7 @@ def test_agent_pod_and_cluster_job_construct_without_a_cluster():
     d = k8s.ApiClient().sanitize_for_serialization(pod)
     roundtrip(d, "V1Pod")
     (c,) = pod.spec.containers
-    assert c.command == ["python3", "-m", "resources.agent"] and c.image == "registry/wattbench-agent:1"
+    assert c.command == ["python3", "-m", "wattbench_agent"] and c.image == "registry/wattbench-agent:1"
     assert c.resources.limits["nvidia.com/gpu"] == "4"  # the largest tp in the spec
     assert {m.mount_path for m in c.volume_mounts} == {"/dev/shm", "/data"}
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}

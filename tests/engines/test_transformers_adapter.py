@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from resources.engines.base import EngineAdapter, EngineConfig
-from resources.engines.transformers_serve import TransformersServeAdapter
+from wattbench_agent.engines.base import EngineAdapter, EngineConfig
+from wattbench_agent.engines.transformers_serve import TransformersServeAdapter
 
 
 def cfg(**kw) -> EngineConfig:
@@ -37,7 +37,7 @@ def test_serve_command_options_become_flags():
 
 
 def test_tiny_model_presets_and_cli_without_torch(monkeypatch, capsys):
-    from resources.engines import tiny_model
+    from wattbench_agent.engines import tiny_model
 
     assert tiny_model.PRESETS["1b"] == dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192,
                                             vocab=32000)
@@ -55,7 +55,7 @@ def test_build_tiny_llama(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from resources.engines.tiny_model import PRESETS, build_tiny_llama
+    from wattbench_agent.engines.tiny_model import PRESETS, build_tiny_llama
 
     summary = build_tiny_llama(tmp_path / "m", seed=0, **PRESETS["tiny"])
     conf = json.loads((tmp_path / "m" / "config.json").read_text())

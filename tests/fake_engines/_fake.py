@@ -13,7 +13,8 @@ and applies when one item equals the program name (vllm, sglang, trtllm-serve, t
     FAKE_ENGINE_CRASH_AFTER   N: die (exit 1, CUDA error in the log) after answering N completion requests
     FAKE_ENGINE_TRUNCATE      answer half the completion tokens asked for, finish_reason 'length'
 GPU: FAKE_GPU_NAME, FAKE_GPU_CC (compute capability), FAKE_GPU_DRIVER, FAKE_NO_GPU=1 (nvidia-smi fails).
-Timing: FAKE_TTFT_MS (default 5), FAKE_ITL_MS (default 1), FAKE_BUILD_S (default 0.2), FAKE_TRTLLM_VERSION.
+Timing: FAKE_TTFT_MS (default 5), FAKE_ITL_MS (default 1), FAKE_BUILD_S (default 0.2).
+Versions: FAKE_TRTLLM_VERSION, FAKE_VLLM_VERSION, FAKE_SGLANG_VERSION.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TRTLLM_VERSION = os.environ.get("FAKE_TRTLLM_VERSION", "0.18.2")
+VLLM_VERSION = os.environ.get("FAKE_VLLM_VERSION", "0.10.1.1")
+SGLANG_VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.0")
 
 
 def record(prog: str, argv: list[str]) -> None:
@@ -157,8 +160,12 @@ class FakeServer:
                     return self._send(200, json.dumps({"object": "list", "data": data}).encode())
                 if path == "/metrics" and server.metrics:
                     return self._send(200, server.metrics_text().encode(), "text/plain; version=0.0.4")
-                if path == "/version":
-                    return self._send(200, json.dumps({"version": TRTLLM_VERSION}).encode())
+                # where each engine says its version: vLLM's /version, SGLang's /get_server_info (TensorRT-LLM only
+                # logs it at start)
+                if path == "/version" and server.prog == "vllm":
+                    return self._send(200, json.dumps({"version": VLLM_VERSION}).encode())
+                if path == "/get_server_info" and server.prog == "sglang":
+                    return self._send(200, json.dumps({"version": SGLANG_VERSION, "tp_size": 1}).encode())
                 return self._send(404, b'{"detail":"Not Found"}')
 
             def _chunk(self, obj) -> None:

@@ -1,11 +1,11 @@
-"""Real loopback servers (resources/loadgen/testserver.py, each in its own process) for the load generator tests."""
+"""Real loopback servers (agent/wattbench_agent/loadgen/testserver.py, each in its own process) for the load generator tests."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from resources.loadgen.testserver import server_process
+from wattbench_agent.loadgen.testserver import server_process
 
 ROOT = Path(__file__).resolve().parents[2]
 

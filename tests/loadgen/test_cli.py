@@ -35,7 +35,7 @@ def test_cli_rejects_bad_trace_with_line(fast_server, tmp_path):
 
 
 def test_interrupt_flushes_everything_measured(tmp_path):
-    from resources.loadgen.testserver import server_process
+    from wattbench_agent.loadgen.testserver import server_process
     out = tmp_path / "i.jsonl"
     with server_process(ttft_ms=5, itl_ms=20) as url:
         p = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m",

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from resources.loadgen import LoadSpec, run_load, summarize
-from resources.loadgen.testserver import server_process
+from wattbench_agent.loadgen import LoadSpec, run_load, summarize
+from wattbench_agent.loadgen.testserver import server_process
 
 from .conftest import table_columns
 

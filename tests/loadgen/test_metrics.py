@@ -1,6 +1,6 @@
 import pytest
 
-from resources.loadgen.metrics import distribute_tokens, stats, summarize, tpot_ms
+from wattbench_agent.loadgen.metrics import distribute_tokens, stats, summarize, tpot_ms
 
 
 def rec(sent, chunks, ok=True, ct=None, in_window=None, rid="r"):

@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from resources.loadgen import LoadSpec, LoadSpecError
-from resources.loadgen.schedule import TraceError, arrival_offsets, load_trace
-from resources.loadgen.workload import Workload, sample_lengths, synthetic_text
+from wattbench_agent.loadgen import LoadSpec, LoadSpecError
+from wattbench_agent.loadgen.schedule import TraceError, arrival_offsets, load_trace
+from wattbench_agent.loadgen.workload import Workload, sample_lengths, synthetic_text
 
 
 def gaps(x):

@@ -117,7 +117,7 @@ def rows(bundle: Path, table: str) -> list[dict]:
 
 def emulator_spec(run_id: str, out: Path, n_points: int = 3, duration_s: float = 1.0) -> dict:
     """An agent spec: one emulated vllm-like deployment (1 GPU, emulated telemetry) with `n_points` short points."""
-    from resources.engines.base import EngineConfig
+    from wattbench_agent.engines.base import EngineConfig
 
     cfg = EngineConfig(engine="emulator", profile="vllm-like", model="llama-3.1-8b", gpu="h100-sxm",
                        config_name="vllm-like", precision="fp8", tp=1)

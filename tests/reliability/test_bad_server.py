@@ -8,14 +8,14 @@ import socket
 from collections import Counter
 from dataclasses import asdict
 
-from resources.agent.runner import run_spec
-from resources.engines.base import EngineConfig
+from wattbench_agent.runner import run_spec
+from wattbench_agent.engines.base import EngineConfig
 from resources.validation import validate_table
 from resources.warehouse import connect, ingest_bundle
 
 from tests.reliability.conftest import BEHAVIOURS, MisbehavingServer, rows
 
-# What the load generator's client calls each misbehaviour (resources/loadgen/client.py).
+# What the load generator's client calls each misbehaviour (agent/wattbench_agent/loadgen/client.py).
 EXPECTED_KIND = {"ok": None, "http_500": "http_5xx", "garbage": "disconnected", "drop_before_reply": "disconnected",
                  "drop_mid_stream": "disconnected", "not_json": "malformed_sse"}
 

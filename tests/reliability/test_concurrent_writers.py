@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from resources.bundle import BundleWriter
+from wattbench_agent.bundle import BundleWriter
 from resources.warehouse import connect
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.bundle import read_manifest
+from wattbench_agent.bundle import read_manifest
 from resources.warehouse import connect
 
 from tests.reliability.conftest import emulator_spec, rows
@@ -58,7 +58,7 @@ def start_agent(spec: dict, tmp: Path) -> tuple[subprocess.Popen, Path]:
     err = tmp / f"agent-{time.monotonic_ns()}.err"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DAGSTER_PIPES_CONTEXT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "resources.agent", "--spec", str(spec_path)], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "wattbench_agent", "--spec", str(spec_path)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=open(err, "w"), text=True)
     return proc, err
 

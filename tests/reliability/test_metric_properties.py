@@ -1,4 +1,4 @@
-"""Property-based tests of the load generator's metric computations (resources/loadgen/metrics.py) against the
+"""Property-based tests of the load generator's metric computations (agent/wattbench_agent/loadgen/metrics.py) against the
 definitions of docs/MEASUREMENT.md: TPOT = (E2E - TTFT) / (N - 1), ITL pools every gap between consecutive
 content events, throughput counts only the tokens that arrived inside the window, percentiles are monotone,
 and nothing depends on the order of the records."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resources.loadgen.metrics import PERCENTILES, distribute_tokens, stats, summarize, tpot_ms
+from wattbench_agent.loadgen.metrics import PERCENTILES, distribute_tokens, stats, summarize, tpot_ms
 
 MS = 1_000_000
 PKEYS = ["p50", "p90", "p95", "p99", "p999"]

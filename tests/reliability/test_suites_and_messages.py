@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from resources.bundle import BundleError, BundleWriter
+from wattbench_agent.bundle import BundleError, BundleWriter
 from resources.validation import suites, table_frame, validate_table
 from resources.warehouse import connect, ingest_bundle
 

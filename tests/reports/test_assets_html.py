@@ -14,7 +14,7 @@ from dagster_duckdb import DuckDBResource
 from assets.common import run_id_of
 from assets.reports import REPORT_ASSETS, STAGES, capacity_plan, head_to_head, html_report, load_point_report, regressions
 from resources.bench_plan import BenchPlan
-from resources import reporting
+from assets import reporting
 
 from .synth import Deployment, Point, simple_point, started, ttfts, write_run
 

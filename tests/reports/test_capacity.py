@@ -5,7 +5,7 @@ import math
 import pytest
 
 from resources.plan import CapacityProfile, Plan
-from resources.reporting import capacity_params, query_params
+from assets.reporting import capacity_params, query_params
 from resources.warehouse import connect, run_sql
 
 from .synth import Deployment, simple_point, write_run

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resources.reporting import pivot_head_to_head
+from assets.reporting import pivot_head_to_head
 from resources.warehouse import connect, run_sql
 
 from .synth import Deployment, Point, simple_point, ttfts, write_run

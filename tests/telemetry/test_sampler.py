@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from resources.bundle import BundleWriter
-from resources.telemetry import TelemetryUnavailable, decode_clock_events, idle_baseline, open_sampler
-from resources.telemetry import sources as sources_mod
-from resources.telemetry.fake_nvml import (FAULTS_PROVENANCE, SYNTHETIC_PROVENANCE, FakeNvml,
+from wattbench_agent.bundle import BundleWriter
+from wattbench_agent.telemetry import TelemetryUnavailable, decode_clock_events, idle_baseline, open_sampler
+from wattbench_agent.telemetry import sources as sources_mod
+from wattbench_agent.telemetry.fake_nvml import (FAULTS_PROVENANCE, SYNTHETIC_PROVENANCE, FakeNvml,
                                            synthetic_faults_trace, synthetic_h200_trace)
-from resources.telemetry.sampler import TRACE_DISAGREE, _integrate
-from resources.telemetry.sources import SAMPLE_FIELDS, NvmlSource
+from wattbench_agent.telemetry.sampler import TRACE_DISAGREE, _integrate
+from wattbench_agent.telemetry.sources import SAMPLE_FIELDS, NvmlSource
 
 SCHEMA = Path(__file__).resolve().parents[2] / "sql" / "schema.sql"
 VALUE_COLUMNS = ("power_w", "power_avg_w", "energy_mj", "hbm_used_mib", "hbm_total_mib", "util_gpu_pct",
@@ -560,7 +560,7 @@ def test_decode_clock_events():
 
 
 def test_recorder_round_trip(trace_path, facts, tmp_path):
-    from resources.telemetry.record import record
+    from wattbench_agent.telemetry.record import record
 
     out = tmp_path / "rec.json"
     rp = Replay(trace_path, start_offset_s=statistics.mean(facts.steady()), latency_scale=0)
@@ -589,7 +589,7 @@ print("wattbench-load: done", flush=True)
 
 
 def test_recorder_phases_are_the_observed_load(trace_path, facts, tmp_path, monkeypatch):
-    import resources.telemetry.record as record_mod
+    import wattbench_agent.telemetry.record as record_mod
 
     monkeypatch.setattr(record_mod, "_MATMUL", _STAND_IN_LOAD)  # no torch / GPU here: a CPU stand-in
     rp = Replay(trace_path, start_offset_s=facts.idle[0], latency_scale=0)
@@ -603,7 +603,7 @@ def test_recorder_phases_are_the_observed_load(trace_path, facts, tmp_path, monk
 
 
 def test_cli_sample_with_fake_nvml(trace_path, tmp_path, capsys):
-    from resources.telemetry.cli import main
+    from wattbench_agent.telemetry.cli import main
 
     out = tmp_path / "s.jsonl"
     assert main(["telemetry", "sample", "--kind", "nvml", "--fake-nvml", str(trace_path), "--seconds", "0.6",

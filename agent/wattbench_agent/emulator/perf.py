@@ -1,0 +1,209 @@
+"""The performance and power model: time and energy of one scheduler iteration on N tensor-parallel GPUs.
+
+Roofline per operator class (docs/EMULATOR.md has the equations):
+  linear layers   t_lin  = max(FLOP_lin / (peak * e_gemm * clk), bytes_weights / (BW * e_mem))
+  attention       t_attn = max(FLOP_attn / (peak_attn * e_attn * clk), bytes_kv / (BW * e_mem))
+  all-reduce      t_ar   = 2 L (alpha + 2 (N-1)/N * T h a / (B_nvlink * e_nvlink))          (N > 1)
+  fixed           t_fix  = L * c_layer                     (kernel launches and tails, CUDA graphs or not)
+  host            t_cpu  = c_step + c_seq * n_seqs         (scheduler, sampling, detokenization not hidden)
+  step            t      = t_gpu + t_cpu - min(host_overlap * t_cpu, t_gpu)   (t_gpu = t_lin + t_attn + t_ar + t_fix)
+Power per GPU: P = P_idle + TDP * (k_busy + k_mem * u_mem + k_cmp * u_cmp) while an iteration runs, capped at the power limit by
+lowering the SM clock (compute-bound time stretches by 1/clk; clock-event reason sw_power_cap).
+Pure Python, no dependencies: the server and simulate() share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from wattbench_agent.emulator.specs import GPUSpec, ModelSpec, PrecisionSpec
+
+# NVML clock-event reason bits (nvml.h, nvmlClocksEventReason*)
+CLOCK_EVENT_GPU_IDLE = 0x1
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+CLOCK_EVENT_SW_THERMAL = 0x20
+REF_EFF = 0.65  # reference tensor efficiency of the power model (u_cmp = REF_EFF x time in tensor math / step)
+
+
+@dataclass(frozen=True)
+class KernelFactors:
+    """Efficiency factors of one engine profile (fitted; see docs/EMULATOR.md, 'Fitted factors')."""
+
+    gemm_eff: float  # fraction of dense tensor peak reached by large GEMMs (bf16; fp8 scaled by precision)
+    attn_eff: float  # fraction of peak reached by prefill attention (flash attention)
+    fp8_attention: bool  # attention math in fp8 when the KV cache is fp8 (TensorRT-LLM fp8 FMHA)
+    mem_eff: float  # fraction of HBM bandwidth reached when streaming weights and KV
+    layer_overhead_s: float  # fixed GPU time per layer and step (launch gaps, kernel tails)
+    allreduce_latency_s: float  # latency of one small all-reduce
+    nvlink_eff: float  # fraction of one-direction NVLink bandwidth reached by large all-reduces
+    step_overhead_s: float  # host time per step not overlapped with the GPU
+    seq_overhead_s: float  # host time per scheduled sequence and step
+    frontend_event_s: float  # API-server time to turn one step's output of one request into an SSE event
+    host_overlap: float = 0.0  # share of the host time hidden behind the GPU's previous iteration (overlap scheduler)
+
+
+@dataclass(frozen=True)
+class PowerFactors:
+    """Power model, as fractions of the GPU's TDP (fitted on ML.ENERGY H100 figures; scaled by TDP elsewhere)."""
+
+    k_busy: float = 0.05  # static active power while the engine iterates (clocks up, leakage, front ends)
+    k_mem: float = 0.68  # HBM + memory-system power at 100% bandwidth utilisation
+    k_cmp: float = 1.44  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
+    clk_exp: float = 2.0  # dynamic compute power ~ clk^clk_exp under DVFS
+    min_clk: float = 0.55
+
+
+POWER = PowerFactors()
+
+
+@dataclass
+class StepLoad:
+    """What one scheduler iteration computes (aggregated over the sequences it schedules)."""
+
+    tokens: int = 0  # T: query tokens of the step (prefill chunks + one per decoding sequence)
+    seqs: int = 0  # sequences scheduled
+    sampled: int = 0  # sequences that produce a token this step (lm_head + sampling)
+    attn_work: float = 0.0  # sum over sequences of q * (ctx_before + (q + 1) / 2)
+    kv_read: float = 0.0  # sum over sequences of ctx_before (KV tokens read)
+    prefill_tokens: int = 0
+
+
+@dataclass
+class StepCost:
+    dt: float  # seconds of the whole step
+    t_gpu: float
+    t_cpu: float
+    power_w: float  # per GPU (all TP ranks draw alike)
+    util_gpu: float  # share of time a kernel ran
+    util_mem: float  # share of HBM bandwidth used
+    util_cmp: float
+    clk: float  # SM clock factor (1 = max boost)
+    reasons: int  # NVML clock-event bitmask
+    flops: float  # per GPU
+    bytes: float  # per GPU
+
+
+@dataclass
+class Deployment:
+    """A model at a precision on N GPUs of one kind, with one profile's kernel factors."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    precision: PrecisionSpec
+    tp: int
+    kf: KernelFactors
+    power_limit_w: float | None = None
+    pf: PowerFactors = field(default_factory=lambda: POWER)
+    weight_only_fp8: bool = False  # fp8 weights on a GPU without fp8 tensor cores (Marlin-style)
+
+    def __post_init__(self) -> None:
+        m, p, n = self.model, self.precision, self.tp
+        if self.power_limit_w is None:
+            self.power_limit_w = self.gpu.tdp_w
+        self.kv_heads_per_gpu = max(1, m.kv_heads // n) if m.kv_heads >= n else 1
+        self.heads_per_gpu = m.heads / n
+        # weights
+        self.dense_lin_params = m.layers * m.attn_params_per_layer
+        self.expert_params = m.layers * m.expert_params_per_layer  # one expert, all layers
+        head = m.embed_params  # lm_head (read for every sampling step); embedding lookup is negligible
+        self.head_params = head
+        total = m.total_params_derived
+        self.weight_bytes_total = total * p.weight_bytes
+        # embeddings and lm_head stay in 16 bit in fp8 / int4 checkpoints
+        self.weight_bytes_total += (m.embed_params * (1 if m.tied_embeddings else 2)) * (2.0 - p.weight_bytes)
+        self.weight_bytes_per_gpu = self.weight_bytes_total / n
+        self.kv_bytes_per_token_gpu = 2 * m.layers * self.kv_heads_per_gpu * m.head_dim * p.kv_bytes
+        self.kv_bytes_per_token = 2 * m.layers * m.kv_heads * m.head_dim * p.kv_bytes
+        compute = p.compute
+        if compute == "fp8" and not self.gpu.has_fp8:
+            compute = "bf16"
+            self.weight_only_fp8 = True
+        self.peak = self.gpu.peak_flops(compute)
+        self.gemm_eff = self.kf.gemm_eff * (p.gemm_eff_scale if compute != "bf16" or p.id == "int4-awq" else 1.0)
+        attn_compute = "fp8" if (self.kf.fp8_attention and p.kv_bytes == 1.0 and self.gpu.has_fp8) else "bf16"
+        self.peak_attn = self.gpu.peak_flops(attn_compute)
+        self.bw = self.gpu.hbm_bw * self.kf.mem_eff
+        self.nvlink = self.gpu.nvlink_bw / 2 * self.kf.nvlink_eff  # one direction
+        self.fixed_s = m.layers * self.kf.layer_overhead_s
+        self._lin_bytes_dense = (self.dense_lin_params * p.weight_bytes) / n
+        self._head_bytes = head * 2.0 / n
+
+    # ------------------------------------------------------------------ memory
+    def activation_reserve_bytes(self, max_tokens_per_step: int) -> float:
+        """Peak activation + workspace memory per GPU for a step of that many tokens (profile run)."""
+        m = self.model
+        per_token = (m.hidden * 6 + m.intermediate * 3 / self.tp + m.vocab / self.tp * 2) * 2.0
+        return max_tokens_per_step * per_token + 1.0 * 2**30  # + CUDA context / cuBLAS / NCCL workspaces
+
+    # ------------------------------------------------------------------ time and power
+    def step(self, load: StepLoad) -> StepCost:
+        cost = self._step(load, 1.0)
+        lim = self.power_limit_w
+        if cost.power_w > lim + 1e-9:
+            pf, tdp = self.pf, self.gpu.tdp_w
+            p_cmp = tdp * pf.k_cmp * cost.util_cmp
+            rest = cost.power_w - p_cmp
+            clk = max(pf.min_clk, min(1.0, ((lim - rest) / p_cmp) ** (1.0 / pf.clk_exp))) if p_cmp > 0 else 1.0
+            cost = self._step(load, clk)
+            cost.power_w = min(cost.power_w, lim)
+            cost.reasons |= CLOCK_EVENT_SW_POWER_CAP
+        return cost
+
+    def _step(self, load: StepLoad, clk: float) -> StepCost:
+        m, kf, n = self.model, self.kf, self.tp
+        T = load.tokens
+        if T <= 0:
+            return StepCost(0.0, 0.0, 0.0, self.idle_power(), 0.0, 0.0, 0.0, 1.0, CLOCK_EVENT_GPU_IDLE, 0.0, 0.0)
+        # linear layers
+        if m.experts > 1:
+            touched = m.experts * (1.0 - (1.0 - m.experts_per_token / m.experts) ** T)
+            lin_params_w = self.dense_lin_params + touched * self.expert_params
+            lin_params_f = self.dense_lin_params + m.experts_per_token * self.expert_params
+        else:
+            lin_params_w = lin_params_f = self.dense_lin_params + self.expert_params
+        lin_flops = 2.0 * T * lin_params_f / n + 2.0 * load.sampled * self.head_params / n
+        w_bytes = lin_params_w * self.precision.weight_bytes / n + (self._head_bytes if load.sampled else 0.0)
+        peak = self.peak * clk
+        t_lin_c = lin_flops / (peak * self.gemm_eff)
+        if self.weight_only_fp8:
+            t_lin_c *= 1.15  # dequantisation in the GEMM main loop
+        t_lin_m = w_bytes / self.bw
+        t_lin = t_lin_c if t_lin_c > t_lin_m else t_lin_m
+        # attention
+        attn_flops = 4.0 * m.layers * self.heads_per_gpu * m.head_dim * load.attn_work
+        kv_bytes = (load.kv_read + T) * self.kv_bytes_per_token_gpu
+        t_attn_c = attn_flops / (self.peak_attn * clk * kf.attn_eff)
+        t_attn_m = kv_bytes / self.bw
+        t_attn = t_attn_c if t_attn_c > t_attn_m else t_attn_m
+        # tensor-parallel all-reduce (two per layer, ring)
+        if n > 1:
+            msg = T * m.hidden * self.precision.act_bytes
+            t_ar = 2 * m.layers * (kf.allreduce_latency_s + 2.0 * (n - 1) / n * msg / self.nvlink)
+        else:
+            t_ar = 0.0
+        t_gpu = t_lin + t_attn + t_ar + self.fixed_s
+        t_cpu = kf.step_overhead_s + kf.seq_overhead_s * load.seqs
+        if kf.host_overlap > 0.0:  # scheduling of step n+1 runs while the GPU executes step n
+            hidden = min(t_cpu * kf.host_overlap, t_gpu)
+            t_cpu -= hidden
+        dt = t_gpu + t_cpu
+        flops = lin_flops + attn_flops
+        nbytes = w_bytes + kv_bytes
+        busy = t_gpu / dt
+        u_mem = min(1.0, nbytes / (self.gpu.hbm_bw * dt))
+        # tensor activity: time spent in matmul/attention math at the profile's efficiency, normalised by a common
+        # reference efficiency -- an inefficient kernel burns about the same power, for longer
+        u_cmp = min(1.0, REF_EFF * (lin_flops / (self.peak * self.gemm_eff)
+                                    + attn_flops / (self.peak_attn * kf.attn_eff)) / dt)
+        pf, tdp = self.pf, self.gpu.tdp_w
+        # static active power is drawn for the whole iteration: host gaps of a few hundred microseconds are far
+        # shorter than the GPU's power-management reaction time, so clocks and voltage stay up (ML.ENERGY's
+        # "static power wastage" of CPU-bound small batches)
+        power = self.gpu.idle_w + tdp * (pf.k_busy + pf.k_mem * u_mem + pf.k_cmp * u_cmp * clk ** pf.clk_exp)
+        return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)
+
+    def idle_power(self) -> float:
+        return self.gpu.idle_w
+
+    def with_factors(self, **kw) -> "Deployment":
+        return replace(self, kf=replace(self.kf, **kw))

@@ -1,0 +1,232 @@
+"""Engine profiles: their knobs (as `--config KEY=VALUE`), their kernel factors, and the HBM fit check."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from wattbench_agent.emulator.perf import Deployment, KernelFactors
+from wattbench_agent.emulator.specs import gpu_spec, model_spec, precision_spec
+
+EMULATOR_VERSION = "0.2.0"
+PROFILES = ("trtllm-like", "vllm-like")
+
+# ---- fitted kernel factors (docs/EMULATOR.md, "Fitted factors"; benchmarks/emulator_calibration.py) ----
+FACTORS: dict[str, KernelFactors] = {
+    # TensorRT-LLM: fused kernels, fp8 context FMHA, C++ runtime with CUDA graphs whose scheduler overlaps the GPU
+    # (host_overlap), custom all-reduce
+    "trtllm-like": KernelFactors(gemm_eff=0.70, attn_eff=0.55, fp8_attention=True, mem_eff=0.70,
+                                 layer_overhead_s=1.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
+                                 step_overhead_s=0.20e-3, seq_overhead_s=1.0e-6, frontend_event_s=20e-6,
+                                 host_overlap=1.0),
+    # vLLM V1 (0.11 defaults, no --async-scheduling): torch.compile + CUDA graphs, FlashAttention (bf16 math),
+    # Python scheduler and input preparation between iterations (not overlapped), custom all-reduce
+    "vllm-like": KernelFactors(gemm_eff=0.64, attn_eff=0.45, fp8_attention=False, mem_eff=0.70,
+                               layer_overhead_s=2.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
+                               step_overhead_s=0.15e-3, seq_overhead_s=3.0e-6, frontend_event_s=30e-6,
+                               host_overlap=0.0),
+}
+
+# ---- knobs: name -> (default, help). None = derived from the model / deployment ----
+KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
+    "trtllm-like": {
+        "max_batch_size": (128, "compiled: most sequences in flight (trtllm-build --max_batch_size)"),
+        "max_input_len": (2048, "compiled: longest prompt (trtllm-build --max_input_len)"),
+        "max_seq_len": (4096, "compiled: prompt + output; longer requests are truncated silently"),
+        "max_num_tokens": (8192, "compiled: most tokens per iteration (trtllm-build --max_num_tokens)"),
+        "kv_cache_free_gpu_mem_fraction": (0.9, "share of free HBM given to the KV cache"),
+        "tokens_per_block": (32, "paged KV block size in tokens"),
+        "enable_chunked_context": (False, "split long prompts over iterations"),
+        "scheduler_policy": ("guaranteed_no_evict", "guaranteed_no_evict | max_utilization"),
+        "stream_interval": (1, "least tokens per SSE event"),
+        "power_limit_w": (None, "per-GPU power limit (default: TDP)"),
+        "served_model_name": (None, "extra model name accepted by the API"),
+    },
+    "vllm-like": {
+        "max_num_seqs": (256, "most sequences in a batch (--max-num-seqs)"),
+        "max_num_batched_tokens": (8192, "token budget per step, chunked prefill (--max-num-batched-tokens)"),
+        "max_model_len": (None, "context length (--max-model-len; default: the model's)"),
+        "gpu_memory_utilization": (0.9, "share of HBM the engine may use (--gpu-memory-utilization)"),
+        "block_size": (16, "paged KV block size in tokens (--block-size)"),
+        "enable_prefix_caching": (True, "reuse KV blocks of shared prompt prefixes (--enable-prefix-caching)"),
+        "stream_interval": (1, "least tokens per SSE event"),
+        "power_limit_w": (None, "per-GPU power limit (default: TDP)"),
+        "served_model_name": (None, "extra model name accepted by the API"),
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A bad profile, knob or value."""
+
+
+class EngineStartupError(RuntimeError):
+    """The deployment does not fit: raised before the server listens. `kind` is the engine's error class."""
+
+    def __init__(self, kind: str, text: str):
+        super().__init__(f"{kind}: {text}")
+        self.kind = kind
+        self.text = text
+
+
+def parse_value(raw: str) -> Any:
+    s = raw.strip()
+    low = s.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(s)
+        except ValueError:
+            pass
+    return s
+
+
+def parse_config_items(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--config expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip().replace("-", "_")] = parse_value(v)
+    return out
+
+
+@dataclass
+class EngineSetup:
+    """A resolved, checked deployment: everything the scheduler and server need."""
+
+    profile: str
+    dep: Deployment
+    options: dict[str, Any]
+    kv_blocks: int  # per GPU (= per deployment: TP shards each block)
+    block_size: int
+    hbm_used_bytes: float  # per GPU
+    max_model_len: int
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_blocks * self.block_size
+
+    def summary(self) -> dict[str, Any]:
+        d = self.dep
+        return {
+            "profile": self.profile, "model": d.model.id, "gpu": d.gpu.id, "gpu_name": d.gpu.name, "tp": d.tp,
+            "precision": d.precision.id, "options": self.options, "kv_blocks": self.kv_blocks,
+            "block_size": self.block_size, "kv_tokens": self.kv_tokens, "max_model_len": self.max_model_len,
+            "weights_gib_per_gpu": round(d.weight_bytes_per_gpu / 2**30, 2),
+            "hbm_used_mib_per_gpu": round(self.hbm_used_bytes / 2**20, 1),
+            "kv_bytes_per_token": d.kv_bytes_per_token, "power_limit_w": d.power_limit_w,
+            "emulator_version": EMULATOR_VERSION, "source": "emulated",
+        }
+
+
+def resolve_options(profile: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; known profiles: {', '.join(PROFILES)}")
+    knobs = KNOBS[profile]
+    out = {k: v[0] for k, v in knobs.items()}
+    for k, v in (options or {}).items():
+        key = str(k).replace("-", "_")
+        if key not in knobs:
+            raise ConfigError(f"unknown config key {k!r} for profile {profile}; accepted keys: "
+                              f"{', '.join(sorted(knobs))}")
+        default = knobs[key][0]
+        if isinstance(v, str) and not isinstance(default, str):
+            v = parse_value(v)
+        if isinstance(default, bool) and not isinstance(v, bool):
+            raise ConfigError(f"config key {key!r} expects true/false, got {v!r}")
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"config key {key!r} expects a number, got {v!r}")
+            if isinstance(default, int) and not isinstance(default, bool):
+                if float(v) != int(v):
+                    raise ConfigError(f"config key {key!r} expects an integer, got {v!r}")
+                v = int(v)
+        out[key] = v
+    return out
+
+
+def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
+          options: dict[str, Any] | None = None) -> EngineSetup:
+    """Resolve and check a deployment. Raises SpecError/ConfigError (bad input) or EngineStartupError (no fit)."""
+    opts = resolve_options(profile, options)
+    m, g, p = model_spec(model), gpu_spec(gpu), precision_spec(precision)
+    if not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"--tp must be a positive integer, got {tp!r}")
+    if m.heads % tp:
+        raise ConfigError(f"--tp {tp} does not divide the {m.heads} attention heads of {m.id}")
+    for k in ("max_batch_size", "max_num_tokens", "max_num_seqs", "max_num_batched_tokens", "block_size",
+              "tokens_per_block", "max_input_len", "max_seq_len", "stream_interval"):
+        if k in opts and opts[k] is not None and opts[k] < 1:
+            raise ConfigError(f"config key {k!r} must be >= 1, got {opts[k]!r}")
+    dep = Deployment(model=m, gpu=g, precision=p, tp=tp, kf=FACTORS[profile],
+                     power_limit_w=float(opts["power_limit_w"]) if opts.get("power_limit_w") else None)
+    hbm = g.hbm_bytes
+    w = dep.weight_bytes_per_gpu
+    kvt = dep.kv_bytes_per_token_gpu
+    gib = 2**30
+    if profile == "trtllm-like":
+        if p.id == "fp8" and not g.has_fp8:
+            raise EngineStartupError(
+                "RuntimeError", f"[TensorRT-LLM][ERROR] FP8 is not supported on {g.name} (compute capability "
+                f"{g.compute_capability}); FP8 GEMM and FP8 KV cache need SM89 or newer")
+        bs = int(opts["tokens_per_block"])
+        max_seq = int(opts["max_seq_len"])
+        if opts["max_input_len"] > max_seq:
+            raise ConfigError(f"max_input_len ({opts['max_input_len']}) must be <= max_seq_len ({max_seq})")
+        if opts["max_seq_len"] > m.max_position:
+            raise ConfigError(f"max_seq_len {max_seq} exceeds {m.id}'s max_position_embeddings {m.max_position}")
+        act = dep.activation_reserve_bytes(int(opts["max_num_tokens"]))
+        free = hbm - w - act
+        if free <= 0:
+            raise EngineStartupError(
+                "RuntimeError", f"[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of memory "
+                f"(engine weights {w / gib:.1f} GiB + activations {act / gib:.1f} GiB per GPU on a "
+                f"{hbm / gib:.1f} GiB {g.name}; use more GPUs (tp) or a smaller precision)")
+        kv_bytes = free * float(opts["kv_cache_free_gpu_mem_fraction"])
+        blocks = int(kv_bytes // (bs * kvt))
+        need = math.ceil(max_seq / bs)
+        if blocks < need:
+            raise EngineStartupError(
+                "RuntimeError", f"[TensorRT-LLM][ERROR] Assertion failed: the KV cache pool ({blocks} blocks of "
+                f"{bs} tokens) cannot hold one sequence of max_seq_len {max_seq} ({need} blocks); "
+                f"weights use {w / gib:.1f} GiB of {hbm / gib:.1f} GiB per GPU")
+        used = w + act + blocks * bs * kvt
+        return EngineSetup(profile, dep, opts, blocks, bs, used, max_seq)
+    # vllm-like
+    bs = int(opts["block_size"])
+    mml = int(opts["max_model_len"] or m.max_position)
+    if mml > m.max_position:
+        raise ConfigError(f"max_model_len {mml} exceeds {m.id}'s max_position_embeddings {m.max_position} "
+                          f"(vLLM: 'User-specified max_model_len ({mml}) is greater than the derived "
+                          f"max_model_len')")
+    util = float(opts["gpu_memory_utilization"])
+    if not 0 < util <= 1:
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {util}")
+    budget = hbm * util
+    if w > budget:
+        raise EngineStartupError(
+            "torch.OutOfMemoryError", f"CUDA out of memory. Tried to allocate {w / gib:.2f} GiB. GPU 0 has a "
+            f"total capacity of {hbm / gib:.2f} GiB of which {max(0.0, hbm - budget) / gib:.2f} GiB is reserved "
+            f"by gpu_memory_utilization={util}; model weights need {w / gib:.2f} GiB per GPU at tp={tp}, "
+            f"{p.id}. Use more GPUs (--tensor-parallel-size) or a smaller dtype")
+    act = dep.activation_reserve_bytes(int(opts["max_num_batched_tokens"]))
+    kv_bytes = budget - w - act
+    if kv_bytes <= 0:
+        raise EngineStartupError(
+            "ValueError", "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+            f"when initializing the engine. (weights {w / gib:.2f} GiB + activations {act / gib:.2f} GiB "
+            f"per GPU > {budget / gib:.2f} GiB)")
+    blocks = int(kv_bytes // (bs * kvt))
+    if blocks * bs < mml:
+        raise EngineStartupError(
+            "ValueError", f"The model's max seq len ({mml}) is larger than the maximum number of tokens that can "
+            f"be stored in KV cache ({blocks * bs}). Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine.")
+    return EngineSetup(profile, dep, opts, blocks, bs, budget, mml)

@@ -1,0 +1,579 @@
+"""The emulator's HTTP server: a small HTTP/1.1 server on asyncio protocols (no framework), so that one core
+streams tens of thousands of tokens per second. The engine loop wakes once per scheduler iteration, sleeps until
+the iteration's modelled end (absolute deadlines, so rounding of timers never accumulates), then writes every
+sequence's new tokens straight into its connection's transport."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import math
+import signal
+import sys
+import time
+import uuid
+from typing import Any
+
+from wattbench_agent.emulator.engine import Request, Scheduler
+from wattbench_agent.emulator.profiles import EMULATOR_VERSION, EngineSetup
+from wattbench_agent.emulator.telemetry import Telemetry
+
+_WORDS = ("the of and to in is that for it as with was on be by at this from are or an have not but they "
+          "which one you all were her she there would their we him been has when who will more no if out so "
+          "said what up its about into than them can only other new some could time these two may then do "
+          "first any my now such like our over man me even most made after also did many before must through "
+          "back years where much your way well down should because each just those people how too little "
+          "state good very make world still own see men work long get here between both life being under "
+          "never day same another know while last might us great old year off come since against go came "
+          "right used take three").split()
+WORDS = tuple(" " + w for w in _WORDS)  # one token each
+NW = len(WORDS)
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
+            413: "Payload Too Large", 500: "Internal Server Error"}
+_BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_BUCKETS_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+_BUCKETS_E2E = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                480.0, 960.0, 1920.0, 7680.0)
+
+
+class Histogram:
+    __slots__ = ("buckets", "counts", "sum", "count")
+
+    def __init__(self, buckets: tuple[float, ...]):
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.buckets, v)] += n
+        self.sum += v * n
+        self.count += n
+
+    def render(self, name: str, labels: str, help_: str) -> list[str]:
+        out = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
+        cum = 0
+        for b, c in zip(self.buckets, self.counts):
+            cum += c
+            out.append(f'{name}_bucket{{{labels},le="{b}"}} {cum}')
+        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{{{labels}}} {self.sum}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, etype: str = "BadRequestError"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.etype = etype
+
+
+def error_body(status: int, message: str, etype: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": status},
+                       "object": "error", "message": message, "type": etype, "code": status}).encode()
+
+
+class Stream:
+    """The response side of one generation request."""
+
+    __slots__ = ("conn", "stream", "chat", "prefix", "suffix", "rid", "created", "model", "usage", "off",
+                 "sent_role", "req", "prompt_tokens", "done_fut", "text_pos")
+
+    def __init__(self, conn: "HttpConnection", stream: bool, chat: bool, rid: str, model: str, usage: bool,
+                 off: int, prompt_tokens: int):
+        self.conn = conn
+        self.stream = stream
+        self.chat = chat
+        self.rid = rid
+        self.created = int(time.time())
+        self.model = model
+        self.usage = usage
+        self.off = off
+        self.sent_role = False
+        self.prompt_tokens = prompt_tokens
+        self.text_pos = 0
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},"model":{json.dumps(model)},"choices":[{{"index":0,'
+        if chat:
+            self.prefix = head + '"delta":{"content":"'
+            self.suffix = '"},"logprobs":null,"finish_reason":null}]}\n\n'
+        else:
+            self.prefix = head + '"text":"'
+            self.suffix = '","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+
+    def text(self, a: int, b: int) -> str:
+        off = self.off
+        return "".join([WORDS[(off + i) % NW] for i in range(a, b)])
+
+
+class EmulatorServer:
+    def __init__(self, st: EngineSetup, host: str = "127.0.0.1", port: int = 8000, seed: int = 0):
+        self.st = st
+        self.dep = st.dep
+        self.sched = Scheduler(st)
+        self.host = host
+        self.port = port
+        self.seed = seed
+        self.telemetry = Telemetry(st.dep, st.hbm_used_bytes, seed=str(seed))
+        self.model_names = {n.lower() for n in st.dep.model.names()}
+        if st.options.get("served_model_name"):
+            self.model_names.add(str(st.options["served_model_name"]).lower())
+        self.served_name = str(st.options.get("served_model_name") or st.dep.model.id)
+        self.wake: asyncio.Event | None = None
+        self.labels = f'model_name="{self.served_name}"'
+        self.h_ttft = Histogram(_BUCKETS_TTFT)
+        self.h_itl = Histogram(_BUCKETS_ITL)
+        self.h_e2e = Histogram(_BUCKETS_E2E)
+        self.lag_max = 0.0
+        self.events_total = 0
+        self.tokens_streamed = 0
+        self.started = time.time()
+        self._req_counter = 0
+        self.stream_interval = int(st.options.get("stream_interval") or 1)
+        self.k_coalesce = 1
+        self.server: asyncio.AbstractServer | None = None
+
+    # ------------------------------------------------------------ engine loop
+    async def engine_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        sched, dep, tel = self.sched, self.dep, self.telemetry
+        assert self.wake is not None
+        deadline = loop.time()
+        fe = dep.kf.frontend_event_s
+        si = self.stream_interval
+        emit = self._emit
+        while True:
+            if not sched.has_work():
+                tel.set_idle(time.perf_counter_ns())
+                self.wake.clear()
+                await self.wake.wait()
+                deadline = loop.time()
+            batch = sched.schedule()
+            if batch is None:
+                self._reject_unschedulable()
+                await asyncio.sleep(0)
+                continue
+            cost = dep.step(batch.load)
+            now = loop.time()
+            lag = now - deadline
+            if lag > 0.02:  # fell behind (CPU starved): do not try to catch up with a burst of short steps
+                self.lag_max = max(self.lag_max, lag)
+                deadline = now
+            tel.set_state(time.perf_counter_ns(), cost.power_w, cost.util_gpu, cost.util_mem, cost.clk, cost.reasons)
+            deadline += cost.dt
+            # several tokens per SSE event when the API server cannot keep up with the engine
+            k = math.ceil(len(sched.running) * fe / cost.dt) if cost.dt > 0 else 1
+            self.k_coalesce = k if k > si else si
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            n_dec = batch.load.seqs - (1 if batch.load.prefill_tokens else 0)
+            if n_dec > 0:
+                self.h_itl.observe(cost.dt, n_dec)
+            sched.complete(batch, loop.time(), emit)
+
+    def _reject_unschedulable(self) -> None:
+        """Nothing runs and the head of the queue can never fit: fail it (both engines reject such requests)."""
+        sched = self.sched
+        if sched.running or not sched.waiting:
+            return
+        r = sched.waiting.popleft()
+        s: Stream = r.sink
+        if s is not None:
+            s.conn.fail_request(s, ApiError(400, f"request of {r.prompt_len} prompt tokens + {r.target} output "
+                                                 f"tokens does not fit in the KV cache ({sched.total_blocks} "
+                                                 f"blocks of {sched.bs} tokens)"))
+
+    def _emit(self, r: Request, n: int, done: bool) -> None:
+        s: Stream = r.sink
+        if s is None:
+            return
+        if r.generated == 1:
+            self.h_ttft.observe(r.first_token_t - r.arrival)
+        r.pending += n
+        if done:
+            self.h_e2e.observe(r.last_token_t - r.arrival)
+        if not s.stream:
+            if done:
+                s.conn.finish_nonstream(s, r)
+            return
+        if r.pending >= self.k_coalesce or done:
+            a = r.generated - r.pending
+            chunk = s.prefix + s.text(a, r.generated)
+            if done:
+                suffix = s.suffix.replace('"finish_reason":null', f'"finish_reason":"{r.finish_reason}"', 1)
+            else:
+                suffix = s.suffix
+            chunk += suffix
+            if not s.sent_role and s.chat:
+                chunk = s.prefix[:-len('"content":"')] + '"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n' + chunk
+                s.sent_role = True
+            self.events_total += 1
+            self.tokens_streamed += r.pending
+            r.pending = 0
+            if done:
+                tail = []
+                if s.usage:
+                    obj = "chat.completion.chunk" if s.chat else "text_completion"
+                    tail.append(f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":'
+                                f'{json.dumps(s.model)},"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},'
+                                f'"total_tokens":{r.prompt_len + r.generated},"completion_tokens":{r.generated}}}}}\n\n')
+                tail.append("data: [DONE]\n\n")
+                chunk += "".join(tail)
+                s.conn.write_chunk(chunk.encode(), last=True)
+            else:
+                s.conn.write_chunk(chunk.encode())
+
+    # ------------------------------------------------------------ requests
+    def tokenize_chat(self, messages: Any) -> list[str]:
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "messages must be a non-empty list")
+        toks = ["<|begin_of_text|>"]
+        for m in messages:
+            if not isinstance(m, dict):
+                raise ApiError(400, "each message must be an object")
+            content = m.get("content")
+            if isinstance(content, list):
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            toks += ["<|start_header_id|>", str(m.get("role", "user")), "<|end_header_id|>", "\n\n"]
+            toks += str(content or "").split()
+            toks.append("<|eot_id|>")
+        toks += ["<|start_header_id|>", "assistant", "<|end_header_id|>", "\n\n"]
+        return toks
+
+    def block_hashes(self, toks: list[str]) -> list[int]:
+        if not self.sched.prefix_caching:
+            return []
+        bs = self.sched.bs
+        out = []
+        h = 0
+        for i in range(0, len(toks) - bs + 1, bs):
+            h = hash((h, tuple(toks[i:i + bs])))
+            out.append(h)
+        return out
+
+    def new_request(self, conn: "HttpConnection", body: dict[str, Any], chat: bool) -> Stream:
+        model = body.get("model")
+        if model is None or str(model).lower() not in self.model_names:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        if chat:
+            toks = self.tokenize_chat(body.get("messages"))
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+                prompt = prompt[0]
+            if isinstance(prompt, list):
+                toks = ["<|begin_of_text|>"] + [str(t) for t in prompt]
+            elif isinstance(prompt, str):
+                toks = ["<|begin_of_text|>"] + prompt.split()
+            else:
+                raise ApiError(400, "prompt must be a string or a list of token ids")
+        if int(body.get("n") or 1) != 1:
+            raise ApiError(400, "the emulator serves n=1 only")
+        mt = body.get("max_completion_tokens") if chat and body.get("max_completion_tokens") is not None else body.get("max_tokens")
+        if mt is not None:
+            if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
+                raise ApiError(400, f"max_tokens must be at least 1, got {mt}.")
+        min_t = body.get("min_tokens") or 0
+        if mt is not None and min_t > mt:
+            raise ApiError(400, f"min_tokens must be less than or equal to max_tokens={mt}, got {min_t}.")
+        prompt_len = len(toks)
+        target, truncated, err = self.sched.validate(prompt_len, mt)
+        if err:
+            raise ApiError(400, err)
+        self._req_counter += 1
+        stream = bool(body.get("stream"))
+        so = body.get("stream_options") or {}
+        usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        s = Stream(conn, stream, chat, rid, str(model), usage, (self._req_counter * 7919 + self.seed) % NW, prompt_len)
+        r = Request(rid, prompt_len, target, asyncio.get_running_loop().time(), self.block_hashes(toks), sink=s)
+        r.truncated = truncated
+        s.req = r
+        if target <= 0:  # nothing to generate (truncated to zero): answer at once
+            r.state = "finished"
+            r.finish_reason = "length"
+            r.first_token_t = r.last_token_t = r.arrival
+            return s
+        self.sched.add(r)
+        assert self.wake is not None
+        self.wake.set()
+        return s
+
+    # ------------------------------------------------------------ other endpoints
+    def models_body(self) -> bytes:
+        return json.dumps({"object": "list", "data": [{
+            "id": self.served_name, "object": "model", "created": int(self.started), "owned_by": "wattbench-emulator",
+            "root": self.dep.model.hf_id, "parent": None, "max_model_len": self.st.max_model_len,
+            "permission": []}]}).encode()
+
+    def metrics_body(self) -> bytes:
+        s, L = self.sched, self.labels
+        lines = []
+
+        def g(name: str, typ: str, val: float, help_: str, extra: str = "") -> None:
+            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {typ}", f"{name}{{{L}{extra}}} {val}"])
+
+        g("vllm:num_requests_running", "gauge", len(s.running), "Number of requests in model execution batches.")
+        g("vllm:num_requests_waiting", "gauge", len(s.waiting), "Number of requests waiting to be processed.")
+        g("vllm:kv_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "KV-cache usage. 1 means 100 percent usage.")
+        g("vllm:gpu_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "GPU KV-cache usage (deprecated name).")
+        g("vllm:num_preemptions_total", "counter", s.num_preemptions, "Cumulative number of preemption from the engine.")
+        g("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total, "Number of prefill tokens processed.")
+        g("vllm:generation_tokens_total", "counter", s.generation_tokens_total, "Number of generation tokens processed.")
+        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries, "Prefix cache queries, in terms of tokens.")
+        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of tokens.")
+        lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
+                  "# TYPE vllm:request_success_total counter"]
+        for reason in ("stop", "length", "abort"):
+            lines.append(f'vllm:request_success_total{{{L},finished_reason="{reason}"}} {s.finished_by_reason.get(reason, 0)}')
+        lines += self.h_ttft.render("vllm:time_to_first_token_seconds", L, "Histogram of time to first token in seconds.")
+        lines += self.h_itl.render("vllm:inter_token_latency_seconds", L, "Histogram of inter-token latency in seconds.")
+        lines += self.h_itl.render("vllm:time_per_output_token_seconds", L, "Histogram of time per output token in seconds (deprecated name).")
+        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of end to end request latency in seconds.")
+        g("wattbench_emulator_info", "gauge", 1, "Emulated deployment (source=emulated).",
+          f',profile="{self.st.profile}",gpu="{self.dep.gpu.id}",tp="{self.dep.tp}",precision="{self.dep.precision.id}",version="{EMULATOR_VERSION}"')
+        g("wattbench_emulator_steps_total", "counter", s.steps, "Scheduler iterations run.")
+        g("wattbench_emulator_sse_events_total", "counter", self.events_total, "Content-bearing SSE events sent.")
+        g("wattbench_emulator_lag_seconds_max", "gauge", round(self.lag_max, 6), "Largest lag of the engine loop behind modelled time.")
+        return ("\n".join(lines) + "\n").encode()
+
+    def telemetry_body(self) -> bytes:
+        return json.dumps(self.telemetry.snapshot()).encode()
+
+    def info_body(self) -> bytes:
+        d = self.st.summary()
+        d.update({"served_model_name": self.served_name, "kv_usage": self.sched.kv_usage(),
+                  "num_preemptions": self.sched.num_preemptions})
+        return json.dumps(d).encode()
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.wake = asyncio.Event()
+        self.server = await loop.create_server(lambda: HttpConnection(self), self.host, self.port, backlog=1024,
+                                               reuse_address=True)
+        self.port = self.server.sockets[0].getsockname()[1]
+        self._engine_task = loop.create_task(self.engine_loop())
+
+    def listening_line(self) -> str:
+        d = self.dep
+        return (f"wattbench emulator listening on http://{self.host}:{self.port} (emulated {self.st.profile}, "
+                f"{d.model.id} on {d.tp}x {d.gpu.id} at {d.precision.id}; kv cache {self.st.kv_tokens} tokens; "
+                "timing and telemetry from a performance model, not a GPU)")
+
+
+class HttpConnection(asyncio.Protocol):
+    __slots__ = ("srv", "transport", "buf", "busy", "keep_alive", "active", "closed")
+
+    def __init__(self, srv: EmulatorServer):
+        self.srv = srv
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.busy = False
+        self.keep_alive = True
+        self.active: Stream | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        try:
+            import socket
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.active is not None and self.active.req is not None:
+            self.srv.sched.abort(self.active.req)
+            self.srv.sched.finished_by_reason["abort"] = self.srv.sched.finished_by_reason.get("abort", 0) + 1
+        self.active = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if not self.busy:
+            self._process()
+
+    def _process(self) -> None:
+        while not self.busy and not self.closed:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                if len(self.buf) > 65536:
+                    self._respond(413, b'{"error":"headers too large"}', close=True)
+                return
+            head = self.buf[:i].decode("latin-1")
+            lines = head.split("\r\n")
+            try:
+                method, target, version = lines[0].split(" ", 2)
+            except ValueError:
+                self._respond(400, b'{"error":"bad request line"}', close=True)
+                return
+            headers = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            if headers.get("transfer-encoding", "").lower() == "chunked":
+                self._respond(411, b'{"error":"chunked request bodies are not supported; send Content-Length"}', close=True)
+                return
+            n = int(headers.get("content-length") or 0)
+            if len(self.buf) < i + 4 + n:
+                return
+            body = self.buf[i + 4:i + 4 + n]
+            self.buf = self.buf[i + 4 + n:]
+            conn_hdr = headers.get("connection", "").lower()
+            self.keep_alive = not (conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive"))
+            self._dispatch(method, target.split("?", 1)[0], body)
+
+    def _dispatch(self, method: str, path: str, body: bytes) -> None:
+        srv = self.srv
+        try:
+            if path in ("/v1/chat/completions", "/v1/completions"):
+                if method != "POST":
+                    raise ApiError(405, "use POST", "MethodNotAllowed")
+                try:
+                    data = json.loads(body or b"{}")
+                except ValueError:
+                    raise ApiError(400, "request body is not valid JSON") from None
+                if not isinstance(data, dict):
+                    raise ApiError(400, "request body must be a JSON object")
+                s = srv.new_request(self, data, chat=path.endswith("chat/completions"))
+                self.active = s
+                self.busy = True
+                if s.stream:
+                    self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                                         b"cache-control: no-cache\r\nx-wattbench-emulated: true\r\n"
+                                         b"transfer-encoding: chunked\r\n\r\n")
+                if s.req.state == "finished":  # zero tokens to generate
+                    if s.stream:
+                        self._finish_empty_stream(s)
+                    else:
+                        self.finish_nonstream(s, s.req)
+                return
+            if method != "GET":
+                raise ApiError(405 if path in ("/health", "/metrics", "/v1/models", "/emulator/telemetry") else 404,
+                               f"{method} {path} is not served", "NotFoundError")
+            if path == "/health":
+                self._respond(200, b"", ctype=b"application/json")
+            elif path == "/v1/models":
+                self._respond(200, srv.models_body())
+            elif path == "/metrics":
+                self._respond(200, srv.metrics_body(), ctype=b"text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/emulator/telemetry":
+                self._respond(200, srv.telemetry_body())
+            elif path == "/emulator/info":
+                self._respond(200, srv.info_body())
+            elif path == "/version":
+                self._respond(200, json.dumps({"version": f"wattbench-emulator-{EMULATOR_VERSION}",
+                                               "profile": srv.st.profile, "source": "emulated"}).encode())
+            else:
+                raise ApiError(404, f"{path} not found", "NotFoundError")
+        except ApiError as e:
+            self.busy = False
+            self.active = None
+            self._respond(e.status, error_body(e.status, e.message, e.etype))
+
+    def _finish_empty_stream(self, s: Stream) -> None:
+        r = s.req
+        chunk = s.prefix + s.suffix.replace('"finish_reason":null', '"finish_reason":"length"', 1)
+        if s.usage:
+            obj = "chat.completion.chunk" if s.chat else "text_completion"
+            chunk += (f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":{json.dumps(s.model)},'
+                      f'"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},"total_tokens":{r.prompt_len},'
+                      '"completion_tokens":0}}\n\n')
+        self.write_chunk((chunk + "data: [DONE]\n\n").encode(), last=True)
+
+    def _respond(self, status: int, body: bytes, ctype: bytes = b"application/json", close: bool = False) -> None:
+        if self.transport is None or self.closed:
+            return
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n").encode() + b"content-type: " + ctype + \
+            b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\nx-wattbench-emulated: true\r\n"
+        if close or not self.keep_alive:
+            head += b"connection: close\r\n"
+        self.transport.write(head + b"\r\n" + body)
+        if close or not self.keep_alive:
+            self.transport.close()
+            self.closed = True
+
+    # called by the engine loop
+    def write_chunk(self, data: bytes, last: bool = False) -> None:
+        if self.closed or self.transport is None:
+            return
+        if last:
+            self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data))
+            self._done()
+        else:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def finish_nonstream(self, s: Stream, r: Request) -> None:
+        text = s.text(0, r.generated)
+        usage = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.generated,
+                 "completion_tokens": r.generated}
+        if s.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                      "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}
+            obj = "text_completion"
+        body = json.dumps({"id": s.rid, "object": obj, "created": s.created, "model": s.model,
+                           "choices": [choice], "usage": usage}).encode()
+        self.srv.tokens_streamed += r.generated
+        self.active = None
+        self.busy = False
+        self._respond(200, body)
+        if not self.closed and self.buf:
+            self._process()
+
+    def fail_request(self, s: Stream, e: ApiError) -> None:
+        self.active = None
+        if s.stream:  # headers already sent: report the error in the stream, as vLLM does
+            self.write_chunk(("data: " + error_body(e.status, e.message, e.etype).decode() + "\n\ndata: [DONE]\n\n").encode(), last=True)
+        else:
+            self.busy = False
+            self._respond(e.status, error_body(e.status, e.message, e.etype))
+
+    def _done(self) -> None:
+        self.active = None
+        self.busy = False
+        if not self.keep_alive:
+            self.transport.close()
+            self.closed = True
+            return
+        if self.buf:
+            self._process()
+
+
+def serve(st: EngineSetup, host: str, port: int, seed: int = 0) -> int:
+    """Run the server until SIGINT/SIGTERM. Prints the listening line on stderr when ready."""
+    try:
+        import uvloop  # type: ignore
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+
+    async def main() -> None:
+        srv = EmulatorServer(st, host, port, seed)
+        await srv.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        print(srv.listening_line(), file=sys.stderr, flush=True)
+        await stop.wait()
+        srv.server.close()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,252 @@
+"""Pure-Python use of the emulator, without a server: run the same schedulers and step model in virtual time.
+
+    from wattbench_agent.emulator import simulate, Workload
+    r = simulate("trtllm-like", "llama-3-70b", "h200", tp=4, precision="fp8",
+                 workload=Workload(shape="poisson", rate=5, input_tokens=2000, output_tokens=300), duration_s=120)
+    r.output_tok_s, r.ttft_ms["p99"], r.j_per_token, r.avg_power_w
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from wattbench_agent.emulator.engine import Request, Scheduler
+from wattbench_agent.emulator.perf import StepCost, StepLoad
+from wattbench_agent.emulator.profiles import EngineSetup, setup
+
+LengthSpec = int | Sequence[int] | dict
+
+
+@dataclass
+class Workload:
+    """Traffic: fixed concurrency (closed loop) or an open-loop Poisson / gamma arrival process.
+
+    input_tokens / output_tokens: an int, a list of ints (drawn uniformly), or
+    {"dist": "lognormal", "mean": m, "sigma": s, "min": a, "max": b}.
+    shared_prefix_tokens: that many leading prompt tokens are identical in every request (prefix caching).
+    """
+
+    shape: str = "concurrency"  # concurrency | poisson | gamma
+    concurrency: int = 8
+    rate: float | None = None  # requests/s for poisson | gamma
+    burstiness: float = 1.0  # gamma shape (1 = Poisson; < 1 burstier), as in `vllm bench serve`
+    input_tokens: LengthSpec = 512
+    output_tokens: LengthSpec = 128
+    shared_prefix_tokens: int = 0
+
+
+def _draw(spec: LengthSpec, rng: random.Random) -> int:
+    if isinstance(spec, int):
+        return spec
+    if isinstance(spec, dict):
+        mean, sigma = float(spec["mean"]), float(spec.get("sigma", 0.8))
+        mu = math.log(mean) - sigma * sigma / 2
+        v = int(round(rng.lognormvariate(mu, sigma)))
+        return max(int(spec.get("min", 1)), min(int(spec.get("max", 10**9)), v))
+    return int(rng.choice(list(spec)))
+
+
+def _pct(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    s = sorted(xs)
+
+    def q(p: float) -> float:
+        k = (len(s) - 1) * p
+        lo = int(k)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": sum(s) / len(s)}
+
+
+@dataclass
+class SimResult:
+    profile: str
+    model: str
+    gpu: str
+    tp: int
+    precision: str
+    workload: dict[str, Any]
+    window_s: float
+    output_tokens: int  # generated inside the window
+    output_tok_s: float
+    request_throughput: float  # completions/s inside the window
+    completed: int
+    ttft_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    e2e_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]  # per SSE event
+    energy_j: float  # all GPUs, window
+    avg_power_w: float  # per GPU, window
+    j_per_token: float | None
+    tokens_per_joule: float | None
+    mean_batch: float  # sequences per step, time-weighted
+    kv_usage_mean: float
+    preemptions: int
+    prefix_hit_rate: float | None
+    tokens_per_event: float  # SSE coalescing
+    power_capped_share: float  # share of window time at the power limit
+    steps: int
+    kv_tokens: int
+    source: str = "emulated"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def step_time(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16", *, batch: int = 1,
+              context: int = 512, prefill_tokens: int = 0, prefill_context: int = 0,
+              config: dict[str, Any] | None = None) -> StepCost:
+    """Cost of one iteration: `batch` decoding sequences at `context` tokens, plus one prefill chunk of
+    `prefill_tokens` tokens after `prefill_context` cached ones."""
+    st = setup(profile, model, gpu, tp, precision, config)
+    ld = StepLoad(tokens=batch + prefill_tokens, seqs=batch + (1 if prefill_tokens else 0),
+                  sampled=batch + (1 if prefill_tokens else 0),
+                  attn_work=batch * (context + 1.0) + prefill_tokens * (prefill_context + (prefill_tokens + 1) / 2),
+                  kv_read=batch * context + prefill_context, prefill_tokens=prefill_tokens)
+    return st.dep.step(ld)
+
+
+def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16",
+             config: dict[str, Any] | None = None, workload: Workload | None = None, *,
+             duration_s: float = 60.0, warmup_s: float = 10.0, seed: int = 0,
+             setup_: EngineSetup | None = None, **workload_kw: Any) -> SimResult:
+    """Run a workload through the emulated engine in virtual time (no sleeping) and report what a load generator
+    and an energy counter would have measured in the window [warmup_s, warmup_s + duration_s]."""
+    wl = workload or Workload(**workload_kw)
+    st = setup_ or setup(profile, model, gpu, tp, precision, config)
+    dep = st.dep
+    sched = Scheduler(st)
+    rng = random.Random(seed)
+    n_gpu = dep.tp
+    t0, t1 = warmup_s, warmup_s + duration_s
+    bs = sched.bs
+    prefix_blocks = wl.shared_prefix_tokens // bs
+
+    counter = [0]
+
+    def make(arrival: float) -> Request:
+        counter[0] += 1
+        pl = max(1, _draw(wl.input_tokens, rng))
+        ol = max(1, _draw(wl.output_tokens, rng))
+        hashes: list[int] = []
+        if sched.prefix_caching:
+            nfull = pl // bs
+            hashes = [hash(("shared", i)) if i < prefix_blocks else hash((counter[0], i)) for i in range(nfull)]
+        target, _trunc, err = sched.validate(pl, ol)
+        r = Request(f"sim-{counter[0]}", pl, ol, arrival, hashes)
+        if err:
+            r.target = 0
+            r.finish_reason = "error"
+        else:
+            r.target = target
+        return r
+
+    arrivals: list[float] = []
+    if wl.shape in ("poisson", "gamma"):
+        if not wl.rate or wl.rate <= 0:
+            raise ValueError("poisson/gamma workloads need rate > 0")
+        shape_k = 1.0 if wl.shape == "poisson" else float(wl.burstiness)
+        t = 0.0
+        while t < t1:
+            t += rng.gammavariate(shape_k, 1.0 / (wl.rate * shape_k))
+            arrivals.append(t)
+    elif wl.shape != "concurrency":
+        raise ValueError(f"unknown workload shape {wl.shape!r}; expected concurrency, poisson or gamma")
+
+    ttft: list[float] = []
+    tpot: list[float] = []
+    e2e: list[float] = []
+    itl_w: list[tuple[float, int]] = []
+    stats = {"tokens": 0, "completed": 0, "energy": 0.0, "batch_time": 0.0, "kv_time": 0.0, "capped": 0.0,
+             "events": 0, "ev_tokens": 0, "busy": 0.0, "umem": 0.0, "ucmp": 0.0}
+    now = [0.0]
+
+    def overlap(a: float, b: float) -> float:
+        return max(0.0, min(b, t1) - max(a, t0))
+
+    def emit(r: Request, n: int, done: bool) -> None:
+        t = now[0]
+        if r.generated == 1 and r.arrival >= t0:
+            ttft.append((t - r.arrival) * 1e3)
+        if t0 <= t <= t1:
+            stats["tokens"] += n
+        if done:
+            if t0 <= t <= t1:
+                stats["completed"] += 1
+            if r.arrival >= t0:
+                e2e.append((t - r.arrival) * 1e3)
+                if r.generated > 1:
+                    tpot.append((t - r.first_token_t) * 1e3 / (r.generated - 1))
+            if wl.shape == "concurrency" and t < t1:
+                sched.add(make(t))
+
+    if wl.shape == "concurrency":
+        for _ in range(max(1, wl.concurrency)):
+            sched.add(make(0.0))
+    ai = 0
+    t = 0.0
+    fe = dep.kf.frontend_event_s
+    si = int(st.options.get("stream_interval") or 1)
+    idle_p = dep.idle_power()
+    while t < t1:
+        while ai < len(arrivals) and arrivals[ai] <= t:
+            sched.add(make(arrivals[ai]))
+            ai += 1
+        if not sched.has_work():
+            nxt = arrivals[ai] if ai < len(arrivals) else t1
+            stats["energy"] += idle_p * n_gpu * overlap(t, nxt)
+            t = nxt
+            continue
+        b = sched.schedule()
+        if b is None:  # the head of the queue can never fit
+            sched.waiting.popleft()
+            continue
+        c = dep.step(b.load)
+        ov = overlap(t, t + c.dt)
+        if ov > 0:
+            stats["energy"] += c.power_w * n_gpu * ov
+            stats["batch_time"] += b.load.seqs * ov
+            stats["kv_time"] += sched.kv_usage() * ov
+            if c.reasons & 0x4:
+                stats["capped"] += ov
+            stats["busy"] += c.util_gpu * ov
+            stats["umem"] += c.util_mem * ov
+            stats["ucmp"] += c.util_cmp * c.clk ** dep.pf.clk_exp * ov
+            k = max(si, math.ceil(len(sched.running) * fe / c.dt))
+            n_dec = b.load.sampled
+            stats["events"] += n_dec / k * ov / c.dt
+            stats["ev_tokens"] += n_dec * ov / c.dt
+            itl_w.append((c.dt * k * 1e3, n_dec))
+        t += c.dt
+        now[0] = t
+        sched.complete(b, t, emit)
+
+    win = t1 - t0
+    tokens = stats["tokens"]
+    energy = stats["energy"]
+    # ITL pooled over events (weighted by sequences decoding in the step)
+    itl_samples: list[float] = []
+    if itl_w:
+        stride = max(1, len(itl_w) // 4000)
+        for dt_ms, n in itl_w[::stride]:
+            itl_samples.extend([dt_ms] * min(n, 64))
+    return SimResult(
+        profile=st.profile, model=dep.model.id, gpu=dep.gpu.id, tp=dep.tp, precision=dep.precision.id,
+        workload=asdict(wl), window_s=win, output_tokens=tokens, output_tok_s=tokens / win,
+        request_throughput=stats["completed"] / win, completed=stats["completed"], ttft_ms=_pct(ttft),
+        tpot_ms=_pct(tpot), e2e_ms=_pct(e2e), itl_ms=_pct(itl_samples), energy_j=energy,
+        avg_power_w=energy / win / n_gpu, j_per_token=energy / tokens if tokens else None,
+        tokens_per_joule=tokens / energy if energy else None, mean_batch=stats["batch_time"] / win,
+        kv_usage_mean=stats["kv_time"] / win, preemptions=sched.num_preemptions,
+        prefix_hit_rate=(sched.prefix_hits / sched.prefix_queries) if sched.prefix_queries else None,
+        tokens_per_event=(stats["ev_tokens"] / stats["events"]) if stats["events"] else 1.0,
+        power_capped_share=stats["capped"] / win, steps=sched.steps, kv_tokens=st.kv_tokens,
+        extra={"util_gpu_mean": stats["busy"] / win, "util_mem_mean": stats["umem"] / win,
+               "util_cmp_mean": stats["ucmp"] / win},
+    )

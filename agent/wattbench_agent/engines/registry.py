@@ -1,0 +1,40 @@
+"""Engine name -> adapter class (or a lazy loader of it). `adapter_for(name)` calls the value with no arguments.
+
+Adapters whose module may not be in this build yet are registered through `_lazy`: the import happens when the
+adapter is first asked for, and a missing module gives a clear error for that engine only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from wattbench_agent.engines.base import EmulatorAdapter, EngineAdapter
+from wattbench_agent.engines.external import ExternalAdapter
+from wattbench_agent.engines.sglang import SglangAdapter
+from wattbench_agent.engines.trtllm import TrtllmAdapter
+from wattbench_agent.engines.vllm import VllmAdapter
+
+
+def _lazy(module: str, cls: str) -> Callable[[], EngineAdapter]:
+    def load() -> EngineAdapter:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            raise ValueError(f"engine adapter {module}.{cls} is not in this build of wattbench") from None
+        return getattr(mod, cls)()
+
+    load.__qualname__ = load.__name__ = f"lazy:{module}.{cls}"
+    return load
+
+
+ADAPTERS: dict[str, Callable[[], EngineAdapter]] = {
+    "emulator": EmulatorAdapter,
+    "trtllm": TrtllmAdapter,
+    "vllm": VllmAdapter,
+    "sglang": SglangAdapter,
+    "transformers": _lazy("wattbench_agent.engines.transformers_serve", "TransformersServeAdapter"),
+    "external": ExternalAdapter,
+}

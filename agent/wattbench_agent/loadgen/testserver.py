@@ -1,0 +1,327 @@
+"""A loopback OpenAI-compatible streaming server with known timing, for tests and the fidelity benchmark.
+
+    python -m wattbench_agent.loadgen.testserver --port 0 --ttft-ms 50 --itl-ms 10 --tokens 64
+
+prints `LISTENING <port>` when ready. Raw asyncio.Protocol HTTP/1.1 (keep-alive, chunked SSE) on uvloop, so
+the server's own cost per event is a few microseconds. Content event k of a request is written at
+recv + ttft + k * itl (scheduled, not drifting); the server records, per request, what it actually did:
+the instant the request was complete (recv_ns), the writes of the first and last content events, so
+`GET /stats` gives the server-observed TTFT and request time (recv -> last content write) and the pooled
+gaps between content writes. `POST /reset` clears them.
+
+Shape of a stream (like vLLM): a role chunk with empty content at once, then the content chunks, a final
+chunk with finish_reason, a usage chunk (choices: []), `data: [DONE]`.
+Tokens: `--tokens N` forces N output tokens; 0 (default) uses the request's max_tokens.
+Fault injection, by model name `mode:<kind>` or header `x-test-mode`, or the server default `--mode`:
+ok, http_400, http_500, 429 (Retry-After: 0), hang (role chunk then silence), hang_head (no response),
+drop (close mid-stream), malformed (one non-JSON data line), empty_choices (no content, choices []),
+no_usage, multi (2 tokens per chunk), stream_error, mix (cycles through all of these except hang*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+
+_ns = time.perf_counter_ns
+MIX = ("ok", "http_500", "429", "drop", "malformed", "empty_choices", "ok", "no_usage", "http_400",
+       "stream_error", "multi", "ok")
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _sse(obj) -> bytes:
+    return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+
+
+class Server:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens: int, mode: str = "ok"):
+        self.ttft_ns = int(ttft_ms * 1e6)
+        self.itl_ns = int(itl_ms * 1e6)
+        self.tokens = tokens
+        self.mode = mode
+        self.records: list[tuple] = []   # (recv_ns, first_ns, last_ns, n_events, mode)
+        self.gaps_us: list[int] = []
+        self.count = 0
+        self._cache: dict = {}
+
+    def frames(self, model: str, chat: bool):
+        key = (model, chat)
+        f = self._cache.get(key)
+        if f is None:
+            base = {"id": "cmpl-0123456789abcdef0123456789abcdef", "created": 1700000000, "model": model}
+            if chat:
+                obj = "chat.completion.chunk"
+
+                def ch(delta, fr=None):
+                    return {**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                                "finish_reason": fr}]}
+                role = _sse(ch({"role": "assistant", "content": ""}))
+                tok = _sse(ch({"content": " tok"}))
+                tok2 = _sse(ch({"content": " tok tok"}))
+                fin = _sse(ch({}, "length"))
+            else:
+                obj = "text_completion"
+
+                def ch(text, fr=None):
+                    return {**base, "object": obj, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                                "finish_reason": fr}]}
+                role = b""
+                tok = _sse(ch(" tok"))
+                tok2 = _sse(ch(" tok tok"))
+                fin = _sse(ch("", "length"))
+            empty = _sse({**base, "object": obj, "choices": []})
+            f = {"role": role, "tok": tok, "tok2": tok2, "fin": fin, "empty": empty, "base": base, "obj": obj}
+            self._cache[key] = f
+        return f
+
+    def stats(self) -> dict:
+        recs = self.records
+        return {"count": len(recs),
+                "requests": [{"recv_ns": r[0], "first_ns": r[1], "last_ns": r[2], "n": r[3], "mode": r[4],
+                              "ttft_ms": (r[1] - r[0]) / 1e6 if r[1] else None,
+                              "req_ms": (r[2] - r[0]) / 1e6 if r[2] else None} for r in recs],
+                "gaps_us": self.gaps_us}
+
+
+HEAD_OK = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+           b"transfer-encoding: chunked\r\n\r\n")
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, srv: Server):
+        self.srv = srv
+        self.buf = b""
+        self.tr = None
+        self.busy = False
+        self.closed = False
+        self.handles: list = []
+
+    def connection_made(self, tr):
+        self.tr = tr
+
+    def connection_lost(self, exc):
+        self.closed = True
+        for h in self.handles:
+            h.cancel()
+
+    def data_received(self, data: bytes):
+        recv = _ns()
+        self.buf += data
+        while not self.busy:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = self.buf[:i].decode("latin-1")
+            lines = head.split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            hdrs = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                hdrs[k.strip().lower()] = v.strip()
+            n = int(hdrs.get("content-length", "0"))
+            if len(self.buf) < i + 4 + n:
+                return
+            body = self.buf[i + 4:i + 4 + n]
+            self.buf = self.buf[i + 4 + n:]
+            self.handle(method, path, hdrs, body, recv)
+
+    def simple(self, status: int, obj, extra: str = "") -> None:
+        payload = json.dumps(obj).encode()
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+                  500: "Internal Server Error"}.get(status, "X")
+        self.tr.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{extra}"
+                      f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+
+    def handle(self, method, path, hdrs, body, recv):
+        srv = self.srv
+        if path.startswith("/stats"):
+            return self.simple(200, srv.stats())
+        if path.startswith("/reset"):
+            srv.records.clear()
+            srv.gaps_us.clear()
+            srv.count = 0
+            return self.simple(200, {"ok": True})
+        if path.startswith("/health"):
+            return self.simple(200, {"ok": True})
+        if path.startswith("/v1/models"):
+            return self.simple(200, {"object": "list", "data": [{"id": "model", "object": "model"}]})
+        if not (path.endswith("/chat/completions") or path.endswith("/completions")):
+            return self.simple(404, {"error": {"message": f"no route {path}"}})
+        try:
+            req = json.loads(body)
+        except ValueError:
+            return self.simple(400, {"error": {"message": "body is not JSON"}})
+        chat = path.endswith("/chat/completions")
+        model = str(req.get("model", "model"))
+        mode = hdrs.get("x-test-mode") or (model[5:] if model.startswith("mode:") else srv.mode)
+        if mode == "mix":
+            mode = MIX[srv.count % len(MIX)]
+        srv.count += 1
+        n = srv.tokens or int(req.get("max_tokens") or 16)
+        if mode == "http_400":
+            return self.simple(400, {"error": {"message": "bad request (injected)", "type": "BadRequestError"}})
+        if mode == "http_500":
+            return self.simple(500, {"error": {"message": "internal error (injected)"}})
+        if mode == "429":
+            return self.simple(429, {"error": {"message": "rate limited (injected)"}}, "retry-after: 0\r\n")
+        if mode == "hang_head":
+            return
+        fr = srv.frames(model, chat)
+        if not req.get("stream"):
+            text = " tok" * n
+            ch = {"index": 0, "finish_reason": "length"}
+            if chat:
+                ch["message"] = {"role": "assistant", "content": text}
+            else:
+                ch["text"] = text
+            return self.simple(200, {**fr["base"], "object": "chat.completion" if chat else "text_completion",
+                                     "choices": [ch], "usage": {"prompt_tokens": 1, "completion_tokens": n,
+                                                                "total_tokens": n + 1}})
+        self.busy = True
+        self.tr.write(HEAD_OK + fr["role"])
+        rec = [recv, 0, 0, 0, mode]
+        srv.records.append(rec)
+        if mode == "hang":
+            return
+        loop = asyncio.get_running_loop()
+        # loop.time() is in seconds of the loop's monotonic clock; map our ns schedule onto it
+        lt0 = loop.time() - (_ns() - recv) / 1e9
+        per = 2 if mode == "multi" else 1
+        n_events = (n + per - 1) // per
+        if mode == "empty_choices":
+            n_events = 3
+        prompt_tokens = max(1, len(body) // 8)
+        state = {"k": 0, "prev": 0}
+        tok = fr["tok2"] if mode == "multi" else fr["tok"]
+
+        def emit():
+            if self.closed:
+                return
+            k = state["k"]
+            now = _ns()
+            if mode == "empty_choices":
+                self.tr.write(fr["empty"])
+            elif mode == "malformed" and k == 1:
+                self.tr.write(_chunk(b"data: {this is not json\n\n") + tok)
+            else:
+                self.tr.write(tok)
+            if mode != "empty_choices":
+                if k == 0:
+                    rec[1] = now
+                else:
+                    srv.gaps_us.append((now - state["prev"]) // 1000)
+                rec[2] = now
+                rec[3] = k + 1
+            state["prev"] = now
+            state["k"] = k + 1
+            if mode == "drop" and k == 2:
+                self.tr.abort()
+                return
+            if mode == "stream_error" and k == 1:
+                self.tr.write(_sse({"error": {"message": "engine died (injected)", "code": 500}}))
+                return self.finish(fr, 0, 0, False)
+            if k + 1 >= n_events:
+                return self.finish(fr, prompt_tokens, n, mode not in ("no_usage", "empty_choices"))
+            self.handles = [loop.call_at(lt0 + (srv.ttft_ns + (k + 1) * srv.itl_ns) / 1e9, emit)]
+
+        self.handles = [loop.call_at(lt0 + srv.ttft_ns / 1e9, emit)]
+
+    def finish(self, fr, prompt_tokens, n, usage: bool):
+        out = fr["fin"]
+        if usage:
+            out += _sse({**fr["base"], "object": fr["obj"], "choices": [],
+                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
+                                   "total_tokens": prompt_tokens + n}})
+        out += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        self.tr.write(out)
+        self.busy = False
+        self.handles = []
+        if self.buf:
+            self.data_received(b"")
+
+
+def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode: str, ready=None) -> None:
+    try:
+        import uvloop  # type: ignore
+        loop = uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover
+        loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    srv = Server(ttft_ms, itl_ms, tokens, mode)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = loop.run_until_complete(loop.create_server(lambda: Conn(srv), sock=sock, backlog=4096))
+    port = server.sockets[0].getsockname()[1]
+    print(f"LISTENING {port}", flush=True)
+    if ready is not None:
+        ready(port)
+    try:
+        loop.add_signal_handler(signal.SIGTERM, loop.stop)
+    except (NotImplementedError, RuntimeError):
+        pass
+    try:
+        loop.run_forever()
+    finally:
+        server.close()
+
+
+@contextmanager
+def server_process(ttft_ms: float = 50, itl_ms: float = 10, tokens: int = 0, mode: str = "ok", nice: int = 0):
+    """Start the server in its own process; yields its base URL ('http://127.0.0.1:PORT')."""
+    cmd = [sys.executable, "-m", "wattbench_agent.loadgen.testserver", "--port", "0", "--ttft-ms", str(ttft_ms),
+           "--itl-ms", str(itl_ms), "--tokens", str(tokens), "--mode", mode]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=root, env=env,
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("LISTENING"):
+            raise RuntimeError(f"test server did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get_stats(url: str) -> dict:
+    with urllib.request.urlopen(url.rstrip("/") + "/stats", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def reset(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/reset", method="POST", data=b""),
+                           timeout=30).read()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--ttft-ms", type=float, default=50)
+    ap.add_argument("--itl-ms", type=float, default=10)
+    ap.add_argument("--tokens", type=int, default=0)
+    ap.add_argument("--mode", default="ok")
+    a = ap.parse_args(argv)
+    serve(a.host, a.port, a.ttft_ms, a.itl_ms, a.tokens, a.mode)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""The bench agent: the thin process that runs next to the GPUs.
+
+It runs an agent spec (wattbench_agent.wire.AgentSpec) in rounds. A round is the set of deployments that can be
+up at once: each gets its GPUs (the plan's, or free ones the agent assigns), starts (or is attached to), warms
+up, and gets a sampler on exactly its GPUs and a /metrics scraper. Then the round takes an idle baseline with
+every engine loaded, runs the load points interleaved across deployments (the first point of each deployment,
+then the second of each, ...; the control plane lists repeats of a point after all points, so slow drift of the
+GPU or the host hits every engine alike), takes a second idle baseline and stops the engines. Deployments that
+need GPUs a running one holds wait for a later round.
+
+Failures are rows, not crashes: a deployment that does not start, or a load point that breaks, is recorded with
+its kind and the rest of the spec goes on.
+
+Imports nothing of Dagster core, DuckDB or Great Expectations (dagster-pipes only in __main__).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+import zlib
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from wattbench_agent.bundle import BundleWriter
+from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
+from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
+from wattbench_agent.engines.base import EngineAdapter, adapter_for
+from wattbench_agent.engines.failures import mark_truncations
+from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
+from wattbench_agent.loadgen import LoadSpec, run_load
+from wattbench_agent.metrics_scrape import MetricsScraper
+from wattbench_agent.telemetry import open_sampler
+from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
+
+Log = Callable[[str], None]
+
+# Set when the agent is asked to stop (SIGTERM, see cli.stop_on_sigterm). The signal also raises
+# KeyboardInterrupt at once; should a callback swallow that, the agent still stops at the next load point.
+STOP = threading.Event()
+
+
+def _check_stop(where: str) -> None:
+    if STOP.is_set():
+        raise KeyboardInterrupt(f"terminated (stop requested; seen before {where})")
+
+
+def _mean_power_w(window: dict[str, Any] | None) -> float | None:
+    if not window or window.get("total_j") is None:
+        return None
+    seconds = (window["end_ns"] - window["start_ns"]) / 1e9
+    return window["total_j"] / seconds if seconds > 0 else None
+
+
+@dataclass
+class Deployment:
+    """One deployment while the agent runs it: its spec, its row, and what it holds (server, GPUs, watchers)."""
+
+    spec: DeploymentSpec
+    adapter: EngineAdapter
+    row: dict[str, Any]
+    telemetry: str
+    gpus: list[Gpu] | None = None
+    server: LocalProcess | None = None
+    url: str | None = None
+    sampler: Any = None
+    scraper: MetricsScraper | None = None
+    crosscheck: CrossCheck | None = None
+    alive: bool = True
+    written: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.spec.deployment_id
+
+    def fail(self, kind: str, text: str) -> None:
+        self.row["error_kind"], self.row["error_text"] = kind, text[-2000:]
+        self.row["status"] = "failed"
+        self.alive = False
+
+
+def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
+    cfg = dep.engine_config
+    adapter = adapter_for(cfg.engine)
+    telemetry = spec.telemetry
+    if telemetry == "auto":
+        telemetry = "emulated" if adapter.source == "emulated" else "nvml"
+    row: dict[str, Any] = {
+        "deployment_id": dep.deployment_id, "build_id": dep.build_id, "model": cfg.model,
+        "engine": cfg.engine if cfg.engine != "emulator" else f"emulator:{cfg.profile}",
+        "config_name": cfg.config_name, "precision": cfg.precision, "tp": cfg.tp, "gpu_name": cfg.gpu,
+        "n_gpus": cfg.tp, "target": dep.target, "engine_version": None, "status": "failed",
+        "config": {**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})},
+        "source": adapter.source, "telemetry_source": telemetry,
+    }
+    return Deployment(spec=dep, adapter=adapter, row=row, telemetry=telemetry)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rounds: which deployments are up together
+# ----------------------------------------------------------------------------------------------------------------
+def plan_rounds(deps: list[Deployment], node: NodeGpus | None, log: Log) -> list[list[Deployment]]:
+    """Group deployments into rounds that can be up at once, in spec order. GPUs the plan names are taken as
+    given (two deployments may share a GPU on purpose: only one is under load at a time); GPUs the agent assigns
+    are free ones, so a deployment that needs GPUs an earlier one holds waits for a later round. Deployments whose
+    GPUs cannot be right become failed rows here."""
+    rounds: list[list[Deployment]] = []
+    pending = list(deps)
+    while pending:
+        current: list[Deployment] = []
+        claimed: set[str] = set()
+        waiting: list[Deployment] = []
+        for d in pending:
+            needs_gpus = d.telemetry == "nvml" and node is not None
+            if not needs_gpus:
+                if d.spec.gpus and d.telemetry == "nvml":
+                    d.row["config"]["gpus_requested"] = list(d.spec.gpus)
+                current.append(d)
+                continue
+            try:
+                if d.spec.gpus:
+                    d.gpus = node.resolve(d.spec.gpus, d.spec.engine_config.tp)
+                elif d.spec.target == "external":
+                    raise GpuAssignmentError(
+                        "gpu_mismatch", "an external engine's GPUs cannot be assigned by the agent; name them in "
+                                        "the plan (gpus: [index or UUID, ...]) so that exactly they are measured")
+                else:
+                    d.gpus = node.assign(d.spec.engine_config.tp, claimed)
+            except GpusBusy:
+                waiting.append(d)
+                continue
+            except GpuAssignmentError as exc:
+                d.fail(exc.kind, str(exc))
+                log(f"[{d.id}] FAILED ({exc.kind}): {exc}")
+                current.append(d)  # written with its round, so rows keep spec order
+                continue
+            claimed |= {g.uuid for g in d.gpus}
+            current.append(d)
+        if not current:  # cannot happen: an empty round means nothing fits even alone (assign raised instead)
+            raise RuntimeError("no deployment fits on this node")
+        rounds.append(current)
+        pending = waiting
+    return rounds
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Starting and stopping one deployment
+# ----------------------------------------------------------------------------------------------------------------
+def start_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
+    """Start (or attach to) the engine and wait until it is healthy; a failure marks the deployment failed."""
+    dep, cfg, adapter = d.spec, d.spec.engine_config, d.adapter
+    try:
+        if dep.target == "external":
+            url = (dep.url or "").rstrip("/")
+            if url.endswith("/v1"):
+                url = url[: -len("/v1")]
+            try:
+                with httpx.Client(timeout=5.0) as client:
+                    client.get(url + "/v1/models").raise_for_status()
+            except httpx.HTTPError as exc:
+                what = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
+                        else f"{type(exc).__name__}: {exc}")
+                raise DeployError("unreachable", f"GET {url}/v1/models {what}; expected an OpenAI-compatible "
+                                                 "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
+            d.row["startup_s"] = None  # attached, not started: startup not measured
+        else:
+            log_path = Path(writer.path) / "logs" / f"{d.id}.log"
+            env = dict(dep.env)
+            if d.gpus:
+                env.update(visible_devices_env(d.gpus))
+            server = LocalProcess(command=[], log_path=log_path, host="127.0.0.1",
+                                  port=int(dep.port or free_port()), env=env)
+            server.command = adapter.serve_command(cfg, server.host, server.port, dep.artifact_path)
+            d.server = server
+            d.row["log_path"] = str(log_path)
+            pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
+            log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
+            server.start()
+            d.row["startup_s"] = server.wait_healthy(adapter.health_path, dep.health_timeout_s)
+            url = server.url
+            log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {url}")
+            if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
+                d.row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
+        d.url = d.row["url"] = url
+    except (DeployError, httpx.HTTPError, OSError) as exc:
+        d.fail(getattr(exc, "kind", "unreachable"), str(exc))
+        log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
+        return
+    version, where = adapter.detect_version(d.url, d.server.log_tail(200_000) if d.server else "")
+    checked = adapter.version_checked(version)
+    d.row.update(engine_version=version, engine_version_source=where, version_checked=checked)
+    if checked is False:
+        log(f"[{d.id}] WARNING: {adapter.name} {version} (read from {where}) is not a version this adapter was "
+            f"checked against ({', '.join(adapter.checked_versions)}); its flags and metric names may differ")
+    elif version is None:
+        log(f"[{d.id}] {adapter.name} did not say its version (no {adapter.version_path or 'version endpoint'}, "
+            "no version line in its log): engine_version is NULL")
+
+
+def open_watchers(d: Deployment, spec: AgentSpec, writer: BundleWriter, stack: ExitStack, log: Log) -> None:
+    """The sampler on exactly the deployment's GPUs, the /metrics scraper and the energy cross-check."""
+    if d.telemetry == "emulated" and d.adapter.source != "emulated":
+        raise ValueError(f"{d.id}: emulated telemetry is only for emulated engines")
+    uuids = [g.uuid for g in d.gpus] if d.gpus else (list(d.spec.gpus) if d.spec.gpus else None)
+    if d.telemetry == "nvml" and d.spec.gpus and not d.gpus:
+        uuids = None  # NVML was not there to resolve the plan's GPUs: the sampler reports it
+    d.sampler = stack.enter_context(open_sampler(
+        kind=d.telemetry, gpu_uuids=uuids, url=d.url, hz=spec.sampler_hz, out=writer, deployment_id=d.id))
+    metrics_url = d.url + d.adapter.metrics_path if d.adapter.metrics_path else None
+    d.scraper = stack.enter_context(MetricsScraper(metrics_url, writer, d.id))
+    if spec.energy_crosscheck and d.telemetry == "nvml":
+        d.crosscheck, message = open_crosscheck(uuids)
+        log(f"[{d.id}] {message}")
+
+
+def stop_deployment(d: Deployment, writer: BundleWriter) -> None:
+    if d.server is not None:
+        d.server.stop()
+    if d.sampler is not None:
+        columns = d.sampler.deployment_columns()
+        d.row.update({k: v for k, v in columns.items() if v is not None})
+        n = columns.get("n_gpus")
+        tp = d.spec.engine_config.tp
+        if d.telemetry == "nvml" and n is not None and n != tp and d.row.get("error_kind") is None:
+            d.fail("gpu_mismatch", f"energy was read from {n} GPU(s) for tp={tp}; per-GPU figures would be wrong "
+                                   "(name the deployment's GPUs in the plan: gpus: [...])")
+    if d.row.get("error_kind") is None and d.url is not None:
+        d.row["status"] = "healthy"
+    if not d.written:
+        writer.write("deployments", [d.row])
+        d.written = True
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Load
+# ----------------------------------------------------------------------------------------------------------------
+def warm_up_engine(d: Deployment, warmup_requests: int, log: Log) -> None:
+    """A few unrecorded requests before the idle baseline, so first-request costs (CUDA graphs, compilation,
+    allocator growth) land in no measurement."""
+    n = int(warmup_requests)
+    if n <= 0 or not d.spec.load_points:
+        return
+    first = d.spec.load_points[0].load
+    spec = LoadSpec.from_dict({
+        "url": d.url, "model": d.adapter.served_model_name(d.spec.engine_config), "api": first.get("api", "chat"),
+        "shape": "concurrency", "concurrency": min(n, 8), "max_requests": n, "duration_s": 600,
+        "input_tokens": first.get("input_tokens", 128), "output_tokens": min(int(first.get("output_tokens", 16)), 16),
+        "ignore_eos": d.adapter.accepts_ignore_eos, "timeout_s": float(d.spec.health_timeout_s),
+    })
+    started = time.monotonic()
+    result = run_load(spec, progress=False)
+    log(f"[{d.id}] warm-up: {result.summary.get('completed')} request(s) in {time.monotonic() - started:.1f} s "
+        "(not recorded)")
+
+
+def point_seed(point: LoadPointSpec) -> int:
+    """Each load point gets its own prompts and arrivals unless the plan pins a seed: repeating the same prompts
+    across points (or repeats) would let prefix caching serve later ones from cache and flatter them. The seed
+    comes from the workload, point and repeat, not the engine, so every engine of a plan sees the same requests."""
+    key = f"{point.workload}:{point.point_label}" + (f":r{point.repeat}" if point.repeat > 1 else "")
+    return point.load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
+
+
+def run_load_point(point: LoadPointSpec, d: Deployment, writer: BundleWriter, log: Log,
+                   report: Callable[[dict], None]) -> dict[str, Any]:
+    lp_id = point.load_point_id
+    load = dict(point.load)
+    if not d.adapter.accepts_ignore_eos and load.get("ignore_eos", True):
+        log(f"[{d.id}] {d.adapter.name} rejects ignore_eos/min_tokens: sending without them; output lengths are the "
+            "model's (truncation checks read usage and finish_reason)")
+        load["ignore_eos"] = False
+    spec = LoadSpec.from_dict({**load, "url": d.url, "model": d.adapter.served_model_name(d.spec.engine_config),
+                               "load_point_id": lp_id, "seed": point_seed(point)})
+    window: dict[str, Any] = {}
+    ids = {"deployment_id": d.id, "load_point_id": lp_id, "source": d.adapter.source}
+    lr: dict[str, Any] = {**ids, "workload": point.workload, "shape": spec.shape, "status": "failed",
+                          "point_label": point.point_label, "repeat": point.repeat}
+    cross, sampler, scraper = d.crosscheck, d.sampler, d.scraper
+
+    def window_start() -> None:
+        if cross:
+            cross.begin()
+        sampler.begin_window(lp_id)
+        if scraper:
+            scraper.scrape_edge(lp_id, "window_start")
+
+    def window_end() -> None:
+        if cross:
+            window["crosscheck_j"] = cross.end_j()
+        window.update(sampler.end_window(lp_id) or {})
+        if scraper:
+            scraper.scrape_edge(lp_id, "window_end")
+
+    try:
+        if scraper:
+            scraper.load_point_id = lp_id
+        result = run_load(spec, progress=False, on_window_start=window_start, on_window_end=window_end)
+        records = [{**r, **ids} for r in result.records]
+        truncations = mark_truncations(records)  # silent truncation becomes a per-request error kind
+        writer.write("requests", records)
+        lr.update(result.load_run_row())
+        if any(truncations.values()):
+            lr["summary"] = {**(lr.get("summary") or {}), "truncations": truncations}
+            log(f"[{d.id}] {lp_id}: silent truncation found: {truncations}")
+        lr.update({**ids, "workload": point.workload, "point_label": point.point_label, "repeat": point.repeat})
+        lr["energy_j"] = window.get("total_j")
+        lr["energy_trace_j"] = window.get("trace_j")
+        lr["idle_power_w"] = d.row.get("idle_power_w_before")
+        if cross:
+            lr["energy_crosscheck_j"] = window.get("crosscheck_j")
+            lr["energy_crosscheck_source"] = cross.source
+        s = result.summary
+        headline = {
+            "load_point_id": lp_id, "output_tok_s": s.get("output_token_throughput"),
+            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"), "energy_j": lr["energy_j"],
+            "completed": s.get("completed"), "failed": s.get("failed"),
+        }
+        if lr["energy_j"] and lr.get("output_tokens_in_window"):
+            headline["tokens_per_joule"] = lr["output_tokens_in_window"] / lr["energy_j"]
+        log(f"[{d.id}] {lp_id}: " + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in headline.items() if k != "load_point_id"))
+        report(headline)
+    except Exception as exc:  # a broken load point is a row, and the plan goes on
+        lr["error_kind"] = type(exc).__name__
+        lr["error_text"] = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
+        log(f"[{d.id}] {lp_id} FAILED: {lr['error_text']}")
+    finally:
+        if scraper:
+            scraper.load_point_id = None
+    writer.write("load_runs", [lr])
+    return lr
+
+
+def idle_windows(deps: list[Deployment], name: str, seconds: float) -> None:
+    """One idle window on every running deployment's GPUs at once (engines loaded, no traffic)."""
+    live = [d for d in deps if d.alive and d.sampler is not None]
+    if seconds <= 0 or not live:
+        return
+    for d in live:
+        d.sampler.begin_window(name)
+    time.sleep(seconds)
+    for d in live:
+        d.row[f"idle_power_w_{name.split('_', 1)[1]}"] = _mean_power_w(d.sampler.end_window(name))
+
+
+def run_round(deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log: Log,
+              report: Callable[[dict], None]) -> None:
+    try:
+        with ExitStack() as stack:
+            for d in deps:
+                if d.alive:
+                    _check_stop(f"deployment {d.id}")
+                    start_deployment(d, writer, log)
+            for d in deps:
+                if d.alive:
+                    open_watchers(d, spec, writer, stack, log)
+                    warm_up_engine(d, spec.warmup_requests, log)
+            idle_windows(deps, "idle_before", spec.idle_baseline_s)
+            slots = max((len(d.spec.load_points) for d in deps if d.alive), default=0)
+            total = sum(len(d.spec.load_points) for d in deps if d.alive)
+            done = 0
+            for k in range(slots):
+                for d in deps:
+                    if not d.alive or k >= len(d.spec.load_points):
+                        continue
+                    point = d.spec.load_points[k]
+                    _check_stop(f"load point {point.load_point_id}")
+                    done += 1
+                    log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
+                    run_load_point(point, d, writer, log, report)
+                    if d.server is not None and not d.server.alive():
+                        d.fail("server_crash", d.server.log_tail(1500))
+                        log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
+            idle_windows(deps, "idle_after", spec.idle_baseline_s)
+            for d in deps:  # stop engines while the samplers still run, so their columns are complete
+                if d.server is not None:
+                    d.server.stop()
+    except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT/SIGTERM: stop the engines, say so in the rows, re-raise
+        for d in deps:
+            if d.row.get("error_kind") is None:
+                d.row["error_kind"] = "interrupted"
+                d.row["error_text"] = f"agent interrupted ({exc or type(exc).__name__}) during deployment {d.id}"
+        raise
+    finally:
+        for d in deps:
+            stop_deployment(d, writer)
+
+
+def run_spec(spec: AgentSpec | dict[str, Any], log: Log = print, report: Callable[[dict], None] = lambda m: None) -> Path:
+    """Run every deployment of an agent spec into one bundle; returns the bundle folder."""
+    spec = AgentSpec.from_dict(spec)
+    out = Path(spec.out)
+    with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
+        if writer.set_aside is not None:
+            log(f"{out}: held an earlier attempt of run {spec.run_id}; kept it under {writer.set_aside} "
+                "(a loadable bundle) and starting afresh, so no row is written twice")
+        deps = [new_deployment(dep, spec) for dep in spec.deployments]
+        node = NodeGpus.probe() if any(d.telemetry == "nvml" for d in deps) else None
+        rounds = plan_rounds(deps, node, log)
+        if len(rounds) > 1:
+            log(f"{len(rounds)} rounds: the node cannot hold every deployment at once, so points interleave only "
+                "within a round: " + " | ".join(", ".join(d.id for d in r) for r in rounds))
+        for i, round_deps in enumerate(rounds, 1):
+            for d in round_deps:
+                d.row["config"]["round"] = i
+            _check_stop(f"round {i}")
+            run_round(round_deps, spec, writer, log, report)
+        _check_stop("closing the bundle")
+    return out

@@ -1,0 +1,183 @@
+"""The agent's wire: what the control plane sends the bench agent (an agent spec), typed and versioned.
+
+One home for every default: the control plane builds an `AgentSpec` (resources/plan.py `agent_spec`), sends it
+as JSON (a file for `wattbench-agent --spec`, the Pipes extras under Dagster), and the agent reads it back with
+`AgentSpec.from_dict`. Neither side re-defaults a field. A spec of an older wire version is read where it can be
+(version 1 was the untyped dict of wattbench 0.1: the same field names, settings on each deployment).
+
+    spec = AgentSpec(run_id="r1", out="/tmp/b", deployments=(DeploymentSpec(...),), repeats=3)
+    AgentSpec.from_json(spec.to_json()) == spec
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from wattbench_agent.engines.base import EngineConfig
+
+WIRE_VERSION = 2
+
+# Environment variable names whose values never reach a deployments row or a log (tokens, keys, passwords).
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE)", re.IGNORECASE)
+
+
+class WireError(ValueError):
+    """An agent spec that cannot be run: names the field and what was expected."""
+
+
+def mask_env(env: dict[str, str]) -> dict[str, str]:
+    """The env map as it may be shown: values of secret-looking names replaced by '***'."""
+    return {k: ("***" if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
+
+
+@dataclass(frozen=True)
+class LoadPointSpec:
+    """One load point of one deployment, one repeat of it."""
+
+    load_point_id: str          # unique in the run: <deployment>:<workload>:<label>[#<repeat>]
+    workload: str
+    point_label: str            # c32, gamma-r6-b0.25, ...: the same for every repeat and every engine
+    load: dict[str, Any]        # LoadSpec fields, less url and model (the deployment supplies them)
+    repeat: int = 1             # 1-based
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1:
+            raise WireError(f"load point {self.load_point_id}: repeat must be >= 1, got {self.repeat}")
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One engine deployment: how to start (or reach) it, on which GPUs, and its load points in run order."""
+
+    deployment_id: str
+    engine_config: EngineConfig
+    build_id: str | None = None
+    target: str = "local"                       # local | external
+    url: str | None = None                      # external engines: the endpoint measured
+    artifact_path: str | None = None            # a built engine (TensorRT-LLM)
+    port: int | None = None                     # None: a free port
+    gpus: tuple[str, ...] | None = None         # GPU indices or UUIDs; None: the agent assigns free ones (tp of them)
+    env: dict[str, str] = field(default_factory=dict)  # the engine process's extra environment, this engine only
+    health_timeout_s: float = 600.0             # start -> healthy, at most (TensorRT-LLM and vLLM differ widely)
+    load_points: tuple[LoadPointSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.target not in ("local", "external"):
+            raise WireError(f"deployment {self.deployment_id}: target must be local or external, got {self.target!r}")
+        bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
+        if bad:
+            raise WireError(f"deployment {self.deployment_id}: env values must be strings; got "
+                            + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything one agent run does: its deployments, how often each point repeats, how it is measured."""
+
+    run_id: str
+    out: str                                    # the bundle folder
+    deployments: tuple[DeploymentSpec, ...]
+    source: str = "measured"                    # measured | emulated
+    plan_name: str | None = None
+    telemetry: str = "auto"                     # auto | nvml | emulated | none
+    sampler_hz: float = 10.0
+    idle_baseline_s: float = 3.0                # idle power window with the engines loaded, before and after load
+    warmup_requests: int = 0                    # unrecorded requests once an engine is up
+    energy_crosscheck: bool = False
+    version: int = WIRE_VERSION
+
+    def __post_init__(self) -> None:
+        names = [d.deployment_id for d in self.deployments]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise WireError(f"deployment ids must be unique; repeated: {', '.join(dupes)}")
+
+    # -- JSON ---------------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "AgentSpec":
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AgentSpec":
+        if isinstance(data, AgentSpec):
+            return data
+        if not isinstance(data, dict):
+            raise WireError(f"an agent spec is a JSON object, got {type(data).__name__}")
+        version = int(data.get("version", 1))
+        if version > WIRE_VERSION:
+            raise WireError(f"agent spec version {version} is newer than this agent's {WIRE_VERSION}; "
+                            "upgrade wattbench-agent on this node")
+        data = dict(data)
+        deps_raw = data.pop("deployments", None)
+        if not isinstance(deps_raw, list) or not deps_raw:
+            raise WireError("field 'deployments': expected a non-empty list of deployments")
+        if version == 1:  # wattbench 0.1: measurement settings were repeated on every deployment
+            first = deps_raw[0]
+            for key in ("telemetry", "sampler_hz", "idle_baseline_s", "warmup_requests", "energy_crosscheck"):
+                if key in first:
+                    data.setdefault(key, first[key])
+        data["deployments"] = tuple(_deployment(d, i, version) for i, d in enumerate(deps_raw))
+        data["version"] = WIRE_VERSION
+        return _build(cls, data, "agent spec")
+
+    def with_out(self, out: str) -> "AgentSpec":
+        return replace(self, out=str(out))
+
+
+def _build(cls, data: dict[str, Any], where: str):
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise WireError(f"{where}: unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise WireError(f"{where}: {exc}") from None
+
+
+_V1_DEPLOYMENT_SETTINGS = ("telemetry", "sampler_hz", "idle_baseline_s", "warmup_requests", "energy_crosscheck",
+                           "gpu_uuids")
+
+
+def _deployment(raw: dict[str, Any], index: int, version: int) -> DeploymentSpec:
+    if not isinstance(raw, dict):
+        raise WireError(f"deployments[{index}]: expected an object, got {type(raw).__name__}")
+    raw = dict(raw)
+    where = f"deployments[{index}] ({raw.get('deployment_id', '?')})"
+    if version == 1:
+        uuids = raw.get("gpu_uuids")
+        for key in _V1_DEPLOYMENT_SETTINGS:
+            raw.pop(key, None)
+        if uuids:
+            raw["gpus"] = uuids
+    cfg = raw.get("engine_config")
+    if isinstance(cfg, dict):
+        raw["engine_config"] = _build(EngineConfig, cfg, f"{where}.engine_config")
+    elif not isinstance(cfg, EngineConfig):
+        raise WireError(f"{where}: field 'engine_config' is required")
+    if raw.get("gpus") is not None:
+        raw["gpus"] = tuple(str(g) for g in raw["gpus"])
+    raw["env"] = dict(raw.get("env") or {})
+    points = []
+    for j, p in enumerate(raw.get("load_points") or ()):
+        if isinstance(p, LoadPointSpec):
+            points.append(p)
+            continue
+        p = dict(p)
+        if version == 1:  # {"load_point_id", "workload", "spec"}
+            p["load"] = p.pop("spec", {})
+            p.setdefault("point_label", p["load_point_id"].rsplit(":", 1)[-1])
+        points.append(_build(LoadPointSpec, p, f"{where}.load_points[{j}]"))
+    raw["load_points"] = tuple(points)
+    return _build(DeploymentSpec, raw, where)
