@@ -184,6 +184,36 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spec(args: argparse.Namespace) -> int:
+    """An agent spec for a plan, to run the agent by hand on a GPU node without Dagster (then `wattbench ingest`)."""
+    import uuid
+
+    from resources.plan import PlanError, agent_spec, load_plan
+
+    try:
+        plan, _ = load_plan(args.plan)
+    except PlanError as exc:
+        return _fail(str(exc))
+    if args.workload:
+        known = [w.name for w in plan.workloads]
+        unknown = sorted(set(args.workload) - set(known))
+        if unknown:
+            return _fail(f"{args.plan}: no workload {', '.join(unknown)}; the plan has {', '.join(known)}")
+        plan = plan.model_copy(update={"workloads": [w for w in plan.workloads if w.name in args.workload]})
+    run_id = args.run_id or f"{plan.name}-{uuid.uuid4().hex[:8]}"
+    spec = agent_spec(plan, run_id, Path(args.out or f"bundle-{run_id}"), builds={})
+    text = spec.to_json(indent=1)
+    if args.write:
+        Path(args.write).write_text(text + "\n")
+        n = sum(len(d.load_points) for d in spec.deployments)
+        print(f"wattbench: {args.write}: run {run_id}, {len(spec.deployments)} deployment(s), {n} load point(s); "
+              f"on the GPU node: wattbench-agent --spec {Path(args.write).name}; then here: wattbench ingest BUNDLE",
+              file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
 DEFAULT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "default.yaml"
 
 
@@ -202,6 +232,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a $NAME parameter of the query (the capacity profile defaults to the run's plan)")
     p.set_defaults(func=_sql)
+
+    p = sub.add_parser("spec", help="write the bench agent's spec for a plan (to run `wattbench-agent` by hand on a "
+                                     "GPU node, then `wattbench ingest` the bundle)")
+    p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
+    p.add_argument("--workload", action="append", default=[], help="only this workload (repeatable)")
+    p.add_argument("--run-id", help="the run id its rows will carry (default: <plan name>-<random>)")
+    p.add_argument("--out", help="the bundle folder on the GPU node (default: bundle-<run id>)")
+    p.add_argument("--write", metavar="FILE", help="write the spec to FILE instead of stdout")
+    p.set_defaults(func=_spec)
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json)")

@@ -190,6 +190,9 @@ class Plan(_Strict):
     idle_baseline_s: float = Field(3.0, ge=0)
     health_timeout_s: float = Field(600.0, gt=0)
     warmup_requests: int = Field(0, ge=0, description="unrecorded requests sent once the engine is up")
+    start_engines: Literal["one_by_one", "together"] = Field(
+        "one_by_one", description="start the engines that run side by side one after another (each startup time "
+        "clean) or together (faster; their startup times overlap)")
     energy_crosscheck: bool = Field(False, description="also read energy independently (nvidia-smi or Zeus) at every window edge")
 
     @field_validator("engines")
@@ -296,4 +299,4 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
         run_id=run_id, out=str(out), deployments=tuple(deployments),
         source="emulated" if plan.is_emulated else "measured", plan_name=plan.name, telemetry=plan.telemetry,
         sampler_hz=plan.sampler_hz, idle_baseline_s=plan.idle_baseline_s, warmup_requests=plan.warmup_requests,
-        energy_crosscheck=plan.energy_crosscheck)
+        energy_crosscheck=plan.energy_crosscheck, start_together=plan.start_engines == "together")

@@ -4,6 +4,9 @@ Pages are parsed with prometheus_client's own parser (label values may hold any 
 each sample's labels are kept as a mapping (a MAP column in the warehouse). Besides the periodic scrape (1 s),
 the agent scrapes at each load point's window edges (`scrape_edge`), so the engine's own TTFT and inter-token
 histograms can be differenced over exactly the client's steady-state window (sql/views.sql v_client_vs_server).
+Periodic scrapes keep gauges, counters and histogram sums and counts but not histogram buckets: vLLM 0.25's page
+holds several hundred bucket samples, which at 1 Hz would outweigh every other table of a bundle; the edge
+scrapes keep everything.
 
 Agent-side code: httpx and prometheus_client only.
 """
@@ -58,7 +61,8 @@ class MetricsScraper:
             lp = load_point_id if load_point_id is not None else self.load_point_id
             rows = [{"deployment_id": self.deployment_id, "load_point_id": lp, "t_ns": t_ns, "metric": name,
                      "labels": labels, "value": value, "scrape": scrape}
-                    for name, labels, value in samples]
+                    for name, labels, value in samples
+                    if scrape is not None or not name.endswith("_bucket")]
             return self.writer.write("server_metrics", rows)
 
     def scrape_edge(self, load_point_id: str, edge: str) -> int:

@@ -153,6 +153,13 @@ def plan_rounds(deps: list[Deployment], node: NodeGpus | None, log: Log) -> list
 # ----------------------------------------------------------------------------------------------------------------
 def start_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
     """Start (or attach to) the engine and wait until it is healthy; a failure marks the deployment failed."""
+    launch_deployment(d, writer, log)
+    await_deployment(d, log)
+
+
+def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
+    """Attach to an external engine, or start a local one's process (without waiting for it). Call from the main
+    thread: engines die with the thread that started them (PR_SET_PDEATHSIG), so that a killed agent leaves none."""
     dep, cfg, adapter = d.spec, d.spec.engine_config, d.adapter
     try:
         if dep.target == "external":
@@ -168,6 +175,7 @@ def start_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
                 raise DeployError("unreachable", f"GET {url}/v1/models {what}; expected an OpenAI-compatible "
                                                  "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
             d.row["startup_s"] = None  # attached, not started: startup not measured
+            d.url = d.row["url"] = url
         else:
             log_path = Path(writer.path) / "logs" / f"{d.id}.log"
             env = dict(dep.env)
@@ -181,17 +189,28 @@ def start_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
             log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
             server.start()
-            d.row["startup_s"] = server.wait_healthy(adapter.health_path, dep.health_timeout_s)
-            url = server.url
-            log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {url}")
-            if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
-                d.row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
-        d.url = d.row["url"] = url
     except (DeployError, httpx.HTTPError, OSError) as exc:
         d.fail(getattr(exc, "kind", "unreachable"), str(exc))
         log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
+
+
+def await_deployment(d: Deployment, log: Log) -> None:
+    """Wait for a launched engine to be healthy (any thread), then read its startup phases and version."""
+    adapter, server = d.adapter, d.server
+    if not d.alive:
         return
-    version, where = adapter.detect_version(d.url, d.server.log_tail(200_000) if d.server else "")
+    if server is not None:
+        try:
+            d.row["startup_s"] = server.wait_healthy(adapter.health_path, d.spec.health_timeout_s)
+        except (DeployError, httpx.HTTPError, OSError) as exc:
+            d.fail(getattr(exc, "kind", "unreachable"), str(exc))
+            log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
+            return
+        d.url = d.row["url"] = server.url
+        log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {d.url}")
+        if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
+            d.row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
+    version, where = adapter.detect_version(d.url, server.log_tail(200_000) if server else "")
     checked = adapter.version_checked(version)
     d.row.update(engine_version=version, engine_version_source=where, version_checked=checked)
     if checked is False:
@@ -352,10 +371,24 @@ def run_round(deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log
               report: Callable[[dict], None]) -> None:
     try:
         with ExitStack() as stack:
-            for d in deps:
-                if d.alive:
-                    _check_stop(f"deployment {d.id}")
-                    start_deployment(d, writer, log)
+            _check_stop("starting the round's engines")
+            if spec.start_together and sum(d.alive for d in deps) > 1:
+                # Engines start side by side (each waits for its own health); their startup_s overlap, and the
+                # rows say so. Engines that size memory by profiling free GPU memory must not share a GPU this way.
+                for d in deps:
+                    d.row["config"]["started_together"] = True
+                    if d.alive:
+                        launch_deployment(d, writer, log)
+                waiters = [threading.Thread(target=await_deployment, args=(d, log), name=f"await-{d.id}")
+                           for d in deps if d.alive]
+                for th in waiters:
+                    th.start()
+                for th in waiters:
+                    th.join()
+            else:
+                for d in deps:
+                    if d.alive:
+                        start_deployment(d, writer, log)
             for d in deps:
                 if d.alive:
                     open_watchers(d, spec, writer, stack, log)

@@ -88,6 +88,7 @@ class AgentSpec:
     sampler_hz: float = 10.0
     idle_baseline_s: float = 3.0                # idle power window with the engines loaded, before and after load
     warmup_requests: int = 0                    # unrecorded requests once an engine is up
+    start_together: bool = False                # start a round's engines at once (faster; startup_s then overlaps)
     energy_crosscheck: bool = False
     version: int = WIRE_VERSION
 

@@ -40,6 +40,8 @@ OPTIONS: dict[str, Flag] = {
     "max_num_seqs": Flag("--max-num-seqs", int),
     "max_num_batched_tokens": Flag("--max-num-batched-tokens", int),
     "gpu_memory_utilization": Flag("--gpu-memory-utilization", float),
+    # vLLM >= 0.11: KV cache size in bytes, no memory profiling (engines sharing a GPU then size deterministically)
+    "kv_cache_memory_bytes": Flag("--kv-cache-memory-bytes", int),
     "block_size": Flag("--block-size", int),
     "enable_prefix_caching": Flag("--enable-prefix-caching", bool, negatable=True),
     "enable_chunked_prefill": Flag("--enable-chunked-prefill", bool, negatable=True),
