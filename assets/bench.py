@@ -60,8 +60,8 @@ def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
         gpus, mean_w, peak_w, span_ns = con.execute(
             "SELECT count(DISTINCT gpu_uuid), avg(power_w), max(power_w), max(t_ns) - min(t_ns) FROM gpu_samples "
             "WHERE run_id = ?", [run_id]).fetchone()
-        meta.update({"gpus": gpus, "mean_power_w_per_gpu": float(mean_w) if mean_w is not None else None,
-                     "peak_power_w_per_gpu": float(peak_w) if peak_w is not None else None,
+        meta.update({"gpus": gpus, "trace_mean_w_per_gpu": float(mean_w) if mean_w is not None else None,
+                     "trace_peak_w_per_gpu": float(peak_w) if peak_w is not None else None,
                      "sampled_s": float(span_ns) / 1e9 if span_ns is not None else None})
     elif table == "requests":
         ok, errors, p50 = con.execute(

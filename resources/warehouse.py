@@ -83,7 +83,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
                     + _LABELS_TEXT_TO_MAP.format(col="labels"))
     con.execute((SQL_DIR / "views.sql").read_text())
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
-    if current is None:
+    if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
         raise WarehouseError(
@@ -202,6 +202,9 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
             after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
             counts[table] = after - before
         _derive_deployment_hbm(con, run_id)
+        from resources import intervals
+
+        counts["latency_intervals"] = intervals.refresh(con, run_id)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -1,31 +1,65 @@
--- Every load point of one run with its latency, throughput, energy and cost figures (units in the names;
--- definitions in docs/MEASUREMENT.md, formulas in docs/REPORTS.md, columns from v_load_points in sql/views.sql).
--- goodput: requests/s meeting every SLO of the plan; tok/J = output tokens in the window / counter energy;
--- counter_w_per_gpu: energy counter over the window / window / GPUs (figure of record); mean/peak W per GPU and
--- capped shares from the sampled power trace; $ per 1M = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6;
--- energy $ per 1M = kWh per 1M output tokens x $/kWh x PUE (second line).
+-- Every load point of one run, summarised over its repeats, with 95% intervals (<figure>_lo, <figure>_hi): one row
+-- per engine x workload x point. Definitions in docs/MEASUREMENT.md; intervals: repeat-level figures (throughput,
+-- power, tokens per joule, cost) a t interval over repeats, NULL with one repeat; latency percentiles the percentile
+-- of the pooled requests with a two-stage bootstrap (repeats, then requests). Power figures are energy-counter
+-- energy over the window; *_above_idle subtract the deployment's idle power with the model loaded.
+-- Per repeat: sql/load_runs.sql; every figure in long form: sql/point_figures.sql.
 -- $run_id: the run (wattbench sql fills in the latest run when omitted).
-SELECT engine, workload, point_label, shape, concurrency, rate, window_s,
-       round(achieved_rate, 2)              AS achieved_rate,
-       round(achieved_concurrency, 1)       AS achieved_concurrency,
-       round(output_tok_s, 1)               AS output_tok_s,
-       round(requests_s, 2)                 AS requests_s,
-       round(goodput_requests_s, 2)         AS goodput_requests_s,
-       round(ttft_p50_ms, 1) AS ttft_p50_ms, round(ttft_p90_ms, 1) AS ttft_p90_ms, round(ttft_p99_ms, 1) AS ttft_p99_ms,
-       round(tpot_p50_ms, 2) AS tpot_p50_ms, round(tpot_p90_ms, 2) AS tpot_p90_ms, round(tpot_p99_ms, 2) AS tpot_p99_ms,
-       round(itl_p50_ms, 2)  AS itl_p50_ms,  round(itl_p90_ms, 2)  AS itl_p90_ms,  round(itl_p99_ms, 2)  AS itl_p99_ms,
-       round(e2e_p50_ms, 1)  AS e2e_p50_ms,  round(e2e_p90_ms, 1)  AS e2e_p90_ms,  round(e2e_p99_ms, 1)  AS e2e_p99_ms,
-       round(j_per_output_token, 4)         AS j_per_output_token,
-       round(output_tokens_per_j, 3)        AS output_tokens_per_j,
-       round(counter_w_per_gpu, 1)          AS counter_w_per_gpu,
-       round(mean_power_w_per_gpu, 1)       AS mean_w_per_gpu,
-       round(peak_power_w_per_gpu, 1)       AS peak_w_per_gpu,
-       round(peak_hbm_mib_per_gpu / 1024, 1) AS peak_hbm_gib_per_gpu,
-       round(power_capped_share, 3)         AS power_capped_share,
-       round(thermal_capped_share, 3)       AS thermal_capped_share,
-       round(usd_per_1m_output_tokens, 3)   AS usd_per_1m_output_tokens,
-       round(energy_usd_per_1m_output_tokens, 4) AS energy_usd_per_1m_output_tokens,
-       meets_slo_p99, failed_requests, source, load_point_id
-FROM v_load_points
+SELECT engine, workload, point_label, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
+       any_value(rate) AS rate, any_value(repeats) AS repeats, any_value(min_window_s) AS window_s,
+       round(max(estimate) FILTER (WHERE metric = 'output_tok_s'), 1) AS output_tok_s,
+       round(max(lo) FILTER (WHERE metric = 'output_tok_s'), 1) AS output_tok_s_lo,
+       round(max(hi) FILTER (WHERE metric = 'output_tok_s'), 1) AS output_tok_s_hi,
+       round(max(estimate) FILTER (WHERE metric = 'vllm_output_throughput'), 1) AS vllm_output_throughput,
+       round(max(lo) FILTER (WHERE metric = 'vllm_output_throughput'), 1) AS vllm_output_throughput_lo,
+       round(max(hi) FILTER (WHERE metric = 'vllm_output_throughput'), 1) AS vllm_output_throughput_hi,
+       round(max(estimate) FILTER (WHERE metric = 'requests_s'), 2) AS requests_s,
+       round(max(lo) FILTER (WHERE metric = 'requests_s'), 2) AS requests_s_lo,
+       round(max(hi) FILTER (WHERE metric = 'requests_s'), 2) AS requests_s_hi,
+       round(max(estimate) FILTER (WHERE metric = 'goodput_requests_s'), 2) AS goodput_requests_s,
+       round(max(lo) FILTER (WHERE metric = 'goodput_requests_s'), 2) AS goodput_requests_s_lo,
+       round(max(hi) FILTER (WHERE metric = 'goodput_requests_s'), 2) AS goodput_requests_s_hi,
+       round(max(estimate) FILTER (WHERE metric = 'output_tokens_per_j'), 3) AS output_tokens_per_j,
+       round(max(lo) FILTER (WHERE metric = 'output_tokens_per_j'), 3) AS output_tokens_per_j_lo,
+       round(max(hi) FILTER (WHERE metric = 'output_tokens_per_j'), 3) AS output_tokens_per_j_hi,
+       round(max(estimate) FILTER (WHERE metric = 'output_tokens_per_j_above_idle'), 3) AS output_tokens_per_j_above_idle,
+       round(max(lo) FILTER (WHERE metric = 'output_tokens_per_j_above_idle'), 3) AS output_tokens_per_j_above_idle_lo,
+       round(max(hi) FILTER (WHERE metric = 'output_tokens_per_j_above_idle'), 3) AS output_tokens_per_j_above_idle_hi,
+       round(max(estimate) FILTER (WHERE metric = 'counter_w_per_gpu'), 1) AS counter_w_per_gpu,
+       round(max(lo) FILTER (WHERE metric = 'counter_w_per_gpu'), 1) AS counter_w_per_gpu_lo,
+       round(max(hi) FILTER (WHERE metric = 'counter_w_per_gpu'), 1) AS counter_w_per_gpu_hi,
+       round(max(estimate) FILTER (WHERE metric = 'above_idle_power_w'), 1) AS above_idle_power_w,
+       round(max(lo) FILTER (WHERE metric = 'above_idle_power_w'), 1) AS above_idle_power_w_lo,
+       round(max(hi) FILTER (WHERE metric = 'above_idle_power_w'), 1) AS above_idle_power_w_hi,
+       round(max(estimate) FILTER (WHERE metric = 'usd_per_1m_output_tokens'), 3) AS usd_per_1m_output_tokens,
+       round(max(lo) FILTER (WHERE metric = 'usd_per_1m_output_tokens'), 3) AS usd_per_1m_output_tokens_lo,
+       round(max(hi) FILTER (WHERE metric = 'usd_per_1m_output_tokens'), 3) AS usd_per_1m_output_tokens_hi,
+       round(max(estimate) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens'), 4) AS energy_usd_per_1m_output_tokens,
+       round(max(lo) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens'), 4) AS energy_usd_per_1m_output_tokens_lo,
+       round(max(hi) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens'), 4) AS energy_usd_per_1m_output_tokens_hi,
+       round(max(estimate) FILTER (WHERE metric = 'ttft_p50_ms'), 1) AS ttft_p50_ms,
+       round(max(lo) FILTER (WHERE metric = 'ttft_p50_ms'), 1) AS ttft_p50_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'ttft_p50_ms'), 1) AS ttft_p50_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'ttft_p99_ms'), 1) AS ttft_p99_ms,
+       round(max(lo) FILTER (WHERE metric = 'ttft_p99_ms'), 1) AS ttft_p99_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'ttft_p99_ms'), 1) AS ttft_p99_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'tpot_p50_ms'), 2) AS tpot_p50_ms,
+       round(max(lo) FILTER (WHERE metric = 'tpot_p50_ms'), 2) AS tpot_p50_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'tpot_p50_ms'), 2) AS tpot_p50_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'tpot_p99_ms'), 2) AS tpot_p99_ms,
+       round(max(lo) FILTER (WHERE metric = 'tpot_p99_ms'), 2) AS tpot_p99_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'tpot_p99_ms'), 2) AS tpot_p99_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'itl_p50_ms'), 2) AS itl_p50_ms,
+       round(max(lo) FILTER (WHERE metric = 'itl_p50_ms'), 2) AS itl_p50_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'itl_p50_ms'), 2) AS itl_p50_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'e2e_p50_ms'), 1) AS e2e_p50_ms,
+       round(max(lo) FILTER (WHERE metric = 'e2e_p50_ms'), 1) AS e2e_p50_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'e2e_p50_ms'), 1) AS e2e_p50_ms_hi,
+       round(max(estimate) FILTER (WHERE metric = 'e2e_p99_ms'), 1) AS e2e_p99_ms,
+       round(max(lo) FILTER (WHERE metric = 'e2e_p99_ms'), 1) AS e2e_p99_ms_lo,
+       round(max(hi) FILTER (WHERE metric = 'e2e_p99_ms'), 1) AS e2e_p99_ms_hi,
+       any_value(source) AS source
+FROM v_point_figures
 WHERE run_id = $run_id
-ORDER BY engine, workload, coalesce(concurrency, 0), coalesce(rate, 0);
+GROUP BY engine, workload, point_label
+ORDER BY engine, workload, any_value(coalesce(concurrency, 0)), any_value(coalesce(rate, 0)), point_label;

@@ -210,6 +210,25 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
 );
 
+-- 95% intervals of latency percentiles per load point (pooled over its repeats), computed at ingest by
+-- resources/intervals.py: a bootstrap over requests, stratified by repeat. metric: ttft_p50_ms, tpot_p99_ms,
+-- itl_p90_ms, e2e_p50_ms, ... estimate: the percentile of the pooled requests; lo/hi: NULL from one request.
+CREATE TABLE IF NOT EXISTS latency_intervals (
+    run_id          VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,
+    deployment_id   VARCHAR NOT NULL,
+    workload        VARCHAR NOT NULL,
+    point_label     VARCHAR NOT NULL,
+    metric          VARCHAR NOT NULL,
+    estimate        DOUBLE,
+    lo              DOUBLE,
+    hi              DOUBLE,
+    samples         BIGINT,                 -- requests (gaps for itl_*) the percentile rests on
+    repeats         INTEGER,
+    method          VARCHAR,
+    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,

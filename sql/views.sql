@@ -13,10 +13,16 @@ FROM (
     WHERE in_window AND error_kind IS NULL AND len(chunk_ns) > 1
 );
 
+-- Per load point, over its requests. Latency figures: successful requests SENT inside the window (as MLPerf
+-- LoadGen and vllm bench serve: every issued request counts). Throughput figures: successful requests whose LAST
+-- token arrived inside the window (the same rule as output tokens: what the engine delivered in the window).
+-- Stdev: population, as vllm bench serve reports it (a description of the observed requests).
 CREATE OR REPLACE VIEW v_request_stats AS
 SELECT q.run_id, q.deployment_id, q.load_point_id,
        count(*) FILTER (WHERE q.in_window)                              AS requests_in_window,
        count(*) FILTER (WHERE q.in_window AND q.error_kind IS NULL)     AS ok_in_window,
+       count(*) FILTER (WHERE q.error_kind IS NULL
+                          AND q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS completed_in_window,
        count(*) FILTER (WHERE q.error_kind IS NOT NULL)                 AS errors,
        quantile_cont(q.ttft_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p50_ms,
        quantile_cont(q.ttft_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p90_ms,
@@ -24,29 +30,41 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
        quantile_cont(q.ttft_ms, 0.99)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p99_ms,
        quantile_cont(q.ttft_ms, 0.999) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p999_ms,
        avg(q.ttft_ms)                  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_mean_ms,
-       stddev_samp(q.ttft_ms)          FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_stdev_ms,
+       stddev_pop(q.ttft_ms)           FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_stdev_ms,
        quantile_cont(q.tpot_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p50_ms,
        quantile_cont(q.tpot_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p90_ms,
        quantile_cont(q.tpot_ms, 0.95)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p95_ms,
        quantile_cont(q.tpot_ms, 0.99)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p99_ms,
        quantile_cont(q.tpot_ms, 0.999) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_p999_ms,
        avg(q.tpot_ms)                  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_mean_ms,
-       stddev_samp(q.tpot_ms)          FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_stdev_ms,
+       stddev_pop(q.tpot_ms)           FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_stdev_ms,
        quantile_cont(q.e2e_ms, 0.50)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p50_ms,
        quantile_cont(q.e2e_ms, 0.90)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p90_ms,
        quantile_cont(q.e2e_ms, 0.95)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p95_ms,
        quantile_cont(q.e2e_ms, 0.99)   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p99_ms,
        quantile_cont(q.e2e_ms, 0.999)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p999_ms,
        avg(q.e2e_ms)                   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_mean_ms,
-       stddev_samp(q.e2e_ms)           FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
+       stddev_pop(q.e2e_ms)            FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
+       count(*) FILTER (
+           WHERE q.error_kind IS NULL AND q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns
+             AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
+             AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
+             AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
+       )                                                                AS meeting_slo_completed_in_window,
        count(*) FILTER (
            WHERE q.in_window AND q.error_kind IS NULL
              AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
              AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
              AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
        )                                                                AS meeting_slo_in_window,
-       max(q.prompt_tokens + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens
+       count(q.tpot_ms) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_samples,
+       max(q.prompt_tokens + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens,
+       -- vllm bench serve's whole-run figure: output tokens of every successful request / first send to last token
+       sum(q.completion_tokens) FILTER (WHERE q.error_kind IS NULL)
+         / nullif((max(q.last_token_ns) FILTER (WHERE q.error_kind IS NULL) - min(q.sent_ns)) / 1e9, 0)
+                                                                        AS vllm_output_throughput
 FROM requests q
+LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 LEFT JOIN runs r USING (run_id)
 GROUP BY ALL;
 
@@ -58,14 +76,16 @@ SELECT run_id, deployment_id, load_point_id,
        quantile_cont(itl_ms, 0.99)  AS itl_p99_ms,
        quantile_cont(itl_ms, 0.999) AS itl_p999_ms,
        avg(itl_ms)                  AS itl_mean_ms,
-       stddev_samp(itl_ms)          AS itl_stdev_ms
+       stddev_pop(itl_ms)           AS itl_stdev_ms,
+       count(*)                     AS itl_samples
 FROM v_itl GROUP BY ALL;
 
--- Power and memory inside each load point's window, per GPU then over the deployment.
+-- Power and memory inside each load point's window from the sampled trace (diagnosis; the figure of record for
+-- power is the energy counter over the window, v_load_points.counter_w_per_gpu).
 CREATE OR REPLACE VIEW v_window_gpu AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
-       avg(s.power_w)                                          AS mean_power_w_per_gpu,
-       max(s.power_w)                                          AS peak_power_w_per_gpu,
+       avg(s.power_w)                                          AS trace_mean_w_per_gpu,
+       max(s.power_w)                                          AS trace_peak_w_per_gpu,
        max(s.hbm_used_mib)                                     AS peak_hbm_mib_per_gpu,
        avg(CASE WHEN s.clock_events IS NULL THEN NULL
                 WHEN s.clock_events LIKE '%power%' OR s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
@@ -74,6 +94,7 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
                                                                AS power_capped_share,
        avg(CASE WHEN s.clock_events IS NULL THEN NULL WHEN s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
                                                                AS thermal_capped_share,
+       avg(s.sm_clock_mhz)                                     AS mean_sm_clock_mhz,
        count(*)                                                AS samples
 FROM load_runs l
 JOIN gpu_samples s
@@ -81,27 +102,33 @@ JOIN gpu_samples s
  AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
 GROUP BY ALL;
 
--- One row per load point that ran (status ok): every figure of docs/MEASUREMENT.md, units in the names.
+-- One row per load run that ran (status ok; a point repeated N times has N rows): every figure of
+-- docs/MEASUREMENT.md, units in the names. Every W figure is energy-counter energy over time:
+-- mean_power_w (deployment) and counter_w_per_gpu; idle_power_w is the deployment's idle power with the model
+-- loaded (mean of the baselines before and after its points), and the *_above_idle figures subtract it.
+-- trace_*_w_per_gpu come from the sampled instant power (diagnosis only).
 -- Cost: $ per 1M output tokens = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6; energy cost (second line) =
--- kWh per 1M output tokens x $/kWh x PUE. Power per GPU: `counter_w_per_gpu` is the energy counter over the
--- window / window / GPUs (figure of record); mean/peak_power_w_per_gpu come from the sampled instant-power trace.
+-- kWh per 1M output tokens x $/kWh x PUE. Summaries over repeats with 95% intervals: v_point_figures.
 CREATE OR REPLACE VIEW v_load_points AS
-SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
-       d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
-       regexp_extract(l.load_point_id, '[^:]*$')                       AS point_label,
+SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
+       d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
+       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
+       coalesce(l.repeat, 1)                                           AS repeat,
        coalesce(r.started_at, make_timestamp(r.clock_anchor_unix_ns // 1000)) AS run_at,
        l.workload, l.shape, l.concurrency, l.rate,
-       l.burstiness, l.input_tokens, l.output_tokens, l.window_s, l.achieved_rate, l.achieved_concurrency,
-       l.completed, l.failed, q.errors AS failed_requests,
+       l.burstiness, l.input_tokens, l.output_tokens, l.warmup_s, l.window_s, l.achieved_rate, l.achieved_concurrency,
+       l.completed, l.failed, q.errors AS failed_requests, q.requests_in_window, q.completed_in_window,
        l.output_tokens_in_window / l.window_s                          AS output_tok_s,
-       q.ok_in_window / l.window_s                                     AS requests_s,
-       q.meeting_slo_in_window / l.window_s                            AS goodput_requests_s,
-       q.meeting_slo_in_window / l.window_s / nullif(coalesce(d.n_gpus, d.tp), 0) AS goodput_requests_s_per_gpu,
+       q.vllm_output_throughput,
+       q.completed_in_window / l.window_s                              AS requests_s,
+       q.meeting_slo_completed_in_window / l.window_s                  AS goodput_requests_s,
+       q.meeting_slo_completed_in_window / l.window_s / nullif(coalesce(d.n_gpus, d.tp), 0) AS goodput_requests_s_per_gpu,
        q.meeting_slo_in_window / nullif(q.requests_in_window, 0)       AS slo_attainment,
        q.ttft_p50_ms, q.ttft_p90_ms, q.ttft_p95_ms, q.ttft_p99_ms, q.ttft_p999_ms, q.ttft_mean_ms, q.ttft_stdev_ms,
        q.tpot_p50_ms, q.tpot_p90_ms, q.tpot_p95_ms, q.tpot_p99_ms, q.tpot_p999_ms, q.tpot_mean_ms, q.tpot_stdev_ms,
        i.itl_p50_ms, i.itl_p90_ms, i.itl_p95_ms, i.itl_p99_ms, i.itl_p999_ms, i.itl_mean_ms, i.itl_stdev_ms,
        q.e2e_p50_ms, q.e2e_p90_ms, q.e2e_p95_ms, q.e2e_p99_ms, q.e2e_p999_ms, q.e2e_mean_ms, q.e2e_stdev_ms,
+       q.ok_in_window AS latency_samples, q.tpot_samples, i.itl_samples,
        l.energy_j,
        l.energy_trace_j,
        abs(l.energy_trace_j - l.energy_j) / nullif(l.energy_j, 0)      AS energy_trace_gap,
@@ -109,10 +136,14 @@ SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.m
        l.output_tokens_in_window / nullif(l.energy_j, 0)               AS output_tokens_per_j,
        l.energy_j / l.window_s                                          AS mean_power_w,
        l.energy_j / l.window_s / nullif(coalesce(d.n_gpus, d.tp), 0)   AS counter_w_per_gpu,
-       (l.energy_j - l.idle_power_w * l.window_s) / nullif(l.output_tokens_in_window, 0)
+       p.idle_power_w,
+       l.energy_j / l.window_s - p.idle_power_w                         AS above_idle_power_w,
+       (l.energy_j - p.idle_power_w * l.window_s) / nullif(l.output_tokens_in_window, 0)
                                                                         AS j_per_output_token_above_idle,
-       g.mean_power_w_per_gpu, g.peak_power_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
-       g.power_capped_share, g.thermal_capped_share,
+       l.output_tokens_in_window / nullif(l.energy_j - p.idle_power_w * l.window_s, 0)
+                                                                        AS output_tokens_per_j_above_idle,
+       g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
+       g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
        r.gpu_price_per_hour * coalesce(d.n_gpus, d.tp) / nullif(l.output_tokens_in_window / l.window_s * 3600, 0) * 1e6
                                                                         AS usd_per_1m_output_tokens,
        l.energy_j / nullif(l.output_tokens_in_window, 0) * 1e6 / 3.6e6 * r.energy_price_per_kwh * r.pue
@@ -128,6 +159,11 @@ LEFT JOIN runs r USING (run_id)
 LEFT JOIN v_request_stats q USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_itl_stats i USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
+LEFT JOIN (SELECT run_id, deployment_id,
+                  CASE WHEN idle_power_w_before IS NOT NULL AND idle_power_w_after IS NOT NULL
+                       THEN (idle_power_w_before + idle_power_w_after) / 2
+                       ELSE coalesce(idle_power_w_before, idle_power_w_after) END AS idle_power_w
+           FROM deployments) p USING (run_id, deployment_id)
 WHERE l.status = 'ok';
 
 -- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
@@ -260,3 +296,199 @@ SELECT run_id, base_run_id, engine, engine_kind, workload, point_label, metric, 
             ELSE 'REGRESSION' END AS flag,
        load_point_id, base_load_point_id, model, precision, tp, gpu_name, source, ord
 FROM judged;
+
+-- The figures a user may act on, one row each: its label, unit and which direction is better.
+CREATE OR REPLACE VIEW v_metric_catalog AS
+SELECT * FROM (VALUES
+    ('output_tok_s',                    'output throughput (window)',          'tok/s',  'higher',  1, 'repeats'),
+    ('vllm_output_throughput',          'output throughput (whole run, vllm bench serve''s)', 'tok/s', 'higher', 2, 'repeats'),
+    ('requests_s',                      'request throughput',                  'req/s',  'higher',  3, 'repeats'),
+    ('goodput_requests_s',              'goodput at the SLO',                  'req/s',  'higher',  4, 'repeats'),
+    ('output_tokens_per_j',             'tokens per joule',                    'tok/J',  'higher',  5, 'repeats'),
+    ('output_tokens_per_j_above_idle',  'tokens per joule above idle',         'tok/J',  'higher',  6, 'repeats'),
+    ('mean_power_w',                    'power (energy counter)',              'W',      'lower',   7, 'repeats'),
+    ('counter_w_per_gpu',               'power per GPU (energy counter)',      'W',      'lower',   8, 'repeats'),
+    ('above_idle_power_w',              'power above idle',                    'W',      'lower',   9, 'repeats'),
+    ('usd_per_1m_output_tokens',        '$ per 1M output tokens (GPU-hours)',  '$',      'lower',  10, 'repeats'),
+    ('energy_usd_per_1m_output_tokens', 'energy $ per 1M output tokens',       '$',      'lower',  11, 'repeats'),
+    ('ttft_p50_ms',                     'TTFT p50',                            'ms',     'lower',  20, 'requests'),
+    ('ttft_p90_ms',                     'TTFT p90',                            'ms',     'lower',  21, 'requests'),
+    ('ttft_p99_ms',                     'TTFT p99',                            'ms',     'lower',  22, 'requests'),
+    ('tpot_p50_ms',                     'TPOT p50',                            'ms',     'lower',  23, 'requests'),
+    ('tpot_p90_ms',                     'TPOT p90',                            'ms',     'lower',  24, 'requests'),
+    ('tpot_p99_ms',                     'TPOT p99',                            'ms',     'lower',  25, 'requests'),
+    ('itl_p50_ms',                      'ITL p50',                             'ms',     'lower',  26, 'requests'),
+    ('itl_p90_ms',                      'ITL p90',                             'ms',     'lower',  27, 'requests'),
+    ('itl_p99_ms',                      'ITL p99',                             'ms',     'lower',  28, 'requests'),
+    ('e2e_p50_ms',                      'E2E p50',                             'ms',     'lower',  29, 'requests'),
+    ('e2e_p90_ms',                      'E2E p90',                             'ms',     'lower',  30, 'requests'),
+    ('e2e_p99_ms',                      'E2E p99',                             'ms',     'lower',  31, 'requests')
+) AS m(metric, label, unit, better, ord, interval_over);
+
+-- Student's t, 0.975 quantile, by degrees of freedom (the 95% two-sided interval of a mean).
+CREATE OR REPLACE MACRO t975(df) AS
+    CASE WHEN df IS NULL OR df < 1 THEN NULL
+         WHEN df <= 30 THEN [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+                             2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                             2.060, 2.056, 2.052, 2.048, 2.045, 2.042][df]
+         WHEN df <= 40 THEN 2.021 WHEN df <= 60 THEN 2.000 WHEN df <= 120 THEN 1.980 ELSE 1.960 END;
+
+-- Every figure of every point (one engine, workload and point label of a run), over its repeats, with its 95%
+-- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
+-- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
+-- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
+-- reading (sql/point_figures.sql, sql/load_points.sql).
+CREATE OR REPLACE VIEW v_point_figures AS
+WITH attrs AS (
+    SELECT run_id, deployment_id, workload, point_label,
+           any_value(source) AS source, any_value(engine) AS engine, any_value(engine_kind) AS engine_kind,
+           any_value(engine_version) AS engine_version, any_value(model) AS model,
+           any_value(precision) AS precision, any_value(tp) AS tp, any_value(gpu_name) AS gpu_name,
+           any_value(n_gpus) AS n_gpus, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
+           any_value(rate) AS rate, any_value(burstiness) AS burstiness, any_value(input_tokens) AS input_tokens,
+           any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
+           min(window_s) AS min_window_s
+    FROM v_load_points GROUP BY ALL),
+per_repeat AS (
+    UNPIVOT (SELECT run_id, deployment_id, workload, point_label, repeat,
+                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+             FROM v_load_points)
+    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+    INTO NAME metric VALUE value),
+over_repeats AS (
+    SELECT run_id, deployment_id, workload, point_label, metric,
+           avg(value) AS estimate,
+           avg(value) - t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS lo,
+           avg(value) + t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS hi,
+           stddev_samp(value) AS stdev, count(value) AS n, list(value ORDER BY repeat) AS per_repeat,
+           CASE WHEN count(value) > 1 THEN 't interval over ' || count(value) || ' repeats'
+                ELSE 'one repeat: no interval' END AS method
+    FROM per_repeat GROUP BY ALL),
+latency AS (
+    SELECT run_id, deployment_id, workload, point_label, metric, estimate, lo, hi, NULL::DOUBLE AS stdev,
+           samples AS n, NULL::DOUBLE[] AS per_repeat, method
+    FROM latency_intervals)
+SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a.precision, a.tp, a.gpu_name,
+       a.n_gpus, a.deployment_id, a.workload, a.point_label, a.shape, a.concurrency, a.rate, a.burstiness,
+       a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
+       f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
+       (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
+FROM attrs a
+JOIN (SELECT * FROM over_repeats UNION ALL BY NAME SELECT * FROM latency) f
+  USING (run_id, deployment_id, workload, point_label)
+JOIN v_metric_catalog c USING (metric);
+
+-- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
+-- point label. Repeat-level figures: repeats are paired (the same repeat number ran back to back, on the same
+-- requests and arrivals), so the ratio engine / other is the geometric mean of the per-repeat ratios with a t
+-- interval on their logs; it is a difference only when that interval excludes 1. Latency percentiles (no pairing):
+-- a difference only when the two engines' 95% intervals do not overlap. Otherwise: 'no significant difference'.
+CREATE OR REPLACE VIEW v_engine_contrasts AS
+WITH pr AS (
+    UNPIVOT (SELECT run_id, engine, workload, point_label, repeat,
+                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+             FROM v_load_points)
+    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+    INTO NAME metric VALUE value),
+paired AS (
+    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
+           count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s
+    FROM pr a JOIN pr b
+      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
+     AND b.metric = a.metric AND b.repeat = a.repeat AND b.engine <> a.engine
+    WHERE a.value > 0 AND b.value > 0
+    GROUP BY ALL),
+repeat_level AS (
+    SELECT run_id, workload, point_label, metric, engine, other, pairs,
+           exp(m) AS ratio,
+           exp(m - t975(pairs - 1) * s / sqrt(pairs)) AS ratio_lo,
+           exp(m + t975(pairs - 1) * s / sqrt(pairs)) AS ratio_hi,
+           CASE WHEN pairs < 2 THEN 'one repeat: not tested'
+                WHEN exp(m - t975(pairs - 1) * s / sqrt(pairs)) > 1 OR exp(m + t975(pairs - 1) * s / sqrt(pairs)) < 1
+                THEN 'significant' ELSE 'no significant difference' END AS verdict,
+           'paired repeats, t interval of the log ratio' AS method
+    FROM paired),
+latency_level AS (
+    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
+           a.estimate / nullif(b.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
+           CASE WHEN a.lo IS NULL OR b.lo IS NULL THEN 'no interval: not tested'
+                WHEN a.lo > b.hi OR a.hi < b.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
+           '95% intervals compared' AS method
+    FROM v_point_figures a JOIN v_point_figures b
+      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
+     AND b.metric = a.metric AND b.engine <> a.engine
+    WHERE a.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
+SELECT x.*, c.label, c.unit, c.better, c.ord,
+       CASE WHEN x.verdict <> 'significant' THEN x.verdict
+            WHEN (x.ratio > 1) = (c.better = 'higher') THEN x.engine || ' better'
+            ELSE x.other || ' better' END AS finding
+FROM (SELECT * FROM repeat_level UNION ALL BY NAME SELECT * FROM latency_level) x
+JOIN v_metric_catalog c USING (metric);
+
+-- The engine's own latency histograms (its /metrics, scraped at each load point's window edges) against the
+-- client's figures over the same requests: the client's error, measured on every real run. Server: the change of a
+-- histogram's _sum and _count between the window_start and window_end scrapes, summed over label sets, so its mean is
+-- exact. Client, the same requests as the server counted: TTFT of requests whose first token arrived in the
+-- window, E2E of requests whose last token did, inter-token gaps whose later event did. client_minus_server_ms > 0:
+-- what the network, the HTTP stack and the client add to what the engine saw. Names: vLLM 0.25 (0.10 in
+-- brackets): time_to_first_token_seconds, inter_token_latency_seconds (time_per_output_token_seconds),
+-- e2e_request_latency_seconds; SGLang's likewise with the sglang: prefix.
+CREATE OR REPLACE VIEW v_client_vs_server AS
+WITH fam(family, metric) AS (VALUES
+        ('ttft', 'vllm:time_to_first_token_seconds'), ('ttft', 'sglang:time_to_first_token_seconds'),
+        ('itl', 'vllm:inter_token_latency_seconds'), ('itl', 'vllm:time_per_output_token_seconds'),
+        ('itl', 'sglang:inter_token_latency_seconds'), ('e2e', 'vllm:e2e_request_latency_seconds'),
+        ('e2e', 'sglang:e2e_request_latency_seconds')),
+edge_sums AS (
+    SELECT m.run_id, m.deployment_id, m.load_point_id, f.family, f.metric,
+           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_sum')
+             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_sum') AS d_sum,
+           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_count')
+             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_count') AS d_count
+    FROM server_metrics m JOIN fam f ON m.metric IN (f.metric || '_sum', f.metric || '_count')
+    WHERE m.scrape IN ('window_start', 'window_end')
+    GROUP BY ALL),
+edges AS (  -- an engine exporting two names of one family (old and new): the one that counted most
+    SELECT * FROM edge_sums
+    QUALIFY row_number() OVER (PARTITION BY run_id, deployment_id, load_point_id, family
+                               ORDER BY d_count DESC NULLS LAST, metric) = 1),
+server AS (
+    SELECT run_id, deployment_id, load_point_id, family, metric AS server_metric,
+           1000 * d_sum / nullif(d_count, 0) AS server_mean_ms, d_count AS server_n
+    FROM edges WHERE d_count > 0),
+client_req AS (
+    SELECT q.run_id, q.deployment_id, q.load_point_id,
+           avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
+           count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS e2e_n
+    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    WHERE q.error_kind IS NULL
+    GROUP BY ALL),
+client_itl AS (
+    SELECT run_id, deployment_id, load_point_id, avg(e.g) AS itl_ms, count(*) AS itl_n
+    FROM (SELECT q.run_id, q.deployment_id, q.load_point_id, l.window_start_ns, l.window_end_ns,
+                 unnest(list_transform(range(1, len(q.chunk_ns)),
+                        lambda i: struct_pack(t := q.chunk_ns[i + 1], g := (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6))) AS e
+          FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+          WHERE q.error_kind IS NULL AND len(q.chunk_ns) > 1)
+    WHERE e.t BETWEEN window_start_ns AND window_end_ns
+    GROUP BY ALL),
+client AS (
+    SELECT c.run_id, c.deployment_id, c.load_point_id, f.family,
+           CASE f.family WHEN 'ttft' THEN c.ttft_ms WHEN 'e2e' THEN c.e2e_ms ELSE i.itl_ms END AS client_mean_ms,
+           CASE f.family WHEN 'ttft' THEN c.ttft_n WHEN 'e2e' THEN c.e2e_n ELSE i.itl_n END AS client_n
+    FROM client_req c LEFT JOIN client_itl i USING (run_id, deployment_id, load_point_id)
+    CROSS JOIN (VALUES ('ttft'), ('itl'), ('e2e')) f(family))
+SELECT s.run_id, s.deployment_id, s.load_point_id, s.family, s.server_metric, s.server_mean_ms, s.server_n,
+       c.client_mean_ms, c.client_n, c.client_mean_ms - s.server_mean_ms AS client_minus_server_ms,
+       (c.client_mean_ms - s.server_mean_ms) / nullif(s.server_mean_ms, 0) AS client_minus_server_rel
+FROM server s JOIN client c USING (run_id, deployment_id, load_point_id, family);

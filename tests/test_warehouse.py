@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +135,25 @@ def test_named_queries_exist_and_parse(tmp_path):
             run_sql(con, name, {"run_id": "r1"})
         with pytest.raises(WarehouseError, match=r"known queries: .*head_to_head.*load_points"):
             run_sql(con, "nope")
+
+
+def test_a_version_1_warehouse_is_migrated_in_place(tmp_path):
+    """A warehouse written by wattbench 0.1 (tests/data/schema_v1.sql) gains the version-2 columns, and its
+    server_metrics labels, stored then as Prometheus label text, become a MAP with the same pairs."""
+    import duckdb
+
+    db = tmp_path / "v1.duckdb"
+    old = duckdb.connect(str(db))
+    old.execute((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
+    old.execute("INSERT INTO schema_version (version) VALUES (1)")
+    old.execute("""INSERT INTO server_metrics VALUES ('r', 'measured', 'd', 'lp', 1, 'vllm:x_bucket',
+                   '{le="0.1",model_name="a}b",engine="0"}', 3.0), ('r', 'measured', 'd', NULL, 2, 'up', NULL, 1.0)""")
+    old.close()
+    with connect(db) as con:
+        assert con.execute("SELECT max(version), count(*) FROM schema_version").fetchone() == (SCHEMA_VERSION, 2)
+        labels = dict(con.execute("SELECT t_ns, labels FROM server_metrics ORDER BY t_ns").fetchall())
+        assert labels[1] == {"le": "0.1", "model_name": "a}b", "engine": "0"} and labels[2] is None
+        cols = {r[0] for r in con.execute("DESCRIBE load_runs").fetchall()}
+        assert {"point_label", "repeat"} <= cols
+    with connect(db) as con:  # and applying the schema again changes nothing
+        assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)

@@ -41,6 +41,7 @@ class Point:
     clock_events: list[str | None] = field(default_factory=lambda: ["none", "sw_power_cap"])
     status: str = "ok"
     error_kind: str | None = None
+    repeat: int | None = None  # set: the load point id gets "#<repeat>" and the row its point_label and repeat
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Deployment:
     build_status: str = "no_build"
     build_s: float | None = None
     hardware_lock: dict | None = None
+    idle_w: tuple[float | None, float | None] = (None, None)  # idle power before and after its points
 
 
 def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *, started: datetime | None = None,
@@ -72,9 +74,10 @@ def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *
         deps.append({"deployment_id": d.name, "build_id": build_id, "model": model, "engine": d.engine,
                      "config_name": d.name, "precision": "fp8", "tp": d.tp, "gpu_name": gpu, "n_gpus": d.tp,
                      "gpu_uuids": uuids, "status": d.status, "startup_s": d.startup_s, "error_kind": d.error_kind,
-                     "error_text": d.error_text, "engine_version": "1.0"})
+                     "error_text": d.error_text, "engine_version": "1.0",
+                     "idle_power_w_before": d.idle_w[0], "idle_power_w_after": d.idle_w[1]})
         for idx, p in enumerate(d.points):
-            lp = f"{d.name}:{p.workload}:{p.label}"
+            lp = f"{d.name}:{p.workload}:{p.label}" + (f"#{p.repeat}" if p.repeat is not None else "")
             start = (10 + 1000 * idx) * S  # each point its own stretch of time, so samples land in one window
             end = start + int(p.window_s * S)
             n = len(p.ttft_ms)
@@ -87,9 +90,13 @@ def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *
                           "achieved_concurrency": float(p.concurrency or 4), "sent": n + len(p.errors),
                           "completed": n, "failed": len(p.errors), "output_tokens_in_window": tokens,
                           "energy_j": p.energy_j, "energy_trace_j": p.energy_trace_j, "status": p.status,
-                          "error_kind": p.error_kind})
+                          "error_kind": p.error_kind, "point_label": p.label, "repeat": p.repeat})
+            # sends spread so that every request also completes inside the window: latency figures count requests
+            # sent in the window, throughput figures requests completed in it, and here both are the n requests
+            longest_ms = max((t + tp * (p.output_tokens - 1) for t, tp in zip(p.ttft_ms, tpots)), default=0.0)
+            spread_s = max(p.window_s - longest_ms / 1000 - 1e-3, 0.0)
             for i, (ttft, tpot) in enumerate(zip(p.ttft_ms, tpots)):
-                sent = start + int(i * p.window_s * S / max(n, 1))
+                sent = start + int(i * spread_s * S / max(n, 1))
                 first = sent + int(ttft * 1e6)
                 chunks = [first + int(k * tpot * 1e6) for k in range(p.output_tokens)]
                 e2e = ttft + tpot * (p.output_tokens - 1)

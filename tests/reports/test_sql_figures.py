@@ -33,7 +33,7 @@ def test_load_point_figures_match_their_rows(wh):
         v = con.execute("SELECT * FROM v_load_points WHERE run_id = 'r1' AND load_point_id = 'alpha:steady:c8'").df().iloc[0]
         req = con.execute("SELECT ttft_ms, tpot_ms, chunk_ns FROM requests WHERE load_point_id = 'alpha:steady:c8' "
                           "AND error_kind IS NULL").df()
-        table = run_sql(con, "load_points", {"run_id": "r1"})
+        table = run_sql(con, "load_runs", {"run_id": "r1"})
     tokens, window, energy = 120 * 128, 10.0, 8000.0
     assert v["output_tok_s"] == pytest.approx(tokens / window)
     assert v["requests_s"] == pytest.approx(120 / window)
@@ -43,7 +43,7 @@ def test_load_point_figures_match_their_rows(wh):
         assert v[col] == pytest.approx(np.quantile(req["ttft_ms"], q))  # quantile_cont = linear interpolation
     assert v["tpot_p99_ms"] == pytest.approx(np.quantile(req["tpot_ms"], 0.99))
     assert v["ttft_mean_ms"] == pytest.approx(req["ttft_ms"].mean())
-    assert v["ttft_stdev_ms"] == pytest.approx(req["ttft_ms"].std(ddof=1))
+    assert v["ttft_stdev_ms"] == pytest.approx(req["ttft_ms"].std(ddof=0))  # population, as vllm bench serve
     gaps = np.concatenate([np.diff(np.array(c)) / 1e6 for c in req["chunk_ns"]])
     assert v["itl_p50_ms"] == pytest.approx(np.quantile(gaps, 0.5))
     assert v["itl_p99_ms"] == pytest.approx(np.quantile(gaps, 0.99))
@@ -51,8 +51,8 @@ def test_load_point_figures_match_their_rows(wh):
     assert v["j_per_output_token"] == pytest.approx(energy / tokens)
     assert v["counter_w_per_gpu"] == pytest.approx(energy / window / 2)
     assert v["energy_trace_gap"] == pytest.approx(100 / 8000)
-    assert v["mean_power_w_per_gpu"] == pytest.approx(np.mean([300, 450, 600, 650]))
-    assert v["peak_power_w_per_gpu"] == pytest.approx(650)
+    assert v["trace_mean_w_per_gpu"] == pytest.approx(np.mean([300, 450, 600, 650]))
+    assert v["trace_peak_w_per_gpu"] == pytest.approx(650)
     assert v["power_capped_share"] == pytest.approx(0.25)
     assert v["thermal_capped_share"] == pytest.approx(0.25)
     assert v["capped_share"] == pytest.approx(0.5)
@@ -62,7 +62,7 @@ def test_load_point_figures_match_their_rows(wh):
     assert v["point_label"] == "c8"
     row = table[table["load_point_id"] == "alpha:steady:c8"].iloc[0]
     assert row["output_tok_s"] == pytest.approx(round(tokens / window, 1))
-    assert {"ttft_p90_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms", "counter_w_per_gpu", "peak_w_per_gpu",
+    assert {"ttft_p90_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms", "counter_w_per_gpu", "trace_peak_w_per_gpu",
             "peak_hbm_gib_per_gpu", "power_capped_share", "thermal_capped_share", "usd_per_1m_output_tokens",
             "energy_usd_per_1m_output_tokens", "goodput_requests_s"} <= set(table.columns)
     assert len(table) == 5  # the failed deployment has no load point

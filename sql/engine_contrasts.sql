@@ -1,0 +1,9 @@
+-- The engines of one run compared at every point they share: engine / other, the 95% interval of that ratio where
+-- repeats pair up (throughput, power, tokens per joule, cost), and the finding: '<engine> better', or 'no
+-- significant difference' when the interval holds 1 (latency percentiles: when the two intervals overlap).
+-- Logic: v_engine_contrasts (sql/views.sql). $run_id: the run.
+SELECT workload, point_label, label AS figure, unit, engine, other, round(ratio, 3) AS ratio,
+       round(ratio_lo, 3) AS ratio_lo, round(ratio_hi, 3) AS ratio_hi, pairs, finding, method, metric
+FROM v_engine_contrasts
+WHERE run_id = $run_id AND engine > other
+ORDER BY workload, point_label, ord, engine;
