@@ -114,6 +114,9 @@ class Workload(_Strict):
                     "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
+            if (spec.get("dataset_path") and "output_tokens" not in self.model_fields_set
+                    and "output_tokens_dist" not in spec):
+                spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
             specs.append(spec)
         return specs
 
