@@ -136,7 +136,7 @@ def test_save_result_default_name_follows_vllm(emulator, tmp_path):
                                             files[0].name), files
     r = json.loads(files[0].read_text())
     assert r["request_rate"] == 20.0 and r["completed"] == 4 and "ttfts" not in r  # not detailed
-    assert set(r) >= VLLM_KEYS | {"p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"}
+    assert set(r) >= VLLM_KEYS | {"p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms", "median_e2el_ms"}
 
 
 def test_refused_connections_stop_at_once_with_one_line(tmp_path):

@@ -86,7 +86,7 @@ def register(subparsers) -> None:
     v.add_argument("--goodput", nargs="+", metavar="KEY:MS",
                    help="SLOs for goodput, vLLM's form: ttft:500 tpot:50 e2el:2000 (milliseconds)")
     v.add_argument("--percentile-metrics", help="metrics with percentiles in --save-result: comma list of ttft, "
-                                                "tpot, itl, e2el (default ttft,tpot,itl)")
+                                                "tpot, itl, e2el (default all four; vLLM: ttft,tpot,itl)")
     v.add_argument("--metric-percentiles", help="percentiles for them, e.g. 50,90,99 (default 99)")
     v.add_argument("--save-result", action="store_true", help="write a result JSON with vllm bench serve's keys")
     v.add_argument("--save-detailed", action="store_true", help="... with the per-request lists (ttfts, itls, ...)")
