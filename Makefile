@@ -41,6 +41,7 @@ validate: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster definitions validate -w workspace.yaml
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[bench]'
 	$(BIN)/python -m benchmarks
 
 clean:

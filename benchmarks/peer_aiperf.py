@@ -70,7 +70,7 @@ def make_tokenizer(folder: Path) -> Path:
     code = ("import sys; from wattbench_agent.engines.tiny_model import build_tokenizer; "
             "build_tokenizer(32000).save_pretrained(sys.argv[1])")
     subprocess.run([str(PEER_VENV / "bin" / "python"), "-c", code, str(folder)], cwd=ROOT, check=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT), "TRANSFORMERS_VERBOSITY": "error"})
+                   env={**os.environ, "PYTHONPATH": str(ROOT / "agent"), "TRANSFORMERS_VERBOSITY": "error"})
     return folder
 
 

@@ -14,6 +14,7 @@ from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
 _COMMAND_MODULES = (
     "pipelines.commands",                   # run, sql, ingest
     "pipelines.report_cli",                 # report
+    "pipelines.import_cli",                 # import
     *AGENT_COMMAND_MODULES,
 )
 

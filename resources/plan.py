@@ -114,6 +114,9 @@ class Workload(_Strict):
                     "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
+            if (spec.get("dataset_path") and "output_tokens" not in self.model_fields_set
+                    and "output_tokens_dist" not in spec):
+                spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
             specs.append(spec)
         return specs
 
@@ -185,7 +188,7 @@ class Plan(_Strict):
     validation: Validation = Field(default_factory=Validation)
     repeats: int = Field(1, ge=1, le=100, description="run every load point this many times, interleaved across "
                          "engines (A B A B), for 95% intervals on every figure")
-    telemetry: Literal["auto", "nvml", "emulated", "none"] = "auto"
+    telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
     sampler_hz: float = Field(10.0, gt=0, le=100)
     idle_baseline_s: float = Field(3.0, ge=0)
     health_timeout_s: float = Field(600.0, gt=0)

@@ -13,6 +13,55 @@ FROM (
     WHERE in_window AND error_kind IS NULL AND len(chunk_ns) > 1
 );
 
+-- Runs imported from other tools (`wattbench import`, resources/importers/): a load point whose file carried no
+-- per-request rows takes its figures from the tool's own statistics, stored in load_runs.summary in the load
+-- generator's layout (ttft_ms.p50, ...; NULL where the tool did not report that percentile).
+CREATE OR REPLACE VIEW v_imported_request_stats AS
+SELECT l.run_id, l.deployment_id, l.load_point_id,
+       l.sent                                                           AS requests_in_window,
+       l.completed                                                      AS ok_in_window,
+       l.failed                                                         AS errors,
+       (l.summary->>'$.ttft_ms.p50')::DOUBLE AS ttft_p50_ms,
+       (l.summary->>'$.ttft_ms.p90')::DOUBLE AS ttft_p90_ms,
+       (l.summary->>'$.ttft_ms.p95')::DOUBLE AS ttft_p95_ms,
+       (l.summary->>'$.ttft_ms.p99')::DOUBLE AS ttft_p99_ms,
+       (l.summary->>'$.ttft_ms.p999')::DOUBLE AS ttft_p999_ms,
+       (l.summary->>'$.ttft_ms.mean')::DOUBLE AS ttft_mean_ms,
+       (l.summary->>'$.ttft_ms.stdev')::DOUBLE AS ttft_stdev_ms,
+       (l.summary->>'$.tpot_ms.p50')::DOUBLE AS tpot_p50_ms,
+       (l.summary->>'$.tpot_ms.p90')::DOUBLE AS tpot_p90_ms,
+       (l.summary->>'$.tpot_ms.p95')::DOUBLE AS tpot_p95_ms,
+       (l.summary->>'$.tpot_ms.p99')::DOUBLE AS tpot_p99_ms,
+       (l.summary->>'$.tpot_ms.p999')::DOUBLE AS tpot_p999_ms,
+       (l.summary->>'$.tpot_ms.mean')::DOUBLE AS tpot_mean_ms,
+       (l.summary->>'$.tpot_ms.stdev')::DOUBLE AS tpot_stdev_ms,
+       (l.summary->>'$.e2e_ms.p50')::DOUBLE AS e2e_p50_ms,
+       (l.summary->>'$.e2e_ms.p90')::DOUBLE AS e2e_p90_ms,
+       (l.summary->>'$.e2e_ms.p95')::DOUBLE AS e2e_p95_ms,
+       (l.summary->>'$.e2e_ms.p99')::DOUBLE AS e2e_p99_ms,
+       (l.summary->>'$.e2e_ms.p999')::DOUBLE AS e2e_p999_ms,
+       (l.summary->>'$.e2e_ms.mean')::DOUBLE AS e2e_mean_ms,
+       (l.summary->>'$.e2e_ms.stdev')::DOUBLE AS e2e_stdev_ms,
+       (l.summary->>'$.goodput')::DOUBLE * l.window_s                  AS meeting_slo_in_window,
+       NULL::INTEGER                                                    AS longest_context_tokens
+FROM load_runs l
+WHERE l.source LIKE 'imported:%'
+  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id = l.run_id AND q.load_point_id = l.load_point_id);
+
+CREATE OR REPLACE VIEW v_imported_itl_stats AS
+SELECT l.run_id, l.deployment_id, l.load_point_id,
+       (l.summary->>'$.itl_ms.p50')::DOUBLE AS itl_p50_ms,
+       (l.summary->>'$.itl_ms.p90')::DOUBLE AS itl_p90_ms,
+       (l.summary->>'$.itl_ms.p95')::DOUBLE AS itl_p95_ms,
+       (l.summary->>'$.itl_ms.p99')::DOUBLE AS itl_p99_ms,
+       (l.summary->>'$.itl_ms.p999')::DOUBLE AS itl_p999_ms,
+       (l.summary->>'$.itl_ms.mean')::DOUBLE AS itl_mean_ms,
+       (l.summary->>'$.itl_ms.stdev')::DOUBLE AS itl_stdev_ms
+FROM load_runs l
+WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id = l.run_id AND q.load_point_id = l.load_point_id
+                  AND len(q.chunk_ns) > 1);
+
 -- Per load point, over its requests. Latency figures: successful requests SENT inside the window (as MLPerf
 -- LoadGen and vllm bench serve: every issued request counts). Throughput figures: successful requests whose LAST
 -- token arrived inside the window (the same rule as output tokens: what the engine delivered in the window).
@@ -66,7 +115,9 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
 FROM requests q
 LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 LEFT JOIN runs r USING (run_id)
-GROUP BY ALL;
+GROUP BY ALL
+UNION ALL BY NAME
+SELECT * FROM v_imported_request_stats;
 
 CREATE OR REPLACE VIEW v_itl_stats AS
 SELECT run_id, deployment_id, load_point_id,
@@ -78,7 +129,9 @@ SELECT run_id, deployment_id, load_point_id,
        avg(itl_ms)                  AS itl_mean_ms,
        stddev_pop(itl_ms)           AS itl_stdev_ms,
        count(*)                     AS itl_samples
-FROM v_itl GROUP BY ALL;
+FROM v_itl GROUP BY ALL
+UNION ALL BY NAME
+SELECT * FROM v_imported_itl_stats;
 
 -- Power and memory inside each load point's window from the sampled trace (diagnosis; the figure of record for
 -- power is the energy counter over the window, v_load_points.counter_w_per_gpu).

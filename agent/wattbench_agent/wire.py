@@ -84,7 +84,7 @@ class AgentSpec:
     deployments: tuple[DeploymentSpec, ...]
     source: str = "measured"                    # measured | emulated
     plan_name: str | None = None
-    telemetry: str = "auto"                     # auto | nvml | emulated | none
+    telemetry: str = "auto"                     # auto | nvml | dcgm | emulated | none
     sampler_hz: float = 10.0
     idle_baseline_s: float = 3.0                # idle power window with the engines loaded, before and after load
     warmup_requests: int = 0                    # unrecorded requests once an engine is up

@@ -9,17 +9,32 @@ from wattbench_agent.emulator.profiles import PROFILES, ConfigError, EngineStart
 from wattbench_agent.emulator.specs import SpecError
 
 
+# With no flags: a small model on one GPU, the smallest deployment that serves at once.
+DEFAULTS = {"profile": "vllm-like", "model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "precision": "bf16"}
+
+
+def describe(args: argparse.Namespace, st) -> str:
+    """One line: what is emulated, which of it are defaults, and the model name requests should carry."""
+    d = st.dep
+    given = [k for k in ("profile", "model", "gpu", "tp", "precision") if getattr(args, k) == DEFAULTS[k]]
+    served = st.options.get("served_model_name") or d.model.id
+    return (f"wattbench emulate: emulating a {args.profile} engine serving {d.model.id} ({d.model.hf_id}) on "
+            f"{d.tp}x {d.gpu.name} at {d.precision.id}; requests name the model {served!r}"
+            + (f" (defaults used: {', '.join(f'--{k} {DEFAULTS[k]}' for k in given)})" if given else ""))
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "emulate", help="serve an EMULATED engine (OpenAI API, /metrics, /emulator/telemetry) from a performance model",
         description="Start a real HTTP server whose timing and GPU telemetry come from the emulator's performance "
                     "model (labelled source=emulated). Exits non-zero before listening when the config does not fit.")
-    p.add_argument("--profile", choices=PROFILES, default="vllm-like")
-    p.add_argument("--model", required=True, help="llama-3.1-8b, llama-3-70b, llama-3.1-70b, llama-3.1-405b, "
-                                                  "mixtral-8x7b, qwen2.5-72b (or their Hub names)")
-    p.add_argument("--gpu", default="h100-sxm", help="h100-sxm, h100-pcie, h200, a100-80gb")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
-    p.add_argument("--precision", default="bf16", help="fp16, bf16, fp8, int4-awq")
+    p.add_argument("--profile", choices=PROFILES, default=DEFAULTS["profile"])
+    p.add_argument("--model", default=DEFAULTS["model"],
+                   help=f"llama-3.1-8b, llama-3-70b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, qwen2.5-72b (or their "
+                        f"Hub names); default {DEFAULTS['model']}")
+    p.add_argument("--gpu", default=DEFAULTS["gpu"], help="h100-sxm, h100-pcie, h200, a100-80gb")
+    p.add_argument("--tp", type=int, default=DEFAULTS["tp"], help="tensor-parallel GPUs")
+    p.add_argument("--precision", default=DEFAULTS["precision"], help="fp16, bf16, fp8, int4-awq")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on the listening line)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -44,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(st.summary(), indent=2))
         return 0
     from wattbench_agent.emulator.server import serve
+
+    print(describe(args, st), file=sys.stderr, flush=True)
 
     try:
         return serve(st, args.host, args.port, args.seed)

@@ -6,6 +6,9 @@ Definitions follow /work/shared/MEASUREMENT.md (the `vllm bench serve` conventio
 - output_token_throughput = tokens of successful requests whose content events arrived inside the window / window_s
   (tokens of requests sent during warm-up or finishing in the drain count for the part that fell in the window);
 - request_throughput = successful requests whose last content event arrived inside the window / window_s;
+- input_token_throughput = prompt tokens of successful requests sent inside the window / window_s;
+  total_token_throughput = input_token_throughput + output_token_throughput (vllm bench's total token throughput,
+  over the window);
 - achieved_rate = requests sent inside the window / window_s;
 - achieved_concurrency = time-averaged number of requests in flight inside the window (a request is in flight
   from sent_ns to sent_ns + e2e_ms; for a failed request e2e_ms is the time to failure);
@@ -166,6 +169,8 @@ def summarize(records: Iterable[dict], window_start_ns: int, window_end_ns: int,
         "e2e_ms": stats(e2e),
         "request_throughput": per_s(done_in_window),
         "output_token_throughput": per_s(out_tok_win),
+        "input_token_throughput": per_s(in_tok),
+        "total_token_throughput": per_s(in_tok + out_tok_win) if window_s > 0 else None,
         "achieved_rate": per_s(len(win)),
         "achieved_concurrency": per_s(busy_ns / 1e9) if window_s > 0 else None,
         "send_lateness_ms": {"p50": lat["p50"], "p99": lat["p99"], "mean": lat["mean"], "max": lat["max"]},

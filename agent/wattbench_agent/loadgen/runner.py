@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 
 from . import metrics
-from .client import RequestRunner, _Cancelled
+from .client import RequestRunner, _Cancelled, endpoint_url
 from .schedule import arrival_offsets, load_trace
 from .spec import LoadSpec
 from .transport import FastTransport
@@ -25,6 +25,75 @@ from .workload import Workload, load_tokenizer
 _perf_ns = time.perf_counter_ns
 PREFETCH_MAX = 20000
 PREFETCH_BYTES = 256 << 20
+# Fail fast: when the first FAIL_FAST_N requests of a run all fail the same way (same error kind and HTTP status)
+# and none succeeded, sending stops and in-flight requests get FAIL_FAST_DRAIN_S to finish. Timeouts, 429s and
+# cancellations never count: they say "slow" or "later", not "misconfigured". Any success, or a failure of
+# another kind, turns it off for the rest of the run (a mixed failure rate goes on as before).
+FAIL_FAST_N = 8
+FAIL_FAST_DRAIN_S = 1.0
+_FAIL_FAST_IGNORED = ("timeout", "rate_limited", "cancelled")
+UNTIL_SENT_S = 86400.0  # duration_s 0 with max_requests: send until they are sent (bounded by a day)
+
+
+class _FailFast:
+    """Watches the first records of a run; `see(rec)` returns True once, when the run should stop."""
+
+    def __init__(self, enabled: bool, url: str):
+        self.active = enabled
+        self.url = url
+        self.sig: tuple | None = None
+        self.n = 0
+        self.first: dict | None = None
+        self.fired = False
+
+    def see(self, rec: dict) -> bool:
+        if not self.active:
+            return False
+        kind = rec.get("error_kind")
+        sig = (kind, rec.get("http_status"))
+        if kind is None or kind in _FAIL_FAST_IGNORED or (self.sig is not None and sig != self.sig):
+            self.active = False
+            return False
+        if self.sig is None:
+            self.sig, self.first = sig, rec
+        self.n += 1
+        if self.n >= FAIL_FAST_N:
+            self.active = False
+            self.fired = True
+            return True
+        return False
+
+    def info(self) -> dict | None:
+        if not self.fired:
+            return None
+        text = " ".join(str(self.first.get("error_text") or "").split())
+        return {"requests": self.n, "url": self.url, "error_kind": self.sig[0], "http_status": self.sig[1],
+                "error_text": text,
+                "message": f"stopped: the first {self.n} requests to {self.url} all failed the same way "
+                           f"({self.sig[0]}): {text[:400]}"}
+
+
+def effective_duration(spec: LoadSpec) -> float:
+    """The length of sending after warm-up: duration_s; for a trace with duration 0, the whole trace; for
+    duration 0 with max_requests, until they are sent (open loop: the last arrival; closed loop: UNTIL_SENT_S,
+    and the window ends when sending stops)."""
+    duration_s = float(spec.duration_s)
+    if duration_s > 0:
+        return duration_s
+    if spec.shape == "trace":
+        last = max(r.t_s for r in load_trace(spec.trace_path)) * spec.trace_time_scale
+        return max(last + 1e-3 - spec.warmup_s, 1e-3)
+    if spec.shape == "concurrency":
+        return UNTIL_SENT_S
+    n = int(spec.max_requests)
+    horizon = n / float(spec.rate) * 2 + 10
+    while True:
+        offs = arrival_offsets(spec.shape, rate=spec.rate, horizon_s=horizon, burstiness=spec.burstiness,
+                               seed=spec.seed, surge_factor=spec.surge_factor, surge_start_s=spec.surge_start_s,
+                               surge_duration_s=spec.surge_duration_s, max_requests=n)
+        if len(offs) >= n or horizon > 10 * UNTIL_SENT_S:
+            return max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
+        horizon *= 2
 
 
 def _share(n: int | None, w: int, nw: int) -> int | None:
@@ -83,8 +152,9 @@ class LoadResult:
             "concurrency": sp.concurrency,
             "rate": sp.rate,
             "burstiness": sp.burstiness if sp.shape in ("gamma", "surge") else None,
-            "input_tokens": sp.input_tokens,
-            "output_tokens": sp.output_tokens,
+            # requested lengths; NULL where the dataset decides them (each request's are in `requests`)
+            "input_tokens": None if sp.dataset_path else sp.input_tokens,
+            "output_tokens": None if (sp.output_tokens_dist or {}).get("kind") == "dataset" else sp.output_tokens,
             "warmup_s": sp.warmup_s,
             "duration_s": s.get("duration_s", sp.duration_s),
             "window_start_ns": self.window_start_ns,
@@ -109,8 +179,11 @@ class LoadResult:
 class _Sink:
     """Collects records; appends each to the JSONL file and flushes it as it completes."""
 
-    def __init__(self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None):
+    def __init__(self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None,
+                 fail_fast: _FailFast | None = None):
         self.records: list[dict] = []
+        self.fail_fast = fail_fast or _FailFast(False, "")
+        self.on_fail_fast: Callable[[], None] | None = None
         self._own = False
         self._f = None
         if out is not None:
@@ -138,6 +211,8 @@ class _Sink:
         if self._f is not None:
             self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             self._f.flush()
+        if self.fail_fast.see(rec) and self.on_fail_fast is not None:
+            self.on_fail_fast()
         if self.on_record is not None:
             try:
                 self.on_record(rec)
@@ -194,18 +269,22 @@ class _Edges(threading.Thread):
 
 
 class _Progress:
-    def __init__(self, total_s: float, enabled: bool, stream=None):
+    def __init__(self, total_s: float, enabled: bool, stream=None, max_requests: int | None = None):
         self.total_s = max(total_s, 1e-9)
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        self.max_requests = max_requests if total_s >= UNTIL_SENT_S else None  # "until sent": count requests
 
     def show(self, elapsed_s: float, sink: _Sink, inflight: int, phase: str) -> None:
         if not self.enabled:
             return
-        frac = min(elapsed_s / self.total_s, 1.0)
+        n = sink.done + sink.failed
+        frac = min(n / self.max_requests if self.max_requests else elapsed_s / self.total_s, 1.0)
         width = 28
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        self.stream.write(f"\r[{bar}] {elapsed_s:6.1f}/{self.total_s:.0f} s {phase:<7} "
+        total = f"{n}/{self.max_requests} requests, {elapsed_s:6.1f} s" if self.max_requests else \
+            f"{elapsed_s:6.1f}/{self.total_s:.0f} s"
+        self.stream.write(f"\r[{bar}] {total} {phase:<7} "
                           f"done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5} ")
         self.stream.flush()
 
@@ -256,7 +335,14 @@ async def _main(ctx: dict) -> dict:
     if ctx.get("edges", True):
         edges.start()
     tasks: set[asyncio.Task] = set()
-    state = {"next": 0, "stop": False, "inflight": 0, "send_done_ns": None}
+    state = {"next": 0, "stop": False, "inflight": 0, "send_done_ns": None, "fail_fast": False}
+
+    ff_evt = asyncio.Event()
+
+    def fail_fast() -> None:  # the first requests all failed the same way: stop sending, short drain
+        state["stop"] = state["fail_fast"] = True
+        ff_evt.set()
+    sink.on_fail_fast = fail_fast
     wk, nw = ctx.get("worker", 0), ctx.get("n_workers", 1)
     max_req = _share(spec.max_requests, wk, nw)
     n_items = len(items)
@@ -315,7 +401,10 @@ async def _main(ctx: dict) -> dict:
         for i, off in enumerate(offsets):
             target = t0 + int(off * 1e9)
             d = target - _perf_ns()
-            if d > 0:
+            while d > 100_000_000 and not state["stop"]:  # long gaps in slices, so that a stop is seen soon
+                await asyncio.sleep(0.1)
+                d = target - _perf_ns()
+            if d > 0 and not state["stop"]:
                 await asyncio.sleep(d / 1e9)
             if should_stop(target):
                 break
@@ -336,7 +425,11 @@ async def _main(ctx: dict) -> dict:
             await asyncio.sleep(0.5)
 
     async def watch_stop() -> None:
+        ff_thread_evt = ctx.get("fail_fast_event")
         while not stop_event.is_set():
+            if ff_thread_evt is not None and ff_thread_evt.is_set():  # the parent process saw it (workers)
+                fail_fast()
+                return
             await asyncio.sleep(0.05)
         state["stop"] = True
 
@@ -363,14 +456,20 @@ async def _main(ctx: dict) -> dict:
             for t in senders:
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
-            await asyncio.gather(*senders, return_exceptions=True)
+            all_sent = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
+            ff_wait = loop.create_task(ff_evt.wait())
+            await asyncio.wait([all_sent, ff_wait], return_when=asyncio.FIRST_COMPLETED)
+            ff_wait.cancel()
+            if not all_sent.done():  # fail fast: the streams still waiting on a request drain below
+                all_sent.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
         else:
             await open_loop()
         drain_start = min(_perf_ns(), send_end) if not state["stop"] else _perf_ns()
         # drain: in-flight requests end by their own timeout; the bound below is a safety net
         pending = [t for t in tasks if not t.done()]
         if pending:
-            _done, still = await asyncio.wait(pending, timeout=spec.timeout_s + 1.0)
+            bound = FAIL_FAST_DRAIN_S if state["fail_fast"] else spec.timeout_s + 1.0
+            _done, still = await asyncio.wait(pending, timeout=bound)
             for t in still:
                 t.cancel()
             if still:
@@ -429,14 +528,11 @@ def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
 def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
     """Schedule and pre-encoded request bodies for worker wk of nw (global request index = local * nw + wk)."""
     trace_rows = load_trace(spec.trace_path) if spec.shape == "trace" else None
-    duration_s = float(spec.duration_s)
+    duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
     offsets = None
     if spec.shape == "trace":
         offs = np.asarray([r.t_s * spec.trace_time_scale for r in trace_rows], dtype=float)
-        if duration_s <= 0:
-            duration_s = max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
-            horizon = spec.warmup_s + duration_s
         offsets = offs[offs < horizon]
         if spec.max_requests is not None:
             offsets = offsets[: spec.max_requests]
@@ -500,7 +596,7 @@ def _worker_main() -> int:
     tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
     ctx = _prepare(spec, tok, cfg["lp"], cfg["wk"], cfg["nw"])
     t0_box: dict = {}
-    t0_evt, stop_evt, abort_evt = threading.Event(), threading.Event(), threading.Event()
+    t0_evt, stop_evt, abort_evt, ff_evt = threading.Event(), threading.Event(), threading.Event(), threading.Event()
 
     def reader():
         for line in sys.stdin:
@@ -509,6 +605,8 @@ def _worker_main() -> int:
                 stop_evt.set()
             elif line == "abort":
                 abort_evt.set()
+            elif line == "failfast":
+                ff_evt.set()
             elif line.isdigit():
                 t0_box["t0"] = int(line)
                 t0_evt.set()
@@ -526,7 +624,8 @@ def _worker_main() -> int:
         return t0
 
     threading.Thread(target=reader, daemon=True).start()
-    ctx.update(sink=_PipeSink(out), stop_event=stop_evt, abort_event=abort_evt, on_window_start=None,
+    ctx.update(sink=_PipeSink(out), stop_event=stop_evt, abort_event=abort_evt, fail_fast_event=ff_evt,
+               on_window_start=None,
                on_window_end=None, progress=_Progress(1.0, False), verify=cfg.get("verify", True), t0_fn=t0_fn,
                edges=False)
     res = None
@@ -565,13 +664,10 @@ def _run_multi(spec: LoadSpec, nw: int, sink: _Sink, lp: str, tok, progress: boo
         os.set_blocking(p.stdout.fileno(), False)
         sel.register(p.stdout, selectors.EVENT_READ, wk)
     bufs = [""] * nw
-    duration_s = float(spec.duration_s)
-    if spec.shape == "trace" and duration_s <= 0:
-        last = max(r.t_s for r in load_trace(spec.trace_path)) * spec.trace_time_scale
-        duration_s = max(last + 1e-3 - spec.warmup_s, 1e-3)
+    duration_s = effective_duration(spec)
     ready, results = 0, {}
     edges = None
-    prog = _Progress(spec.warmup_s + max(duration_s, 0), progress)
+    prog = _Progress(spec.warmup_s + max(duration_s, 0), progress, max_requests=spec.max_requests)
     t0 = None
     interrupted = False
     stop_sent = False
@@ -585,6 +681,8 @@ def _run_multi(spec: LoadSpec, nw: int, sink: _Sink, lp: str, tok, progress: boo
                 p.stdin.flush()
             except (BrokenPipeError, OSError, ValueError):
                 pass
+
+    sink.on_fail_fast = lambda: send_all("failfast")
 
     def handle(wk: int, line: str) -> None:
         nonlocal ready, t0, edges
@@ -681,13 +779,14 @@ def run_load(spec: LoadSpec, out: str | Path | IO | None = None, progress: bool 
     tok = tokenizer if tokenizer is not None else (load_tokenizer(spec.tokenizer) if spec.tokenizer else None)
     lp = spec.load_point_id or default_load_point_id(spec)
     n_workers = _auto_workers(spec, workers)
-    sink = _Sink(out, on_record)
+    sink = _Sink(out, on_record, _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
     if n_workers > 1:
         return _run_multi(spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end,
                           stop_event, verify, slo)
     ctx = _prepare(spec, tok, lp, 0, 1)
     ctx.update(sink=sink, stop_event=stop_event, on_window_start=on_window_start, on_window_end=on_window_end,
-               progress=_Progress(spec.warmup_s + ctx["duration_s"], progress), verify=verify)
+               progress=_Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
+               verify=verify)
 
     def go() -> dict:
         with asyncio.Runner(loop_factory=_new_loop) as r:
@@ -734,11 +833,17 @@ def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, 
         et = next((r["error_text"] for r in sink.records if r["error_kind"] == ek), None)
     elif not summary["sent"]:
         status, ek, et = "failed", "no_requests", "no request was sent"
+    ff = sink.fail_fast.info()
+    if ff is not None:
+        summary["fail_fast"] = ff
+        if not summary["completed"]:
+            status, ek, et = "failed", ff["error_kind"], ff["message"]
     summary.update(
         load_point_id=lp, workload=spec.workload or default_workload(spec), shape=spec.shape, api=spec.api,
         requested_rate=spec.rate if spec.shape != "concurrency" else None,
         requested_concurrency=spec.concurrency, burstiness=spec.burstiness,
-        warmup_s=spec.warmup_s, duration_s=duration_s, drain_s=res["drain_s"],
+        warmup_s=spec.warmup_s, drain_s=res["drain_s"],
+        duration_s=duration_s if duration_s < UNTIL_SENT_S else summary["window_s"],
         send_s=(res["send_end"] - res["t0"]) / 1e9, transport=spec.transport, workers=res.get("workers", 1),
         window_edge_lateness_ms={k: (v - (res["ws"] if k == "start" else res["we"])) / 1e6
                                  for k, v in res["edges_called"].items()},

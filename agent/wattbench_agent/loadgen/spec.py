@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .endpoint import api_of
+
 SHAPES = ("concurrency", "poisson", "gamma", "surge", "trace")
 APIS = ("chat", "completions")
 
@@ -50,6 +52,7 @@ class LoadSpec:
     workload: str | None = None                    # workload name, copied to load_run_row()
     honor_retry_after: bool = True                 # closed loop: a stream that got 429 waits Retry-After (capped) before its next request
     transport: str = "fast"                        # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
+    fail_fast: bool = True                         # stop when the first requests all fail the same way (runner.FAIL_FAST_N)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -75,6 +78,10 @@ class LoadSpec:
     def validate(self) -> "LoadSpec":
         if self.api not in APIS:
             raise LoadSpecError(f"api must be one of {APIS}, got {self.api!r}")
+        implied = api_of(self.url or "")
+        if implied and implied != self.api:
+            raise LoadSpecError(f"url {self.url} is the {implied} endpoint but api is {self.api!r}; set "
+                                f"api={implied!r} or give the base URL")
         if self.shape not in SHAPES:
             raise LoadSpecError(f"shape must be one of {SHAPES}, got {self.shape!r}")
         if self.shape == "concurrency":
@@ -100,7 +107,9 @@ class LoadSpec:
         if self.warmup_s < 0 or self.duration_s is None or self.duration_s < 0:
             raise LoadSpecError("warmup_s and duration_s must be >= 0")
         if self.duration_s == 0 and self.shape != "trace" and not self.max_requests:
-            raise LoadSpecError("duration_s must be > 0 (or give max_requests)")
+            raise LoadSpecError("duration_s must be > 0 (or give max_requests: 0 then means until they are sent)")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise LoadSpecError("max_requests must be >= 1")
         if self.timeout_s <= 0:
             raise LoadSpecError("timeout_s must be > 0")
         if self.transport not in ("fast", "httpx"):

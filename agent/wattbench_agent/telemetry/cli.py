@@ -61,7 +61,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     sink = JsonlSink(Path(args.out))
     nvml = {"fake": args.fake_nvml} if args.fake_nvml else None
     with open_sampler(args.kind, gpu_uuids=args.gpu or None, url=args.url, hz=args.hz, out=sink,
-                      deployment_id=args.deployment_id, nvml=nvml) as sampler:
+                      deployment_id=args.deployment_id, nvml=nvml,
+                      dcgm_url=args.url if args.kind == "dcgm" else None) as sampler:
         sampler.begin_window("cli")
         time.sleep(args.seconds)
         window = sampler.end_window("cli")
@@ -95,8 +96,9 @@ def register(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="telemetry_command", metavar="ACTION")
 
     s = sub.add_parser("sample", help="sample GPUs for S seconds into FILE.jsonl and print a summary")
-    s.add_argument("--kind", choices=("nvml", "emulated", "none"), default="nvml")
-    s.add_argument("--url", help="emulator base URL (kind emulated)")
+    s.add_argument("--kind", choices=("nvml", "dcgm", "emulated", "none"), default="nvml")
+    s.add_argument("--url", help="emulator base URL (kind emulated); dcgm-exporter URL, e.g. "
+                                 "http://127.0.0.1:9400/metrics (kind dcgm)")
     s.add_argument("--gpu", action="append", metavar="UUID", help="GPU UUID (repeatable; default: all GPUs)")
     s.add_argument("--hz", type=float, default=10.0)
     s.add_argument("--seconds", type=float, required=True)

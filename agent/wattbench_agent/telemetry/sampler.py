@@ -26,6 +26,8 @@ from typing import Any
 
 from wattbench_agent.telemetry.sources import TelemetryUnavailable, make_source
 
+KINDS = ("nvml", "dcgm", "emulated", "none")
+
 TRACE_DISAGREE = 0.02  # flag a window when counter and integrated trace differ by more than 2 %
 FLUSH_S = 1.0  # how often sample rows are written to the bundle
 MAX_TRACE_GAP_S = 0.5  # a window whose power trace has a longer hole (NVML errors, a stall) gets no trace_j
@@ -97,9 +99,9 @@ class Sampler:
 
     def __init__(self, kind: str, gpu_uuids: list[str] | None = None, url: str | None = None, hz: float = 10.0,
                  out: Any = None, deployment_id: str | None = None, nvml: dict[str, Any] | None = None,
-                 strict: bool = False, sample_energy: bool = True):
-        if kind not in ("nvml", "emulated", "none"):
-            raise ValueError(f"unknown telemetry kind {kind!r}; expected nvml, emulated or none")
+                 strict: bool = False, sample_energy: bool = True, dcgm_url: str | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"unknown telemetry kind {kind!r}; expected {', '.join(KINDS)}")
         if hz <= 0:
             raise ValueError(f"hz must be > 0, got {hz}")
         if out is not None and not deployment_id:
@@ -114,6 +116,7 @@ class Sampler:
         self.nvml_spec = dict(nvml) if nvml else None
         self.strict = strict
         self.sample_energy = sample_energy
+        self.dcgm_url = dcgm_url
         self.row_source = "emulated" if kind == "emulated" else "measured"
         self.telemetry_error: str | None = None
         self._src = None  # this process's source, for window reads
@@ -146,6 +149,8 @@ class Sampler:
             self.nvml_spec["epoch_ns"] = time.perf_counter_ns()  # one replay clock for both processes
         args = {"gpu_uuids": self.gpu_uuids_requested, "url": self.url, "nvml_spec": self.nvml_spec,
                 "sample_energy": self.sample_energy}
+        if self.kind == "dcgm":
+            args["dcgm_url"] = self.dcgm_url
         try:
             self._src = make_source(self.kind, **args)
             self._src_info = self._src.open()
@@ -479,11 +484,12 @@ def _integrate(pts: list[tuple[int, float]], start_ns: int, end_ns: int) -> floa
 
 def open_sampler(kind: str, gpu_uuids: list[str] | None = None, url: str | None = None, hz: float = 10.0,
                  out: Any = None, deployment_id: str | None = None, *, nvml: dict[str, Any] | None = None,
-                 strict: bool = False, sample_energy: bool = True) -> Sampler:
+                 strict: bool = False, sample_energy: bool = True, dcgm_url: str | None = None) -> Sampler:
     """Start sampling one deployment's GPUs; use the result as a context manager (docs/CONTRACTS.md section 4).
 
     kind: 'nvml' (real GPUs by UUID; all GPUs when gpu_uuids is None), 'emulated' (the emulator at `url`; only
-    for emulated engines), 'none'. Without NVML (or an unreachable emulator) it prints one warning line and
+    for emulated engines), 'dcgm' (NVIDIA dcgm-exporter's /metrics at `dcgm_url`, else $WATTBENCH_DCGM_URL, else
+    `url`; telemetry/dcgm.py), 'none'. Without NVML (or an unreachable emulator) it prints one warning line and
     behaves as 'none' - unless strict=True, which raises TelemetryUnavailable.
     out: a BundleWriter (or anything with .write(table, rows)); gpu_samples and energy_windows go there.
     nvml: test hook, e.g. {"fake": "tests/telemetry/traces/h200_trace.json"} (see fake_nvml.FakeNvml).
@@ -491,7 +497,7 @@ def open_sampler(kind: str, gpu_uuids: list[str] | None = None, url: str | None 
     H200). Window energy is read at the boundaries either way.
     """
     return Sampler(kind, gpu_uuids, url, hz, out, deployment_id, nvml=nvml, strict=strict,
-                   sample_energy=sample_energy).start()
+                   sample_energy=sample_energy, dcgm_url=dcgm_url).start()
 
 
 def idle_baseline(sampler: Sampler, seconds: float, name: str = "idle_before") -> dict[str, Any]:

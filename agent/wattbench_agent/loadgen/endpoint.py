@@ -1,0 +1,94 @@
+"""Where the load goes: base URL or full endpoint URL, the API it implies, and the server's model list.
+
+`wattbench load` takes either a base URL (`http://host:8000` or `http://host:8000/v1`) or a full endpoint URL
+(`.../v1/chat/completions`, `.../v1/completions`), or vLLM bench serve's `--base-url` + `--endpoint`. An endpoint
+path decides the API (chat or completions); a base URL leaves it to `--api` (default chat).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+ENDPOINT_API = (("/chat/completions", "chat"), ("/completions", "completions"))
+
+
+class EndpointError(ValueError):
+    """The URL, endpoint or model cannot be used; the message says what was given and what was expected."""
+
+
+def api_of(url: str) -> str | None:
+    """'chat' or 'completions' when the URL ends in an OpenAI endpoint path, else None (a base URL)."""
+    path = urlsplit(url).path.rstrip("/")
+    for suffix, api in ENDPOINT_API:
+        if path.endswith(suffix):
+            return api
+    return None
+
+
+def base_of(url: str) -> str:
+    """The server root of a base or endpoint URL: http://h:8000/v1/chat/completions -> http://h:8000/v1."""
+    u = url.rstrip("/")
+    for suffix, _api in ENDPOINT_API:
+        if u.endswith(suffix):
+            return u[: -len(suffix)]
+    return u
+
+
+def join_endpoint(base_url: str, endpoint: str) -> str:
+    """vLLM's `--base-url` + `--endpoint` (api_url = base_url + endpoint), without doubling a /v1 both carry."""
+    b, e = base_url.rstrip("/"), "/" + endpoint.lstrip("/")
+    if b.endswith("/v1") and e.startswith("/v1/"):
+        e = e[3:]
+    return b + e
+
+
+def check_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise EndpointError(f"--url {url!r}: expected http(s)://host:port, optionally with /v1 or a full endpoint "
+                            "path such as /v1/chat/completions")
+
+
+def resolve_api(url: str, api: str | None) -> str:
+    """The API to speak: what the endpoint path says, checked against an explicit `api`; chat for a base URL."""
+    implied = api_of(url)
+    if implied and api and api != implied:
+        raise EndpointError(f"--api {api} does not match the endpoint {url} (which is the {implied} API); "
+                            "drop --api or give a base URL")
+    return implied or api or "chat"
+
+
+def models_url(url: str) -> str:
+    b = base_of(url)
+    return b + "/models" if b.endswith("/v1") else b + "/v1/models"
+
+
+def server_models(url: str, headers: dict | None = None, timeout_s: float = 10.0) -> list[str]:
+    """The model ids the server lists at GET /v1/models. EndpointError with the URL and the answer otherwise."""
+    import httpx
+
+    where = models_url(url)
+    try:
+        resp = httpx.get(where, headers=headers or {}, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"cannot reach {where} to find the model ({type(exc).__name__}: {exc}); "
+                            "check --url, or give --model") from None
+    if resp.status_code != 200:
+        raise EndpointError(f"{where} answered HTTP {resp.status_code}: {resp.text[:300].strip()}; give --model")
+    try:
+        data = resp.json().get("data") or []
+        ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise EndpointError(f"{where} did not answer an OpenAI model list ({resp.text[:200].strip()!r}); "
+                            "give --model") from None
+    return ids
+
+
+def default_model(url: str, headers: dict | None = None) -> str:
+    """The server's only model; EndpointError naming them when there are none or several."""
+    ids = server_models(url, headers)
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise EndpointError(f"{models_url(url)} lists no model; give --model")
+    raise EndpointError(f"{models_url(url)} lists {len(ids)} models ({', '.join(ids[:8])}); pick one with --model")

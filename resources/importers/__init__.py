@@ -1,0 +1,256 @@
+"""Other tools' results as wattbench runs (`wattbench import FILE...`).
+
+One module per tool turns its result file into an `ImportedRun` (tool-neutral: load points with the tool's own
+statistics, and per-request rows when the file has them); `store_run` writes that into the warehouse as a run
+with source 'imported:<tool>' (runs, deployments, load_runs, requests), in one transaction, replacing an earlier
+import of the same file (the run id is derived from the file's content). Imported load points appear in
+v_load_points (sql/views.sql): from their request rows when the file had them, else from the tool's statistics
+kept in load_runs.summary in the load generator's layout.
+
+Registry: IMPORTERS, in detection order; each module has TOOL, `detect(path, data) -> bool` and
+`read(path, data) -> ImportedRun`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+PCT_KEYS = ("p50", "p90", "p95", "p99", "p999", "mean", "stdev")
+
+
+class ImportFileError(ValueError):
+    """A file cannot be imported; the message names the file, what is wrong and what was expected."""
+
+
+@dataclass
+class ImportedPoint:
+    point_label: str                 # c8, poisson-r4, ... (resources.plan.point_label's names)
+    workload: str
+    shape: str                       # concurrency | poisson | gamma | constant | ...
+    window_s: float                  # the tool's measured duration (s)
+    sent: int | None
+    completed: int | None
+    failed: int | None
+    output_tokens_total: int | None  # output tokens of the successful requests in that duration
+    api: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    burstiness: float | None = None
+    input_tokens: int | None = None  # requested lengths where the file says them, else the measured means
+    output_tokens: int | None = None
+    warmup_s: float | None = None
+    achieved_concurrency: float | None = None
+    stats: dict[str, dict[str, float | None]] = field(default_factory=dict)  # ttft_ms/tpot_ms/itl_ms/e2e_ms
+    goodput: float | None = None     # requests/s meeting the tool's SLOs, when it computed them
+    figures: dict[str, Any] = field(default_factory=dict)  # the tool's own headline figures, as named there
+    requests: list[dict] = field(default_factory=list)     # `requests` rows (no run_id/source/deployment/point)
+
+
+@dataclass
+class ImportedRun:
+    tool: str                        # vllm | aiperf | guidellm  -> source 'imported:<tool>'
+    tool_version: str | None
+    path: Path
+    sha256: str
+    model: str
+    points: list[ImportedPoint]
+    url: str | None = None
+    started_at: _dt.datetime | None = None
+    finished_at: _dt.datetime | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms
+    notes: list[str] = field(default_factory=list)
+
+
+def file_sha256(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    """A JSON document, or JSON lines (one object per line, as vLLM's --append-result and AIPerf's records write)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ImportFileError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ImportFileError(f"{path}: not a text file; expected a JSON result file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as first:
+        rows = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if i == 1:
+                    raise ImportFileError(f"{path}: not JSON ({first.msg} at line {first.lineno}); expected a result "
+                                          "file of vllm bench serve, AIPerf or guidellm") from None
+                raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") \
+                    from None
+        return rows
+
+
+def stats_block(values_ms: list[float]) -> dict[str, float | None]:
+    """The load generator's statistics of a list of milliseconds (numpy linear percentiles, population stdev)."""
+    from wattbench_agent.loadgen.metrics import stats
+
+    s = stats(values_ms)
+    return {k: s[k] for k in PCT_KEYS}
+
+
+def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:
+    if shape == "concurrency":
+        return f"c{concurrency}"
+    label = f"{shape}-r{rate:g}"
+    if shape == "gamma":
+        label += f"-b{burstiness:g}"
+    if concurrency and shape != "concurrency":
+        label += f"-max{concurrency}"
+    return label
+
+
+def _importers():
+    from resources.importers import aiperf, guidellm, vllm_bench
+
+    return (vllm_bench, aiperf, guidellm)
+
+
+IMPORTER_NAMES = ("vllm", "aiperf", "guidellm")
+
+
+def read_file(path: str | Path, tool: str | None = None) -> ImportedRun:
+    """The ImportedRun of one result file (or AIPerf artifact folder); `tool` forces the format."""
+    p = Path(path)
+    if not p.exists():
+        raise ImportFileError(f"{p}: no such file")
+    mods = _importers()
+    if tool:
+        by_name = {m.TOOL: m for m in mods}
+        if tool not in by_name:
+            raise ImportFileError(f"unknown tool {tool!r}; expected one of {', '.join(by_name)}")
+        mods = (by_name[tool],)
+    data = None if p.is_dir() else read_json(p)
+    for mod in mods:
+        if mod.detect(p, data):
+            return mod.read(p, data)
+    if tool:
+        raise ImportFileError(f"{p}: not a {tool} result file ({mods[0].EXPECTED})")
+    raise ImportFileError(f"{p}: not a result file wattbench can import; expected one of: "
+                          + "; ".join(m.EXPECTED for m in _importers()))
+
+
+def run_id_of(run: ImportedRun) -> str:
+    return f"imported-{run.tool}-{run.sha256[:12]}"
+
+
+def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str | None = None,
+              config_name: str | None = None, precision: str | None = None, tp: int | None = None,
+              gpu_name: str | None = None) -> dict[str, Any]:
+    """Write one ImportedRun into the warehouse in one transaction (replacing the same run id's rows)."""
+    rid = run_id or run_id_of(run)
+    source = f"imported:{run.tool}"
+    dep_id = config_name or f"{run.tool}-import"
+    cfg_name = config_name or {"vllm": "vllm-bench-serve", "aiperf": "aiperf", "guidellm": "guidellm"}[run.tool]
+    try:
+        from wattbench_agent import __version__ as wb_version
+    except ImportError:  # pragma: no cover
+        wb_version = None
+    slo = run.slo or {}
+    run_row = {
+        "run_id": rid, "source": source, "plan_name": f"imported {run.tool} result {run.path.name}",
+        "plan_path": str(run.path), "plan_sha256": run.sha256, "started_at": run.started_at,
+        "finished_at": run.finished_at, "status": "succeeded", "host": None, "wattbench_version": wb_version,
+        "slo_ttft_ms": slo.get("ttft_ms"), "slo_tpot_ms": slo.get("tpot_ms"), "slo_e2e_ms": slo.get("e2e_ms"),
+    }
+    dep_row = {
+        "run_id": rid, "source": source, "deployment_id": dep_id, "model": run.model, "engine": engine or "external",
+        "config_name": cfg_name, "precision": precision, "tp": tp, "gpu_name": gpu_name, "n_gpus": tp,
+        "target": "external", "url": run.url, "status": "healthy", "telemetry_source": "none",
+        "config": {"imported_from": run.tool, "tool_version": run.tool_version, "file": str(run.path),
+                   "sha256": run.sha256, "notes": run.notes, **run.config},
+    }
+    lr_rows, req_rows = [], []
+    for pt in run.points:
+        lp = f"{dep_id}:{pt.workload}:{pt.point_label}"
+        summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
+        summary.update(sent=pt.sent, completed=pt.completed, failed=pt.failed, window_s=pt.window_s,
+                       goodput=pt.goodput, imported={"tool": run.tool, "tool_version": run.tool_version,
+                                                     "file": str(run.path), "figures": pt.figures})
+        ok = bool(pt.completed)
+        lr_rows.append({
+            "run_id": rid, "source": source, "deployment_id": dep_id, "load_point_id": lp,
+            "point_label": pt.point_label, "repeat": 1, "workload": pt.workload, "shape": pt.shape, "api": pt.api,
+            "concurrency": pt.concurrency, "rate": pt.rate, "burstiness": pt.burstiness,
+            "input_tokens": pt.input_tokens, "output_tokens": pt.output_tokens, "warmup_s": pt.warmup_s,
+            "duration_s": pt.window_s, "window_s": pt.window_s,
+            "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
+            "achieved_concurrency": pt.achieved_concurrency, "sent": pt.sent, "completed": pt.completed,
+            "failed": pt.failed, "output_tokens_in_window": pt.output_tokens_total,
+            "status": "ok" if ok else "failed", "error_kind": None if ok else "no_success",
+            "error_text": None if ok else f"no successful request in {run.path.name}", "summary": summary,
+        })
+        for r in pt.requests:
+            req_rows.append({"run_id": rid, "source": source, "deployment_id": dep_id, "load_point_id": lp,
+                             "token_count_source": "imported", **r})
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table in ("requests", "load_runs", "deployments", "runs"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
+        _insert(con, "runs", [run_row])
+        _insert(con, "deployments", [dep_row])
+        _insert(con, "load_runs", lr_rows)
+        if req_rows:
+            _insert_json(con, "requests", req_rows)
+        from resources import intervals
+
+        intervals.refresh(con, rid)  # latency intervals from the per-request rows, as for a bundle
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return {"run_id": rid, "source": source, "load_points": len(lr_rows), "requests": len(req_rows),
+            "deployment_id": dep_id}
+
+
+def _insert(con, table: str, rows: list[dict]) -> None:
+    from resources.warehouse import table_columns
+
+    cols = table_columns(con, table)
+    for row in rows:
+        unknown = set(row) - set(cols)
+        if unknown:
+            raise ImportFileError(f"table {table}: unknown column(s) {', '.join(sorted(unknown))}")
+        names = list(row)
+        values = [json.dumps(row[c]) if cols[c] == "JSON" and row[c] is not None else row[c] for c in names]
+        con.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})", values)
+
+
+def _insert_json(con, table: str, rows: list[dict]) -> None:
+    """Many rows through a temporary JSON-lines file read with the table's own column types (as bundle ingest)."""
+    import os
+    import tempfile
+
+    from resources.warehouse import table_columns
+
+    cols = table_columns(con, table)
+    fd, tmp = tempfile.mkstemp(prefix="wattbench-import-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r) + "\n")
+        literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols.items()) + "}"
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format='newline_delimited', "
+                    f"columns={literal})", [tmp])
+    finally:
+        os.unlink(tmp)

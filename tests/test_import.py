@@ -1,0 +1,204 @@
+"""`wattbench import`: real result files of AIPerf and guidellm (tests/data/imports/README.md says how each was
+made), vLLM's result layout, and wattbench's own --save-result, into a real DuckDB warehouse; imported runs in
+v_load_points (the load_points query) and in `wattbench report --compare`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main
+from resources.warehouse import connect
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "imports"
+AIPERF_C4 = DATA / "aiperf-0.13.0-c4"
+AIPERF_R8 = DATA / "aiperf-0.13.0-poisson-r8"
+GUIDELLM = DATA / "guidellm-0.8.1-concurrent-2-4.json"
+VLLM_CONSTRUCTED = DATA / "vllm-bench-serve-constructed.json"
+VLLM_REAL = DATA / "vllm-bench-serve-0.25.0.json"
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    path = tmp_path / "wh.duckdb"
+    monkeypatch.setenv("WATTBENCH_DB", str(path))
+    return path
+
+
+def points(db, run_id=None) -> list[dict]:
+    with connect(db, read_only=True) as con:
+        df = con.execute("SELECT * FROM v_load_points" + (" WHERE run_id = ?" if run_id else "") +
+                         " ORDER BY load_point_id", [run_id] if run_id else []).df()
+    return [{k: (None if v != v else v) if isinstance(v, float) else v for k, v in r.items()}
+            for r in df.to_dict("records")]
+
+
+def imported(capsys, *args) -> list[str]:
+    assert main(["import", *args]) == 0
+    out = capsys.readouterr().out
+    return [line.split(" as run ")[1].split()[0] for line in out.splitlines() if " as run " in line]
+
+
+def test_aiperf_export_with_records(db, capsys):
+    agg = json.loads((AIPERF_C4 / "profile_export_aiperf.json").read_text())
+    [run_id] = imported(capsys, str(AIPERF_C4))
+    with connect(db, read_only=True) as con:
+        src, plan = con.execute("SELECT source, plan_name FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        n_req = con.execute("SELECT count(*) FROM requests WHERE run_id = ?", [run_id]).fetchone()[0]
+    assert src == "imported:aiperf" and "profile_export_aiperf.json" in plan and n_req == 24
+    [p] = points(db, run_id)
+    assert p["point_label"] == "c4" and p["shape"] == "concurrency" and p["concurrency"] == 4
+    assert p["model"] == "llama-3.1-8b" and p["completed"] == 24 and p["failed"] == 0
+    assert p["window_s"] == pytest.approx(agg["benchmark_duration"]["avg"])
+    # recomputed from AIPerf's own per-request records, the percentiles are AIPerf's
+    for ours, tag in (("ttft", "time_to_first_token"), ("tpot", "inter_token_latency"), ("e2e", "request_latency"),
+                      ("itl", "inter_chunk_latency")):
+        for q in ("p50", "p90", "p99"):
+            assert p[f"{ours}_{q}_ms"] == pytest.approx(agg[tag][q], rel=1e-6), (ours, q)
+    assert p["output_tok_s"] == pytest.approx(agg["total_output_tokens"]["avg"] / agg["benchmark_duration"]["avg"])
+    # AIPerf's own throughput divides by a slightly different span; within 2 %
+    assert p["output_tok_s"] == pytest.approx(agg["output_token_throughput"]["avg"], rel=0.02)
+    assert p["energy_j"] is None and p["output_tokens_per_j"] is None  # nothing measured, nothing made up
+
+
+def test_aiperf_poisson_and_the_same_run_given_twice(db, capsys):
+    ids = imported(capsys, str(AIPERF_R8 / "profile_export.jsonl"), str(AIPERF_R8),
+                   str(AIPERF_R8 / "profile_export_aiperf.json"))
+    assert len(ids) == 1  # the records file, the folder and the export are one run
+    [p] = points(db, ids[0])
+    agg = json.loads((AIPERF_R8 / "profile_export_aiperf.json").read_text())
+    assert p["point_label"] == "poisson-r8" and p["shape"] == "poisson" and p["rate"] == 8.0
+    assert p["completed"] == 16 and p["ttft_p50_ms"] == pytest.approx(agg["time_to_first_token"]["p50"], rel=1e-6)
+
+
+def test_guidellm_benchmarks_become_load_points(db, capsys):
+    data = json.loads(GUIDELLM.read_text())
+    [run_id] = imported(capsys, str(GUIDELLM))
+    pts = {p["point_label"]: p for p in points(db, run_id)}
+    assert set(pts) == {"c2", "c4"} and {p["source"] for p in pts.values()} == {"imported:guidellm"}
+    for b in data["benchmarks"]:
+        p = pts[f"c{b['config']['strategy']['streams']}"]
+        m = b["metrics"]
+        assert p["workload"] == "guidellm-in64-out16" and p["completed"] == m["request_totals"]["successful"] == 8
+        assert p["window_s"] == pytest.approx(b["duration"])
+        assert p["output_tok_s"] == pytest.approx(m["output_token_count"]["successful"]["total_sum"] / b["duration"])
+        # means do not depend on how percentiles are interpolated: they must be guidellm's
+        assert p["ttft_mean_ms"] == pytest.approx(m["time_to_first_token_ms"]["successful"]["mean"], rel=1e-6)
+        assert p["tpot_mean_ms"] == pytest.approx(m["inter_token_latency_ms"]["successful"]["mean"], rel=1e-6)
+        # E2E to the last token: at most guidellm's request latency (which runs to the end of the response)
+        assert p["e2e_mean_ms"] <= m["request_latency"]["successful"]["mean"] * 1e3
+        assert p["itl_p50_ms"] is None  # guidellm reports no chunk gaps: NULL, not a guess
+
+
+def test_vllm_result_with_details(db, capsys):
+    d = json.loads(VLLM_CONSTRUCTED.read_text())
+    [run_id] = imported(capsys, str(VLLM_CONSTRUCTED))
+    [p] = points(db, run_id)
+    assert p["source"] == "imported:vllm" and p["model"] == d["model_id"] and p["point_label"] == "c2"
+    assert p["completed"] == 5 and p["failed"] == 1 and p["window_s"] == pytest.approx(d["duration"])
+    assert p["requests_s"] == pytest.approx(d["request_throughput"])
+    assert p["output_tok_s"] == pytest.approx(d["output_throughput"])
+    for m, ours in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "e2e")):
+        assert p[f"{ours}_p50_ms"] == pytest.approx(d[f"median_{m}_ms"], rel=1e-6), m
+        assert p[f"{ours}_p90_ms"] == pytest.approx(d[f"p90_{m}_ms"], rel=1e-6), m
+        assert p[f"{ours}_mean_ms"] == pytest.approx(d[f"mean_{m}_ms"], rel=1e-6), m
+    with connect(db, read_only=True) as con:
+        bad = con.execute("SELECT error_kind, error_text FROM requests WHERE run_id = ? AND error_kind IS NOT NULL",
+                          [run_id]).fetchall()
+    assert bad == [("imported_error", "Bad Request")]
+
+
+def test_vllm_result_without_details_uses_vllms_statistics(db, capsys, tmp_path):
+    d = json.loads(VLLM_CONSTRUCTED.read_text())
+    for k in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+              "generated_texts", "errors"):
+        d.pop(k)
+    f = tmp_path / "plain.json"
+    f.write_text(json.dumps(d))
+    [run_id] = imported(capsys, str(f))
+    [p] = points(db, run_id)
+    assert p["ttft_p99_ms"] == d["p99_ttft_ms"] and p["e2e_p50_ms"] == d["median_e2el_ms"]
+    assert p["itl_p90_ms"] == d["p90_itl_ms"] and p["tpot_mean_ms"] == d["mean_tpot_ms"]
+    assert p["ttft_p95_ms"] is None  # vLLM did not report it
+    assert p["requests_s"] == pytest.approx(d["request_throughput"])
+    assert p["goodput_requests_s"] == pytest.approx(d["request_goodput"])
+
+
+def test_real_vllm_result_imports(db, capsys):
+    if not VLLM_REAL.exists():
+        pytest.skip(f"{VLLM_REAL.name} not in tests/data/imports yet (a real vLLM 0.25 result on an H200)")
+    from resources.importers import read_json
+
+    data = read_json(VLLM_REAL)
+    docs = data if isinstance(data, list) else [data]
+    [run_id] = imported(capsys, str(VLLM_REAL))
+    pts = points(db, run_id)
+    assert len(pts) == len(docs)
+    for d, p in zip(docs, pts):
+        assert p["completed"] == d["completed"] and p["window_s"] == pytest.approx(d["duration"])
+        assert p["output_tok_s"] == pytest.approx(d["output_throughput"], rel=1e-6)
+        for m, ours in (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "e2e")):
+            if f"p99_{m}_ms" in d:
+                assert p[f"{ours}_p99_ms"] == pytest.approx(d[f"p99_{m}_ms"], rel=1e-3), m
+            if f"mean_{m}_ms" in d:
+                assert p[f"{ours}_mean_ms"] == pytest.approx(d[f"mean_{m}_ms"], rel=1e-3), m
+
+
+def test_wattbench_save_result_imports_as_vllm(db, capsys, tmp_path):
+    from wattbench_agent.loadgen.testserver import server_process
+
+    with server_process(ttft_ms=5, itl_ms=2) as url:
+        p = subprocess.run([sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m",
+                            "--max-concurrency", "2", "--num-prompts", "10", "--output-tokens", "5",
+                            "--save-result", "--save-detailed", "--result-filename", str(tmp_path / "r.json"),
+                            "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads((tmp_path / "r.json").read_text())
+    [run_id] = imported(capsys, str(tmp_path / "r.json"))
+    [pt] = points(db, run_id)
+    assert pt["completed"] == 10 and pt["requests_s"] == pytest.approx(r["request_throughput"])
+    assert pt["ttft_p99_ms"] == pytest.approx(r["p99_ttft_ms"]) and pt["itl_p99_ms"] == pytest.approx(r["p99_itl_ms"])
+
+
+def test_reimport_replaces_and_compare_pairs_imported_runs(db, capsys):
+    a = imported(capsys, str(AIPERF_C4), "--run-id", "aiperf-a")
+    b = imported(capsys, str(AIPERF_C4), "--run-id", "aiperf-b")
+    again = imported(capsys, str(AIPERF_C4), "--run-id", "aiperf-b")
+    assert (a, b, again) == (["aiperf-a"], ["aiperf-b"], ["aiperf-b"])
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM requests WHERE run_id = 'aiperf-b'").fetchone()[0] == 24
+    assert main(["report", "--compare", "aiperf-a", "aiperf-b"]) == 0
+    out = capsys.readouterr().out
+    assert "A = run aiperf-a" in out and "imported:aiperf" in out
+    assert "aiperf aiperf-in64-out16:c4" in out and "ttft_p99_ms" in out and "+0.0%" in out
+    assert "0 regression(s), 0 improvement(s)" in out
+    # a guidellm run against the AIPerf one: nothing to pair, its points are listed as not in run A
+    [g] = imported(capsys, str(GUIDELLM))
+    assert main(["report", "--compare", "aiperf-a", g]) == 0
+    out = capsys.readouterr().out
+    assert "guidellm guidellm-in64-out16:c2" in out and "not in run A" in out
+    # and the load_points query shows an imported run
+    assert main(["sql", "load_points", "--run", "aiperf-a"]) == 0
+    assert "imported:aiperf" in capsys.readouterr().out
+
+
+def test_bad_files_load_nothing_and_say_why(db, capsys, tmp_path):
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps({"hello": 1}))
+    cut = tmp_path / "cut.json"
+    cut.write_text(VLLM_CONSTRUCTED.read_text()[:200])
+    assert main(["import", str(AIPERF_C4), str(junk)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"wattbench import: {junk}: not a result file wattbench can import; expected one of: "
+                          "vllm bench serve:") and "AIPerf" in err and "guidellm" in err
+    assert main(["import", str(cut)]) == 2
+    assert capsys.readouterr().err.startswith(f"wattbench import: {cut}: not JSON (")
+    assert main(["import", str(GUIDELLM), "--tool", "vllm"]) == 2
+    assert "not a vllm result file" in capsys.readouterr().err
+    with connect(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # the good file was not loaded either
