@@ -20,6 +20,7 @@ CREATE OR REPLACE VIEW v_imported_request_stats AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
        l.sent                                                           AS requests_in_window,
        l.completed                                                      AS ok_in_window,
+       l.completed                                                      AS completed_in_window,
        l.failed                                                         AS errors,
        (l.summary->>'$.ttft_ms.p50')::DOUBLE AS ttft_p50_ms,
        (l.summary->>'$.ttft_ms.p90')::DOUBLE AS ttft_p90_ms,
@@ -43,6 +44,7 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
        (l.summary->>'$.e2e_ms.mean')::DOUBLE AS e2e_mean_ms,
        (l.summary->>'$.e2e_ms.stdev')::DOUBLE AS e2e_stdev_ms,
        (l.summary->>'$.goodput')::DOUBLE * l.window_s                  AS meeting_slo_in_window,
+       (l.summary->>'$.goodput')::DOUBLE * l.window_s                  AS meeting_slo_completed_in_window,
        NULL::INTEGER                                                    AS longest_context_tokens
 FROM load_runs l
 WHERE l.source LIKE 'imported:%'
@@ -64,14 +66,15 @@ WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
 
 -- Per load point, over its requests. Latency figures: successful requests SENT inside the window (as MLPerf
 -- LoadGen and vllm bench serve: every issued request counts). Throughput figures: successful requests whose LAST
--- token arrived inside the window (the same rule as output tokens: what the engine delivered in the window).
+-- token arrived inside the window (the same rule as output tokens: what the engine delivered in the window); a
+-- load point with no recorded window bounds (imported from a tool that reports only a duration) counts them all.
 -- Stdev: population, as vllm bench serve reports it (a description of the observed requests).
 CREATE OR REPLACE VIEW v_request_stats AS
 SELECT q.run_id, q.deployment_id, q.load_point_id,
        count(*) FILTER (WHERE q.in_window)                              AS requests_in_window,
        count(*) FILTER (WHERE q.in_window AND q.error_kind IS NULL)     AS ok_in_window,
        count(*) FILTER (WHERE q.error_kind IS NULL
-                          AND q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS completed_in_window,
+                          AND q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS completed_in_window,
        count(*) FILTER (WHERE q.error_kind IS NOT NULL)                 AS errors,
        quantile_cont(q.ttft_ms, 0.50)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p50_ms,
        quantile_cont(q.ttft_ms, 0.90)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS ttft_p90_ms,
@@ -95,7 +98,7 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
        avg(q.e2e_ms)                   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_mean_ms,
        stddev_pop(q.e2e_ms)            FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
        count(*) FILTER (
-           WHERE q.error_kind IS NULL AND q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns
+           WHERE q.error_kind IS NULL AND q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)
              AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
              AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
              AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
@@ -521,8 +524,8 @@ client_req AS (
     SELECT q.run_id, q.deployment_id, q.load_point_id,
            avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
            count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
-           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS e2e_ms,
-           count(*) FILTER (WHERE q.last_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS e2e_n
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL
     GROUP BY ALL),
