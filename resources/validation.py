@@ -118,6 +118,9 @@ def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
     df.loc[has_conc, "concurrency_achieved_pct"] = achieved[has_conc] / conc[has_conc] * 100
     df["concurrency_achieved_pct"] = pd.to_numeric(df["concurrency_achieved_pct"])
     df["has_energy"] = df["energy_j"].notna()
+    if "e2e_p50_ms" in df.columns:
+        lifetime_s = pd.to_numeric(df["e2e_p50_ms"], errors="coerce") / 1000
+        df["warmup_lifetimes"] = pd.to_numeric(df["warmup_s"], errors="coerce") / lifetime_s.where(lifetime_s > 0)
     return df
 
 
@@ -128,15 +131,25 @@ def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
 NONFINITE = "nonfinite_columns"
 
 
+# Figures a table's rules read besides its own columns, joined from the views (sql/views.sql).
+_FRAME_JOINS = {
+    "load_runs": "LEFT JOIN (SELECT run_id, load_point_id, latency_samples, completed_in_window, e2e_p50_ms "
+                 "FROM v_load_points) v USING (run_id, load_point_id) "
+                 "LEFT JOIN (SELECT run_id, load_point_id, window_drift FROM v_window_steadiness) s "
+                 "USING (run_id, load_point_id)",
+}
+
+
 def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
     """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL."""
     doubles = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[1] in ("DOUBLE", "FLOAT", "REAL")]
     if doubles:
-        names = ", ".join(f"CASE WHEN isnan({c}) OR isinf({c}) THEN '{c}' END" for c in doubles)
+        names = ", ".join(f"CASE WHEN isnan(t.{c}) OR isinf(t.{c}) THEN '{c}' END" for c in doubles)
         extra = f", nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
     else:
         extra = f", NULL::VARCHAR AS {NONFINITE}"
-    return con.execute(f"SELECT *{extra} FROM {table} WHERE run_id = ?", [run_id]).df()
+    return con.execute(f"SELECT *{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?",
+                       [run_id]).df()
 
 
 def _nonfinite(df: pd.DataFrame) -> pd.DataFrame:
@@ -171,6 +184,9 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             Rule("deployments.healthy", E.ExpectColumnValuesToBeInSet(column="status", value_set=["healthy"])),
             # NULL for an attached external endpoint (not started, so not timed); a started engine took some time.
             Rule("deployments.startup_positive", E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0, strict_min=True)),
+            # The engine's own version, and one its adapter was checked against (flags, log lines, metric names).
+            Rule("deployments.version_known", E.ExpectColumnValuesToNotBeNull(column="engine_version", row_condition='status == "healthy"', condition_parser="pandas"), "warn"),
+            Rule("deployments.version_checked", E.ExpectColumnValuesToBeInSet(column="version_checked", value_set=[True]), "warn"),
             Rule("deployments.hbm_within_gpu", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
         ],
         "load_runs": [
@@ -186,6 +202,13 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             # Achieved against requested load: open loop (poisson) by rate, closed loop by time-averaged concurrency.
             Rule("load_runs.achieved_rate_5pct", E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
             Rule("load_runs.achieved_concurrency_5pct", E.ExpectColumnValuesToBeBetween(column="concurrency_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
+            # Steady state by rule (docs/MEASUREMENT.md): enough requests behind each figure, a warm-up of at least
+            # two request lifetimes, and a window whose two halves delivered the same tokens within 5%.
+            Rule("load_runs.p99_from_100_requests", E.ExpectColumnValuesToBeBetween(column="latency_samples", min_value=100), "warn"),
+            Rule("load_runs.completions_in_window", E.ExpectColumnValuesToBeBetween(column="completed_in_window", min_value=30), "warn"),
+            Rule("load_runs.warmup_two_lifetimes", E.ExpectColumnValuesToBeBetween(column="warmup_lifetimes", min_value=2), "warn", _window_checks),
+            # closed loop only: open-loop arrivals (poisson, gamma, surge, trace) vary by design
+            Rule("load_runs.steady_window", E.ExpectColumnValuesToBeBetween(column="window_drift", max_value=0.05, row_condition='shape == "concurrency"', condition_parser="pandas"), "warn"),
         ],
         "requests": [
             *_not_null("requests", "run_id", "request_id", "load_point_id"), _source("requests"),

@@ -548,3 +548,20 @@ SELECT s.run_id, s.deployment_id, s.load_point_id, s.family, s.server_metric, s.
        c.client_mean_ms, c.client_n, c.client_mean_ms - s.server_mean_ms AS client_minus_server_ms,
        (c.client_mean_ms - s.server_mean_ms) / nullif(s.server_mean_ms, 0) AS client_minus_server_rel
 FROM server s JOIN client c USING (run_id, deployment_id, load_point_id, family);
+
+-- Steady state, checked after the fact: output tokens that arrived in the first and the second half of each load
+-- point's window, and their relative difference (window_drift). A window still ramping up, or draining, shows a
+-- drift; validation warns above 5% (load_runs.steady_window). warmup_lifetimes: the warm-up in median request
+-- lifetimes (E2E p50); validation warns below 2 (load_runs.warmup_two_lifetimes).
+CREATE OR REPLACE VIEW v_window_steadiness AS
+WITH tok AS (
+    SELECT l.run_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.chunk_ns) AS t,
+           unnest(q.chunk_tokens) AS n
+    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    WHERE q.error_kind IS NULL AND l.window_end_ns > l.window_start_ns)
+SELECT run_id, load_point_id,
+       sum(n) FILTER (WHERE t >= window_start_ns AND t < (window_start_ns + window_end_ns) / 2) AS first_half_tokens,
+       sum(n) FILTER (WHERE t >= (window_start_ns + window_end_ns) / 2 AND t <= window_end_ns) AS second_half_tokens,
+       abs(second_half_tokens - first_half_tokens) / nullif((second_half_tokens + first_half_tokens) / 2, 0)
+                                                                                       AS window_drift
+FROM tok GROUP BY ALL;

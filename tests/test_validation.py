@@ -91,3 +91,34 @@ def test_empty_table_fails_and_rows_are_recorded():
 @pytest.mark.parametrize("table", list(suites()))
 def test_every_stage_table_has_a_suite(table):
     assert len(suites()[table]) >= 3
+
+
+def load_runs_frame():
+    """Four closed-loop points and one gamma point, each with the figures the steady-state rules read."""
+    return pd.DataFrame({
+        "run_id": "r", "source": "measured", "load_point_id": ["a", "b", "c", "d", "g"], "window_s": 30.0,
+        "status": "ok", "completed": 500, "shape": ["concurrency"] * 4 + ["gamma"], "warmup_s": 10.0,
+        "latency_samples": [500, 60, 500, 500, 500], "completed_in_window": [500, 500, 12, 500, 500],
+        "e2e_p50_ms": [2000.0, 2000.0, 2000.0, 8000.0, 2000.0],
+        "window_drift": [0.01, 0.01, 0.01, 0.2, 0.4],
+    })
+
+
+def test_steady_state_rules_flag_thin_unsettled_points_and_leave_open_loop_drift_alone():
+    bad = failed(validate_table("load_runs", load_runs_frame(), {"min_energy_window_s": 20}))
+    assert bad["load_runs.p99_from_100_requests"].unexpected_count == 1            # b: a p99 of 60 requests
+    assert bad["load_runs.completions_in_window"].unexpected_count == 1            # c: 12 completions
+    assert bad["load_runs.warmup_two_lifetimes"].unexpected_count == 1             # d: 10 s warm-up, 8 s lifetimes
+    assert bad["load_runs.steady_window"].unexpected_count == 1                    # d drifts; gamma g may
+    assert all(o.severity == "warn" for o in bad.values())
+
+
+def test_a_version_the_adapter_was_not_checked_against_is_a_warning():
+    df = pd.DataFrame({"run_id": "r", "source": "measured", "deployment_id": ["a", "b", "c"], "engine": "vllm",
+                       "status": "healthy", "startup_s": 90.0, "engine_version": ["0.25.0", "0.26.1", None],
+                       "version_checked": [True, False, None], "hbm_used_mib": 1.0, "hbm_total_mib": 2.0})
+    result = validate_table("deployments", df)
+    bad = failed(result)
+    assert result.passed  # warnings only
+    assert bad["deployments.version_checked"].unexpected_count == 1 and bad["deployments.version_checked"].sample == [False]
+    assert bad["deployments.version_known"].unexpected_count == 1
