@@ -18,6 +18,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.bench_plan import BenchPlan
+from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
 from resources.warehouse import apply_schema, replace_rows
 
@@ -65,13 +66,10 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     with warehouse.get_connection() as con:
         apply_schema(con)
         replace_rows(con, "runs", [{
-            "run_id": run_id, "source": source, "plan_name": bench_plan.name, "plan_path": str(plan_file),
-            "plan_sha256": plan_sha, "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
+            "run_id": run_id, "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
+            "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
             "host": socket.gethostname(), "wattbench_version": "0.1.0",
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
-            "gpu_price_per_hour": bench_plan.prices.gpu_hour_usd, "energy_price_per_kwh": bench_plan.prices.energy_kwh_usd,
-            "pue": bench_plan.prices.pue, "slo_ttft_ms": bench_plan.slo.ttft_ms, "slo_tpot_ms": bench_plan.slo.tpot_ms,
-            "slo_e2e_ms": bench_plan.slo.e2e_ms,
         }], key=("run_id",))
         replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
     table = "\n".join(

@@ -163,8 +163,9 @@ def plot_capacity(topologies: pd.DataFrame, label: str, note: str | None = None)
 
 
 def _short_point(load_point_id: Any) -> str:
-    """'trtllm-like:steady:c32' -> 'steady:c32' (the engine is the column already)."""
-    return str(load_point_id).split(":", 1)[-1]
+    """'trtllm-like:steady:c32' -> 'steady:c32' (the engine is the column already); 'steady:c32' stays."""
+    parts = str(load_point_id).split(":")
+    return ":".join(parts[-2:])
 
 
 def pivot_head_to_head(long: pd.DataFrame, origins: bool = True) -> pd.DataFrame:

@@ -172,12 +172,25 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from wattbench_agent.bundle import BundleError
+    from wattbench_agent.bundle import BundleError, read_manifest
     from resources.warehouse import WarehouseError, connect, ingest_bundle
 
+    plan_fields = None
+    if args.plan:  # the plan the bundle was measured on: its prices and SLO for the reports
+        from resources.plan import PlanError, load_plan, plan_run_fields
+
+        try:
+            plan, sha = load_plan(args.plan)
+        except PlanError as exc:
+            return _fail(str(exc))
+        plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
         with connect(args.db) as con:
             counts = ingest_bundle(con, args.bundle)
+            if plan_fields:
+                run_id = read_manifest(args.bundle)["run_id"]
+                sets = ", ".join(f"{k} = ?" for k in plan_fields)
+                con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*plan_fields.values(), run_id])
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))
@@ -245,4 +258,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--plan", help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
+                                  "goodput figures need them)")
     p.set_defaults(func=_ingest)

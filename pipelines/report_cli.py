@@ -162,6 +162,32 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
     return 0
 
 
+# The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
+CONTRAST_FIGURES = ("output_tok_s", "output_tokens_per_j", "output_tokens_per_j_above_idle", "ttft_p50_ms",
+                    "tpot_p50_ms", "e2e_p50_ms")
+
+
+def contrasts_text(con, run_id: str) -> str:
+    """Engine pairs at each shared point: the ratio with its interval and the finding, one line per figure."""
+    from tabulate import tabulate
+
+    from resources.warehouse import run_sql
+
+    df = run_sql(con, "engine_contrasts", {"run_id": run_id})
+    df = df[df["metric"].isin(CONTRAST_FIGURES)]
+    if df.empty:
+        return ""
+
+    def ratio(r) -> str:
+        if r["ratio_lo"] == r["ratio_lo"] and r["ratio_lo"] is not None:
+            return f"x{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
+        return f"x{r['ratio']:.3f}"
+
+    rows = [[f"{r['workload']}:{r['point_label']}", f"{r['engine']} / {r['other']}", f"{r['figure']} ({r['unit']})",
+             ratio(r), r["finding"]] for _, r in df.iterrows()]
+    return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+
+
 def _report(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql
 
@@ -184,8 +210,12 @@ def _report(args: argparse.Namespace) -> int:
                 print(f"Run {run_id} against the previous run of each load point:", file=sys.stderr)
                 _print(df, args.format)
                 return 1 if args.fail_on_regression and (df["flag"] == "REGRESSION").any() else 0
-            print(f"Head to head, run {run_id}:")
+            print(f"Head to head, run {run_id} (95% intervals in brackets):")
             print(head_to_head_text(con, run_id))
+            contrasts = contrasts_text(con, run_id)
+            if contrasts:
+                print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
+                print(contrasts)
     except ValueError as exc:
         return _fail(str(exc))
     except WarehouseError as exc:

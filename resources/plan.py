@@ -276,6 +276,16 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
     return plan, hashlib.sha256(raw).hexdigest()
 
 
+def plan_run_fields(plan: Plan, plan_path: str | Path, plan_sha: str) -> dict[str, Any]:
+    """The `runs` columns a plan decides: its name and file, prices and SLO (the reports' cost and goodput)."""
+    return {
+        "plan_name": plan.name, "plan_path": str(plan_path), "plan_sha256": plan_sha,
+        "gpu_price_per_hour": plan.prices.gpu_hour_usd, "energy_price_per_kwh": plan.prices.energy_kwh_usd,
+        "pue": plan.prices.pue, "slo_ttft_ms": plan.slo.ttft_ms, "slo_tpot_ms": plan.slo.tpot_ms,
+        "slo_e2e_ms": plan.slo.e2e_ms,
+    }
+
+
 def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, Any]]) -> AgentSpec:
     """What the bench agent needs to run every deployment and load point of the plan.
 

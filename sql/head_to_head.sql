@@ -1,36 +1,72 @@
 -- The head-to-head table (the one the seed article announces and leaves empty), in long form: one row per
 -- (figure, engine) with the run and the load point each value came from, and a note saying why a value is NULL.
 -- Reports pivot it (resources/reporting.pivot_head_to_head): rows are capabilities and figures, columns engines.
--- "At SLO": among load points whose p99 TTFT/TPOT/E2E meet the plan's SLO. "Under a surge": the worst p99 TTFT
--- over the gamma and surge load points. $run_id: the run.
+-- Each point is its repeats' summary (v_point_figures): a value carries its 95% interval in brackets (none from one
+-- repeat), and the point it came from is workload:point. "At SLO": among points whose pooled p99 TTFT/TPOT/E2E meet
+-- the plan's SLO. "Under a surge": the worst p99 TTFT over the gamma and surge points. Whether two engines differ
+-- is sql/engine_contrasts.sql's call. $run_id: the run.
 WITH eng AS (
     SELECT d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.precision, d.tp, d.gpu_name,
            coalesce(d.n_gpus, d.tp) AS n_gpus, d.status AS dstatus, d.error_kind AS derror, d.error_text AS dtext,
            d.startup_s, b.status AS bstatus, b.build_s, b.error_kind AS berror, b.hardware_lock
     FROM deployments d LEFT JOIN engine_builds b ON b.run_id = d.run_id AND b.build_id = d.build_id
     WHERE d.run_id = $run_id),
-lp AS (SELECT * FROM v_load_points WHERE run_id = $run_id),
+pf AS (SELECT * FROM v_point_figures WHERE run_id = $run_id),
+-- one row per engine and point, summarised over its repeats (means; latency: pooled percentiles), with intervals
+pt AS (
+    SELECT engine, workload, point_label, workload || ':' || point_label AS point,
+           any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
+           max(estimate) FILTER (WHERE metric = 'output_tok_s') AS tok, max(lo) FILTER (WHERE metric = 'output_tok_s') AS tok_lo,
+           max(hi) FILTER (WHERE metric = 'output_tok_s') AS tok_hi,
+           max(estimate) FILTER (WHERE metric = 'goodput_requests_s') AS good, max(lo) FILTER (WHERE metric = 'goodput_requests_s') AS good_lo,
+           max(hi) FILTER (WHERE metric = 'goodput_requests_s') AS good_hi,
+           max(estimate) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj, max(lo) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj_lo,
+           max(hi) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj_hi,
+           max(estimate) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja,
+           max(lo) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja_lo,
+           max(hi) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja_hi,
+           max(estimate) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd, max(lo) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd_lo,
+           max(hi) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd_hi,
+           max(estimate) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd,
+           max(lo) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd_lo,
+           max(hi) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd_hi,
+           max(estimate) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50, max(lo) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50_lo,
+           max(hi) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50_hi,
+           max(estimate) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99, max(lo) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99_lo,
+           max(hi) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99_hi,
+           max(estimate) FILTER (WHERE metric = 'tpot_p99_ms') AS tpot99, max(estimate) FILTER (WHERE metric = 'e2e_p99_ms') AS e2e99
+    FROM pf GROUP BY engine, workload, point_label),
+lp AS (
+    SELECT pt.*, (r.slo_ttft_ms IS NULL OR pt.ttft99 <= r.slo_ttft_ms)
+                 AND (r.slo_tpot_ms IS NULL OR pt.tpot99 <= r.slo_tpot_ms)
+                 AND (r.slo_e2e_ms IS NULL OR pt.e2e99 <= r.slo_e2e_ms) AS meets_slo_p99
+    FROM pt LEFT JOIN runs r ON r.run_id = $run_id),
+ctx AS (SELECT d.config_name AS engine, max(q.prompt_tokens + q.completion_tokens) AS ctx_v,
+               regexp_extract(arg_max(q.load_point_id, q.prompt_tokens + q.completion_tokens),
+                              '^[^:]*:(.*?)(#[0-9]+)?$', 1) AS ctx_lp
+        FROM requests q JOIN deployments d USING (run_id, deployment_id)
+        WHERE q.run_id = $run_id AND q.error_kind IS NULL GROUP BY ALL),
 agg AS (
     SELECT engine,
            count(*)                                                                     AS n_points,
            count(*) FILTER (WHERE meets_slo_p99)                                        AS n_slo,
            count(*) FILTER (WHERE shape IN ('gamma', 'surge'))                          AS n_burst,
-           max(output_tok_s)                                                            AS peak_v,
-           arg_max(load_point_id, output_tok_s)                                         AS peak_lp,
-           max(goodput_requests_s) FILTER (WHERE meets_slo_p99)                         AS good_v,
-           arg_max(load_point_id, goodput_requests_s) FILTER (WHERE meets_slo_p99)      AS good_lp,
-           max(output_tokens_per_j) FILTER (WHERE meets_slo_p99)                        AS tpj_v,
-           arg_max(load_point_id, output_tokens_per_j) FILTER (WHERE meets_slo_p99)     AS tpj_lp,
-           min(usd_per_1m_output_tokens) FILTER (WHERE meets_slo_p99)                   AS usd_v,
-           arg_min(load_point_id, usd_per_1m_output_tokens) FILTER (WHERE meets_slo_p99) AS usd_lp,
-           min(energy_usd_per_1m_output_tokens) FILTER (WHERE meets_slo_p99)            AS eusd_v,
-           arg_min(load_point_id, energy_usd_per_1m_output_tokens) FILTER (WHERE meets_slo_p99) AS eusd_lp,
-           max(ttft_p99_ms) FILTER (WHERE shape IN ('gamma', 'surge'))                  AS surge_v,
-           arg_max(load_point_id, ttft_p99_ms) FILTER (WHERE shape IN ('gamma', 'surge')) AS surge_lp,
-           arg_max(ttft_p50_ms, concurrency) FILTER (WHERE shape = 'concurrency')       AS steady_v,
-           arg_max(load_point_id, concurrency) FILTER (WHERE shape = 'concurrency')     AS steady_lp,
-           max(longest_context_tokens)                                                  AS ctx_v,
-           arg_max(load_point_id, longest_context_tokens)                               AS ctx_lp
+           arg_max(fmt_ci(tok, tok_lo, tok_hi, 1), tok)                                 AS peak_v,
+           arg_max(point, tok)                                                          AS peak_lp,
+           arg_max(fmt_ci(good, good_lo, good_hi, 2), good) FILTER (WHERE meets_slo_p99) AS good_v,
+           arg_max(point, good) FILTER (WHERE meets_slo_p99)                            AS good_lp,
+           arg_max(fmt_ci(tpj, tpj_lo, tpj_hi, 3), tpj) FILTER (WHERE meets_slo_p99)    AS tpj_v,
+           arg_max(point, tpj) FILTER (WHERE meets_slo_p99)                             AS tpj_lp,
+           arg_max(fmt_ci(tpja, tpja_lo, tpja_hi, 3), tpja) FILTER (WHERE meets_slo_p99) AS tpja_v,
+           arg_max(point, tpja) FILTER (WHERE meets_slo_p99)                            AS tpja_lp,
+           arg_min(fmt_ci(usd, usd_lo, usd_hi, 3), usd) FILTER (WHERE meets_slo_p99)    AS usd_v,
+           arg_min(point, usd) FILTER (WHERE meets_slo_p99)                             AS usd_lp,
+           arg_min(fmt_ci(eusd, eusd_lo, eusd_hi, 4), eusd) FILTER (WHERE meets_slo_p99) AS eusd_v,
+           arg_min(point, eusd) FILTER (WHERE meets_slo_p99)                            AS eusd_lp,
+           arg_max(fmt_ci(ttft99, ttft99_lo, ttft99_hi, 1), ttft99) FILTER (WHERE shape IN ('gamma', 'surge')) AS surge_v,
+           arg_max(point, ttft99) FILTER (WHERE shape IN ('gamma', 'surge'))            AS surge_lp,
+           arg_max(fmt_ci(ttft50, ttft50_lo, ttft50_hi, 1), concurrency) FILTER (WHERE shape = 'concurrency') AS steady_v,
+           arg_max(point, concurrency) FILTER (WHERE shape = 'concurrency')             AS steady_lp
     FROM lp GROUP BY engine),
 req AS (
     SELECT d.config_name AS engine,
@@ -58,20 +94,23 @@ rows AS (
     SELECT 1 AS ord, 'engine' AS figure, '' AS unit, e.engine, e.engine_kind || coalesce(' ' || e.engine_version, '') AS value,
            NULL AS load_point_id, NULL AS note FROM eng e
     UNION ALL SELECT 2, 'precision on GPUs', '', e.engine, e.precision || ' on ' || e.n_gpus || ' x ' || e.gpu_name, NULL, NULL FROM eng e
-    UNION ALL SELECT 3, 'peak output throughput', 'tok/s', e.engine, round(a.peak_v, 1)::VARCHAR, a.peak_lp,
+    UNION ALL SELECT 3, 'peak output throughput', 'tok/s', e.engine, a.peak_v, a.peak_lp,
            CASE WHEN a.n_points IS NULL THEN 'no load point ran' END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 4, 'goodput at SLO (best)', 'req/s', e.engine, round(a.good_v, 2)::VARCHAR, a.good_lp,
+    UNION ALL SELECT 4, 'goodput at SLO (best)', 'req/s', e.engine, a.good_v, a.good_lp,
            CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 5, 'tokens per joule at SLO (best)', 'tok/J', e.engine, round(a.tpj_v, 3)::VARCHAR, a.tpj_lp,
+    UNION ALL SELECT 5, 'tokens per joule at SLO (best)', 'tok/J', e.engine, a.tpj_v, a.tpj_lp,
            CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 6, '$ per 1M output tokens at SLO (best)', '$', e.engine, round(a.usd_v, 3)::VARCHAR, a.usd_lp,
+    UNION ALL SELECT 5.5, 'tokens per joule above idle at SLO (best)', 'tok/J', e.engine, a.tpja_v, a.tpja_lp,
+           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo)
+                WHEN a.tpja_v IS NULL THEN 'no idle baseline measured' END FROM eng e LEFT JOIN agg a USING (engine)
+    UNION ALL SELECT 6, '$ per 1M output tokens at SLO (best)', '$', e.engine, a.usd_v, a.usd_lp,
            CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 7, 'energy $ per 1M output tokens at SLO (best)', '$', e.engine, round(a.eusd_v, 4)::VARCHAR, a.eusd_lp,
+    UNION ALL SELECT 7, 'energy $ per 1M output tokens at SLO (best)', '$', e.engine, a.eusd_v, a.eusd_lp,
            CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 8, 'p99 TTFT under a surge (worst gamma/surge point)', 'ms', e.engine, round(a.surge_v, 1)::VARCHAR,
+    UNION ALL SELECT 8, 'p99 TTFT under a surge (worst gamma/surge point)', 'ms', e.engine, a.surge_v,
            a.surge_lp, CASE WHEN coalesce(a.n_burst, 0) = 0 THEN 'no gamma/surge load point measured' END
            FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 9, 'median TTFT at highest steady concurrency', 'ms', e.engine, round(a.steady_v, 1)::VARCHAR,
+    UNION ALL SELECT 9, 'median TTFT at highest steady concurrency', 'ms', e.engine, a.steady_v,
            a.steady_lp, CASE WHEN a.steady_lp IS NULL THEN 'no fixed-concurrency load point measured' END
            FROM eng e LEFT JOIN agg a USING (engine)
     UNION ALL SELECT 10, 'build time', 's', e.engine,
@@ -86,8 +125,8 @@ rows AS (
            CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END FROM eng e
     UNION ALL SELECT 12, 'startup to healthy', 's', e.engine, round(e.startup_s, 2)::VARCHAR, NULL,
            CASE WHEN e.startup_s IS NULL THEN 'did not become healthy' END FROM eng e
-    UNION ALL SELECT 13, 'longest context served', 'tokens', e.engine, a.ctx_v::VARCHAR, a.ctx_lp,
-           CASE WHEN a.ctx_v IS NULL THEN 'no successful request' END FROM eng e LEFT JOIN agg a USING (engine)
+    UNION ALL SELECT 13, 'longest context served', 'tokens', e.engine, c.ctx_v::VARCHAR, c.ctx_lp,
+           CASE WHEN c.ctx_v IS NULL THEN 'no successful request' END FROM eng e LEFT JOIN ctx c USING (engine)
     UNION ALL SELECT 14, 'behaviour on failure', '', e.engine,
            CASE WHEN e.dstatus IS DISTINCT FROM 'healthy'
                 THEN 'did not start: ' || coalesce(e.derror, e.dstatus, '?') || coalesce(': ' || left(e.dtext, 80), '')

@@ -381,6 +381,12 @@ SELECT * FROM (VALUES
     ('e2e_p99_ms',                      'E2E p99',                             'ms',     'lower',  31, 'requests')
 ) AS m(metric, label, unit, better, ord, interval_over);
 
+-- A figure with its 95% interval as text: '8212.3 [8140.1, 8284.5]'; the bare value when there is no interval.
+CREATE OR REPLACE MACRO fmt_ci(v, lo, hi, d) AS
+    CASE WHEN v IS NULL THEN NULL
+         WHEN lo IS NULL OR hi IS NULL OR isnan(lo) OR isnan(hi) THEN round(v, d)::VARCHAR
+         ELSE round(v, d)::VARCHAR || ' [' || round(lo, d)::VARCHAR || ', ' || round(hi, d)::VARCHAR || ']' END;
+
 -- Student's t, 0.975 quantile, by degrees of freedom (the 95% two-sided interval of a mean).
 CREATE OR REPLACE MACRO t975(df) AS
     CASE WHEN df IS NULL OR df < 1 THEN NULL
