@@ -172,7 +172,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from wattbench_agent.bundle import BundleError, read_manifest
+    from wattbench_agent.bundle import BundleError, read_manifest, unpacked
     from resources.warehouse import WarehouseError, connect, ingest_bundle
 
     plan_fields = None
@@ -185,10 +185,10 @@ def _ingest(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
-        with connect(args.db) as con:
-            counts = ingest_bundle(con, args.bundle)
+        with unpacked(args.bundle) as folder, connect(args.db) as con:
+            counts = ingest_bundle(con, folder)
             if plan_fields:
-                run_id = read_manifest(args.bundle)["run_id"]
+                run_id = read_manifest(folder)["run_id"]
                 sets = ", ".join(f"{k} = ?" for k in plan_fields)
                 con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*plan_fields.values(), run_id])
     except (BundleError, WarehouseError) as exc:
@@ -256,7 +256,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_spec)
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
-    p.add_argument("bundle", help="bundle folder (holds manifest.json)")
+    p.add_argument("bundle", help="bundle folder (holds manifest.json), or a tar archive of one (.tar.xz, .tgz)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--plan", help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
                                   "goodput figures need them)")

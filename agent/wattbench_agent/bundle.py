@@ -10,6 +10,7 @@ Stdlib only: this module runs inside engine images next to the agent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -212,3 +213,32 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         if not manifest.get(key):
             raise BundleError(f"{manifest_path}: field {key!r} missing; expected a non-empty string")
     return manifest
+
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2")
+
+
+@contextlib.contextmanager
+def unpacked(path: str | os.PathLike) -> Iterator[Path]:
+    """A bundle folder for `path`: the folder itself, or an archive of one (a .tar.xz as results/ keeps them)
+    unpacked into a temporary folder for as long as the block runs. The archive must hold exactly one bundle
+    (one manifest.json); members outside it (absolute paths, '..') are refused."""
+    path = Path(path)
+    if not (path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)):
+        yield path
+        return
+    import tarfile
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="wattbench-bundle-") as tmp:
+        try:
+            with tarfile.open(path) as tar:
+                tar.extractall(tmp, filter="data")  # refuses absolute paths, '..', links out of tmp
+        except (tarfile.TarError, OSError) as exc:
+            raise BundleError(f"{path}: not a readable bundle archive ({exc}); expected a tar archive of a bundle "
+                              "folder") from None
+        manifests = sorted(Path(tmp).rglob(MANIFEST))
+        manifests = [m for m in manifests if "attempts" not in m.relative_to(tmp).parts]
+        if len(manifests) != 1:
+            raise BundleError(f"{path}: holds {len(manifests)} bundles (manifest.json files); expected one")
+        yield manifests[0].parent
