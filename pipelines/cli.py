@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "pipelines.commands",                   # run, sql, ingest
     "pipelines.report_cli",                 # report
     "pipelines.import_cli",                 # import
+    "pipelines.predict_cli",                # predict
     *AGENT_COMMAND_MODULES,
 )
 
