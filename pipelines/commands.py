@@ -102,7 +102,8 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     instance = open_instance([partition.keys_by_dimension["model"]])
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
-    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); "
+    repeats = f" x {plan.repeats} repeats, interleaved" if plan.repeats > 1 else ""
+    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
           f"partition {partition}; warehouse {db}", file=sys.stderr)
     started = time.monotonic()
     result = dg.materialize(
@@ -122,8 +123,15 @@ def _run(args: argparse.Namespace) -> int:
     ]
     with connect(db, read_only=True) as con:
         print()
-        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "") + "):")
+        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
+              + "; 95% intervals in brackets):")
         print(head_to_head_text(con, run_id))
+        from pipelines.report_cli import contrasts_text
+
+        contrasts = contrasts_text(con, run_id)
+        if contrasts:
+            print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
+            print(contrasts)
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [e.materialization.metadata["path"].value for e in result.get_asset_materialization_events()
                if e.materialization.asset_key == dg.AssetKey("html_report") and "path" in e.materialization.metadata]
