@@ -35,6 +35,14 @@ GOOD = DEFAULT_PLAN.read_text()
         (lambda t: t.replace("model: llama-3-70b", "modle: llama-3-70b"), "modle", "unknown field"),
         (lambda t: t.replace("    profile: vllm-like\n", ""), "engines[1]", "needs profile"),
         (lambda t: t.replace("shape: gamma, rate: 6", "shape: gamma"), "workloads[1]", "rate"),
+        # an engine's env: strings only, and no CUDA_VISIBLE_DEVICES (gpus: pins the engine)
+        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    env: {VLLM_USE_FLASHINFER_SAMPLER: 0}\n"),
+         "engines[1].env.VLLM_USE_FLASHINFER_SAMPLER", "valid string"),
+        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    env: {CUDA_VISIBLE_DEVICES: '1'}\n"),
+         "engines[1].env", "gpus"),
+        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    gpus: [0, 1]\n"),
+         "engines[1]", "exactly tp"),
+        (lambda t: t.replace("repeats: 3", "repeats: 0"), "repeats", "greater than or equal to 1"),
     ],
 )
 def test_bad_plan_names_file_field_and_expectation(tmp_path, mutate, field, expected):

@@ -36,7 +36,10 @@ def record(prog: str, argv: list[str]) -> None:
     path = os.environ.get("FAKE_ENGINE_ARGV_LOG")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid()}) + "\n")
+            fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid(),
+                                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
+                                 "VLLM_USE_FLASHINFER_SAMPLER": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}) + "\n")
 
 
 def scenario(name: str, prog: str, argv: list[str]) -> str | None:
