@@ -78,6 +78,9 @@ class LoadPoint(_Strict):
     trace_path: str | None = None
 
 
+DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s
+
+
 class Workload(_Strict):
     name: str
     api: Literal["chat", "completions"] = "chat"
@@ -114,6 +117,10 @@ class Workload(_Strict):
                     "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
+            if spec["shape"] == "concurrency" and "ramp_s" not in self.load_options and self.warmup_s > 0:
+                # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
+                # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
+                spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
             if (spec.get("dataset_path") and "output_tokens" not in self.model_fields_set
                     and "output_tokens_dist" not in spec):
                 spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's

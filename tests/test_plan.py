@@ -78,3 +78,13 @@ def test_point_labels():
 def test_every_shipped_plan_is_valid(path):
     plan, _ = load_plan(path)
     assert plan.engines and plan.workloads
+
+
+def test_closed_loop_points_ramp_in_by_default(tmp_path):
+    text = GOOD.replace("    load_options: {ramp_s: 2}   # start the streams over 2 s: closed-loop waves would otherwise skew a short window\n", "")
+    plan, _ = load_plan(_write(tmp_path, text))
+    steady, bursty = plan.workloads
+    assert {s["ramp_s"] for s in steady.load_specs()} == {2.0}            # not asked for: ramped over 2 s
+    assert all("ramp_s" not in s for s in bursty.load_specs())            # open loop: arrivals decide
+    short = plan.model_copy(update={"workloads": [steady.model_copy(update={"warmup_s": 0.5})]})
+    assert {s["ramp_s"] for s in short.workloads[0].load_specs()} == {0.5}  # never past the warm-up
