@@ -337,6 +337,19 @@ CREATE OR REPLACE MACRO t975(df) AS
                              2.060, 2.056, 2.052, 2.048, 2.045, 2.042][df]
          WHEN df <= 40 THEN 2.021 WHEN df <= 60 THEN 2.000 WHEN df <= 120 THEN 1.980 ELSE 1.960 END;
 
+-- The figures that are one number per load run (one repeat of a point), in long form: what intervals over repeats
+-- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from.
+CREATE OR REPLACE VIEW v_repeat_figures AS
+UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat,
+                output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+                output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+                usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+         FROM v_load_points)
+ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+   output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+   usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+INTO NAME metric VALUE value;
+
 -- Every figure of every point (one engine, workload and point label of a run), over its repeats, with its 95%
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
@@ -353,16 +366,6 @@ WITH attrs AS (
            any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
            min(window_s) AS min_window_s
     FROM v_load_points GROUP BY ALL),
-per_repeat AS (
-    UNPIVOT (SELECT run_id, deployment_id, workload, point_label, repeat,
-                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-             FROM v_load_points)
-    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-    INTO NAME metric VALUE value),
 over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
            avg(value) AS estimate,
@@ -371,7 +374,7 @@ over_repeats AS (
            stddev_samp(value) AS stdev, count(value) AS n, list(value ORDER BY repeat) AS per_repeat,
            CASE WHEN count(value) > 1 THEN 't interval over ' || count(value) || ' repeats'
                 ELSE 'one repeat: no interval' END AS method
-    FROM per_repeat GROUP BY ALL),
+    FROM v_repeat_figures GROUP BY run_id, deployment_id, workload, point_label, metric),
 latency AS (
     SELECT run_id, deployment_id, workload, point_label, metric, estimate, lo, hi, NULL::DOUBLE AS stdev,
            samples AS n, NULL::DOUBLE[] AS per_repeat, method
@@ -392,16 +395,7 @@ JOIN v_metric_catalog c USING (metric);
 -- interval on their logs; it is a difference only when that interval excludes 1. Latency percentiles (no pairing):
 -- a difference only when the two engines' 95% intervals do not overlap. Otherwise: 'no significant difference'.
 CREATE OR REPLACE VIEW v_engine_contrasts AS
-WITH pr AS (
-    UNPIVOT (SELECT run_id, engine, workload, point_label, repeat,
-                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-             FROM v_load_points)
-    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-    INTO NAME metric VALUE value),
+WITH pr AS (SELECT * FROM v_repeat_figures),
 paired AS (
     SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
            count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s
