@@ -244,3 +244,49 @@ def test_a_kv_cache_that_cannot_hold_one_request_is_oom_at_start():
                         "capacity of 139.72 GiB of which 1.05 GiB is free.")
     assert classify_start_failure(cuda) == "oom_at_start"
     assert start_failure_cause(cuda).startswith("torch.OutOfMemoryError: CUDA out of memory.")
+
+
+# --------------------------------------------------------------------------------------------------------- scraping
+def test_scrapes_of_the_real_page_keep_every_measurement_and_no_created_timestamp(tmp_path):
+    """vLLM 0.25.0's page served on loopback and scraped as the agent does (periodic and at a window edge) into a
+    real bundle: every `_created` sample (a creation time, seconds since 1970) is dropped, everything else is kept."""
+    from wattbench_agent.bundle import BundleWriter
+    from wattbench_agent.metrics_scrape import MetricsScraper
+
+    page = PAGE.read_bytes()
+    raw = [ln for ln in page.decode().splitlines() if ln and not ln.startswith("#")]
+    created = [ln for ln in raw if re.match(r"[^{ ]+_created[{ ]", ln)]
+    assert len(raw) == 420 and len(created) == 45 and all(float(ln.rsplit(" ", 1)[1]) > 1.7e9 for ln in created)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with BundleWriter(tmp_path / "b", run_id="r", source="measured") as writer:
+            scraper = MetricsScraper(f"http://127.0.0.1:{server.server_address[1]}/metrics", writer, "d")
+            periodic = scraper.scrape_once()
+            edge = scraper.scrape_edge("lp", "window_end")
+    finally:
+        server.shutdown()
+        server.server_close()
+    rows = [json.loads(ln) for ln in (tmp_path / "b" / "server_metrics.jsonl").read_text().splitlines()]
+    assert scraper.failures == 0 and periodic + edge == len(rows)
+    assert not [r for r in rows if r["metric"].endswith("_created")]
+    buckets = [ln for ln in raw if re.match(r"[^{ ]+_bucket[{ ]", ln)]
+    assert edge == len(raw) - len(created)                     # the edge scrape keeps everything else
+    assert periodic == len(raw) - len(created) - len(buckets)  # the periodic one also leaves out histogram buckets
+    edge_rows = {(r["metric"], json.dumps(r["labels"], sort_keys=True)): r["value"] for r in rows if r["scrape"]}
+    assert edge_rows[("vllm:generation_tokens_total", '{"engine": "0", "model_name": "llama-8b-random"}')] == 102400.0
+    # a counter named like a creation time but without a counter of its own name stays a measurement
+    kept = parse_prometheus("# TYPE jobs_created counter\njobs_created_total 3\n# TYPE x_created gauge\nx_created 5\n")
+    assert {n for n, _, _ in kept} == {"jobs_created_total", "x_created"}
