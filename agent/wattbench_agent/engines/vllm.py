@@ -92,10 +92,10 @@ STARTUP_PHASES = (
 # What wattbench reads from vLLM's /metrics, by what it measures: the vLLM 0.25.0 name first, then the name the same
 # series had in 0.10.1.1 where it differs. Readers take the first name a page has (sql/views.sql v_client_vs_server
 # does so for the latency histograms). History: vLLM 0.10 serves vllm:gpu_cache_usage_perc (deprecated, next to
-# vllm:kv_cache_usage_perc, since 0.10.0) and vllm:time_per_output_token_seconds, a per-token inter-token latency
-# histogram; 0.11 renamed that one vllm:inter_token_latency_seconds and added the per-request
-# vllm:request_time_per_output_token_seconds; both old names are gone by 0.13, and 0.25.0 serves only the new ones
-# (tests/engines/data/vllm-metrics-0.25.0.txt). Labels on 0.25.0: model_name and engine (the engine core's index).
+# vllm:kv_cache_usage_perc) and vllm:time_per_output_token_seconds, a per-token inter-token latency histogram; 0.11
+# renamed that one vllm:inter_token_latency_seconds and added the per-request
+# vllm:request_time_per_output_token_seconds; later releases removed both old names, and 0.25.0 serves only the new
+# ones (tests/engines/data/vllm-metrics-0.25.0.txt). Labels on 0.25.0: model_name and engine (the engine core's index).
 METRICS: dict[str, tuple[str, ...]] = {
     "requests_running": ("vllm:num_requests_running",),
     "requests_waiting": ("vllm:num_requests_waiting",),
