@@ -79,9 +79,28 @@ class Deployment:
         return self.spec.deployment_id
 
     def fail(self, kind: str, text: str) -> None:
-        self.row["error_kind"], self.row["error_text"] = kind, text[-2000:]
+        self.row["error_kind"], self.row["error_text"] = kind, clip_error(text)
         self.row["status"] = "failed"
         self.alive = False
+
+
+def clip_error(text: str, limit: int = 2000) -> str:
+    """An error text within `limit` characters: its first line (what happened, and why) and as much of the rest
+    (a log tail) as fits, from the end."""
+    if len(text) <= limit:
+        return text
+    head, _, rest = text.partition("\n")
+    head = head[: limit // 2]
+    return f"{head}\n...{rest[-(limit - len(head) - 4):]}"
+
+
+def with_hint(adapter: EngineAdapter, text: str) -> str:
+    """A start failure's text with the engine's advice for it, if it has one, after the first line."""
+    hint = adapter.start_failure_hint(text)
+    if not hint:
+        return text
+    head, _, rest = text.partition("\n")
+    return f"{head}\nhint: {hint}" + (f"\n{rest}" if rest else "")
 
 
 def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
@@ -203,8 +222,9 @@ def await_deployment(d: Deployment, log: Log) -> None:
         try:
             d.row["startup_s"] = server.wait_healthy(adapter.health_path, d.spec.health_timeout_s)
         except (DeployError, httpx.HTTPError, OSError) as exc:
-            d.fail(getattr(exc, "kind", "unreachable"), str(exc))
-            log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
+            text = with_hint(adapter, str(exc))
+            d.fail(getattr(exc, "kind", "unreachable"), text)
+            log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): " + "\n".join(text.splitlines()[:2]))
             return
         d.url = d.row["url"] = server.url
         log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {d.url}")

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from wattbench_agent.emulator.engine import Request, Scheduler
-from wattbench_agent.emulator.profiles import EMULATOR_VERSION, EngineSetup
+from wattbench_agent.emulator.profiles import EMULATES, EMULATOR_VERSION, EngineSetup
 from wattbench_agent.emulator.telemetry import Telemetry
 
 _WORDS = ("the of and to in is that for it as with was on be by at this from are or an have not but they "
@@ -126,9 +126,10 @@ class EmulatorServer:
             self.model_names.add(str(st.options["served_model_name"]).lower())
         self.served_name = str(st.options.get("served_model_name") or st.dep.model.id)
         self.wake: asyncio.Event | None = None
-        self.labels = f'model_name="{self.served_name}"'
+        self.labels = f'engine="0",model_name="{self.served_name}"'  # vLLM 0.25.0's labels (one engine core)
         self.h_ttft = Histogram(_BUCKETS_TTFT)
         self.h_itl = Histogram(_BUCKETS_ITL)
+        self.h_tpot = Histogram(_BUCKETS_ITL)  # vLLM: the inter-token buckets
         self.h_e2e = Histogram(_BUCKETS_E2E)
         self.lag_max = 0.0
         self.events_total = 0
@@ -199,6 +200,8 @@ class EmulatorServer:
         r.pending += n
         if done:
             self.h_e2e.observe(r.last_token_t - r.arrival)
+            # vLLM's per-request TPOT: decode time over the tokens after the first (0 for one token)
+            self.h_tpot.observe((r.last_token_t - r.first_token_t) / (r.generated - 1) if r.generated > 1 else 0.0)
         if not s.stream:
             if done:
                 s.conn.finish_nonstream(s, r)
@@ -314,6 +317,8 @@ class EmulatorServer:
             "permission": []}]}).encode()
 
     def metrics_body(self) -> bytes:
+        """The engine's Prometheus page in vLLM 0.25.0's names, labels and HELP texts (checked against a real page
+        in tests/emulator/test_server.py), then the emulator's own wattbench_emulator_* series."""
         s, L = self.sched, self.labels
         lines = []
 
@@ -323,20 +328,21 @@ class EmulatorServer:
         g("vllm:num_requests_running", "gauge", len(s.running), "Number of requests in model execution batches.")
         g("vllm:num_requests_waiting", "gauge", len(s.waiting), "Number of requests waiting to be processed.")
         g("vllm:kv_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "KV-cache usage. 1 means 100 percent usage.")
-        g("vllm:gpu_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "GPU KV-cache usage (deprecated name).")
+        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries,
+          "Prefix cache queries, in terms of number of queried tokens.")
+        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of number of cached tokens.")
         g("vllm:num_preemptions_total", "counter", s.num_preemptions, "Cumulative number of preemption from the engine.")
         g("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total, "Number of prefill tokens processed.")
         g("vllm:generation_tokens_total", "counter", s.generation_tokens_total, "Number of generation tokens processed.")
-        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries, "Prefix cache queries, in terms of tokens.")
-        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of tokens.")
         lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
                   "# TYPE vllm:request_success_total counter"]
-        for reason in ("stop", "length", "abort"):
+        for reason in ("stop", "length", "abort", "error", "repetition"):  # vLLM 0.25.0's finished reasons
             lines.append(f'vllm:request_success_total{{{L},finished_reason="{reason}"}} {s.finished_by_reason.get(reason, 0)}')
         lines += self.h_ttft.render("vllm:time_to_first_token_seconds", L, "Histogram of time to first token in seconds.")
         lines += self.h_itl.render("vllm:inter_token_latency_seconds", L, "Histogram of inter-token latency in seconds.")
-        lines += self.h_itl.render("vllm:time_per_output_token_seconds", L, "Histogram of time per output token in seconds (deprecated name).")
-        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of end to end request latency in seconds.")
+        lines += self.h_tpot.render("vllm:request_time_per_output_token_seconds", L,
+                                    "Histogram of time_per_output_token_seconds per request.")
+        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of e2e request latency in seconds.")
         g("wattbench_emulator_info", "gauge", 1, "Emulated deployment (source=emulated).",
           f',profile="{self.st.profile}",gpu="{self.dep.gpu.id}",tp="{self.dep.tp}",precision="{self.dep.precision.id}",version="{EMULATOR_VERSION}"')
         g("wattbench_emulator_steps_total", "counter", s.steps, "Scheduler iterations run.")
@@ -473,7 +479,8 @@ class HttpConnection(asyncio.Protocol):
                 self._respond(200, srv.info_body())
             elif path == "/version":
                 self._respond(200, json.dumps({"version": f"wattbench-emulator-{EMULATOR_VERSION}",
-                                               "profile": srv.st.profile, "source": "emulated"}).encode())
+                                               "emulates": EMULATES[srv.st.profile], "profile": srv.st.profile,
+                                               "source": "emulated"}).encode())
             else:
                 raise ApiError(404, f"{path} not found", "NotFoundError")
         except ApiError as e:

@@ -75,7 +75,8 @@ def _deploy_local(cfg: EngineConfig, adapter, args: argparse.Namespace) -> int:
             lambda port: adapter.serve_command(cfg, args.host, port, args.artifact_path), log_path,
             host=args.host, port=args.port, health_path=adapter.health_path, health_timeout_s=args.health_timeout)
     except DeployError as exc:
-        print(f"wattbench deploy: {exc.kind}: {exc}", file=sys.stderr)
+        hint = adapter.start_failure_hint(str(exc))
+        print(f"wattbench deploy: {exc.kind}: {exc}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
         return 1
     phases = getattr(adapter, "startup_phases", None)
     detail = phases(server.log_tail(200_000)) if phases else {}
