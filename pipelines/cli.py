@@ -9,6 +9,11 @@ import sys
 
 from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
 
+# Subcommands that only print: `wattbench sql ... | head` ends them quietly (SIGPIPE at its default). Everything
+# else (servers, the load generator, the agent) keeps Python's default, where a peer hanging up is an EPIPE error
+# on that one socket, not the death of the process.
+_QUIET_ON_CLOSED_PIPE = ("sql", "report", "runs")
+
 # Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The
 # agent's own subcommands (agent, load, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
 _COMMAND_MODULES = (
@@ -37,10 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if hasattr(signal, "SIGPIPE"):  # `wattbench sql ... | head` ends quietly
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(signal, "SIGPIPE") and args.command in _QUIET_ON_CLOSED_PIPE:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
