@@ -25,9 +25,32 @@ def _print_table(df, fmt: str = "table") -> None:
         print(tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=".4g", missingval="NULL"))
 
 
-def latest_run_id(con) -> str | None:
-    row = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC NULLS LAST LIMIT 1").fetchone()
-    return row[0] if row else None
+# Run statuses (runs.status) of a run whose tables are whole: a Dagster run that made its reports, or a complete
+# bundle loaded with `wattbench ingest`. Anything else (running, failed, interrupted, incomplete) may be partial.
+FINISHED = ("succeeded", "ingested")
+
+
+def latest_run_id(con, say: bool = False) -> str | None:
+    """The newest finished run (FINISHED). Newer runs that did not finish are never taken silently: with `say`,
+    stderr names them and how to see one (--run). With no finished run at all, the newest run, said to be
+    incomplete."""
+    rows = con.execute(
+        "SELECT run_id, coalesce(status, 'unknown') FROM runs ORDER BY coalesce(started_at, "
+        "make_timestamp(clock_anchor_unix_ns // 1000)) DESC NULLS LAST, run_id DESC").fetchall()
+    if not rows:
+        return None
+    finished = next((i for i, (_, status) in enumerate(rows) if status in FINISHED), None)
+    if finished is None:
+        run_id, status = rows[0]
+        if say:
+            print(f"wattbench: note: no run has finished yet; showing the newest, run {run_id}, which is {status}: "
+                  "its tables may be partial", file=sys.stderr)
+        return run_id
+    if finished and say:
+        newer = ", ".join(f"{r} ({st})" for r, st in rows[:finished][:3]) + (" ..." if finished > 3 else "")
+        print(f"wattbench: note: showing run {rows[finished][0]}, the latest that finished; newer run(s) did not "
+              f"finish: {newer}. See one with --run RUN_ID (wattbench runs lists them)", file=sys.stderr)
+    return rows[finished][0]
 
 
 def head_to_head_text(con, run_id: str) -> str:
@@ -150,31 +173,57 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.success and not failed_checks else 1
 
 
+_READ_ONLY_HINT = ("`wattbench sql` only reads the warehouse: no files, other databases, extensions, network or "
+                   "settings; to save a result, use --format csv > FILE")
+
+
+def _query_error(exc: Exception) -> str:
+    """A DuckDB error of a user's query as one line; what the read-only sandbox refused says so."""
+    import duckdb
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "configuration has been locked" in first or "while database is running" in first:
+        return f"query refused, the configuration is locked: {first}; {_READ_ONLY_HINT}"
+    if (isinstance(exc, (duckdb.PermissionException, duckdb.ResourceInUseException)) or "read-only" in first
+            or "read only" in first.lower()):
+        return f"query refused (read-only): {first}; {_READ_ONLY_HINT}"
+    return f"query failed: {first}"
+
+
+def _finite_params(params: dict) -> None:
+    import math
+
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--param {key}={value}: expected a finite number")
+
+
 def _sql(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql, sql_text
 
     try:
-        with connect(args.db, read_only=True) as con:
+        with connect(args.db, read_only=True, sandbox=True) as con:
             query = args.query
             text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
             from assets.reporting import query_params
 
             run_id = None
             if "$" in text:
-                run_id = args.run or latest_run_id(con)
+                run_id = args.run or latest_run_id(con, say=True)
                 if run_id is None and "$run_id" in text:
                     return _fail("no runs in the warehouse yet; run `make run` first")
                 if "$run_id" in text:
                     print(f"-- run_id = {run_id}", file=sys.stderr)
             try:
                 params = query_params(con, text, run_id, dict(p.split("=", 1) for p in args.param))
+                _finite_params(params)
             except ValueError as exc:
                 return _fail(str(exc))
             df = run_sql(con, text, params)
     except WarehouseError as exc:
         return _fail(str(exc))
     except Exception as exc:  # duckdb errors: show the message, not a traceback
-        return _fail(f"query failed: {exc}")
+        return _fail(_query_error(exc))
     _print_table(df, args.format)
     return 0
 

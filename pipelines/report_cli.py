@@ -20,7 +20,7 @@ _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not compar
 def resolve_run(con, ref: str | None) -> str:
     """A full run id from an id or a unique prefix of one (default: the latest run). ValueError if none/ambiguous."""
     if ref is None:
-        run_id = latest_run_id(con)
+        run_id = latest_run_id(con, say=True)
         if run_id is None:
             raise ValueError("no runs in the warehouse yet; run `make run` first")
         return run_id
@@ -192,7 +192,7 @@ def _report(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql
 
     try:
-        with connect(args.db, read_only=True) as con:
+        with connect(args.db, read_only=True, sandbox=True) as con:
             if args.compare:
                 run_a, run_b = (resolve_run(con, r) for r in args.compare)
                 text, counts = compare_text(con, run_a, run_b, only_flagged=args.only_flagged)

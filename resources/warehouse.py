@@ -43,9 +43,17 @@ def default_db_path() -> Path:
     return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
 
 
+# A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
+# no network, and no way to switch that back on from inside the query.
+SANDBOX = {"enable_external_access": False, "autoinstall_known_extensions": False,
+           "autoload_known_extensions": False, "lock_configuration": True}
+
+
 @contextmanager
-def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds."""
+def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0,
+            sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds. `sandbox`:
+    the connection reaches nothing but this database (see SANDBOX)."""
     db = Path(path) if path else default_db_path()
     if read_only and not db.exists():
         raise WarehouseError(f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB")
@@ -55,7 +63,7 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait
     delay = 0.1
     while True:
         try:
-            con = duckdb.connect(str(db), read_only=read_only)
+            con = duckdb.connect(str(db), read_only=read_only, config=dict(SANDBOX) if sandbox else {})
             break
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
