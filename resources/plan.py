@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
 
 from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.safety import is_plain_name
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +43,15 @@ class EngineSpec(_Strict):
     gpus: list[int | str] | None = Field(
         None, min_length=1, description="the GPUs this engine runs on and is measured on (NVML indices or UUIDs), "
         "tp of them; omitted: the agent assigns free ones. Engines may name the same GPU (one is loaded at a time)")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        # the name becomes file names (the engine's log in the bundle, build logs) and report columns
+        if not is_plain_name(name):
+            raise ValueError(f"{name[:80]!r} is not a plain name; expected letters, digits, '.', '_' or '-', starting "
+                             "with a letter or digit, at most 64 characters (it names files and report columns)")
+        return name
 
     @field_validator("env")
     @classmethod

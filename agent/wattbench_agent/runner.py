@@ -35,6 +35,7 @@ from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.metrics_scrape import MetricsScraper
+from wattbench_agent.safety import file_name
 from wattbench_agent.telemetry import open_sampler
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
 
@@ -177,7 +178,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             d.row["startup_s"] = None  # attached, not started: startup not measured
             d.url = d.row["url"] = url
         else:
-            log_path = Path(writer.path) / "logs" / f"{d.id}.log"
+            log_path = Path(writer.path) / "logs" / file_name(d.id, ".log")  # an id like ../x stays in the bundle
             env = dict(dep.env)
             if d.gpus:
                 env.update(visible_devices_env(d.gpus))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from wattbench_agent.argtypes import port_number
+from wattbench_agent.safety import file_name
 from wattbench_agent.engines.base import EngineConfig, adapter_for
 
 
@@ -69,7 +70,7 @@ def _deploy(args: argparse.Namespace) -> int:
 def _deploy_local(cfg: EngineConfig, adapter, args: argparse.Namespace) -> int:
     from wattbench_agent.deploy.local import DeployError, start_server
 
-    log_path = Path(args.log or Path("data") / "deploy" / f"{cfg.engine}-{cfg.config_name}.log")
+    log_path = Path(args.log or Path("data") / "deploy" / file_name(f"{cfg.engine}-{cfg.config_name}", ".log"))
     print(f"wattbench deploy: starting {cfg.engine} ({adapter.follows_version}); log {log_path}", file=sys.stderr)
     try:
         server, startup_s = start_server(
