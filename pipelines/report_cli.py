@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattbench_agent.argtypes import finite_float
+
 from pipelines.commands import _fail, _print_table, head_to_head_text, latest_run_id
 
 _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
@@ -242,10 +244,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--capacity/--buy/--regressions output format")
     g = p.add_argument_group("traffic profile for --capacity and --buy (default: the `capacity:` section of the "
                                  "run's plan)")
-    g.add_argument("--steady-qps", type=float)
-    g.add_argument("--peak-qps", type=float)
-    g.add_argument("--burst-hours-per-day", type=float)
+    g.add_argument("--steady-qps", type=finite_float(0))
+    g.add_argument("--peak-qps", type=finite_float(0, strict_minimum=True))
+    g.add_argument("--burst-hours-per-day", type=finite_float(0, 24))
     g.add_argument("--input-tokens", type=int)
     g.add_argument("--output-tokens", type=int)
-    g.add_argument("--elastic-gpu-hour-usd", type=float)
+    g.add_argument("--elastic-gpu-hour-usd", type=finite_float(0, strict_minimum=True))
     p.set_defaults(func=_report)

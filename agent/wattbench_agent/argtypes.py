@@ -53,7 +53,7 @@ def finite_float(minimum: float | None = None, maximum: float | None = None,
         try:
             return check_finite(text, "the value", minimum, maximum, strict_minimum)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {str(exc).replace('the value ', '')}") from None
+            raise argparse.ArgumentTypeError(str(exc).replace('the value ', '')) from None
 
     parse.__name__ = "finite number"  # argparse says "invalid finite number value" for what it cannot call
     return parse

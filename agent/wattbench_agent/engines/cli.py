@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wattbench_agent.argtypes import port_number
+from wattbench_agent.argtypes import finite_float, port_number
 from wattbench_agent.safety import file_name
 from wattbench_agent.engines.base import EngineConfig, adapter_for
 
@@ -182,7 +182,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the command line (local) or manifests (kubernetes)")
     p.add_argument("--host", default="127.0.0.1", help="local: address to listen on")
     p.add_argument("--port", type=port_number, default=0, help="local: 0 picks a free port; kubernetes: container port (8000)")
-    p.add_argument("--health-timeout", type=float, default=1800.0, help="local: seconds to wait for health")
+    p.add_argument("--health-timeout", type=finite_float(0, strict_minimum=True), default=1800.0, help="local: seconds to wait for health")
     p.add_argument("--log", help="local: server log file")
     p.add_argument("--artifact-path", help="compiled engine folder (TensorRT-LLM); default: the engine cache")
     p.add_argument("--image", help="kubernetes: container image (default per engine)")
