@@ -230,6 +230,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from wattbench_agent.bundle import BundleError, read_manifest, unpacked
+    from resources.ingest_checks import incomplete_note
     from resources.warehouse import WarehouseError, connect, ingest_bundle
 
     plan_fields = None
@@ -243,14 +244,18 @@ def _ingest(args: argparse.Namespace) -> int:
         plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
         with unpacked(args.bundle) as folder, connect(args.db) as con:
+            manifest = read_manifest(folder)
             counts = ingest_bundle(con, folder)
             if plan_fields:
-                run_id = read_manifest(folder)["run_id"]
+                run_id = manifest["run_id"]
                 sets = ", ".join(f"{k} = ?" for k in plan_fields)
                 con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*plan_fields.values(), run_id])
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))
+    note = incomplete_note(Path(args.bundle), manifest)
+    if note:
+        print(f"wattbench: note: {note}", file=sys.stderr)
     return 0
 
 

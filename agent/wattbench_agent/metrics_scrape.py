@@ -23,12 +23,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(sample name, labels, value) for every sample of a Prometheus text exposition; NaN samples dropped."""
+    """(sample name, labels, value) for every sample of a Prometheus text exposition; NaN and +-Inf samples dropped
+    (a value that is not finite is no measurement, and the bundle refuses it)."""
     out = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             value = float(sample.value)
-            if not math.isnan(value):
+            if math.isfinite(value):
                 out.append((sample.name, dict(sample.labels), value))
     return out
 
