@@ -1,4 +1,4 @@
-"""Control-plane subcommands: run (materialize the graph), sql, ingest."""
+"""Control-plane subcommands: run (materialize the graph), runs (list, clean up), sql, ingest."""
 
 from __future__ import annotations
 
@@ -123,27 +123,52 @@ def _run(args: argparse.Namespace) -> int:
         partition = partition_for_plan(plan, plan_file)
     except PlanError as exc:
         return _fail(str(exc))
+    from assets.common import WRITER_POOL
+    from pipelines.runs import (interruptible_slot_wait, mark_in_warehouse, process_tags, reap_stale_runs,
+                                slot_holders, stop_run_processes, was_interrupted)
+    from resources.bench_plan import output_dir_from_env
+
     instance = open_instance([partition.keys_by_dimension["model"]])
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    reap_stale_runs(instance, say)  # runs a killed `wattbench run` left behind must not hold the writer slot
+    for holder in slot_holders(instance, WRITER_POOL):
+        say(f"wattbench: the warehouse writer slot is held by {holder}; this run waits for it (Ctrl-C stops it; "
+            "a run whose process is gone is cleaned up by `wattbench runs --clean`)")
+    runs_dir = Path(output_dir_from_env())
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
     repeats = f" x {plan.repeats} repeats, interleaved" if plan.repeats > 1 else ""
     print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
           f"partition {partition}; warehouse {db}", file=sys.stderr)
     started = time.monotonic()
-    result = dg.materialize(
-        [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(plan_file)),
-        instance=instance,
-        partition_key=partition,
-        tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli"},
-        raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
-    )
+    with interruptible_slot_wait():  # SIGINT/SIGTERM stop the run also while it waits for the writer slot
+        result = dg.materialize(
+            [*ALL_ASSETS, *stage_checks],
+            resources=make_resources(db_path=str(db), plan_path=str(plan_file), output_dir=str(runs_dir)),
+            instance=instance,
+            partition_key=partition,
+            tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli",
+                  **process_tags(db, runs_dir)},
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+        )
     elapsed = time.monotonic() - started
     run_id = result.run_id
+    if was_interrupted(result):
+        bundle = runs_dir / run_id / "bundle"
+        stop_run_processes(bundle, say)  # an agent that did not stop within Pipes' grace period
+        instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", log=say)
+        say(f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'" + (
+            f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
+            f"(load it with `wattbench ingest {bundle}`)" if bundle.exists() else "; no engine had been started"))
+        return 130
     failed_checks = [
         f"{e.asset_key.to_user_string()}:{e.check_name}"
         for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
     ]
+    if not result.success or failed_checks:  # its reports were not made: not a run to show as the latest
+        why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
+        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", log=say)
     with connect(db, read_only=True) as con:
         print()
         print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
@@ -228,6 +253,13 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from pipelines.runs import main_runs
+
+    return main_runs(args.clean is not None, args.limit, args.clean or [],
+                     log=lambda m: print(m, file=sys.stderr, flush=True))
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from wattbench_agent.bundle import BundleError, read_manifest, unpacked
     from resources.ingest_checks import incomplete_note
@@ -298,6 +330,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("runs", help="the latest runs with their process and status; --clean cleans up after runs "
+                                    "whose process is gone (frees the writer slot, stops their agent and engines)")
+    p.add_argument("--clean", nargs="*", metavar="RUN_ID", default=None,
+                   help="clean up every run whose process is gone, and the runs named (left by a wattbench that did "
+                        "not record its process)")
+    p.add_argument("--limit", type=int, default=20, help="how many runs to list")
+    p.set_defaults(func=_runs)
 
     p = sub.add_parser("sql", help="run SQL (or a named query from sql/) on the warehouse, read-only")
     p.add_argument("query", help="SQL text, or the name of a query in sql/ (e.g. load_points, head_to_head)")

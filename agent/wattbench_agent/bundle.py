@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from wattbench_agent import procs
+
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
 # Tables a bundle may carry, in the order ingest loads them.
@@ -87,6 +89,8 @@ class BundleWriter:
             "clock_anchor_unix_ns": time.time_ns(),
             "complete": False,
             "errors": [],
+            # the writing process (the agent), for the reaper of a run whose process is gone (wattbench_agent.procs)
+            "processes": {"agent": procs.identity()},
             **manifest_extra,
         }
         if self.set_aside is not None:

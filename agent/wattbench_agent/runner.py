@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
+from wattbench_agent import procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
@@ -190,6 +191,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
             log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
             server.start()
+            procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
         d.fail(getattr(exc, "kind", "unreachable"), str(exc))
         log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
