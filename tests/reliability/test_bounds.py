@@ -15,7 +15,24 @@ from resources.plan import DEFAULT_PLAN, PlanError, load_plan
 from wattbench_agent.loadgen.spec import LoadSpec, LoadSpecError
 
 REPO = Path(__file__).resolve().parents[2]
-GOOD = DEFAULT_PLAN.read_text()
+BASE = """\
+name: bounds
+model: llama-3.1-8b
+engines:
+  - {name: trtllm-like, engine: emulator, profile: trtllm-like, precision: fp8, tp: 1}
+  - {name: vllm-like, engine: emulator, profile: vllm-like, precision: fp8, tp: 1}
+workloads:
+  - name: steady
+    input_tokens: 512
+    duration_s: 6
+    points: [{shape: concurrency}]
+    sweep: {concurrency: [8, 32, 128]}
+  - name: bursty
+    duration_s: 6
+    points: [{shape: gamma, rate: 6, burstiness: 0.25}]
+prices: {gpu_hour_usd: 2.50}
+"""
+GOOD = BASE  # a plan of its own: the shipped plans change
 
 
 def plan_error(tmp_path: Path, text: str) -> str:
@@ -39,6 +56,8 @@ def plan_error(tmp_path: Path, text: str) -> str:
     ("shape: gamma, rate: 6", "shape: gamma, rate: .inf", "workloads[1].points[0].rate", "finite number"),
     ("shape: gamma, rate: 6", "shape: gamma, rate: 1e12", "workloads[1].points[0].rate", "less than or equal"),
     ("gpu_hour_usd: 2.50", "gpu_hour_usd: .nan", "prices.gpu_hour_usd", "finite number"),
+    ("{shape: concurrency}", "{shape: concurrency, concurrency: 100000}", "workloads[0].points[0].concurrency",
+     "less than or equal to 16384"),
     ("input_tokens: 512", "input_tokens: 100000000", "workloads[0].input_tokens", "less than or equal"),
 ])
 def test_the_plan_refuses_values_out_of_bounds(tmp_path, old, new, field, expected):
@@ -55,7 +74,10 @@ def test_the_plan_refuses_run_settings_out_of_bounds(tmp_path, extra, field):
     assert f"'{field}'" in message
 
 
-def test_the_default_plan_is_within_bounds():
+def test_the_base_and_the_default_plan_are_within_bounds(tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text(GOOD)
+    load_plan(path)
     load_plan(DEFAULT_PLAN)
 
 
