@@ -4,8 +4,10 @@ non-root user with no capabilities and no service-account token."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,22 @@ def test_kubernetes_pods_run_unprivileged(which):
         assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
         assert sc["capabilities"] == {"drop": ["ALL"]}
         assert any(e["name"] == "HOME" for e in container["env"])  # a writable home for a non-root user
+
+
+def test_an_imported_results_url_credentials_are_not_stored(tmp_path, monkeypatch, capsys):
+    """`wattbench import` of another tool's result file that names its target with user:password@."""
+    from pipelines.cli import main as wattbench
+    from resources.warehouse import connect
+
+    source = Path(__file__).resolve().parents[1] / "data" / "imports" / "guidellm-0.8.1-concurrent-2-4.json"
+    data = json.loads(source.read_text())
+    for bench in data["benchmarks"]:
+        bench["config"]["backend"]["target"] = f"http://wbuser:{PASSWORD}@127.0.0.1:8000"
+    path = tmp_path / "guidellm.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("WATTBENCH_DB", str(tmp_path / "w.duckdb"))
+    assert wattbench(["import", str(path)]) == 0
+    capsys.readouterr()
+    with connect(tmp_path / "w.duckdb", read_only=True) as con:
+        (url,) = con.execute("SELECT DISTINCT url FROM deployments").fetchone()
+    assert url == "http://***@127.0.0.1:8000"
