@@ -28,7 +28,8 @@ _CREATED_FAMILIES = ("counter", "histogram", "summary", "gaugehistogram")
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(sample name, labels, value) for every sample of a Prometheus text exposition. Dropped: NaN samples, and
+    """(sample name, labels, value) for every sample of a Prometheus text exposition. Dropped: samples that are not
+    finite (NaN, +-Inf: no measurement, and the bundle refuses them), and
     the `<name>_created` sample of each counter, histogram and summary - the Unix time the series was created, which
     prometheus_client (and so vLLM and SGLang) serves beside every one of them, as a gauge family of that name in
     the text format and as a sample of the family in OpenMetrics; a timestamp, not a measurement (45 of the 420
@@ -42,7 +43,7 @@ def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
             if name.endswith("_created") and name[: -len("_created")] in timed:
                 continue
             value = float(sample.value)
-            if not math.isnan(value):
+            if math.isfinite(value):
                 out.append((name, dict(sample.labels), value))
     return out
 

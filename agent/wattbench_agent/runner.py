@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
+from wattbench_agent import procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
@@ -35,6 +36,7 @@ from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.metrics_scrape import MetricsScraper
+from wattbench_agent.safety import file_name, redact_url
 from wattbench_agent.telemetry import open_sampler
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
 
@@ -191,12 +193,12 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             except httpx.HTTPError as exc:
                 what = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
                         else f"{type(exc).__name__}: {exc}")
-                raise DeployError("unreachable", f"GET {url}/v1/models {what}; expected an OpenAI-compatible "
+                raise DeployError("unreachable", f"GET {redact_url(url)}/v1/models {what}; expected an OpenAI-compatible "
                                                  "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
             d.row["startup_s"] = None  # attached, not started: startup not measured
-            d.url = d.row["url"] = url
+            d.url, d.row["url"] = url, redact_url(url)  # the row never holds a URL's user:password@
         else:
-            log_path = Path(writer.path) / "logs" / f"{d.id}.log"
+            log_path = Path(writer.path) / "logs" / file_name(d.id, ".log")  # an id like ../x stays in the bundle
             env = dict(dep.env)
             if d.gpus:
                 env.update(visible_devices_env(d.gpus))
@@ -208,6 +210,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
             log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
             server.start()
+            procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
         d.fail(getattr(exc, "kind", "unreachable"), str(exc))
         log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
