@@ -255,8 +255,9 @@ def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] |
     measures = list(dict.fromkeys(data["measure"]))
     xs = sorted({round(float(v), 1) if v < 10 else round(float(v)) for v in data["x"]})
     scale = _engine_scale(df["engine"].unique())
-    x = alt.X("x:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests (open-loop: achieved)",
-              axis=alt.Axis(values=xs, format="~g"))
+    closed_x = sorted({float(v) for v in data.loc[data["closed"], "x"]})
+    x = alt.X("x:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[min(xs) / 1.4, max(xs) * 1.4]),
+              title="concurrent requests (open-loop: achieved)", axis=alt.Axis(values=closed_x or xs, format="~g"))
     y = alt.Y("tok_j:Q", title="output tokens per joule (tok/J)")
     color = alt.Color("engine:N", scale=scale, title="engine config")
     tooltip = [alt.Tooltip("engine:N", title="engine config"), alt.Tooltip("point:N", title="load point"),
