@@ -346,7 +346,8 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
 def power_series(samples: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
     """Total power of each deployment over time: each GPU's samples averaged into common time bins (100 ms, wider
     when a deployment has more than `max_points` bins), summed over the deployment's GPUs in bins where every GPU
-    has a reading. Columns: deployment_id, t_s (from the run's first sample), power_w."""
+    has a reading (its own, or its previous bin's). Columns: deployment_id, t_s (from the run's first sample),
+    power_w."""
     if samples.empty:
         return pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])
     s = samples.dropna(subset=["power_w"])
@@ -358,7 +359,8 @@ def power_series(samples: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
         bin_s = bin_ns / 1e9
         b = (d["t_ns"] - t0) // bin_ns
         per_gpu = d.assign(bin=b).groupby(["bin", "gpu_uuid"])["power_w"].mean().unstack("gpu_uuid")
-        total = per_gpu.dropna().sum(axis=1)
+        # a GPU whose 10 Hz reading fell into the next bin keeps its last reading for one bin
+        total = per_gpu.reindex(range(int(b.min()), int(b.max()) + 1)).ffill(limit=1).dropna().sum(axis=1)
         out.append(pd.DataFrame({"deployment_id": dep, "t_s": (total.index.to_numpy() + 0.5) * bin_s,
                                  "power_w": total.to_numpy()}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])

@@ -167,3 +167,7 @@ def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():
     series = pictures.power_series(samples)
     assert len(series) == 50 and (series["power_w"] == 500.0).all()
     assert series["t_s"].iloc[1] - series["t_s"].iloc[0] == pytest.approx(0.1)
+    jitter = samples.copy()   # GPU-1's 10th reading lands late, in the next bin: no gap and no double count
+    jitter.loc[(jitter["gpu_uuid"] == "GPU-1") & (jitter["t_ns"] == 9 * 100_000_000 + 4_000_000), "t_ns"] += 99_000_000
+    series = pictures.power_series(jitter)
+    assert len(series) == 50 and (series["power_w"] == 500.0).all()
