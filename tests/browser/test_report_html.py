@@ -27,8 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("WATTBENCH_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = (REPO / "docs" / "img") if os.environ.get("WATTBENCH_SCREENSHOTS") == "docs" else \
-    Path(os.environ.get("WATTBENCH_SCREENSHOTS_DIR", "/tmp/wattbench-ui-screenshots"))
+SHOTS = Path(os.environ.get("WATTBENCH_SCREENSHOTS_DIR", "/tmp/wattbench-ui-screenshots"))  # synthetic: never docs/
 CHARTS = ["power trace", "TTFT CDF", "E2E CDF", "throughput vs latency", "tokens per joule vs load"]
 
 if not CHROMIUM.exists():
