@@ -168,44 +168,62 @@ _DIRS = [(1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0)]
 
 
 def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float = 7) -> list:
-    """Label data points so that no label overlaps another label, a marker, or leaves the axes: each label tries
-    8 directions at growing distances (a leader line beyond the first ring) and takes the first free spot; a label
-    with no free spot is left out (the legend and the tables still name the point). items: (x, y, text, colour)."""
+    """Label data points so that no label overlaps another label or a marker, or leaves the axes: each label tries
+    8 directions at growing distances (a leader line beyond the first ring) and takes the first free spot, first
+    clear of the error bars too, then (when that fails) across one; a label with no free spot is left out (the
+    legend and the tables still name the point). items: (x, y, text, colour)."""
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     marker_px = 5.0
-    markers = []
+    markers, bars = [], []
     for x, y, _, _ in items:
         if np.isfinite(x) and np.isfinite(y):
             px, py = ax.transData.transform((x, y))
             markers.append(matplotlib.transforms.Bbox.from_extents(px - marker_px, py - marker_px,
                                                                    px + marker_px, py + marker_px))
+    for coll in ax.collections:   # error bars (LineCollections)
+        for seg in getattr(coll, "get_segments", lambda: [])():
+            pts = ax.transData.transform(np.asarray(seg, dtype=float))
+            if np.isfinite(pts).all():
+                (x0, y0), (x1, y1) = pts.min(axis=0), pts.max(axis=0)
+                bars.append(matplotlib.transforms.Bbox.from_extents(x0 - 2, y0 - 2, x1 + 2, y1 + 2))
     placed: list = []
     texts = []
+
+    def free(box, avoid_bars: bool) -> bool:
+        inside = box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1
+        return (inside and not any(box.overlaps(b) for b in placed) and not any(box.overlaps(m) for m in markers)
+                and not (avoid_bars and any(box.overlaps(b) for b in bars)))
+
     for x, y, text, color in items:
         if not (np.isfinite(x) and np.isfinite(y)):
             continue
-        done = False
-        for ring, dist in enumerate((5, 14, 26, 40)):
-            for dx, dy in _DIRS:
-                ha = "left" if dx > 0 else "right" if dx < 0 else "center"
-                va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
-                ann = ax.annotate(text, (x, y), xytext=(dx * dist, dy * dist), textcoords="offset points",
-                                  fontsize=fontsize, color=color, ha=ha, va=va,
-                                  arrowprops=(dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if ring else None))
-                box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
-                inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1)
-                if inside and not any(box.overlaps(b) for b in placed) and not any(box.overlaps(m) for m in markers):
-                    placed.append(box)
-                    texts.append(ann)
-                    ann.set_gid("point-label")
-                    done = True
+        spot = None
+        for avoid_bars in (True, False):
+            for ring, dist in enumerate((5, 14, 26, 40)):
+                for dx, dy in _DIRS:
+                    ha = "left" if dx > 0 else "right" if dx < 0 else "center"
+                    va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
+                    ann = ax.annotate(text, (x, y), xytext=(dx * dist, dy * dist), textcoords="offset points",
+                                      fontsize=fontsize, color=color, ha=ha, va=va,
+                                      arrowprops=(dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if ring
+                                                  else None))
+                    box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+                    if free(box, avoid_bars):
+                        spot = (ann, box)
+                        break
+                    ann.remove()
+                if spot:
                     break
-                ann.remove()
-            if done:
+            if spot:
                 break
+        if spot:
+            ann, box = spot
+            placed.append(box)
+            texts.append(ann)
+            ann.set_gid("point-label")
     return texts
 
 
