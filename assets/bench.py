@@ -18,6 +18,7 @@ from dagster_duckdb import DuckDBResource
 from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
 from resources.plan import agent_spec
 from resources.bench_plan import BenchPlan
+from assets.table_meta import table_metadata
 from resources.warehouse import apply_schema, ingest_bundle
 
 STAGE_TABLES = {
@@ -37,7 +38,7 @@ STAGE_TABLES = {
 def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
     rows = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
     meta: dict[str, Any] = {"run_id": run_id, "rows": dg.MetadataValue.int(rows),
-                            "dagster/row_count": dg.MetadataValue.int(rows)}
+                            "dagster/row_count": dg.MetadataValue.int(rows), **table_metadata(con, table)}
     if table == "load_runs":
         figures = con.execute(
             """SELECT sum(completed), sum(failed), min(window_s), sum(output_tokens_in_window), sum(energy_j),

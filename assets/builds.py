@@ -20,6 +20,7 @@ from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POO
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
+from assets.table_meta import table_metadata
 from resources.warehouse import apply_schema, replace_rows
 
 
@@ -72,6 +73,7 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
         }], key=("run_id",))
         replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
+        schema_meta = table_metadata(con, "engine_builds")
     table = "\n".join(
         ["| engine | status | build s | artifact |", "|---|---|---|---|"]
         + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "
@@ -80,7 +82,7 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     build_s = [r["build_s"] for r in rows if isinstance(r["build_s"], (int, float))]
     return dg.MaterializeResult(metadata={
         "run_id": run_id, "source": source, **partition_metadata(context), "plan_name": bench_plan.name,
-        "model_id": bench_plan.model, "dagster/row_count": dg.MetadataValue.int(len(rows)),
+        "model_id": bench_plan.model, "dagster/row_count": dg.MetadataValue.int(len(rows)), **schema_meta,
         "rows": len(rows),
         "built_or_cached": dg.MetadataValue.int(sum(r["status"] in ("built", "cached") for r in rows)),
         "failed": dg.MetadataValue.int(sum(r["status"] == "failed" for r in rows)),

@@ -1,165 +1,78 @@
-"""Pictures and the self-contained HTML report (inline CSS and base64 PNGs: it opens offline, no CDN)."""
+"""Tables, pictures and the self-contained HTML report. The report opens offline: inline CSS, PNGs as data URIs, and
+interactive Vega-Lite charts whose JavaScript (Vega, Vega-Lite, vega-embed) is inlined in the page; nothing is
+fetched. Static pictures: assets/pictures.py; interactive charts: assets/charts.py."""
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-_PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def _colors(engines: list[str]) -> dict[str, str]:
-    return {e: _PALETTE[i % len(_PALETTE)] for i, e in enumerate(sorted(engines))}
-
-
-def _config_label(engine: str, df: pd.DataFrame) -> str:
-    """'trtllm-like (fp8, tp8)': the engine config a curve belongs to."""
-    bits = [str(df[c].iloc[0]) if c == "precision" else f"tp{df[c].iloc[0]}"
-            for c in ("precision", "tp") if c in df and not df.empty and pd.notna(df[c].iloc[0])]
-    return f"{engine} ({', '.join(bits)})" if bits else str(engine)
-
-
-def plot_throughput_latency(points: pd.DataFrame, label: str) -> bytes:
-    """Output tokens/s against median E2E latency per engine config, its Pareto frontier drawn (the points no
-    other point of the same config beats on both throughput and latency)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    colors = _colors(list(points["engine"].unique()))
-    for engine, df in points.groupby("engine"):
-        df = df.dropna(subset=["e2e_p50_ms", "output_tok_s"]).sort_values("e2e_p50_ms")
-        ax.scatter(df["e2e_p50_ms"], df["output_tok_s"], color=colors[engine], label=_config_label(engine, df), zorder=3)
-        best, frontier = -np.inf, []
-        for _, row in df.iterrows():
-            if row["output_tok_s"] > best:
-                best = row["output_tok_s"]
-                frontier.append(row)
-        if frontier:
-            f = pd.DataFrame(frontier)
-            ax.step(f["e2e_p50_ms"], f["output_tok_s"], where="post", color=colors[engine], alpha=0.6)
-        for _, row in df.iterrows():
-            ax.annotate(row["load_point_id"].split(":", 1)[-1], (row["e2e_p50_ms"], row["output_tok_s"]),
-                        fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("median end-to-end latency (ms)")
-    ax.set_ylabel("output throughput (tokens/s)")
-    ax.set_title(f"Throughput against latency, Pareto frontier per config ({label})")
-    ax.grid(alpha=0.3)
-    if not points.empty:
-        ax.legend()
-    else:
-        ax.text(0.5, 0.5, "no load point measured", ha="center", transform=ax.transAxes)
-    return _png(fig)
-
-
-def plot_tokens_per_joule(points: pd.DataFrame, label: str) -> bytes:
-    """Output tokens per joule against concurrency: fixed-concurrency sweeps as lines; open-loop points (Poisson,
-    gamma, surge, trace) as hollow markers at their achieved (time-averaged) concurrency."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    colors = _colors(list(points["engine"].unique()))
-    measured = points.dropna(subset=["output_tokens_per_j"])
-    steady = measured[measured["shape"] == "concurrency"]
-    for engine, df in steady.groupby("engine"):
-        df = df.sort_values("concurrency")
-        ax.plot(df["concurrency"], df["output_tokens_per_j"], marker="o", color=colors[engine],
-                label=_config_label(engine, df))
-    open_loop = measured[(measured["shape"] != "concurrency") & measured["achieved_concurrency"].notna()]
-    for engine, df in open_loop.groupby("engine"):
-        ax.scatter(df["achieved_concurrency"], df["output_tokens_per_j"], facecolors="none", edgecolors=colors[engine],
-                   label=f"{engine} open-loop (achieved concurrency)", zorder=3)
-        for _, row in df.iterrows():
-            ax.annotate(str(row["load_point_id"]).split(":")[-1], (row["achieved_concurrency"], row["output_tokens_per_j"]),
-                        fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("concurrent requests")
-    ax.set_ylabel("output tokens per joule (tok/J)")
-    ax.set_xscale("log", base=2)
-    ax.set_title(f"Energy efficiency against concurrency ({label})")
-    ax.grid(alpha=0.3)
-    if not measured.empty:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no load point with energy measured", ha="center", transform=ax.transAxes)
-    return _png(fig)
-
-
-def plot_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> bytes:
-    """Total power of each deployment over time, load-point windows shaded."""
-    deployments = sorted(samples["deployment_id"].unique()) if not samples.empty else []
-    fig, axes = plt.subplots(max(1, len(deployments)), 1, figsize=(7.5, 2.2 * max(1, len(deployments))), squeeze=False)
-    for ax, dep in zip(axes[:, 0], deployments):
-        s = samples[samples["deployment_id"] == dep]
-        t0 = s["t_ns"].min()
-        total = s.groupby("t_ns")["power_w"].sum().sort_index()
-        ax.plot((total.index - t0) / 1e9, total.values, lw=1, color="#333")
-        for _, w in windows[windows["deployment_id"] == dep].iterrows():
-            ax.axvspan((w["window_start_ns"] - t0) / 1e9, (w["window_end_ns"] - t0) / 1e9, alpha=0.15, color="#1f77b4")
-            ax.text((w["window_start_ns"] - t0) / 1e9, total.max() * 0.98,
-                    w["load_point_id"].split(":", 1)[-1], fontsize=7, va="top")
-        ax.set_ylabel(f"{dep}\nW (all GPUs)")
-        ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("seconds since the deployment's first sample (shaded: steady-state windows)")
-    axes[0, 0].set_title(f"GPU power over the run ({label})")
-    if not deployments:
-        axes[0, 0].text(0.5, 0.5, "no GPU samples (telemetry missing)", ha="center", transform=axes[0, 0].transAxes)
-    return _png(fig)
+from assets import charts
+from assets.pictures import (engine_colors, fig_latency_cdf, fig_power_trace, fig_throughput_latency,  # noqa: F401
+                             fig_tokens_per_joule, load_order, plot_capacity, plot_latency_cdf, plot_power_trace,
+                             plot_throughput_latency, plot_tokens_per_joule)
 
 
 def plot_ttft_cdf(requests: pd.DataFrame, label: str) -> bytes:
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ok = requests[requests["in_window"] & requests["error_kind"].isna()].dropna(subset=["ttft_ms"])
-    for i, (lp, df) in enumerate(ok.groupby("load_point_id")):
-        x = np.sort(df["ttft_ms"].to_numpy())
-        y = np.arange(1, len(x) + 1) / len(x)
-        ax.step(x, y, where="post", label=lp, color=_PALETTE[i % len(_PALETTE)] if i < 6 else None, alpha=0.85)
-    ax.set_xscale("log")
-    ax.set_xlabel("time to first token (ms, log scale)")
-    ax.set_ylabel("share of requests")
-    ax.set_title(f"TTFT distribution per load point ({label})")
-    ax.grid(alpha=0.3)
-    if not ok.empty:
-        ax.legend(fontsize=6)
-    return _png(fig)
+    return plot_latency_cdf(requests, label, "ttft_ms")
 
 
-def plot_capacity(topologies: pd.DataFrame, label: str, note: str | None = None) -> bytes:
-    """Monthly cost of each topology of sql/hybrid_plan.sql: GPU-hours and energy stacked, the rule's pick marked."""
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(4, len(topologies)) + 1.2))
-    rows = topologies.dropna(subset=["monthly_gpu_usd"]) if not topologies.empty else topologies
-    if rows.empty:
-        ax.text(0.5, 0.5, note or "no topology could be sized", ha="center", va="center", wrap=True,
-                transform=ax.transAxes)
-        ax.set_axis_off()
-    else:
-        rows = rows.iloc[::-1]
-        y = np.arange(len(rows))
-        gpu = rows["monthly_gpu_usd"].to_numpy(dtype=float)
-        energy = rows["monthly_energy_usd"].fillna(0).to_numpy(dtype=float)
-        picked = rows["pick"].fillna("").str.contains("rule pick").to_numpy()
-        ax.barh(y, gpu, color=np.where(picked, "#2ca02c", "#1f77b4"), label="GPU-hours")
-        ax.barh(y, energy, left=gpu, color="#ff7f0e", label="energy (measured W x hours x $/kWh x PUE)")
-        for yi, g, e in zip(y, gpu, energy):
-            ax.text(g + e, yi, f" ${g + e:,.0f}", va="center", fontsize=7)
-        ax.set_yticks(y, [t if len(t) <= 60 else t[:57] + "..." for t in rows["topology"]], fontsize=7)
-        ax.set_xlabel("$ per month")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-        ax.grid(axis="x", alpha=0.3)
-        ax.set_xlim(0, float((gpu + energy).max()) * 1.25)
-    ax.set_title(f"Capacity plan: monthly cost per topology (green: the rule's hybrid) ({label})")
-    return _png(fig)
+def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
+    """What the pictures and charts are drawn from, for one run:
+    - points: one row per engine x workload x point, its repeats summarised with 95% intervals (sql/load_points.sql:
+      <figure>, <figure>_lo, <figure>_hi), with the mean achieved concurrency, precision and tp of its repeats;
+    - samples: the sampled GPU power; windows: each load run's steady-state window with its point, repeat and
+      energy-counter W; requests: TTFT and E2E of successful requests sent inside a window, with their point."""
+    from resources.warehouse import run_sql
+
+    points = run_sql(con, "load_points", {"run_id": run_id})
+    per_run = con.execute(
+        "SELECT engine, workload, point_label, avg(achieved_concurrency) AS achieved_concurrency, "
+        "any_value(precision) AS precision, any_value(tp) AS tp, any_value(n_gpus) AS n_gpus "
+        "FROM v_load_points WHERE run_id = ? GROUP BY ALL", [run_id]).df()
+    if not points.empty:
+        points = points.merge(per_run, on=["engine", "workload", "point_label"], how="left")
+    return {
+        "points": points,
+        "samples": con.execute(
+            "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
+            [run_id]).df(),
+        "windows": con.execute(
+            "SELECT l.deployment_id, v.engine, v.workload, v.point_label, v.repeat, v.shape, v.concurrency, v.rate, "
+            "l.window_start_ns, l.window_end_ns, v.window_s, v.mean_power_w "
+            "FROM load_runs l JOIN v_load_points v USING (run_id, deployment_id, load_point_id) "
+            "WHERE l.run_id = ? AND l.window_start_ns IS NOT NULL ORDER BY l.window_start_ns", [run_id]).df(),
+        "requests": con.execute(
+            "SELECT v.engine, v.workload, v.point_label, v.shape, v.concurrency, v.rate, q.ttft_ms, q.e2e_ms "
+            "FROM requests q JOIN v_load_points v USING (run_id, deployment_id, load_point_id) "
+            "WHERE q.run_id = ? AND q.in_window AND q.error_kind IS NULL", [run_id]).df(),
+    }
+
+
+def pictures(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
+    """The static pictures of a run (PNG): what the Dagster UI shows and the HTML keeps as its static copy."""
+    return {
+        "throughput vs latency": plot_throughput_latency(frames["points"], label),
+        "tokens per joule vs concurrency": plot_tokens_per_joule(frames["points"], label),
+        "power trace": plot_power_trace(frames["samples"], frames["windows"], label),
+        "TTFT CDF": plot_latency_cdf(frames["requests"], label, "ttft_ms"),
+        "E2E CDF": plot_latency_cdf(frames["requests"], label, "e2e_ms"),
+    }
+
+
+def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str, dict[str, Any] | None]:
+    """The interactive charts of a run (Vega-Lite specs; None where there is nothing to draw)."""
+    return {
+        "power trace": charts.power_chart(frames["samples"], frames["windows"], label),
+        "TTFT CDF": charts.cdf_chart(frames["requests"], label, "ttft_ms"),
+        "E2E CDF": charts.cdf_chart(frames["requests"], label, "e2e_ms"),
+        "throughput vs latency": charts.throughput_latency_chart(frames["points"], label),
+        "tokens per joule vs load": charts.tokens_per_joule_chart(frames["points"], label),
+    }
 
 
 def _short_point(load_point_id: Any) -> str:
@@ -192,6 +105,120 @@ def pivot_head_to_head(long: pd.DataFrame, origins: bool = True) -> pd.DataFrame
     return table
 
 
+# --- per-point summary and engine contrasts ------------------------------------------------------------------
+
+# The figures of the per-point summary, in order: metric of v_metric_catalog -> column heading (unit in brackets).
+# Above-idle figures sit right after their total, each labelled.
+POINT_FIGURES = [
+    ("output_tok_s", "output tok/s (window)"),
+    ("requests_s", "requests/s"),
+    ("goodput_requests_s", "goodput at SLO (req/s)"),
+    ("output_tokens_per_j", "tokens per joule, total (tok/J)"),
+    ("output_tokens_per_j_above_idle", "tokens per joule, above idle (tok/J)"),
+    ("mean_power_w", "power, deployment, energy counter (W)"),
+    ("above_idle_power_w", "power above idle, deployment (W)"),
+    ("counter_w_per_gpu", "power per GPU, energy counter (W)"),
+    ("usd_per_1m_output_tokens", "$ per 1M output tokens, GPU-hours ($)"),
+    ("energy_usd_per_1m_output_tokens", "energy $ per 1M output tokens ($)"),
+    ("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p99_ms", "TTFT p99 (ms)"),
+    ("tpot_p50_ms", "TPOT p50 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
+    ("e2e_p50_ms", "E2E p50 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)"),
+]
+
+# The figures the engine-contrast table shows first (every figure is in the full table).
+CONTRAST_HEADLINES = ("output_tok_s", "goodput_requests_s", "output_tokens_per_j", "output_tokens_per_j_above_idle",
+                      "usd_per_1m_output_tokens", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p50_ms")
+
+
+def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine x point, its figures as 'estimate [lo, hi]' (the 95% interval; the bare estimate where
+    there is none), from sql/point_figures.sql's long form; rows in the query's order (load order)."""
+    if figures.empty:
+        return pd.DataFrame()
+    f = figures[figures["metric"].isin([m for m, _ in POINT_FIGURES])].copy()
+    f["point"] = f["workload"].astype(str) + ":" + f["point_label"].astype(str)
+    f["cell"] = [charts.with_interval(r["estimate"], r["lo"], r["hi"]) for _, r in f.iterrows()]
+    rows = f.drop_duplicates(["engine", "point"])[["engine", "point", "repeats"]]
+    wide = f.pivot_table(index=["engine", "point"], columns="metric", values="cell", aggfunc="first")
+    table = rows.merge(wide.reset_index(), on=["engine", "point"], how="left")
+    headings = {m: h for m, h in POINT_FIGURES}
+    cols = ["engine", "point", "repeats"] + [m for m, _ in POINT_FIGURES if m in table]
+    table = table[cols].rename(columns={"engine": "engine config", "point": "workload:point", **headings})
+    return table.fillna("NULL").reset_index(drop=True)
+
+
+def interval_methods(figures: pd.DataFrame) -> list[str]:
+    """How the intervals of a run were made, one line per method (from v_point_figures.method)."""
+    if figures.empty or "method" not in figures:
+        return []
+    return sorted({str(m) for m in figures["method"].dropna()})
+
+
+def contrasts_table(contrasts: pd.DataFrame, points: pd.DataFrame | None = None,
+                    headlines: bool = True) -> pd.DataFrame:
+    """Engines compared at each point they share (sql/engine_contrasts.sql): the ratio first / second with its 95%
+    interval where repeats pair up, and the finding ('<engine> better' or 'no significant difference'); points in
+    load order, figures in catalogue order."""
+    if contrasts.empty:
+        return pd.DataFrame()
+    c = contrasts[contrasts["metric"].isin(CONTRAST_HEADLINES)] if headlines else contrasts
+    if c.empty:
+        return pd.DataFrame()
+    c = c.copy()
+    if points is not None and not points.empty:
+        order = load_order(points.drop_duplicates(["workload", "point_label"]))
+        rank = {(r["workload"], r["point_label"]): i for i, (_, r) in enumerate(order.iterrows())}
+        c["_rank"] = [rank.get((w, p), len(rank)) for w, p in zip(c["workload"], c["point_label"])]
+        c = c.sort_values("_rank", kind="stable")
+
+    def ratio(r) -> str:
+        lo, hi = r["ratio_lo"], r["ratio_hi"]
+        if lo is not None and hi is not None and lo == lo and hi == hi:
+            return f"x{r['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
+        return f"x{r['ratio']:.3f}" if r["ratio"] == r["ratio"] and r["ratio"] is not None else "NULL"
+
+    return pd.DataFrame({
+        "workload:point": c["workload"].astype(str) + ":" + c["point_label"].astype(str),
+        "engines (first / second)": c["engine"].astype(str) + " / " + c["other"].astype(str),
+        "figure": [f"{f} ({u})" if u else f for f, u in zip(c["figure"], c["unit"])],
+        "ratio [95% interval]": [ratio(r) for _, r in c.iterrows()],
+        "finding": c["finding"].astype(str),
+        "how": c["method"].astype(str) + ", " + c["pairs"].astype(str) + " repeat(s)",
+    }).reset_index(drop=True)
+
+
+def table_metadata(df: pd.DataFrame):
+    """A frame as Dagster table metadata (MetadataValue.table): every column as a string column except plain
+    numbers; NULL for missing values."""
+    import dagster as dg
+
+    if df.empty:
+        return dg.MetadataValue.table(records=[], schema=dg.TableSchema(columns=[]))
+    df = df.reset_index() if df.index.name else df
+    cols = []
+    for name in df.columns:
+        kind = ("int" if pd.api.types.is_integer_dtype(df[name]) else
+                "float" if pd.api.types.is_float_dtype(df[name]) else
+                "bool" if pd.api.types.is_bool_dtype(df[name]) else "string")
+        cols.append(dg.TableColumn(str(name), kind))
+    records = []
+    for row in df.itertuples(index=False):
+        rec = {}
+        for col, v in zip(cols, row):
+            if v is None or (isinstance(v, float) and v != v):
+                rec[col.name] = None
+            elif col.type == "int":
+                rec[col.name] = int(v)
+            elif col.type == "float":
+                rec[col.name] = float(v)
+            elif col.type == "bool":
+                rec[col.name] = bool(v)
+            else:
+                rec[col.name] = str(v)
+        records.append(dg.TableRecord(rec))
+    return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=cols))
+
+
 def markdown_table(df: pd.DataFrame, index: bool = False) -> str:
     return df.to_markdown(index=index, floatfmt=".4g") if not df.empty else "_no rows_"
 
@@ -207,21 +234,26 @@ def b64(png: bytes) -> str:
 
 
 def write_html(path: Path, title: str, source: str, run_id: str, sections: list[tuple[str, str]],
-               plots: dict[str, bytes], notes: list[str]) -> Path:
-    """One self-contained HTML file: inline CSS, PNGs as data: URIs, no script and no link to fetch.
-    `sections`: (heading, HTML body) in order; the pictures follow them, the notes close the page."""
+               plots: dict[str, bytes], notes: list[str],
+               interactive: dict[str, dict[str, Any] | None] | None = None) -> Path:
+    """One self-contained HTML file that opens offline and fetches nothing: inline CSS; `interactive` Vega-Lite
+    specs rendered by vega-embed, whose JavaScript (with Vega and Vega-Lite) is inlined in the page; `plots` (PNG)
+    as data: URIs. `sections`: (heading, HTML body) in order; the interactive charts follow them, then the static
+    pictures (folded), then the notes. Each chart's view is kept in window.wattbenchCharts[<div id>]."""
     banner = ("<div class='banner emulated'>EMULATED: every figure below comes from wattbench's built-in engine "
               "emulator and its modelled GPU telemetry, not from real GPUs.</div>" if source == "emulated"
               else "<div class='banner measured'>MEASURED on real engines and GPUs.</div>")
     css = """
-    body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
-    h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+    body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1280px}
+    h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd} h3{font-size:1.05em}
     table{border-collapse:collapse;font-size:13px;margin:8px 0} td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
     th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
     .banner{padding:10px 14px;font-weight:600;border-radius:4px;margin:12px 0}
     .emulated{background:#fff3cd;border:1px solid #e0b000} .measured{background:#d4edda;border:1px solid #2e7d32}
     .plots img{max-width:49%;margin:4px 0} .meta{color:#666;font-size:12px} .scroll{overflow-x:auto}
+    .chart{margin:12px 0 28px 0;min-height:120px} .chart-error{color:#b00020}
     """
+    interactive = interactive or {}
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{css}</style></head><body>",
@@ -230,14 +262,45 @@ def write_html(path: Path, title: str, source: str, run_id: str, sections: list[
     ]
     for heading, body in sections:
         parts += [f"<h2>{html.escape(heading)}</h2>", f"<div class='scroll'>{body}</div>"]
+    specs = {}
+    if interactive:
+        parts.append("<h2>Interactive charts</h2>")
+        parts.append("<noscript><p>The interactive charts need JavaScript; the static pictures below show the same "
+                     "figures.</p></noscript>")
+        for i, (name, spec) in enumerate(interactive.items()):
+            div = f"chart-{i}"
+            if spec is None:
+                parts.append(f"<p class='meta'>{html.escape(name)}: nothing to draw for this run</p>")
+                continue
+            specs[div] = spec
+            parts.append(f"<div class='chart' id='{div}' data-chart='{html.escape(name, quote=True)}'></div>")
     parts += [
-        "<h2>Pictures</h2><div class='plots'>",
+        "<h2>Pictures</h2>",
+        ("<details><summary>the same figures as static pictures (PNG, as in the Dagster UI)</summary>"
+         if specs else "<div>"),
+        "<div class='plots'>",
         *[f"<img alt='{html.escape(name)}' title='{html.escape(name)}' src='data:image/png;base64,{b64(png)}'>"
           for name, png in plots.items()],
-        "</div>",
+        "</div>", "</details>" if specs else "</div>",
         "<h2>Notes</h2><ul>", *[f"<li>{html.escape(n)}</li>" for n in notes], "</ul>",
-        "</body></html>",
     ]
+    if specs:
+        script, versions = charts.javascript_bundle()
+        parts += [
+            f"<p class='meta'>Charts: {html.escape(versions)}, inlined.</p>",
+            f"<script>/* {versions} */\n{script}\n</script>",
+            "<script>\n(function () {\n"
+            f"  var specs = {charts.script_json(specs)};\n"
+            "  window.wattbenchCharts = {};\n"
+            "  Object.keys(specs).forEach(function (id) {\n"
+            "    vegaEmbed('#' + id, specs[id], {renderer: 'canvas', actions: {export: true, source: false, "
+            "compiled: false, editor: false}})\n"
+            "      .then(function (r) { window.wattbenchCharts[id] = r.view; })\n"
+            "      .catch(function (e) { var d = document.getElementById(id); d.className += ' chart-error'; "
+            "d.textContent = 'chart failed to render: ' + e; });\n"
+            "  });\n})();\n</script>",
+        ]
+    parts.append("</body></html>")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

@@ -5,6 +5,7 @@ Every report asset depends on every stage asset, so the blocking Great Expectati
 """
 
 
+import html
 from datetime import datetime, timezone
 from typing import Any
 
@@ -41,27 +42,16 @@ def _floats(meta: dict[str, Any], figures: dict[str, Any]) -> None:
 
 
 def _run_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
-    """What the pictures are drawn from: this run's load points, power samples, windows and requests."""
-    return {
-        "points": con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df(),
-        "samples": con.execute(
-            "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
-            [run_id]).df(),
-        "windows": con.execute(
-            "SELECT deployment_id, load_point_id, window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? "
-            "AND window_start_ns IS NOT NULL", [run_id]).df(),
-        "requests": con.execute(
-            "SELECT load_point_id, ttft_ms, in_window, error_kind FROM requests WHERE run_id = ?", [run_id]).df(),
-    }
+    """What the pictures and tables are drawn from: the point summaries with intervals, power samples, windows,
+    requests (reporting.report_frames), each load run (v_load_points) and every figure in long form."""
+    frames = reporting.report_frames(con, run_id)
+    frames["runs"] = con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df()
+    frames["figures"] = run_sql(con, "point_figures", {"run_id": run_id})
+    return frames
 
 
 def _load_point_plots(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
-    return {
-        "throughput vs latency": reporting.plot_throughput_latency(frames["points"], label),
-        "tokens per joule vs concurrency": reporting.plot_tokens_per_joule(frames["points"], label),
-        "power trace": reporting.plot_power_trace(frames["samples"], frames["windows"], label),
-        "TTFT CDF": reporting.plot_ttft_cdf(frames["requests"], label),
-    }
+    return reporting.pictures(frames, label)
 
 
 def _source(con, run_id: str) -> str:
@@ -72,22 +62,28 @@ def _source(con, run_id: str) -> str:
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
           pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
 def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
-    """Per load point: output tokens/s, requests/s, goodput at the SLO, TTFT/TPOT/ITL/E2E percentiles, J per
-    token and tokens per joule, mean and peak W per GPU, peak HBM, share of time power- or thermally-capped,
-    $ per 1M output tokens and the energy cost line (sql/load_points.sql over v_load_points), with the
-    throughput-latency (Pareto frontier per config), tokens-per-joule, power-trace and TTFT-CDF pictures."""
+    """Per load point, its repeats summarised with 95% intervals: output tokens/s, requests/s, goodput at the SLO,
+    tokens per joule (total and above idle), power from the energy counter (deployment, above idle, per GPU),
+    $ per 1M output tokens and the energy cost line, TTFT/TPOT/E2E percentiles (sql/point_figures.sql and
+    sql/load_points.sql over v_point_figures), with the throughput-latency (Pareto frontier per config),
+    tokens-per-joule, power-trace and TTFT/E2E CDF pictures; every repeat in `load_runs` (sql/load_runs.sql)."""
     run_id = run_id_of(context)
     with warehouse.get_connection() as con:
-        table = run_sql(con, "load_points", {"run_id": run_id})
+        per_repeat = run_sql(con, "load_runs", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
-    full = frames["points"]
+    full = frames["runs"]
+    summary = reporting.point_summary_table(frames["figures"])
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
-        "run_id": run_id, "source": source, **partition_metadata(context), "load_points": len(table),
-        "dagster/row_count": dg.MetadataValue.int(len(table)),
+        "run_id": run_id, "source": source, **partition_metadata(context), "load_points": len(summary),
+        "load_runs": len(per_repeat),
+        "dagster/row_count": dg.MetadataValue.int(len(summary)),
         "load_points_meeting_slo": int(full["meets_slo_p99"].fillna(False).sum()) if not full.empty else 0,
-        "table": dg.MetadataValue.md(reporting.markdown_table(table)),
+        "summary": reporting.table_metadata(summary),
+        "intervals": dg.MetadataValue.md("\n".join(f"- {m}" for m in reporting.interval_methods(frames["figures"]))
+                                         or "_no figures_"),
+        "every_repeat": dg.MetadataValue.md(reporting.markdown_table(per_repeat)),
         "plots": dg.MetadataValue.md("\n\n".join(reporting.md_image(p, n) for n, p in plots.items())),
     }
     if not full.empty:
@@ -97,6 +93,7 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
         slo = full[full["meets_slo_p99"].fillna(False).astype(bool)]
         _floats(meta, {
             "best_output_tokens_per_j": full["output_tokens_per_j"].max(),
+            "best_output_tokens_per_j_above_idle": full["output_tokens_per_j_above_idle"].max(),
             "peak_output_tok_s": full["output_tok_s"].max(),
             "best_usd_per_1m_output_tokens_at_slo": slo["usd_per_1m_output_tokens"].min() if not slo.empty else None,
             "max_capped_share": full["capped_share"].max(),
@@ -120,12 +117,14 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
         "run_id": run_id, **partition_metadata(context),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(table, index=True)),
+        "head_to_head_table": reporting.table_metadata(table),
         "cell_origins": dg.MetadataValue.md(reporting.markdown_table(origin)),
     }
     keys = {3: "peak_output_tok_s", 5: "tokens_per_j_at_slo", 6: "usd_per_1m_output_tokens_at_slo",
             8: "surge_ttft_p99_ms"}
-    for _, row in long[long["ord"].isin(list(keys))].iterrows():
-        _floats(meta, {f"{row['engine']}/{keys[int(row['ord'])]}": row["value"]})
+    for _, row in long[long["ord"].isin(list(keys))].iterrows():  # a cell reads 'value [lo, hi]': its value
+        value = str(row["value"]).split(" ")[0] if row["value"] is not None else None
+        _floats(meta, {f"{row['engine']}/{keys[int(row['ord'])]}": value})
     return dg.MaterializeResult(metadata=meta)
 
 
@@ -240,11 +239,34 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     return dg.MaterializeResult(metadata=meta, check_results=[check])
 
 
-def _html_sections(long: pd.DataFrame, table: pd.DataFrame, params: dict[str, Any] | None, per_config: pd.DataFrame,
-                   topologies: pd.DataFrame, regress: pd.DataFrame, run_id: str) -> list[tuple[str, str]]:
+def _html_sections(long: pd.DataFrame, frames: dict[str, pd.DataFrame], contrasts: pd.DataFrame,
+                   params: dict[str, Any] | None, per_config: pd.DataFrame, topologies: pd.DataFrame,
+                   regress: pd.DataFrame, run_id: str) -> list[tuple[str, str]]:
     h2h = reporting.pivot_head_to_head(long)
-    sections = [("Head to head", (f"<p class='meta'>every cell from run {run_id}; '@' names the load point "
-                                  "(workload:point) it came from</p>" + reporting.html_table(h2h, index=True)))]
+    methods = reporting.interval_methods(frames["figures"])
+    how = ("<p class='meta'>[lo, hi]: the 95% interval. Throughput, power, tokens per joule and cost: the mean of the "
+           "repeats +- t x their standard deviation / sqrt(repeats) (no interval from one repeat). Latency "
+           "percentiles: the percentile of the repeats' pooled requests, with a two-stage bootstrap interval (repeats, "
+           "then requests). Intervals here: " + html.escape("; ".join(methods) or "none") + ".</p>")
+    sections = [("Head to head", (
+        f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: value [95% interval] "
+        "@ the load point (workload:point) it came from. Tokens per joule above idle (the deployment's idle power "
+        "with the model loaded subtracted) is the row after the total.</p>" + reporting.html_table(h2h, index=True)))]
+    summary = reporting.point_summary_table(frames["figures"])
+    sections.append(("Every load point, summarised over its repeats", (
+        how + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
+        "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is energy-counter "
+        "energy over the window.</p>" + reporting.html_table(summary, empty="no load points"))))
+    headline = reporting.contrasts_table(contrasts, frames["points"], headlines=True)
+    every = reporting.contrasts_table(contrasts, frames["points"], headlines=False)
+    sections.append(("Engines compared at each point", (
+        "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair up "
+        "(the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A difference "
+        "is called only when the interval excludes 1 (latency percentiles: when the two engines' intervals do not "
+        "overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
+        + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
+        + (f"<details><summary>every figure ({len(every)} rows)</summary>{reporting.html_table(every)}</details>"
+           if len(every) > len(headline) else ""))))
     if params is None:
         sections.append(("Capacity plan", f"<p>{_NO_PROFILE}.</p>"))
     else:
@@ -268,24 +290,31 @@ def _html_sections(long: pd.DataFrame, table: pd.DataFrame, params: dict[str, An
                    "<p>nothing beyond the noise band</p>" if compared else
                    "<p>no earlier run of these load points to compare with</p>"))
     sections.append(("Against the previous run", body))
-    sections.append(("Every load point", reporting.html_table(table, empty="no load points")))
+    sections.append(("Every load run (each repeat)", (
+        "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come from the "
+        "sampled power trace (diagnosis), every other W from the energy counter.</p>"
+        + reporting.html_table(frames["per_repeat"], empty="no load runs"))))
     return sections
 
 
 @dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python", "duckdb", "html"}, partitions_def=BENCH_PARTITIONS,
           deps=[load_point_report, head_to_head, capacity_plan, regressions], pool=WRITER_POOL)
 def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
-    """A self-contained HTML report (opens offline: inline CSS, PNGs as data URIs, no script): the head-to-head
-    table, the capacity plan and hybrid topology, regressions against the previous run, the pictures and every
-    load point, marked EMULATED at the top when the emulator produced the numbers. Closes the run's row in
-    `runs`."""
+    """A self-contained HTML report that opens offline (inline CSS; Vega-Lite charts with their JavaScript inlined;
+    PNGs as data URIs; nothing fetched): the head-to-head table, every point summarised over its repeats with 95%
+    intervals (above-idle energy next to the total), the engines compared at each point, the capacity plan and
+    hybrid topology, regressions against the previous run, interactive charts (power trace with zoom, TTFT/E2E
+    CDFs with hover, throughput against latency and tokens per joule against load with error bars), the same
+    pictures as PNG, and every load run; marked EMULATED at the top when the emulator produced the numbers.
+    Closes the run's row in `runs`."""
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = run_id_of(context)
     params = reporting.capacity_params(bench_plan.capacity)
     with warehouse.get_connection() as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
-        table = run_sql(con, "load_points", {"run_id": run_id})
         frames = _run_frames(con, run_id)
+        frames["per_repeat"] = run_sql(con, "load_runs", {"run_id": run_id})
+        contrasts = run_sql(con, "engine_contrasts", {"run_id": run_id})
         per_config, topologies = _capacity_frames(con, run_id, params)
         regress = run_sql(con, "regressions", {"run_id": run_id})
         source = _source(con, run_id)
@@ -294,18 +323,21 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     plots = _load_point_plots(frames, source)
     plots["capacity plan"] = reporting.plot_capacity(
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies))
-    full = frames["points"]
+    interactive = reporting.interactive_charts(frames, source)
+    full = frames["runs"]
     min_window = float(full["window_s"].min()) if not full.empty else None
     notes = reporting.summarize_notes(source, f"{bench_plan.name} ({plan.plan_path(partition_key_of(context))})", bench_plan.prices.label, min_window)
     path = reporting.write_html(
         plan.run_dir(run_id) / "report.html", f"wattbench: {bench_plan.name}", source, run_id,
-        _html_sections(long, table, params, per_config, topologies, regress, run_id), plots, notes,
+        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id), plots, notes,
+        interactive=interactive,
     )
     context.log.info(f"HTML report: {path}")
     meta: dict[str, Any] = {
         "run_id": run_id, "source": source, **partition_metadata(context), "path": dg.MetadataValue.path(str(path)),
         "pictures": dg.MetadataValue.int(len(plots)),
-        "load_points": dg.MetadataValue.int(len(table)),
+        "interactive_charts": dg.MetadataValue.int(sum(spec is not None for spec in interactive.values())),
+        "load_points": dg.MetadataValue.int(len(frames["points"])),
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(reporting.pivot_head_to_head(long), index=True)),
         "power_trace": dg.MetadataValue.md(reporting.md_image(plots["power trace"], "power trace")),
         "throughput_vs_latency": dg.MetadataValue.md(

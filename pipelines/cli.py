@@ -6,13 +6,19 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
+
+# Subcommands that only print: `wattbench sql ... | head` ends them quietly (SIGPIPE at its default). Everything
+# else (servers, the load generator, the agent) keeps Python's default, where a peer hanging up is an EPIPE error
+# on that one socket, not the death of the process.
+_QUIET_ON_CLOSED_PIPE = ("sql", "report", "runs")
 
 # Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The
 # agent's own subcommands (agent, load, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
 _COMMAND_MODULES = (
-    "pipelines.commands",                   # run, sql, ingest
+    "pipelines.commands",                   # run, runs, sql, ingest
     "pipelines.report_cli",                 # report
     "pipelines.import_cli",                 # import
     "pipelines.predict_cli",                # predict
@@ -38,18 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if hasattr(signal, "SIGPIPE"):  # `wattbench sql ... | head` ends quietly
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    quiet = (hasattr(signal, "SIGPIPE") and args.command in _QUIET_ON_CLOSED_PIPE
+             and threading.current_thread() is threading.main_thread())
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL) if quiet else None
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("wattbench: interrupted; everything measured so far is on disk", file=sys.stderr)
         return 130
+    finally:
+        if quiet:  # called in-process (tests, notebooks): leave the caller's disposition as it was
+            signal.signal(signal.SIGPIPE, previous)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Control-plane subcommands: run (materialize the graph), sql, ingest."""
+"""Control-plane subcommands: run (materialize the graph), runs (list, clean up), sql, ingest."""
 
 from __future__ import annotations
 
@@ -25,9 +25,32 @@ def _print_table(df, fmt: str = "table") -> None:
         print(tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=".4g", missingval="NULL"))
 
 
-def latest_run_id(con) -> str | None:
-    row = con.execute("SELECT run_id FROM runs ORDER BY started_at DESC NULLS LAST LIMIT 1").fetchone()
-    return row[0] if row else None
+# Run statuses (runs.status) of a run whose tables are whole: a Dagster run that made its reports, or a complete
+# bundle loaded with `wattbench ingest`. Anything else (running, failed, interrupted, incomplete) may be partial.
+FINISHED = ("succeeded", "ingested")
+
+
+def latest_run_id(con, say: bool = False) -> str | None:
+    """The newest finished run (FINISHED). Newer runs that did not finish are never taken silently: with `say`,
+    stderr names them and how to see one (--run). With no finished run at all, the newest run, said to be
+    incomplete."""
+    rows = con.execute(
+        "SELECT run_id, coalesce(status, 'unknown') FROM runs ORDER BY coalesce(started_at, "
+        "make_timestamp(clock_anchor_unix_ns // 1000)) DESC NULLS LAST, run_id DESC").fetchall()
+    if not rows:
+        return None
+    finished = next((i for i, (_, status) in enumerate(rows) if status in FINISHED), None)
+    if finished is None:
+        run_id, status = rows[0]
+        if say:
+            print(f"wattbench: note: no run has finished yet; showing the newest, run {run_id}, which is {status}: "
+                  "its tables may be partial", file=sys.stderr)
+        return run_id
+    if finished and say:
+        newer = ", ".join(f"{r} ({st})" for r, st in rows[:finished][:3]) + (" ..." if finished > 3 else "")
+        print(f"wattbench: note: showing run {rows[finished][0]}, the latest that finished; newer run(s) did not "
+              f"finish: {newer}. See one with --run RUN_ID (wattbench runs lists them)", file=sys.stderr)
+    return rows[finished][0]
 
 
 def head_to_head_text(con, run_id: str) -> str:
@@ -100,30 +123,63 @@ def _run(args: argparse.Namespace) -> int:
         partition = partition_for_plan(plan, plan_file)
     except PlanError as exc:
         return _fail(str(exc))
+    from assets.common import WRITER_POOL
+    from pipelines.runs import (interruptible_slot_wait, mark_in_warehouse, process_tags, reap_stale_runs,
+                                slot_holders, stop_run_processes, was_interrupted)
+    from resources.bench_plan import output_dir_from_env
+
     instance = open_instance([partition.keys_by_dimension["model"]])
+    say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    reap_stale_runs(instance, say)  # runs a killed `wattbench run` left behind must not hold the writer slot
+    for holder in slot_holders(instance, WRITER_POOL):
+        say(f"wattbench: the warehouse writer slot is held by {holder}; this run waits for it (Ctrl-C stops it; "
+            "a run whose process is gone is cleaned up by `wattbench runs --clean`)")
+    runs_dir = Path(output_dir_from_env())
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
-    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s); "
+    repeats = f" x {plan.repeats} repeats, interleaved" if plan.repeats > 1 else ""
+    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
           f"partition {partition}; warehouse {db}", file=sys.stderr)
     started = time.monotonic()
-    result = dg.materialize(
-        [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(plan_file)),
-        instance=instance,
-        partition_key=partition,
-        tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli"},
-        raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
-    )
+    with interruptible_slot_wait():  # SIGINT/SIGTERM stop the run also while it waits for the writer slot
+        result = dg.materialize(
+            [*ALL_ASSETS, *stage_checks],
+            resources=make_resources(db_path=str(db), plan_path=str(plan_file), output_dir=str(runs_dir)),
+            instance=instance,
+            partition_key=partition,
+            tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli",
+                  **process_tags(db, runs_dir)},
+            raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+        )
     elapsed = time.monotonic() - started
     run_id = result.run_id
+    if was_interrupted(result):
+        bundle = runs_dir / run_id / "bundle"
+        stop_run_processes(bundle, say)  # an agent that did not stop within Pipes' grace period
+        instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", log=say)
+        say(f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'" + (
+            f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
+            f"(load it with `wattbench ingest {bundle}`)" if bundle.exists() else "; no engine had been started"))
+        return 130
     failed_checks = [
         f"{e.asset_key.to_user_string()}:{e.check_name}"
         for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
     ]
+    if not result.success or failed_checks:  # its reports were not made: not a run to show as the latest
+        why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
+        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", log=say)
     with connect(db, read_only=True) as con:
         print()
-        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "") + "):")
+        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
+              + "; 95% intervals in brackets):")
         print(head_to_head_text(con, run_id))
+        from pipelines.report_cli import contrasts_text
+
+        contrasts = contrasts_text(con, run_id)
+        if contrasts:
+            print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
+            print(contrasts)
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [e.materialization.metadata["path"].value for e in result.get_asset_materialization_events()
                if e.materialization.asset_key == dg.AssetKey("html_report") and "path" in e.materialization.metadata]
@@ -142,37 +198,71 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if result.success and not failed_checks else 1
 
 
+_READ_ONLY_HINT = ("`wattbench sql` only reads the warehouse: no files, other databases, extensions, network or "
+                   "settings; to save a result, use --format csv > FILE")
+
+
+def _query_error(exc: Exception) -> str:
+    """A DuckDB error of a user's query as one line; what the read-only sandbox refused says so."""
+    import duckdb
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "configuration has been locked" in first or "while database is running" in first:
+        return f"query refused, the configuration is locked: {first}; {_READ_ONLY_HINT}"
+    if (isinstance(exc, (duckdb.PermissionException, duckdb.ResourceInUseException)) or "read-only" in first
+            or "read only" in first.lower()):
+        return f"query refused (read-only): {first}; {_READ_ONLY_HINT}"
+    return f"query failed: {first}"
+
+
+def _finite_params(params: dict) -> None:
+    import math
+
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"--param {key}={value}: expected a finite number")
+
+
 def _sql(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql, sql_text
 
     try:
-        with connect(args.db, read_only=True) as con:
+        with connect(args.db, read_only=True, sandbox=True) as con:
             query = args.query
             text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
             from assets.reporting import query_params
 
             run_id = None
             if "$" in text:
-                run_id = args.run or latest_run_id(con)
+                run_id = args.run or latest_run_id(con, say=True)
                 if run_id is None and "$run_id" in text:
                     return _fail("no runs in the warehouse yet; run `make run` first")
                 if "$run_id" in text:
                     print(f"-- run_id = {run_id}", file=sys.stderr)
             try:
                 params = query_params(con, text, run_id, dict(p.split("=", 1) for p in args.param))
+                _finite_params(params)
             except ValueError as exc:
                 return _fail(str(exc))
             df = run_sql(con, text, params)
     except WarehouseError as exc:
         return _fail(str(exc))
     except Exception as exc:  # duckdb errors: show the message, not a traceback
-        return _fail(f"query failed: {exc}")
+        return _fail(_query_error(exc))
     _print_table(df, args.format)
     return 0
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from pipelines.runs import main_runs
+
+    return main_runs(args.clean is not None, args.limit, args.clean or [],
+                     log=lambda m: print(m, file=sys.stderr, flush=True))
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from wattbench_agent.bundle import BundleError, read_manifest, unpacked
+    from resources.ingest_checks import incomplete_note
     from resources.warehouse import WarehouseError, connect, ingest_bundle
 
     plan_fields = None
@@ -186,14 +276,18 @@ def _ingest(args: argparse.Namespace) -> int:
         plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
         with unpacked(args.bundle) as folder, connect(args.db) as con:
+            manifest = read_manifest(folder)
             counts = ingest_bundle(con, folder)
             if plan_fields:
-                run_id = read_manifest(folder)["run_id"]
+                run_id = manifest["run_id"]
                 sets = ", ".join(f"{k} = ?" for k in plan_fields)
                 con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*plan_fields.values(), run_id])
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))
+    note = incomplete_note(Path(args.bundle), manifest)
+    if note:
+        print(f"wattbench: note: {note}", file=sys.stderr)
     return 0
 
 
@@ -236,6 +330,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("runs", help="the latest runs with their process and status; --clean cleans up after runs "
+                                    "whose process is gone (frees the writer slot, stops their agent and engines)")
+    p.add_argument("--clean", nargs="*", metavar="RUN_ID", default=None,
+                   help="clean up every run whose process is gone, and the runs named (left by a wattbench that did "
+                        "not record its process)")
+    p.add_argument("--limit", type=int, default=20, help="how many runs to list")
+    p.set_defaults(func=_runs)
 
     p = sub.add_parser("sql", help="run SQL (or a named query from sql/) on the warehouse, read-only")
     p.add_argument("query", help="SQL text, or the name of a query in sql/ (e.g. load_points, head_to_head)")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattbench_agent.argtypes import finite_float
+
 from pipelines.commands import _fail, _print_table, head_to_head_text, latest_run_id
 
 _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
@@ -20,7 +22,7 @@ _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not compar
 def resolve_run(con, ref: str | None) -> str:
     """A full run id from an id or a unique prefix of one (default: the latest run). ValueError if none/ambiguous."""
     if ref is None:
-        run_id = latest_run_id(con)
+        run_id = latest_run_id(con, say=True)
         if run_id is None:
             raise ValueError("no runs in the warehouse yet; run `make run` first")
         return run_id
@@ -192,7 +194,7 @@ def _report(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql
 
     try:
-        with connect(args.db, read_only=True) as con:
+        with connect(args.db, read_only=True, sandbox=True) as con:
             if args.compare:
                 run_a, run_b = (resolve_run(con, r) for r in args.compare)
                 text, counts = compare_text(con, run_a, run_b, only_flagged=args.only_flagged)
@@ -242,10 +244,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--capacity/--buy/--regressions output format")
     g = p.add_argument_group("traffic profile for --capacity and --buy (default: the `capacity:` section of the "
                                  "run's plan)")
-    g.add_argument("--steady-qps", type=float)
-    g.add_argument("--peak-qps", type=float)
-    g.add_argument("--burst-hours-per-day", type=float)
+    g.add_argument("--steady-qps", type=finite_float(0))
+    g.add_argument("--peak-qps", type=finite_float(0, strict_minimum=True))
+    g.add_argument("--burst-hours-per-day", type=finite_float(0, 24))
     g.add_argument("--input-tokens", type=int)
     g.add_argument("--output-tokens", type=int)
-    g.add_argument("--elastic-gpu-hour-usd", type=float)
+    g.add_argument("--elastic-gpu-hour-usd", type=finite_float(0, strict_minimum=True))
     p.set_defaults(func=_report)

@@ -123,6 +123,7 @@ class PollOutcome:
     error: HubUnavailable | None = None
     backoff_s: float | None = None
     skipped_until: datetime | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _new_since(models: list[HubModel], mark: dict[str, Any] | None, first_poll: int) -> list[HubModel]:
@@ -153,6 +154,7 @@ def poll_hub(watch: HubWatch, cursor_text: str | None, now: datetime | None = No
     if cursor.backoff_until and parse_time(cursor.backoff_until) > now:
         return PollOutcome(cursor=cursor, new_models=[], skipped_until=parse_time(cursor.backoff_until))
     client = watch.client()
+    notes: list[str] = []
     new_models: list[HubModel] = []
     orgs = dict(cursor.orgs)
     for org in watch.org_list():
@@ -168,14 +170,15 @@ def poll_hub(watch: HubWatch, cursor_text: str | None, now: datetime | None = No
             # the organisations polled before the error keep their progress: their run requests go out with it
             next_cursor = HubCursor(orgs=orgs, failures=failures, last_error=f"{org}: {exc}",
                                     backoff_until=(now + timedelta(seconds=backoff)).isoformat())
-            return PollOutcome(cursor=next_cursor, new_models=new_models, error=exc, backoff_s=backoff)
+            return PollOutcome(cursor=next_cursor, new_models=new_models, error=exc, backoff_s=backoff, notes=notes)
+        notes += client.notes
         wanted = [m for m in listed if watch.wanted(m)]
         new_models += [m for m in _new_since(wanted, mark, watch.first_poll_models) if m.id not in
                        {n.id for n in new_models}]
         advanced = _advance(mark, wanted)
         if advanced is not None:
             orgs[org] = advanced
-    return PollOutcome(cursor=HubCursor(orgs=orgs), new_models=new_models)
+    return PollOutcome(cursor=HubCursor(orgs=orgs), new_models=new_models, notes=notes)
 
 
 def hub_run_requests(models: list[HubModel], scenarios: list[str]) -> list[dg.RunRequest]:
@@ -214,6 +217,8 @@ def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
     if outcome.skipped_until is not None:
         return dg.SkipReason(f"backing off until {outcome.skipped_until.isoformat()} "
                              f"(after: {outcome.cursor.last_error})")
+    for note in outcome.notes:
+        context.log.warning(note)
     models = outcome.new_models
     have = set(context.instance.get_dynamic_partitions(MODELS.name)) if models else set()
     new_keys = [k for k in dict.fromkeys(partition_key_for(m.id) for m in models) if k not in have]

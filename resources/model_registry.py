@@ -95,12 +95,24 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
 
 
+def same_origin(base_url: str, url: str) -> bool:
+    """Whether `url` is on `base_url`'s origin (scheme, host and port, RFC 6454): the only place the token goes."""
+    try:
+        a, b = httpx.URL(base_url), httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return False
+    default = {"http": 80, "https": 443}
+    return (bool(b.scheme) and a.scheme == b.scheme and a.host == b.host
+            and (a.port or default.get(a.scheme)) == (b.port or default.get(b.scheme)))
+
+
 @dataclass
 class HubClient:
     base_url: str = "https://huggingface.co"
     token: str | None = None
     timeout_s: float = 10.0
     max_pages: int = 3
+    notes: list[str] = field(default_factory=list)  # what the last list_models left out and why (shown by the sensor)
 
     def _params(self, org: str, limit: int, pipeline_tag: str | None, library: str | None,
                 filters: list[str]) -> list[tuple[str, str]]:
@@ -115,7 +127,10 @@ class HubClient:
     def list_models(self, org: str, *, limit: int = 20, pipeline_tag: str | None = None, library: str | None = None,
                     filters: list[str] | None = None, stop_at: datetime | None = None) -> list[HubModel]:
         """Newest first. Follows the Link rel="next" pages while every model on the page is newer than `stop_at`
-        (so a burst of releases larger than `limit` is not missed), at most `max_pages` pages."""
+        (so a burst of releases larger than `limit` is not missed), at most `max_pages` pages. A next link to
+        another origin (another host or port, or plain http) is not followed: the token would go with it. httpx
+        drops the token itself on a redirect to another origin."""
+        self.notes = []
         headers = {"Accept": "application/json", "User-Agent": "wattbench-model-sensor"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -151,6 +166,12 @@ class HubClient:
                 out += page
                 next_url = response.links.get("next", {}).get("url")
                 if not next_url or not page or stop_at is None or min(m.created for m in page) <= stop_at:
+                    break
+                next_url = str(response.url.join(next_url))  # a relative link is on this origin
+                if not same_origin(self.base_url, next_url):
+                    self.notes.append(f"the Hub's next page link {next_url[:200]} is not on {self.base_url}; not "
+                                      "followed (the token goes to the Hub's own origin only), so releases beyond "
+                                      "this page are not listed")
                     break
                 url, params = next_url, None
         return out

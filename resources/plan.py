@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.safety import is_plain_name
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -24,8 +26,17 @@ class PlanError(ValueError):
     """A plan file that cannot be run, with a message naming the file, the field and what was expected."""
 
 
+# Upper bounds: a value past them is a typo or an attack, not a benchmark (1e400 reads as inf; a concurrency of 1e9
+# hung the load generator with nothing sent). The load generator applies the same concurrency bound.
+MAX_CONCURRENCY = 16384
+MAX_TOKENS = 1_048_576          # per prompt or output: 1M-token contexts
+MAX_WINDOW_S = 86400.0          # one load point's window, warm-up excluded
+MAX_RATE = 100_000.0            # requests/s
+MAX_USD_PER_HOUR = 10_000.0
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class EngineSpec(_Strict):
@@ -42,6 +53,15 @@ class EngineSpec(_Strict):
     gpus: list[int | str] | None = Field(
         None, min_length=1, description="the GPUs this engine runs on and is measured on (NVML indices or UUIDs), "
         "tp of them; omitted: the agent assigns free ones. Engines may name the same GPU (one is loaded at a time)")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        # the name becomes file names (the engine's log in the bundle, build logs) and report columns
+        if not is_plain_name(name):
+            raise ValueError(f"{name[:80]!r} is not a plain name; expected letters, digits, '.', '_' or '-', starting "
+                             "with a letter or digit, at most 64 characters (it names files and report columns)")
+        return name
 
     @field_validator("env")
     @classmethod
@@ -69,22 +89,25 @@ class LoadPoint(_Strict):
     """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them)."""
 
     shape: Literal["concurrency", "poisson", "gamma", "surge", "trace"]
-    concurrency: int | None = Field(None, ge=1)
-    rate: float | None = Field(None, gt=0)
-    burstiness: float | None = Field(None, gt=0)
-    surge_factor: float | None = Field(None, gt=0)
-    surge_start_s: float | None = Field(None, ge=0)
-    surge_duration_s: float | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    rate: float | None = Field(None, gt=0, le=MAX_RATE)
+    burstiness: float | None = Field(None, gt=0, le=1000)
+    surge_factor: float | None = Field(None, gt=0, le=1000)
+    surge_start_s: float | None = Field(None, ge=0, le=MAX_WINDOW_S)
+    surge_duration_s: float | None = Field(None, gt=0, le=MAX_WINDOW_S)
     trace_path: str | None = None
+
+
+DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s
 
 
 class Workload(_Strict):
     name: str
     api: Literal["chat", "completions"] = "chat"
-    input_tokens: int = Field(512, ge=1)
-    output_tokens: int = Field(128, ge=1)
-    warmup_s: float = Field(2.0, ge=0)
-    duration_s: float = Field(20.0, gt=0)
+    input_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    output_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
+    warmup_s: float = Field(2.0, ge=0, le=3600)
+    duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
     points: list[LoadPoint] = Field(min_length=1)
     sweep: dict[str, list[float]] | None = Field(
         None, description="expand each point over these values, e.g. {concurrency: [8, 32]}"
@@ -94,6 +117,24 @@ class Workload(_Strict):
         description="further load generator settings (LoadSpec fields: input_tokens_dist, dataset_path, "
         "shared_prefix_tokens, tokenizer, seed, timeout_s, ...)",
     )
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_within_bounds(cls, sweep: dict[str, list[float]] | None, info: ValidationInfo):
+        """Sweep values go through the point's own field bounds (model_copy alone would not check them)."""
+        numeric = {"concurrency", "rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s"}
+        for key, values in (sweep or {}).items():
+            if key not in numeric:
+                raise ValueError(f"sweep key {key!r} is not a load point field; expected some of "
+                                 f"{', '.join(sorted(numeric))}")
+            for point in info.data.get("points") or ():
+                for value in values:
+                    cast = int(value) if key == "concurrency" else float(value)
+                    try:
+                        LoadPoint.model_validate({**point.model_dump(exclude_none=True), key: cast})
+                    except ValidationError as exc:
+                        raise ValueError(f"{key}={cast}: {exc.errors()[0]['msg']}") from None
+        return sweep
 
     def expanded_points(self) -> list[LoadPoint]:
         if not self.sweep:
@@ -114,6 +155,10 @@ class Workload(_Strict):
                     "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
+            if spec["shape"] == "concurrency" and "ramp_s" not in self.load_options and self.warmup_s > 0:
+                # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
+                # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
+                spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
             if (spec.get("dataset_path") and "output_tokens" not in self.model_fields_set
                     and "output_tokens_dist" not in spec):
                 spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
@@ -137,28 +182,28 @@ def point_label(spec: dict[str, Any]) -> str:
 
 
 class Prices(_Strict):
-    gpu_hour_usd: float = Field(gt=0, description="price of one GPU-hour, $")
-    energy_kwh_usd: float = Field(0.12, ge=0)
-    pue: float = Field(1.3, ge=1)
+    gpu_hour_usd: float = Field(gt=0, le=MAX_USD_PER_HOUR, description="price of one GPU-hour, $")
+    energy_kwh_usd: float = Field(0.12, ge=0, le=100)
+    pue: float = Field(1.3, ge=1, le=10)
     label: str = "example prices; replace with your own"
 
 
 class Slo(_Strict):
-    ttft_ms: float | None = Field(None, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
-    e2e_ms: float | None = Field(None, gt=0)
+    ttft_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
+    tpot_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
+    e2e_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
 
 
 class CapacityProfile(_Strict):
     """The traffic to plan capacity for (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md)."""
 
-    steady_qps: float = Field(ge=0, description="requests/s of the steady baseline, served around the clock")
-    peak_qps: float = Field(gt=0, description="requests/s at the burst peak (>= steady_qps)")
+    steady_qps: float = Field(ge=0, le=1e7, description="requests/s of the steady baseline, served around the clock")
+    peak_qps: float = Field(gt=0, le=1e7, description="requests/s at the burst peak (>= steady_qps)")
     burst_hours_per_day: float = Field(4.0, ge=0, le=24, description="hours a day the elastic pool runs")
-    input_tokens: int | None = Field(None, ge=1, description="typical prompt length; None: every measured length")
-    output_tokens: int | None = Field(None, ge=1, description="typical output length; None: every measured length")
+    input_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="typical prompt length; None: every measured length")
+    output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="typical output length; None: every measured length")
     elastic_gpu_hour_usd: float | None = Field(
-        None, gt=0, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
+        None, gt=0, le=MAX_USD_PER_HOUR, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
 
     @model_validator(mode="after")
     def _peak_at_least_steady(self) -> "CapacityProfile":
@@ -169,7 +214,7 @@ class CapacityProfile(_Strict):
 
 class Validation(_Strict):
     max_error_rate: float = Field(0.01, ge=0, le=1)
-    min_energy_window_s: float = Field(20.0, ge=0)
+    min_energy_window_s: float = Field(20.0, ge=0, le=MAX_WINDOW_S)
     severity: dict[str, Literal["error", "warn"]] = Field(
         default_factory=dict, description="expectation name -> severity, overriding the suite's default"
     )
@@ -190,9 +235,9 @@ class Plan(_Strict):
                          "engines (A B A B), for 95% intervals on every figure")
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
     sampler_hz: float = Field(10.0, gt=0, le=100)
-    idle_baseline_s: float = Field(3.0, ge=0)
-    health_timeout_s: float = Field(600.0, gt=0)
-    warmup_requests: int = Field(0, ge=0, description="unrecorded requests sent once the engine is up")
+    idle_baseline_s: float = Field(3.0, ge=0, le=3600)
+    health_timeout_s: float = Field(600.0, gt=0, le=MAX_WINDOW_S)
+    warmup_requests: int = Field(0, ge=0, le=100_000, description="unrecorded requests sent once the engine is up")
     start_engines: Literal["one_by_one", "together"] = Field(
         "one_by_one", description="start the engines that run side by side one after another (each startup time "
         "clean) or together (faster; their startup times overlap)")

@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from resources.ingest_checks import RANGES
+
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 import great_expectations as gx  # noqa: E402
@@ -166,6 +168,43 @@ def _gpu_samples_prepare(df: pd.DataFrame) -> pd.DataFrame:
     return _gpu_energy_deltas(_nonfinite(df))
 
 
+# Ranges of the values that reach a figure: the same table as ingest's (resources/ingest_checks.RANGES), checked
+# again here on whatever reached the warehouse. Columns an older rule already covers keep that rule's name.
+_COVERED = {("requests", "tpot_ms"), ("gpu_samples", "power_w"), ("deployments", "startup_s"),
+            ("load_runs", "completed"), ("engine_builds", "tp"), ("deployments", "tp"), ("load_runs", "window_s")}
+_PREPARE_CACHE: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {}
+
+
+def _complete(table: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """A prepare step (one per table, so its rules share one GX batch): the range columns the frame lacks as NULL,
+    and `nonfinite_columns`."""
+    if table not in _PREPARE_CACHE:
+        columns = list(RANGES.get(table, {}))
+
+        def prepare(df: pd.DataFrame) -> pd.DataFrame:
+            df = _nonfinite(df)
+            missing = [c for c in columns if c not in df.columns]
+            return df.assign(**{c: None for c in missing}) if missing else df
+
+        _PREPARE_CACHE[table] = prepare
+    return _PREPARE_CACHE[table]
+
+
+def _finite_and_in_range(table: str) -> list[Rule]:
+    """`<table>.finite` (no NaN/Inf in any DOUBLE column; the sample names the columns) and one rule per column of
+    RANGES: `<col>_nonnegative`, `<col>_in_range` or `<col>_at_least_<n>`."""
+    prepare = _complete(table)
+    rules = [] if table == "gpu_samples" else [  # gpu_samples.no_nan is the same rule under its older name
+        Rule(f"{table}.finite", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", prepare)]
+    for column, (lo, hi) in RANGES.get(table, {}).items():
+        if (table, column) in _COVERED:
+            continue
+        name = ("nonnegative" if lo == 0 and hi is None else "in_range" if hi is not None else f"at_least_{lo:g}")
+        rules.append(Rule(f"{table}.{column}_{name}",
+                          E.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi), "error", prepare))
+    return rules
+
+
 def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float = 0.1) -> dict[str, list[Rule]]:
     """The rules of every table, with the plan's limits applied."""
     pv = plan_validation or {}
@@ -178,6 +217,7 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             Rule("engine_builds.status_ok", E.ExpectColumnValuesToBeInSet(column="status", value_set=["built", "cached", "no_build"])),
             Rule("engine_builds.hash_present", E.ExpectColumnValuesToNotBeNull(column="artifact_sha256", row_condition='status == "built"', condition_parser="pandas")),
             Rule("engine_builds.build_time_positive", E.ExpectColumnValuesToBeBetween(column="build_s", min_value=0, strict_min=True, row_condition='status == "built"', condition_parser="pandas")),
+            *_finite_and_in_range("engine_builds"),
         ],
         "deployments": [
             *_not_null("deployments", "run_id", "deployment_id", "engine"), _source("deployments"),
@@ -188,6 +228,7 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             Rule("deployments.version_known", E.ExpectColumnValuesToNotBeNull(column="engine_version", row_condition='status == "healthy"', condition_parser="pandas"), "warn"),
             Rule("deployments.version_checked", E.ExpectColumnValuesToBeInSet(column="version_checked", value_set=[True]), "warn"),
             Rule("deployments.hbm_within_gpu", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+            *_finite_and_in_range("deployments"),
         ],
         "load_runs": [
             *_not_null("load_runs", "run_id", "load_point_id", "window_s"), _source("load_runs"),
@@ -209,6 +250,9 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             Rule("load_runs.warmup_two_lifetimes", E.ExpectColumnValuesToBeBetween(column="warmup_lifetimes", min_value=2), "warn", _window_checks),
             # closed loop only: open-loop arrivals (poisson, gamma, surge, trace) vary by design
             Rule("load_runs.steady_window", E.ExpectColumnValuesToBeBetween(column="window_drift", max_value=0.05, row_condition='shape == "concurrency"', condition_parser="pandas"), "warn"),
+            # a window of no time makes every per-second figure infinite
+            Rule("load_runs.window_s_positive", E.ExpectColumnValuesToBeBetween(column="window_s", min_value=0, strict_min=True)),
+            *_finite_and_in_range("load_runs"),
         ],
         "requests": [
             *_not_null("requests", "run_id", "request_id", "load_point_id"), _source("requests"),
@@ -219,6 +263,7 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             Rule("requests.no_truncation", E.ExpectColumnValuesToNotBeInSet(column="error_kind", value_set=["truncated_prompt", "truncated_output"])),
             Rule("requests.sent_before_first_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_token_ns", column_B="sent_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
             Rule("requests.first_before_last_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="last_token_ns", column_B="first_token_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
+            *_finite_and_in_range("requests"),
         ],
         "gpu_samples": [
             *_not_null("gpu_samples", "run_id", "gpu_uuid", "t_ns"), _source("gpu_samples"),
@@ -229,9 +274,11 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
             # NaN/Inf is a broken reading (a value not measured is NULL); the sample names the columns.
             Rule("gpu_samples.no_nan", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", _gpu_samples_prepare),
             Rule("gpu_samples.hbm_within_total", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+            *_finite_and_in_range("gpu_samples"),
         ],
         "server_metrics": [
             *_not_null("server_metrics", "run_id", "metric", "t_ns", "value"), _source("server_metrics"),
+            *_finite_and_in_range("server_metrics"),
         ],
     }
 

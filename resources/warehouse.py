@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import duckdb
 
 from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest
+from resources.ingest_checks import check_bundle_files, ensure_natural_keys, mark_run, run_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
@@ -43,9 +44,17 @@ def default_db_path() -> Path:
     return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
 
 
+# A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
+# no network, and no way to switch that back on from inside the query.
+SANDBOX = {"enable_external_access": False, "autoinstall_known_extensions": False,
+           "autoload_known_extensions": False, "lock_configuration": True}
+
+
 @contextmanager
-def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds."""
+def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0,
+            sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds. `sandbox`:
+    the connection reaches nothing but this database (see SANDBOX)."""
     db = Path(path) if path else default_db_path()
     if read_only and not db.exists():
         raise WarehouseError(f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB")
@@ -55,10 +64,13 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait
     delay = 0.1
     while True:
         try:
-            con = duckdb.connect(str(db), read_only=read_only)
+            con = duckdb.connect(str(db), read_only=read_only, config=dict(SANDBOX) if sandbox else {})
             break
         except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+            if "lock" not in str(exc).lower():  # not a lock: a directory, not a DuckDB file, no permission, ...
+                raise WarehouseError(f"{db}: cannot open the warehouse ({str(exc).splitlines()[0]}); expected a DuckDB "
+                                     "database file, or a path where one can be made") from exc
+            if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", str(exc))
                 who = f" (held by process {holder.group(1)})" if holder else ""
                 raise WarehouseError(
@@ -82,6 +94,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         con.execute("ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
                     + _LABELS_TEXT_TO_MAP.format(col="labels"))
     con.execute((SQL_DIR / "views.sql").read_text())
+    ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
@@ -115,23 +128,6 @@ def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}
 
 
-def _check_columns(path: Path, allowed: set[str]) -> None:
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                keys = json.loads(line).keys()
-            except (json.JSONDecodeError, AttributeError) as exc:
-                raise BundleError(f"{path}:{lineno}: not a JSON object ({exc}); expected one row per line") from None
-            unknown = set(keys) - allowed
-            if unknown:
-                raise BundleError(
-                    f"{path}:{lineno}: unknown column(s) {', '.join(sorted(unknown))}; expected columns of "
-                    f"table {path.stem} in sql/schema.sql"
-                )
-
-
 def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None) -> dict[str, int]:
     """Load a result bundle in one transaction, replacing earlier rows of the same run and deployments.
 
@@ -143,8 +139,7 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
     run_id = run_id or manifest["run_id"]
     files = {t: folder / f"{t}.jsonl" for t in BUNDLE_TABLES if (folder / f"{t}.jsonl").exists()}
     types = {t: table_columns(con, t) for t in files}
-    for table, path in files.items():
-        _check_columns(path, set(types[table]))
+    check_bundle_files(files, types)  # file, line and reason for anything not loadable; nothing loaded then
 
     counts: dict[str, int] = {}
     con.execute("BEGIN TRANSACTION")
@@ -153,8 +148,9 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
             """INSERT INTO runs (run_id, source, host, clock_anchor_mono_ns, clock_anchor_unix_ns, status)
                VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING""",
             [run_id, manifest["source"], manifest.get("host"), manifest.get("clock_anchor_mono_ns"),
-             manifest.get("clock_anchor_unix_ns"), "running"],
+             manifest.get("clock_anchor_unix_ns"), run_status(manifest)],
         )
+        mark_run(con, run_id, manifest)
         deployment_ids: set[str] = set()
         for table, path in files.items():
             if table in _DEPLOYMENT_TABLES:

@@ -6,6 +6,6 @@ SELECT engine, workload, point_label, metric, better,
        base_value AS run_a, value AS run_b,
        round(100 * change_rel, 1) AS change_pct,
        round(100 * band_rel, 1)   AS band_pct,
-       repeats, flag, load_point_id
+       repeats, history_runs, band_from, flag, load_point_id
 FROM compare_points($run_b, $run_a)
 ORDER BY engine, workload, point_label, ord;

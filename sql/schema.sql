@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS runs (
     plan_sha256         VARCHAR,
     started_at          TIMESTAMP,
     finished_at         TIMESTAMP,
-    status              VARCHAR,            -- running | succeeded | failed
+    status              VARCHAR,            -- running | succeeded | failed | interrupted | ingested | incomplete (docs/RELIABILITY.md)
     host                VARCHAR,
     wattbench_version   VARCHAR,
     clock_anchor_mono_ns BIGINT,            -- perf_counter_ns() ...

@@ -295,64 +295,6 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
        END AS note
 FROM sized;
 
--- Load points of two runs side by side, one row per (load point, metric), with the noise band and a flag
--- (sql/regressions.sql, sql/compare_runs.sql; docs/REPORTS.md). A point is the same point in both runs when
--- (model, engine kind, config name, precision, tp, GPU, source, workload, point label) agree. Baseline: run
--- p_base, or, when p_base is NULL, the latest earlier run (by start time) that measured the same point. Runs whose
--- error-level validation failed (validation_results) serve neither as baseline nor as noise sample unless named.
--- Noise: robust relative stdev of the metric over every run of that point up to and including the baseline (2 or
--- more): 1.4826 x MAD / |median| (the stdev for normal noise, and one earlier step change does not widen it);
--- band = max(k x noise, floor_rel). Flag: |change| <= band 'within noise'; else 'REGRESSION' when the
--- change is in the worse direction, 'improvement' otherwise; 'no baseline' when the point was never measured before.
-CREATE OR REPLACE MACRO compare_points(p_new, p_base, k := 3.0, floor_rel := 0.05) AS TABLE
-WITH metrics(metric, better, ord) AS (VALUES
-        ('output_tok_s', 'higher', 1), ('goodput_requests_s', 'higher', 2), ('output_tokens_per_j', 'higher', 3),
-        ('ttft_p50_ms', 'lower', 4), ('ttft_p99_ms', 'lower', 5), ('tpot_p50_ms', 'lower', 6),
-        ('tpot_p99_ms', 'lower', 7), ('e2e_p99_ms', 'lower', 8), ('usd_per_1m_output_tokens', 'lower', 9)),
-long AS (
-    UNPIVOT (SELECT run_id, run_at, model, engine_kind, engine, precision, tp, gpu_name, source, workload, point_label,
-                    load_point_id, output_tok_s, goodput_requests_s, output_tokens_per_j, ttft_p50_ms, ttft_p99_ms,
-                    tpot_p50_ms, tpot_p99_ms, e2e_p99_ms, usd_per_1m_output_tokens
-             FROM v_load_points)
-    ON output_tok_s, goodput_requests_s, output_tokens_per_j, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms,
-       e2e_p99_ms, usd_per_1m_output_tokens
-    INTO NAME metric VALUE value),
-invalid AS (SELECT DISTINCT run_id FROM validation_results WHERE NOT success AND severity = 'error'),
-pts AS (
-    SELECT l.*, m.better, m.ord,
-           concat_ws('|', model, engine_kind, engine, precision, tp, gpu_name, source, workload, point_label) AS point_key
-    FROM long l JOIN metrics m USING (metric)
-    WHERE l.run_id = p_new OR l.run_id = p_base OR l.run_id NOT IN (SELECT run_id FROM invalid)),
-paired AS (
-    SELECT n.*, b.run_id AS base_run_id, b.run_at AS base_run_at, b.value AS base_value,
-           b.load_point_id AS base_load_point_id
-    FROM (SELECT * FROM pts WHERE run_id = p_new) n
-    LEFT JOIN pts b
-      ON b.point_key = n.point_key AND b.metric = n.metric AND b.run_id <> n.run_id
-     AND (CASE WHEN p_base IS NULL THEN b.run_at < n.run_at ELSE b.run_id = p_base END)
-    QUALIFY row_number() OVER (PARTITION BY n.point_key, n.metric ORDER BY b.run_at DESC NULLS LAST) = 1),
-noise AS (
-    SELECT p.point_key, p.metric, count(h.value) AS repeats,
-           CASE WHEN count(h.value) >= 2 THEN 1.4826 * mad(h.value) / nullif(abs(median(h.value)), 0) END AS noise_rel
-    FROM paired p
-    JOIN pts h ON h.point_key = p.point_key AND h.metric = p.metric AND h.run_id <> p.run_id
-              AND h.run_at <= p.base_run_at
-    GROUP BY ALL),
-judged AS (
-    SELECT p.*, coalesce(z.repeats, 0) AS repeats, z.noise_rel,
-           (p.value - p.base_value) / nullif(abs(p.base_value), 0) AS change_rel,
-           greatest(k * coalesce(z.noise_rel, 0), floor_rel) AS band_rel
-    FROM paired p LEFT JOIN noise z USING (point_key, metric))
-SELECT run_id, base_run_id, engine, engine_kind, workload, point_label, metric, better, base_value, value,
-       change_rel, repeats, noise_rel, band_rel,
-       CASE WHEN base_run_id IS NULL THEN 'no baseline'
-            WHEN change_rel IS NULL THEN 'not comparable'
-            WHEN abs(change_rel) <= band_rel THEN 'within noise'
-            WHEN (change_rel > 0) = (better = 'higher') THEN 'improvement'
-            ELSE 'REGRESSION' END AS flag,
-       load_point_id, base_load_point_id, model, precision, tp, gpu_name, source, ord
-FROM judged;
-
 -- The figures a user may act on, one row each: its label, unit and which direction is better.
 CREATE OR REPLACE VIEW v_metric_catalog AS
 SELECT * FROM (VALUES
@@ -395,6 +337,19 @@ CREATE OR REPLACE MACRO t975(df) AS
                              2.060, 2.056, 2.052, 2.048, 2.045, 2.042][df]
          WHEN df <= 40 THEN 2.021 WHEN df <= 60 THEN 2.000 WHEN df <= 120 THEN 1.980 ELSE 1.960 END;
 
+-- The figures that are one number per load run (one repeat of a point), in long form: what intervals over repeats
+-- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from.
+CREATE OR REPLACE VIEW v_repeat_figures AS
+UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat,
+                output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+                output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+                usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+         FROM v_load_points)
+ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+   output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+   usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
+INTO NAME metric VALUE value;
+
 -- Every figure of every point (one engine, workload and point label of a run), over its repeats, with its 95%
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
@@ -411,16 +366,6 @@ WITH attrs AS (
            any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
            min(window_s) AS min_window_s
     FROM v_load_points GROUP BY ALL),
-per_repeat AS (
-    UNPIVOT (SELECT run_id, deployment_id, workload, point_label, repeat,
-                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-             FROM v_load_points)
-    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-    INTO NAME metric VALUE value),
 over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
            avg(value) AS estimate,
@@ -429,7 +374,7 @@ over_repeats AS (
            stddev_samp(value) AS stdev, count(value) AS n, list(value ORDER BY repeat) AS per_repeat,
            CASE WHEN count(value) > 1 THEN 't interval over ' || count(value) || ' repeats'
                 ELSE 'one repeat: no interval' END AS method
-    FROM per_repeat GROUP BY ALL),
+    FROM v_repeat_figures GROUP BY run_id, deployment_id, workload, point_label, metric),
 latency AS (
     SELECT run_id, deployment_id, workload, point_label, metric, estimate, lo, hi, NULL::DOUBLE AS stdev,
            samples AS n, NULL::DOUBLE[] AS per_repeat, method
@@ -450,16 +395,7 @@ JOIN v_metric_catalog c USING (metric);
 -- interval on their logs; it is a difference only when that interval excludes 1. Latency percentiles (no pairing):
 -- a difference only when the two engines' 95% intervals do not overlap. Otherwise: 'no significant difference'.
 CREATE OR REPLACE VIEW v_engine_contrasts AS
-WITH pr AS (
-    UNPIVOT (SELECT run_id, engine, workload, point_label, repeat,
-                    output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-                    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-                    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-             FROM v_load_points)
-    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-    INTO NAME metric VALUE value),
+WITH pr AS (SELECT * FROM v_repeat_figures),
 paired AS (
     SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
            count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s
@@ -571,3 +507,67 @@ SELECT run_id, load_point_id,
        abs(second_half_tokens - first_half_tokens) / nullif((second_half_tokens + first_half_tokens) / 2, 0)
                                                                                        AS window_drift
 FROM tok GROUP BY ALL;
+
+-- Load points of two runs side by side, one row per (point, metric), with the band a change must leave and a flag
+-- (sql/regressions.sql, sql/compare_runs.sql; docs/REPORTS.md). A point is the same point in both runs when
+-- (model, engine kind, config name, precision, tp, GPU, source, workload, point label) agree; its figure in a run is
+-- the summary over that run's repeats (v_point_figures). Baseline: run p_base, or, when p_base is NULL, the latest
+-- earlier run (by start time) that measured the same point. Runs whose error-level validation failed
+-- (validation_results) serve neither as baseline nor as history unless named.
+-- The band comes from the repeats where both runs have 95% intervals (band_from 'repeat intervals'): band = the two
+-- intervals' half-widths added, relative to the baseline, and a change is a change only when the intervals do not
+-- overlap. Where either run has no interval (one repeat of a repeat-level figure), from the run history
+-- (band_from 'run history'): noise = 1.4826 x MAD / |median| of the figure over every run of that point up to and
+-- including the baseline (2 or more), band = max(k x noise, floor_rel). Flag: inside the band 'within noise';
+-- beyond it 'REGRESSION' in the worse direction, 'improvement' otherwise; 'no baseline' when never measured before.
+CREATE OR REPLACE MACRO compare_points(p_new, p_base, k := 3.0, floor_rel := 0.05) AS TABLE
+WITH metrics(metric, better, ord) AS (VALUES
+        ('output_tok_s', 'higher', 1), ('goodput_requests_s', 'higher', 2), ('output_tokens_per_j', 'higher', 3),
+        ('ttft_p50_ms', 'lower', 4), ('ttft_p99_ms', 'lower', 5), ('tpot_p50_ms', 'lower', 6),
+        ('tpot_p99_ms', 'lower', 7), ('e2e_p99_ms', 'lower', 8), ('usd_per_1m_output_tokens', 'lower', 9)),
+invalid AS (SELECT DISTINCT run_id FROM validation_results WHERE NOT success AND severity = 'error'),
+pts AS (
+    SELECT f.run_id, f.run_at, f.model, f.engine_kind, f.engine, f.precision, f.tp, f.gpu_name, f.source, f.workload,
+           f.point_label, f.engine || ':' || f.workload || ':' || f.point_label AS load_point_id, f.metric,
+           f.estimate AS value, f.lo, f.hi, f.repeats, m.better, m.ord,
+           concat_ws('|', f.model, f.engine_kind, f.engine, f.precision, f.tp, f.gpu_name, f.source, f.workload,
+                     f.point_label) AS point_key
+    FROM v_point_figures f JOIN metrics m USING (metric)
+    WHERE f.run_id = p_new OR f.run_id = p_base OR f.run_id NOT IN (SELECT run_id FROM invalid)),
+paired AS (
+    SELECT n.*, b.run_id AS base_run_id, b.run_at AS base_run_at, b.value AS base_value, b.lo AS base_lo,
+           b.hi AS base_hi, b.load_point_id AS base_load_point_id
+    FROM (SELECT * FROM pts WHERE run_id = p_new) n
+    LEFT JOIN pts b
+      ON b.point_key = n.point_key AND b.metric = n.metric AND b.run_id <> n.run_id
+     AND (CASE WHEN p_base IS NULL THEN b.run_at < n.run_at ELSE b.run_id = p_base END)
+    QUALIFY row_number() OVER (PARTITION BY n.point_key, n.metric ORDER BY b.run_at DESC NULLS LAST) = 1),
+noise AS (
+    SELECT p.point_key, p.metric, count(h.value) AS history_runs,
+           CASE WHEN count(h.value) >= 2 THEN 1.4826 * mad(h.value) / nullif(abs(median(h.value)), 0) END AS noise_rel
+    FROM paired p
+    JOIN pts h ON h.point_key = p.point_key AND h.metric = p.metric AND h.run_id <> p.run_id
+              AND h.run_at <= p.base_run_at
+    GROUP BY ALL),
+judged AS (
+    SELECT p.*, coalesce(z.history_runs, 0) AS history_runs, z.noise_rel,
+           (p.value - p.base_value) / nullif(abs(p.base_value), 0) AS change_rel,
+           p.lo IS NOT NULL AND p.hi IS NOT NULL AND p.base_lo IS NOT NULL AND p.base_hi IS NOT NULL
+             AND NOT isnan(p.lo) AND NOT isnan(p.base_lo) AS by_intervals
+    FROM paired p LEFT JOIN noise z USING (point_key, metric)),
+banded AS (
+    SELECT *,
+           CASE WHEN by_intervals THEN ((hi - lo) / 2 + (base_hi - base_lo) / 2) / nullif(abs(base_value), 0)
+                ELSE greatest(k * coalesce(noise_rel, 0), floor_rel) END AS band_rel,
+           CASE WHEN by_intervals THEN 'repeat intervals' ELSE 'run history' END AS band_from
+    FROM judged)
+SELECT run_id, base_run_id, engine, engine_kind, workload, point_label, metric, better, base_value, value,
+       change_rel, repeats, history_runs, noise_rel, band_rel, band_from,
+       CASE WHEN base_run_id IS NULL THEN 'no baseline'
+            WHEN change_rel IS NULL THEN 'not comparable'
+            WHEN by_intervals AND lo <= base_hi AND hi >= base_lo THEN 'within noise'
+            WHEN NOT by_intervals AND abs(change_rel) <= band_rel THEN 'within noise'
+            WHEN (change_rel > 0) = (better = 'higher') THEN 'improvement'
+            ELSE 'REGRESSION' END AS flag,
+       load_point_id, base_load_point_id, model, precision, tp, gpu_name, source, ord
+FROM banded;

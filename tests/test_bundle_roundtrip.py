@@ -12,12 +12,13 @@ from wattbench_agent.bundle import BundleError, BundleWriter
 from resources.warehouse import connect, ingest_bundle
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)
+duration = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=0, max_value=1e12)
 maybe = lambda s: st.none() | s  # noqa: E731
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 request_rows = st.lists(
     st.fixed_dictionaries({
-        "ttft_ms": maybe(finite), "e2e_ms": maybe(finite), "tpot_ms": maybe(finite),
+        "ttft_ms": maybe(duration), "e2e_ms": maybe(duration), "tpot_ms": maybe(duration),
         "prompt_tokens": maybe(st.integers(0, 2**31 - 1)), "completion_tokens": maybe(st.integers(0, 2**31 - 1)),
         "finish_reason": maybe(text), "error_kind": maybe(text), "error_text": maybe(text),
         "http_status": maybe(st.integers(100, 599)),
@@ -55,6 +56,29 @@ def test_requests_round_trip(tmp_path_factory, rows):
                 assert list(have) == value, key
             else:
                 assert have == value, key
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=request_rows, bad_at=st.integers(0, 19), column=st.sampled_from(["ttft_ms", "e2e_ms", "tpot_ms"]),
+       value=finite.filter(lambda v: v < 0) | st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+def test_a_negative_or_non_finite_duration_is_refused_whole(tmp_path_factory, rows, bad_at, column, value):
+    """Ingest takes the rows whole or not at all: one negative or non-finite duration anywhere is named by its
+    line, and nothing of the bundle is loaded."""
+    tmp = tmp_path_factory.mktemp("bad")
+    bad_at = bad_at % len(rows)
+    with BundleWriter(tmp / "b", run_id="r", source="emulated") as w:
+        w.write("requests", [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)}
+                             for i, r in enumerate(rows)])
+    path = tmp / "b" / "requests.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[bad_at])
+    row[column] = value
+    lines[bad_at] = json.dumps(row)  # json.dumps writes NaN / Infinity as the tokens other writers use
+    path.write_text("\n".join(lines) + "\n")
+    with connect(tmp / "w.duckdb") as con:
+        with pytest.raises(BundleError, match=rf"requests.jsonl:{bad_at + 1}: {column}"):
+            ingest_bundle(con, tmp / "b")
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
 
 
 def test_disk_full_keeps_what_was_written(tmp_path, monkeypatch):

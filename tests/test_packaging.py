@@ -5,6 +5,7 @@ is installed, the tokenizer extra works, and the `[tool.dg]` block is backed by 
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.metadata as md
 import os
 import re
@@ -32,13 +33,26 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def parse(source: str) -> ast.Module:
+    """ast.parse with the garbage collector held off: on CPython 3.11 a finalizer that runs inside ast.parse (a
+    Dagster instance's SQLAlchemy pool left by an earlier test, say) fails it with "SystemError: AST constructor
+    recursion depth mismatch"."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def imported_distributions(dirs) -> dict[str, set[str]]:
     pkgs = md.packages_distributions()
     out: dict[str, set[str]] = {}
     own = {"assets", "pipelines", "resources", "wattbench_agent", "benchmarks", "tests"}
     for d in dirs:
         for f in (ROOT / d).rglob("*.py"):
-            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            for node in ast.walk(parse(f.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

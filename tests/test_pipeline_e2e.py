@@ -2,6 +2,7 @@
 figures agree with the rows they come from; and that a failing blocking check stops the reports."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -104,8 +105,11 @@ def test_html_report_is_offline_and_marked_emulated(smoke_run):
     result, _, tmp = smoke_run
     html = (tmp / "runs" / result.run_id / "report.html").read_text()
     assert "EMULATED" in html and "Head to head" in html
-    assert "<script" not in html and "http://" not in html and "https://" not in html  # nothing fetched
-    assert html.count("data:image/png;base64,") == 5  # 4 load-point pictures + the capacity plan
+    # nothing fetched: scripts are inline (the Vega bundle and the chart specs), no src/href leaves the file
+    assert all("src" not in attrs for attrs in re.findall(r"<script\b([^>]*)>", html))
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|<link\b|@import""", html, re.IGNORECASE)
+    assert html.count("class='chart'") == 5           # interactive charts (tests/browser/test_report_html.py)
+    assert html.count("data:image/png;base64,") == 6  # 5 load-point pictures + the capacity plan
 
 
 def test_validation_results_recorded(smoke_run):

@@ -31,10 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         from dagster_pipes import open_dagster_pipes
 
         from wattbench_agent.cli import stop_on_sigterm
+        from wattbench_agent.procs import die_with_parent
         from wattbench_agent.runner import run_spec
         from wattbench_agent.wire import AgentSpec
 
         stop_on_sigterm()  # a terminated Dagster run stops the engine and leaves a loadable bundle
+        die_with_parent()  # and so does one killed outright (SIGKILL): the kernel sends SIGTERM when it dies
         with open_dagster_pipes() as pipes:
             spec = AgentSpec.from_dict(pipes.get_extra("spec"))
             out = run_spec(spec, log=pipes.log.info, report=pipes.report_custom_message)

@@ -15,10 +15,13 @@ import json
 import math
 import os
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from wattbench_agent import procs
 
 BUNDLE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -86,6 +89,8 @@ class BundleWriter:
             "clock_anchor_unix_ns": time.time_ns(),
             "complete": False,
             "errors": [],
+            # the writing process (the agent), for the reaper of a run whose process is gone (wattbench_agent.procs)
+            "processes": {"agent": procs.identity()},
             **manifest_extra,
         }
         if self.set_aside is not None:
@@ -196,22 +201,65 @@ def set_aside_attempt(path: str | os.PathLike) -> Path | None:
     return dest
 
 
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few KiB; more is not a manifest
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words (for messages)."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def regular_file(path: Path, what: str) -> os.stat_result:
+    """The stat of `path` (links followed) if it is a regular file; BundleError otherwise. Reading a FIFO would wait
+    forever and a device like /dev/zero would never end."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing; expected {what}") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot be read ({exc.strerror or exc}); expected {what}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{path}: not a regular file ({file_kind(st.st_mode)}); expected {what}")
+    return st
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     folder = Path(path)
     manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
+    if not manifest_path.exists() and not manifest_path.is_symlink():
         raise BundleError(f"{folder}: no {MANIFEST}; expected a wattbench result bundle folder")
+    st = regular_file(manifest_path, "the bundle's JSON manifest")
+    if st.st_size > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{manifest_path}: {st.st_size} bytes; expected a JSON manifest of at most "
+                          f"{MAX_MANIFEST_BYTES >> 10} KiB")
+    raw = manifest_path.read_bytes()[:MAX_MANIFEST_BYTES + 1]
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{manifest_path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "expected a JSON manifest") from None
+    try:
+        manifest = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{manifest_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{manifest_path}: a JSON {type(manifest).__name__}; expected a JSON object of manifest "
+                          "fields (bundle_version, run_id, source, complete, ...)")
     if manifest.get("bundle_version") != BUNDLE_VERSION:
         raise BundleError(
             f"{manifest_path}: bundle_version {manifest.get('bundle_version')!r}; this wattbench reads {BUNDLE_VERSION}"
         )
     for key in ("run_id", "source"):
-        if not manifest.get(key):
-            raise BundleError(f"{manifest_path}: field {key!r} missing; expected a non-empty string")
+        if not manifest.get(key) or not isinstance(manifest[key], str):
+            raise BundleError(f"{manifest_path}: field {key!r} is {manifest.get(key)!r:.80}; expected a non-empty string")
+    if not isinstance(manifest.get("complete", False), bool):
+        raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
+    if not isinstance(manifest.get("errors", []), list):
+        raise BundleError(f"{manifest_path}: field 'errors' is {manifest['errors']!r:.80}; expected a list")
     return manifest
 
 

@@ -6,7 +6,8 @@ the agent scrapes at each load point's window edges (`scrape_edge`), so the engi
 histograms can be differenced over exactly the client's steady-state window (sql/views.sql v_client_vs_server).
 Periodic scrapes keep gauges, counters and histogram sums and counts but not histogram buckets: vLLM 0.25's page
 holds several hundred bucket samples, which at 1 Hz would outweigh every other table of a bundle; the edge
-scrapes keep everything.
+scrapes keep everything. No scrape keeps the `_created` timestamps prometheus_client serves beside each counter and
+histogram (parse_prometheus).
 
 Agent-side code: httpx and prometheus_client only.
 """
@@ -22,14 +23,28 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 
+# Families that carry an OpenMetrics creation timestamp, `<name>_created`, next to their samples.
+_CREATED_FAMILIES = ("counter", "histogram", "summary", "gaugehistogram")
+
+
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(sample name, labels, value) for every sample of a Prometheus text exposition; NaN samples dropped."""
+    """(sample name, labels, value) for every sample of a Prometheus text exposition. Dropped: samples that are not
+    finite (NaN, +-Inf: no measurement, and the bundle refuses them), and
+    the `<name>_created` sample of each counter, histogram and summary - the Unix time the series was created, which
+    prometheus_client (and so vLLM and SGLang) serves beside every one of them, as a gauge family of that name in
+    the text format and as a sample of the family in OpenMetrics; a timestamp, not a measurement (45 of the 420
+    samples of vLLM 0.25.0's page)."""
+    families = list(text_string_to_metric_families(text))
+    timed = {f.name for f in families if f.type in _CREATED_FAMILIES}
     out = []
-    for family in text_string_to_metric_families(text):
+    for family in families:
         for sample in family.samples:
+            name = sample.name
+            if name.endswith("_created") and name[: -len("_created")] in timed:
+                continue
             value = float(sample.value)
-            if not math.isnan(value):
-                out.append((sample.name, dict(sample.labels), value))
+            if math.isfinite(value):
+                out.append((name, dict(sample.labels), value))
     return out
 
 

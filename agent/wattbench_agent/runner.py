@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
+from wattbench_agent import procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
@@ -35,6 +36,7 @@ from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.metrics_scrape import MetricsScraper
+from wattbench_agent.safety import file_name, redact_url
 from wattbench_agent.telemetry import open_sampler
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
 
@@ -79,9 +81,28 @@ class Deployment:
         return self.spec.deployment_id
 
     def fail(self, kind: str, text: str) -> None:
-        self.row["error_kind"], self.row["error_text"] = kind, text[-2000:]
+        self.row["error_kind"], self.row["error_text"] = kind, clip_error(text)
         self.row["status"] = "failed"
         self.alive = False
+
+
+def clip_error(text: str, limit: int = 2000) -> str:
+    """An error text within `limit` characters: its first line (what happened, and why) and as much of the rest
+    (a log tail) as fits, from the end."""
+    if len(text) <= limit:
+        return text
+    head, _, rest = text.partition("\n")
+    head = head[: limit // 2]
+    return f"{head}\n...{rest[-(limit - len(head) - 4):]}"
+
+
+def with_hint(adapter: EngineAdapter, text: str) -> str:
+    """A start failure's text with the engine's advice for it, if it has one, after the first line."""
+    hint = adapter.start_failure_hint(text)
+    if not hint:
+        return text
+    head, _, rest = text.partition("\n")
+    return f"{head}\nhint: {hint}" + (f"\n{rest}" if rest else "")
 
 
 def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
@@ -172,12 +193,12 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             except httpx.HTTPError as exc:
                 what = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
                         else f"{type(exc).__name__}: {exc}")
-                raise DeployError("unreachable", f"GET {url}/v1/models {what}; expected an OpenAI-compatible "
+                raise DeployError("unreachable", f"GET {redact_url(url)}/v1/models {what}; expected an OpenAI-compatible "
                                                  "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
             d.row["startup_s"] = None  # attached, not started: startup not measured
-            d.url = d.row["url"] = url
+            d.url, d.row["url"] = url, redact_url(url)  # the row never holds a URL's user:password@
         else:
-            log_path = Path(writer.path) / "logs" / f"{d.id}.log"
+            log_path = Path(writer.path) / "logs" / file_name(d.id, ".log")  # an id like ../x stays in the bundle
             env = dict(dep.env)
             if d.gpus:
                 env.update(visible_devices_env(d.gpus))
@@ -189,6 +210,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
             log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
             server.start()
+            procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
         d.fail(getattr(exc, "kind", "unreachable"), str(exc))
         log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
@@ -203,8 +225,9 @@ def await_deployment(d: Deployment, log: Log) -> None:
         try:
             d.row["startup_s"] = server.wait_healthy(adapter.health_path, d.spec.health_timeout_s)
         except (DeployError, httpx.HTTPError, OSError) as exc:
-            d.fail(getattr(exc, "kind", "unreachable"), str(exc))
-            log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): {str(exc).splitlines()[0]}")
+            text = with_hint(adapter, str(exc))
+            d.fail(getattr(exc, "kind", "unreachable"), text)
+            log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): " + "\n".join(text.splitlines()[:2]))
             return
         d.url = d.row["url"] = server.url
         log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {d.url}")

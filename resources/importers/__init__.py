@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wattbench_agent.safety import redact_url
+
 SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 PCT_KEYS = ("p50", "p90", "p95", "p99", "p999", "mean", "stdev")
 
@@ -176,7 +178,7 @@ def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str |
     dep_row = {
         "run_id": rid, "source": source, "deployment_id": dep_id, "model": run.model, "engine": engine or "external",
         "config_name": cfg_name, "precision": precision, "tp": tp, "gpu_name": gpu_name, "n_gpus": tp,
-        "target": "external", "url": run.url, "status": "healthy", "telemetry_source": "none",
+        "target": "external", "url": redact_url(run.url), "status": "healthy", "telemetry_source": "none",
         "config": {"imported_from": run.tool, "tool_version": run.tool_version, "file": str(run.path),
                    "sha256": run.sha256, "notes": run.notes, **run.config},
     }

@@ -3,7 +3,8 @@ fixtures of data/hub_responses.json (not recordings of live responses; see the f
 
 Tests script it per organisation: `hub.serve("meta-llama", "meta-llama/v2")` serves that fixture for
 `GET /api/models?author=meta-llama...`; `hub.fail("Qwen", 429, retry_after="120")`, `hub.fail(..., 500)` and
-`hub.stall(org, seconds)` make it misbehave; `hub.requests` records every query received.
+`hub.stall(org, seconds)` make it misbehave; `hub.requests` records every query received (and its
+Authorization header, under "authorization").
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class FakeHub:
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 query = parse_qs(url.query)
-                hub.requests.append({"path": [url.path], **query})
+                hub.requests.append({"path": [url.path], "authorization": [self.headers.get("Authorization")], **query})
                 if url.path != "/api/models":
                     return self._send(404, {"error": "not found"})
                 org = (query.get("author") or [""])[0]
@@ -41,8 +42,9 @@ class FakeHub:
                 headers = dict(route.get("headers") or {})
                 if route.get("next") and "cursor" not in query:
                     base = f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
-                    headers["Link"] = f'<{base}/api/models?author={org}&cursor=p2>; rel="next"'
-                body = route["next"] if "cursor" in query else route.get("body", [])
+                    target = route.get("next_url") or f"{base}/api/models?author={org}&cursor=p2"
+                    headers["Link"] = f'<{target}>; rel="next"'
+                body = route["next"] if "cursor" in query and "next" in route else route.get("body", [])
                 self._send(route.get("status", 200), body, headers)
 
             def _send(self, status: int, body, headers: dict | None = None) -> None:
@@ -67,9 +69,11 @@ class FakeHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def serve(self, org: str, fixture: str, next_fixture: str | None = None) -> None:
+    def serve(self, org: str, fixture: str, next_fixture: str | None = None, next_url: str | None = None) -> None:
+        """`next_url`: where the Link rel="next" header points (default: this server's second page)."""
         self.routes[org] = {"status": 200, "body": FIXTURES[fixture],
-                            **({"next": FIXTURES[next_fixture]} if next_fixture else {})}
+                            **({"next": FIXTURES[next_fixture]} if next_fixture else {}),
+                            **({"next_url": next_url} if next_url else {})}
 
     def fail(self, org: str, status: int, retry_after: str | None = None) -> None:
         self.routes[org] = {"status": status, "body": {"error": "fixture failure"},

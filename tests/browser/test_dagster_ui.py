@@ -1,11 +1,12 @@
 """The Dagster UI in a real browser: `dagster dev` on a loopback port over this code location, opened in Debian's
 headless Chromium through Playwright. Finds every stage on the asset graph, launches a materialization of the plan
 through the UI's "Materialize all" dialog (picking the (model, scenario) partition), waits for the run to succeed,
-and checks that the report's tables and pictures show on the html_report and head_to_head asset pages. Then
-launches a backfill over two models of the scenario from the same dialog ("Launch backfill"), opens the backfill's
-page from the toast and waits for both partitions' runs to succeed.
+and checks that the report's tables and pictures show on the html_report and head_to_head asset pages, and that
+the run's HTML report renders its interactive charts offline (nothing fetched). Then launches a backfill over two
+models of the scenario from the same dialog ("Launch backfill"), opens the backfill's page from the toast and waits
+for both partitions' runs to succeed.
 Screenshots go to docs/img/ (ui-asset-graph.png, ui-run-success.png, ui-asset-head-to-head.png, ui-asset-report.png,
-ui-backfill.png) for `make test-browser`, else to WATTBENCH_SCREENSHOTS_DIR (/tmp/wattbench-ui-screenshots).
+report-html.png, ui-backfill.png) for `make test-browser`, else to WATTBENCH_SCREENSHOTS_DIR (/tmp/wattbench-ui-screenshots).
 
 The plan is the small tests/data/smoke_plan.yaml (WATTBENCH_PLAN), so its stem `smoke_plan` is a scenario of the
 served code location and the run takes well under a minute. Skips (with the reason) without /usr/bin/chromium or
@@ -241,6 +242,28 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     assert page.evaluate("img => img.naturalWidth", plot.first.element_handle()) > 100  # the PNG decoded
     page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "ui-asset-report.png"))
+
+    # 5. the run's own HTML report: every interactive chart renders with the network cut (nothing fetched)
+    report = tmp / "runs" / run["runId"] / "report.html"
+    assert report.exists(), f"no {report}"
+    offline = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+    try:
+        rp = offline.new_page()
+        fetched: list[str] = []
+        rp.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://")
+                 else (fetched.append(r.request.url), r.abort()))
+        rp.goto(report.as_uri())
+        rp.wait_for_function("() => window.wattbenchCharts && Object.keys(window.wattbenchCharts).length === "
+                             "document.querySelectorAll('div.chart').length", timeout=60_000)
+        charts = rp.locator("div.chart")
+        assert charts.count() >= 4 and rp.locator("div.chart.vega-embed").count() == charts.count()
+        assert rp.locator("div.chart canvas, div.chart svg").count() >= charts.count()
+        assert rp.locator(".chart-error").count() == 0 and fetched == [], fetched
+        rp.locator("div.chart[data-chart='throughput vs latency']").scroll_into_view_if_needed()
+        rp.wait_for_timeout(500)
+        rp.screenshot(path=str(SHOTS / "report-html.png"))
+    finally:
+        offline.close()
 
 
 BACKFILL = """query($id: String!) { partitionBackfillOrError(backfillId: $id) {

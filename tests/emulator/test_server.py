@@ -104,12 +104,70 @@ def test_metrics_parse(vllm_server):
     names = {k[0] for k in m}
     for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
               "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-              "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count"):
+              "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
+              "vllm:request_time_per_output_token_seconds_count"):
         assert n in names, n
     gen = [v for (n, _), v in m.items() if n == "vllm:generation_tokens_total"][0]
     assert gen >= 5
     buckets = [v for (n, _), v in m.items() if n == "vllm:time_to_first_token_seconds_bucket"]
     assert buckets == sorted(buckets)
+
+
+REAL_PAGE = ROOT / "tests" / "engines" / "data" / "vllm-metrics-0.25.0.txt"
+
+
+def families(text: str) -> dict[str, dict]:
+    """name -> {"type", "help", "labels": label names of its samples (less le), "buckets": le values} per family."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for f in text_string_to_metric_families(text):
+        out[f.name] = {"type": f.type, "help": f.documentation,
+                       "labels": {k for s in f.samples for k in s.labels if k not in ("le", "finished_reason")},
+                       "buckets": [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")],
+                       "reasons": sorted({s.labels["finished_reason"] for s in f.samples
+                                          if "finished_reason" in s.labels})}
+    return out
+
+
+@pytest.mark.parametrize("profile", ["vllm-like", "trtllm-like"])
+def test_metrics_speak_vllm_025(profile, vllm_server, trt_server):
+    """Every vllm:* family the emulator serves is one real vLLM 0.25.0 serves (tests/engines/data), with its type,
+    HELP text, labels and histogram buckets; deprecated names are gone; every name wattbench reads is there."""
+    from wattbench_agent.engines.vllm import METRICS, metric_name
+
+    url = vllm_server if profile == "vllm-like" else trt_server
+    httpx.post(url + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "a b c", "max_tokens": 9}, timeout=30)
+    real = families(REAL_PAGE.read_text())
+    page = httpx.get(url + "/metrics").text
+    emulated = {n: f for n, f in families(page).items() if n.startswith("vllm:")}
+    assert emulated and set(emulated) <= set(real), sorted(set(emulated) - set(real))
+    for name, fam in emulated.items():
+        assert fam == real[name], name
+    m = parse_prometheus(page)
+    samples = {n for n, _ in m}
+    for what, names in METRICS.items():  # what wattbench reads, under its 0.25 name
+        assert metric_name(samples, what) == names[0], what
+    assert "vllm:gpu_cache_usage_perc" not in page and "vllm:time_per_output_token_seconds" not in page
+    tpot_n = [v for (n, _), v in m.items() if n == "vllm:request_time_per_output_token_seconds_count"][0]
+    e2e_n = [v for (n, _), v in m.items() if n == "vllm:e2e_request_latency_seconds_count"][0]
+    assert tpot_n == e2e_n >= 1  # one per finished request, as vLLM observes it
+
+
+def test_version_says_what_it_emulates(vllm_server, trt_server):
+    from wattbench_agent.emulator.profiles import EMULATOR_VERSION
+
+    v = httpx.get(vllm_server + "/version").json()
+    assert v == {"version": f"wattbench-emulator-{EMULATOR_VERSION}", "emulates": "vllm 0.25.0",
+                 "profile": "vllm-like", "source": "emulated"}
+    t = httpx.get(trt_server + "/version").json()
+    assert t["emulates"] == "tensorrt-llm 0.18.2" and t["version"] == v["version"]
+    from wattbench_agent.engines.vllm import VllmAdapter
+    from wattbench_agent.engines.trtllm import TrtllmAdapter
+
+    # the releases named are the ones wattbench's adapters were checked against
+    assert v["emulates"].split()[1] in VllmAdapter.checked_versions
+    assert t["emulates"].split()[1] == TrtllmAdapter.follows_version
 
 
 def test_telemetry_schema_and_energy_monotone(vllm_server):

@@ -31,11 +31,15 @@ class FakeEngines:
     def gpu(self, spec: dict[str, str]) -> None:
         self.set(**spec)
 
-    def calls(self, prog: str | None = None) -> list[list[str]]:
+    def records(self, prog: str | None = None) -> list[dict]:
+        """Every start of a fake engine: prog, argv, pid and the GPU environment it saw."""
         if not self.argv_log.exists():
             return []
         rows = [json.loads(line) for line in self.argv_log.read_text().splitlines() if line.strip()]
-        return [r["argv"] for r in rows if prog is None or r["prog"] == prog]
+        return [r for r in rows if prog is None or r["prog"] == prog]
+
+    def calls(self, prog: str | None = None) -> list[list[str]]:
+        return [r["argv"] for r in self.records(prog)]
 
 
 @pytest.fixture

@@ -127,6 +127,16 @@ def test_start_failures_are_classified():
     assert classify_start_failure("KeyError: 'x'") == "start_failed"
 
 
+def test_a_long_start_failure_keeps_its_first_line_and_the_log_tail():
+    from wattbench_agent.runner import clip_error
+
+    head = "server exited with code 1 before it was healthy: ModuleNotFoundError: No module named 'flashinfer'"
+    text = head + "\n" + "".join(f"log line {i}\n" for i in range(500)) + "last line"
+    clipped = clip_error(text)
+    assert len(clipped) <= 2000 and clipped.startswith(head + "\n...") and clipped.endswith("log line 499\nlast line")
+    assert clip_error("short\ntext") == "short\ntext"
+
+
 def test_agent_side_imports_no_dagster_duckdb_or_gx():
     code = ("import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, wattbench_agent.engines.failures, "
             "wattbench_agent.deploy.local, wattbench_agent.deploy.kubernetes; "

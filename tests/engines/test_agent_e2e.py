@@ -118,3 +118,41 @@ def test_truncate_scenario_and_sglang_serves(fake_engines, tmp_path):
     (argv,) = fake_engines.calls("sglang")
     assert argv[argv.index("--quantization") + 1] == "fp8" and "--enable-metrics" in argv
     assert argv[argv.index("--context-length") + 1] == "4096"
+
+
+def test_vllm_025_without_flashinfer_fails_with_its_cause_and_starts_with_the_plan_env(fake_engines, tmp_path):
+    """The fake vllm as 0.25 starts: its sampler really imports flashinfer (absent here) unless the engine's env says
+    VLLM_USE_FLASHINFER_SAMPLER=0, as on the H200 node. The failed deployment names the module and the fix; the
+    one with the plan's env starts, says its version, and gives every startup phase."""
+    fake_engines.set(FAKE_VLLM_VERSION="0.25.0", VLLM_USE_FLASHINFER_SAMPLER=None)
+
+    def vllm(name: str) -> EngineConfig:
+        return EngineConfig(engine="vllm", model=MODEL, config_name=name, precision="bf16", tp=1,
+                            options={"served_model_name": name})
+
+    spec = {"run_id": "r-025", "source": "measured", "out": str(tmp_path / "b025"), "deployments": [
+        dep("nofi", vllm("nofi"), point("nofi")),
+        dep("ok", vllm("ok"), point("ok"), env={"VLLM_USE_FLASHINFER_SAMPLER": "0"})]}
+    logs: list[str] = []
+    bundle = run_spec(spec, log=logs.append)
+    deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}
+
+    failed = deployments["nofi"]
+    assert (failed["status"], failed["error_kind"]) == ("failed", "start_failed")
+    first, second, *rest = failed["error_text"].splitlines()
+    assert first == ("server exited with code 1 before it was healthy: "
+                     "ModuleNotFoundError: No module named 'flashinfer'")
+    assert second.startswith("hint: ") and "VLLM_USE_FLASHINFER_SAMPLER=0" in second
+    assert "Engine core initialization failed" in "\n".join(rest)  # the log tail is kept too
+    assert any("FAILED to start (start_failed)" in m and "flashinfer" in m for m in logs)
+    assert not any(r["deployment_id"] == "nofi" for r in rows(bundle, "load_runs"))
+
+    ok = deployments["ok"]
+    assert ok["status"] == "healthy" and ok["config"]["env"] == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    assert (ok["engine_version"], ok["engine_version_source"], ok["version_checked"]) == ("0.25.0", "/version", True)
+    assert ok["config"]["startup_phases"] == {"weights_load_s": 0.051, "weights_read_s": 0.02, "compile_s": 0.03,
+                                              "cuda_graph_capture_s": 0.0, "engine_init_s": 0.08}
+    (run,) = rows(bundle, "load_runs")
+    assert run["status"] == "ok" and run["completed"] > 0
+    metrics = {r["metric"] for r in rows(bundle, "server_metrics") if r["deployment_id"] == "ok"}
+    assert "vllm:kv_cache_usage_perc" in metrics and "vllm:gpu_cache_usage_perc" not in metrics

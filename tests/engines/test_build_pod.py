@@ -86,7 +86,7 @@ def test_build_pod_without_volumes_writes_nothing_it_cannot_reach():
     assert request["extras"]["build_spec"]["workdir"] is None  # the run folder is not mounted in the pod
     assert request["extras"]["build_spec"]["engines_dir"] is None
     spec = roundtrip(request["base_pod_spec"], "V1PodSpec")
-    assert spec.node_selector is None and [v.name for v in spec.volumes] == ["dshm"]
+    assert spec.node_selector is None and [v.name for v in spec.volumes] == ["dshm", "home"]  # both emptyDirs
     assert spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
 
 
@@ -105,7 +105,7 @@ def test_deploy_dry_run_prints_the_build_pod_before_the_deployment(capsys, monke
     assert c.resources.limits["nvidia.com/gpu"] == "2"
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod.metadata.namespace == "ns1" and pod.spec.restart_policy == "Never"
-    assert {m.mount_path for m in c.volume_mounts} == {"/dev/shm", "/models"}
+    assert {m.mount_path for m in c.volume_mounts} == {"/dev/shm", "/home/wattbench", "/models"}
     spec = json.loads(next(e.value for e in c.env if e.name == BUILD_SPEC_ENV))
     (built,) = spec["configs"]
     build_id = deployment.metadata.labels["wattbench/build-id"]

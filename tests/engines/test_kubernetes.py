@@ -51,7 +51,7 @@ def test_manifests_validate_against_the_api_models(engine):
     assert dep.metadata.name == svc.metadata.name and len(dep.metadata.name) <= 63
     assert svc.spec.selector == dep.spec.selector.match_labels
     assert dep.spec.selector.match_labels.items() <= dep.spec.template.metadata.labels.items()
-    assert {e.name for e in c.env} == {"HF_HOME", "WATTBENCH_ENGINE_CACHE", "HF_TOKEN"}
+    assert {e.name for e in c.env} == {"HOME", "HF_HOME", "WATTBENCH_ENGINE_CACHE", "HF_TOKEN"}
 
 
 def test_deploy_dry_run_prints_yaml(capsys):
@@ -97,7 +97,7 @@ def test_agent_pod_and_cluster_job_construct_without_a_cluster():
     (c,) = pod.spec.containers
     assert c.command == ["python3", "-m", "wattbench_agent"] and c.image == "registry/wattbench-agent:1"
     assert c.resources.limits["nvidia.com/gpu"] == "4"  # the largest tp in the spec
-    assert {m.mount_path for m in c.volume_mounts} == {"/dev/shm", "/data"}
+    assert {m.mount_path for m in c.volume_mounts} == {"/dev/shm", "/home/wattbench", "/data"}
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod.spec.restart_policy == "Never"
     assert type(launcher.client()).__name__ == "PipesK8sClient"

@@ -14,7 +14,8 @@ and applies when one item equals the program name (vllm, sglang, trtllm-serve, t
     FAKE_ENGINE_TRUNCATE      answer half the completion tokens asked for, finish_reason 'length'
 GPU: FAKE_GPU_NAME, FAKE_GPU_CC (compute capability), FAKE_GPU_DRIVER, FAKE_NO_GPU=1 (nvidia-smi fails).
 Timing: FAKE_TTFT_MS (default 5), FAKE_ITL_MS (default 1), FAKE_BUILD_S (default 0.2).
-Versions: FAKE_TRTLLM_VERSION, FAKE_VLLM_VERSION, FAKE_SGLANG_VERSION.
+Versions: FAKE_TRTLLM_VERSION, FAKE_VLLM_VERSION (0.11 or later: vLLM 0.25.0's start and metric names),
+FAKE_SGLANG_VERSION.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ VLLM_VERSION = os.environ.get("FAKE_VLLM_VERSION", "0.10.1.1")
 SGLANG_VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.0")
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:3] if x.isdigit())
+
+
 def record(prog: str, argv: list[str]) -> None:
     path = os.environ.get("FAKE_ENGINE_ARGV_LOG")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid()}) + "\n")
+            fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid(),
+                                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
+                                 "VLLM_USE_FLASHINFER_SAMPLER": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}) + "\n")
 
 
 def scenario(name: str, prog: str, argv: list[str]) -> str | None:
@@ -121,8 +129,9 @@ class FakeServer:
 
     def metrics_text(self) -> str:
         p = self.metrics
-        if p == "vllm":
-            names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
+        if p == "vllm":  # KV-cache usage: vLLM 0.10's name, or the one 0.11 and later serve alone
+            kv = "vllm:kv_cache_usage_perc" if version_tuple(VLLM_VERSION) >= (0, 11) else "vllm:gpu_cache_usage_perc"
+            names = ("vllm:num_requests_running", "vllm:num_requests_waiting", kv,
                      "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
         else:
             names = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",

@@ -42,7 +42,7 @@ def test_planted_drop_is_flagged_against_the_previous_run(wh):
     assert row["previous_run_id"] == "h3" and row["flag"] == "REGRESSION"
     assert row["change_pct"] == pytest.approx(round(100 * (80 - 100.5) / 100.5, 1))
     assert row["band_pct"] == pytest.approx(5.0)        # 3 x 1.4826 x MAD 0.75% = 3.3%: the 5% floor rules
-    assert row["repeats"] == 4
+    assert row["history_runs"] == 4 and row["band_from"] == "run history"  # one repeat: no interval
     assert r.loc["goodput_requests_s", "flag"] == "REGRESSION"
     assert r.loc["usd_per_1m_output_tokens", "flag"] == "REGRESSION"   # cost went up: lower is better
     assert r.loc["ttft_p50_ms", "flag"] == "within noise"
@@ -98,3 +98,25 @@ def test_regressions_cli(wh, capsys):
     assert main(["report", "--db", str(wh), "--run", "drop", "--regressions", "--only-flagged"]) == 0
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "within noise" not in out
+
+
+def test_with_repeats_the_band_comes_from_the_intervals(tmp_path):
+    """Three repeats per run: a drop whose interval still overlaps the baseline's is noise, one whose interval
+    clears it is a regression, whatever the (absent) run history says."""
+    from .synth import Point
+
+    db = tmp_path / "w.duckdb"
+
+    def run(run_id, i, tokens):
+        points = [Point(workload="steady", label="c8", ttft_ms=[100.0] * 50, repeat=r, output_tokens=8,
+                        output_tokens_in_window=t) for r, t in enumerate(tokens, 1)]
+        write_run(db, tmp_path, run_id, [Deployment("alpha", points=points)], started=started(i))
+
+    run("base", 0, (10_000, 10_400, 9_600))     # 1000 tok/s +- ~100 (t interval over 3 repeats)
+    run("wobble", 1, (9_700, 10_100, 9_300))    # 970: inside
+    run("drop", 2, (8_000, 8_100, 7_900))       # 800: clear of 970's interval
+    wobble = _flags(db, "wobble").loc["output_tok_s"]
+    assert wobble["band_from"] == "repeat intervals" and wobble["flag"] == "within noise"
+    assert wobble["repeats"] == 3 and wobble["band_pct"] > 5.0   # the t interval of 3 repeats is wide
+    drop = _flags(db, "drop").loc["output_tok_s"]
+    assert drop["previous_run_id"] == "wobble" and drop["flag"] == "REGRESSION"

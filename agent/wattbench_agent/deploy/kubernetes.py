@@ -15,7 +15,12 @@ What every engine pod gets:
   with a long failure budget, since loading weights and capturing CUDA graphs take minutes;
 - /dev/shm as an in-memory emptyDir (NCCL and the engines' worker processes need more than the 64 MiB default);
 - optionally a models PersistentVolumeClaim at /models (Hugging Face cache, TensorRT-LLM engines under
-  /models/engines/<build_id>) and HF_TOKEN from a Secret.
+  /models/engines/<build_id>) and HF_TOKEN from a Secret;
+- no privileges (every pod: the engine Deployment, the agent pod, the build pod): a non-root user (uid/gid 1000,
+  fsGroup 1000 so the PVCs are writable; the engine images default to root), the RuntimeDefault seccomp profile,
+  no privilege escalation, every capability dropped, no service-account token mounted (nothing in these pods
+  talks to the Kubernetes API), and a writable HOME on an emptyDir (caches of vLLM, Triton, FlashInfer). The root
+  file system stays writable: the engines write compile caches under /tmp and their own paths.
 
 A TensorRT-LLM engine is compiled for the GPU it runs on, so it is built in a pod of its own on a node of that GPU
 kind (`build_pod_spec`, `build_pod`): `python3 -m wattbench_agent.engines.build_agent` with GPUs = tp, building into the
@@ -79,6 +84,8 @@ class K8sTarget:
     memory: str | None = None                   # e.g. "128Gi"
     image_pull_policy: str = "IfNotPresent"
     labels: dict[str, str] = field(default_factory=dict)
+    run_as_user: int = 1000                     # never root: runAsNonRoot refuses uid 0
+    run_as_group: int = 1000
 
     def image_for(self, engine: str) -> str:
         return self.image or DEFAULT_IMAGES.get(engine, "wattbench:latest")
@@ -109,10 +116,28 @@ def _gpu_resources(n_gpus: int, target: K8sTarget) -> k8s.V1ResourceRequirements
     return k8s.V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
 
 
+HOME_DIR = "/home/wattbench"                     # HOME of the non-root user: an emptyDir (engine caches)
+
+
+def _pod_security(target: K8sTarget) -> k8s.V1PodSecurityContext:
+    """Every wattbench pod: a non-root user, fsGroup so volumes are writable to it, the runtime's seccomp profile."""
+    if target.run_as_user == 0 or target.run_as_group == 0:
+        raise ValueError("run_as_user and run_as_group must not be 0: wattbench's pods run as a non-root user")
+    return k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=target.run_as_user,
+                                    run_as_group=target.run_as_group, fs_group=target.run_as_group,
+                                    seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"))
+
+
+def _container_security() -> k8s.V1SecurityContext:
+    return k8s.V1SecurityContext(allow_privilege_escalation=False, privileged=False,
+                                 capabilities=k8s.V1Capabilities(drop=["ALL"]))
+
+
 def _volumes(target: K8sTarget) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
     volumes = [k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
-                                                                              size_limit=target.shm_size))]
-    mounts = [k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")]
+                                                                              size_limit=target.shm_size)),
+               k8s.V1Volume(name="home", empty_dir=k8s.V1EmptyDirVolumeSource())]
+    mounts = [k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"), k8s.V1VolumeMount(name="home", mount_path=HOME_DIR)]
     if target.models_pvc:
         volumes.append(k8s.V1Volume(name="models", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
             claim_name=target.models_pvc)))
@@ -121,7 +146,7 @@ def _volumes(target: K8sTarget) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMo
 
 
 def _env(target: K8sTarget) -> list[k8s.V1EnvVar]:
-    env = []
+    env = [k8s.V1EnvVar(name="HOME", value=HOME_DIR)]
     if target.models_pvc:
         env.append(k8s.V1EnvVar(name="HF_HOME", value=f"{MODELS_MOUNT}/hf"))
         env.append(k8s.V1EnvVar(name="WATTBENCH_ENGINE_CACHE", value=ENGINE_CACHE_DIR))
@@ -161,9 +186,10 @@ def engine_container(cfg: EngineConfig, target: K8sTarget, adapter: EngineAdapte
         image_pull_policy=target.image_pull_policy,
         command=command,
         ports=[k8s.V1ContainerPort(name="http", container_port=target.port, protocol="TCP")],
-        env=_env(target) or None,
+        env=_env(target),
         resources=_gpu_resources(cfg.tp, target),
         volume_mounts=mounts,
+        security_context=_container_security(),
         startup_probe=k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=adapter.health_path, port="http"),
                                   period_seconds=period, timeout_seconds=5,
                                   failure_threshold=max(1, -(-target.startup_timeout_s // period))),
@@ -191,7 +217,8 @@ def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None,
             "wattbench/engine-version": adapter.follows_version, "wattbench/model": cfg.model}),
         spec=k8s.V1PodSpec(containers=[engine_container(cfg, target, adapter, artifact_path)], volumes=volumes,
                            node_selector=node_selector, tolerations=tolerations, restart_policy="Always",
-                           termination_grace_period_seconds=60),
+                           termination_grace_period_seconds=60, security_context=_pod_security(target),
+                           automount_service_account_token=False),
     )
     deployment = k8s.V1Deployment(
         api_version="apps/v1", kind="Deployment",
@@ -227,10 +254,11 @@ def _gpu_pod_spec(n_gpus: int, target: K8sTarget, service_account: str | None = 
         mounts.append(k8s.V1VolumeMount(name="bundles", mount_path=bundle_mount))
     node_selector, tolerations = _scheduling(target)
     container = k8s.V1Container(name="dagster-pipes-execution", resources=_gpu_resources(n_gpus, target),
-                                volume_mounts=mounts, env=_env(target) or None,
-                                image_pull_policy=target.image_pull_policy)
+                                volume_mounts=mounts, env=_env(target),
+                                image_pull_policy=target.image_pull_policy, security_context=_container_security())
     return k8s.V1PodSpec(containers=[container], volumes=volumes, node_selector=node_selector,
-                         tolerations=tolerations, restart_policy="Never", service_account_name=service_account)
+                         tolerations=tolerations, restart_policy="Never", service_account_name=service_account,
+                         security_context=_pod_security(target), automount_service_account_token=False)
 
 
 def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,

@@ -6,6 +6,7 @@ Agent-side code: stdlib and httpx only.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,8 +27,14 @@ class DeployError(RuntimeError):
         self.kind = kind
 
 
-# Lines engines print when weights plus KV cache do not fit (vLLM, TensorRT-LLM, PyTorch, the emulator).
-_OOM_MARKERS = ("out of memory", "outofmemoryerror", "no available memory for the cache blocks", "insufficient memory")
+# Lines engines print when weights plus KV cache do not fit (vLLM, TensorRT-LLM, PyTorch, the emulator). vLLM
+# >= 0.6 refuses a KV cache too small for one max-length request: "To serve at least one request with the
+# models's max seq len (4096), (0.50 GiB KV cache is needed, which is larger than the available KV cache memory
+# (0.12 GiB)"; older releases and the emulator: "The model's max seq len (4096) is larger than the maximum number
+# of tokens that can be stored in KV cache (1000)".
+_OOM_MARKERS = ("out of memory", "outofmemoryerror", "no available memory for the cache blocks", "insufficient memory",
+                "larger than the available kv cache memory",
+                "larger than the maximum number of tokens that can be stored in kv cache")
 
 
 def _die_with_parent() -> None:
@@ -67,7 +74,45 @@ _HW_MARKERS = ("generated on an incompatible device", "engine plan file is not c
                "serialization assertion stdversionread == kserialization_version failed")
 
 
+# How much of a failed server's log is read for its kind and cause: a multi-process engine (vLLM) prints the root
+# cause in its engine core's traceback, and after it the API server's own traceback of several kB.
+START_LOG_BYTES = 200_000
+
+# A log line's prefixes: vLLM's process tag "(EngineCore pid=1885) " / "(APIServer pid=1765) ", then its logger's
+# "ERROR 12-03 01:22:36 [core.py:708] ".
+_PROCESS_TAG = r"^\s*(?:\([\w.-]+ pid=\d+\)\s*)?"
+_LINE_PREFIX = re.compile(_PROCESS_TAG + r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+                                         r"\s+\[[^\]]*\]\s*)?")
+# The last line of a Python traceback: "ModuleNotFoundError: No module named 'flashinfer'",
+# "torch.OutOfMemoryError: CUDA out of memory. ...", "RuntimeError: [TensorRT-LLM][ERROR] ...".
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)(?::\s.*)?$")
+# Exceptions that only report that another process failed (vLLM's API server: "RuntimeError: Engine core
+# initialization failed. See root cause above. Failed core proc(s): {}").
+_WRAPPER_MARKERS = ("see root cause above", "engine core initialization failed")
+# A line that reports an error without a traceback: logged at ERROR/CRITICAL, or "ERROR: ...", "[ERROR] ...".
+_ERROR_LINE = re.compile(_PROCESS_TAG + r"(?:ERROR|CRITICAL)\b|\b(?:error|fatal)(?::|\])", re.IGNORECASE)
+
+
+def start_failure_cause(log_text: str, max_chars: int = 500) -> str | None:
+    """The line of a failed server's log that says why: the first exception raised (the root cause: later ones
+    report it again from other processes), without its process and logger prefixes; else the last line that
+    reports an error (logged at ERROR, or "ERROR: ..."); None when no line does."""
+    raw = log_text.splitlines()
+    lines = [_LINE_PREFIX.sub("", line).strip() for line in raw]
+    raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    cause = next((line for line in raised if not any(m in line.lower() for m in _WRAPPER_MARKERS)),
+                 raised[0] if raised else None)
+    if cause is None:
+        cause = next((line for line, original in zip(reversed(lines), reversed(raw))
+                      if line and _ERROR_LINE.search(original)), None)
+    if cause is not None and len(cause) > max_chars:
+        cause = cause[: max_chars - 3] + "..."
+    return cause
+
+
 def classify_start_failure(log_text: str) -> str:
+    """The deployment error kind of a server that exited before it was healthy, from its log: hardware_mismatch,
+    oom_at_start, port_in_use, else start_failed (a missing module, a bad flag, a crash: the cause line says)."""
     lowered = log_text.lower()
     if any(m in lowered for m in _HW_MARKERS):
         return "hardware_mismatch"
@@ -126,10 +171,12 @@ class LocalProcess:
             while True:
                 code = self.proc.poll()
                 if code is not None:
-                    tail = self.log_tail()
+                    log = self.log_tail(START_LOG_BYTES)
+                    cause = start_failure_cause(log)
                     raise DeployError(
-                        classify_start_failure(tail),
-                        f"server exited with code {code} before it was healthy; log {self.log_path}:\n{tail[-1500:]}",
+                        classify_start_failure(log),
+                        f"server exited with code {code} before it was healthy" + (f": {cause}" if cause else "")
+                        + f"\nlog {self.log_path}, last lines:\n{log[-1200:]}",
                     )
                 try:
                     if client.get(self.url + health_path).status_code == 200:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from wattbench_agent.argtypes import port_number
 from wattbench_agent.emulator.profiles import PROFILES, ConfigError, EngineStartupError, parse_config_items, setup
 from wattbench_agent.emulator.specs import SpecError
 
@@ -36,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=DEFAULTS["tp"], help="tensor-parallel GPUs")
     p.add_argument("--precision", default=DEFAULTS["precision"], help="fp16, bf16, fp8, int4-awq")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on the listening line)")
+    p.add_argument("--port", type=port_number, default=8000, help="0 picks a free port (printed on the listening line)")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="engine knob, repeatable (e.g. max_batch_size=128, max_num_seqs=256, block_size=16)")
     p.add_argument("--seed", type=int, default=0, help="seeds token text and GPU uuids")

@@ -11,6 +11,10 @@ from wattbench_agent.emulator.specs import gpu_spec, model_spec, precision_spec
 
 EMULATOR_VERSION = "0.3.0"
 PROFILES = ("trtllm-like", "vllm-like")
+# The engine release each profile speaks for (its /version's "emulates"): the vllm-like /metrics page uses exactly
+# vLLM 0.25.0's names, labels and HELP texts for what it emulates; trtllm-like takes trtllm-build 0.18.2's knobs
+# (the trtllm adapter's release) and serves the same vLLM-named page, since TensorRT-LLM 0.18 has no Prometheus page.
+EMULATES = {"vllm-like": "vllm 0.25.0", "trtllm-like": "tensorrt-llm 0.18.2"}
 
 # ---- kernel factors (docs/EMULATOR.md, "Factors"). vllm-like: fitted (benchmarks/twin_fit.py, final fit on the
 # 18 public ML.ENERGY figures and ten real H200 vLLM 0.25.0 points; host times from the earlier ML.ENERGY-only fit).

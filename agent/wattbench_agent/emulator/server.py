@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from wattbench_agent.emulator.engine import Request, Scheduler
-from wattbench_agent.emulator.profiles import EMULATOR_VERSION, EngineSetup
+from wattbench_agent.emulator.profiles import EMULATES, EMULATOR_VERSION, EngineSetup
 from wattbench_agent.emulator.telemetry import Telemetry
 
 _WORDS = ("the of and to in is that for it as with was on be by at this from are or an have not but they "
@@ -31,7 +31,11 @@ WORDS = tuple(" " + w for w in _WORDS)  # one token each
 NW = len(WORDS)
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-            413: "Payload Too Large", 500: "Internal Server Error"}
+            413: "Payload Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+# Bounds on what one client may make the server hold: the request head, and one request body (a 128k-token prompt
+# is under 1 MiB of JSON). Bytes a client sends ahead while its request streams are not read beyond this either.
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 16 * 1024 * 1024
 _BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _BUCKETS_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -72,6 +76,28 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.etype = etype
+
+
+def _int_field(body: dict[str, Any], name: str, default: int) -> int:
+    """An integer field of a request body (absent or null: `default`); anything else is a 400 naming it."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be an integer, got {value!r:.80}")
+    return value
+
+
+def _content_length(values: list[str]) -> tuple[int | None, str | None]:
+    """The body length a request head declares (RFC 9110: 1*DIGIT; repeated only with one value), or an error."""
+    if not values:
+        return 0, None
+    if len(set(values)) > 1:
+        return None, f"Content-Length given {len(values)} times with different values ({', '.join(values)[:80]})"
+    text = values[0]
+    if not text.isascii() or not text.isdigit():
+        return None, f"Content-Length {text[:40]!r} is not a non-negative integer"
+    return int(text), None
 
 
 def error_body(status: int, message: str, etype: str) -> bytes:
@@ -126,9 +152,10 @@ class EmulatorServer:
             self.model_names.add(str(st.options["served_model_name"]).lower())
         self.served_name = str(st.options.get("served_model_name") or st.dep.model.id)
         self.wake: asyncio.Event | None = None
-        self.labels = f'model_name="{self.served_name}"'
+        self.labels = f'engine="0",model_name="{self.served_name}"'  # vLLM 0.25.0's labels (one engine core)
         self.h_ttft = Histogram(_BUCKETS_TTFT)
         self.h_itl = Histogram(_BUCKETS_ITL)
+        self.h_tpot = Histogram(_BUCKETS_ITL)  # vLLM: the inter-token buckets
         self.h_e2e = Histogram(_BUCKETS_E2E)
         self.lag_max = 0.0
         self.events_total = 0
@@ -208,6 +235,8 @@ class EmulatorServer:
         r.pending += n
         if done:
             self.h_e2e.observe(r.last_token_t - r.arrival)
+            # vLLM's per-request TPOT: decode time over the tokens after the first (0 for one token)
+            self.h_tpot.observe((r.last_token_t - r.first_token_t) / (r.generated - 1) if r.generated > 1 else 0.0)
         if not s.stream:
             if done:
                 s.conn.finish_nonstream(s, r)
@@ -283,13 +312,15 @@ class EmulatorServer:
                 toks = ["<|begin_of_text|>"] + prompt.split()
             else:
                 raise ApiError(400, "prompt must be a string or a list of token ids")
-        if int(body.get("n") or 1) != 1:
+        if _int_field(body, "n", 1) != 1:
             raise ApiError(400, "the emulator serves n=1 only")
         mt = body.get("max_completion_tokens") if chat and body.get("max_completion_tokens") is not None else body.get("max_tokens")
         if mt is not None:
             if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
-                raise ApiError(400, f"max_tokens must be at least 1, got {mt}.")
-        min_t = body.get("min_tokens") or 0
+                raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
+        min_t = _int_field(body, "min_tokens", 0)
+        if min_t < 0:
+            raise ApiError(400, f"min_tokens must be >= 0, got {min_t}.")
         if mt is not None and min_t > mt:
             raise ApiError(400, f"min_tokens must be less than or equal to max_tokens={mt}, got {min_t}.")
         prompt_len = len(toks)
@@ -299,7 +330,9 @@ class EmulatorServer:
         self._req_counter += 1
         stream = bool(body.get("stream"))
         so = body.get("stream_options") or {}
-        usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
+        if not isinstance(so, dict):
+            raise ApiError(400, f"stream_options must be an object, got {so!r:.80}")
+        usage = bool(so.get("include_usage"))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         s = Stream(conn, stream, chat, rid, str(model), usage, (self._req_counter * 7919 + self.seed) % NW, prompt_len)
         r = Request(rid, prompt_len, target, asyncio.get_running_loop().time(), self.block_hashes(toks), sink=s)
@@ -323,6 +356,8 @@ class EmulatorServer:
             "permission": []}]}).encode()
 
     def metrics_body(self) -> bytes:
+        """The engine's Prometheus page in vLLM 0.25.0's names, labels and HELP texts (checked against a real page
+        in tests/emulator/test_server.py), then the emulator's own wattbench_emulator_* series."""
         s, L = self.sched, self.labels
         lines = []
 
@@ -332,20 +367,21 @@ class EmulatorServer:
         g("vllm:num_requests_running", "gauge", len(s.running), "Number of requests in model execution batches.")
         g("vllm:num_requests_waiting", "gauge", len(s.waiting), "Number of requests waiting to be processed.")
         g("vllm:kv_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "KV-cache usage. 1 means 100 percent usage.")
-        g("vllm:gpu_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "GPU KV-cache usage (deprecated name).")
+        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries,
+          "Prefix cache queries, in terms of number of queried tokens.")
+        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of number of cached tokens.")
         g("vllm:num_preemptions_total", "counter", s.num_preemptions, "Cumulative number of preemption from the engine.")
         g("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total, "Number of prefill tokens processed.")
         g("vllm:generation_tokens_total", "counter", s.generation_tokens_total, "Number of generation tokens processed.")
-        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries, "Prefix cache queries, in terms of tokens.")
-        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of tokens.")
         lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
                   "# TYPE vllm:request_success_total counter"]
-        for reason in ("stop", "length", "abort"):
+        for reason in ("stop", "length", "abort", "error", "repetition"):  # vLLM 0.25.0's finished reasons
             lines.append(f'vllm:request_success_total{{{L},finished_reason="{reason}"}} {s.finished_by_reason.get(reason, 0)}')
         lines += self.h_ttft.render("vllm:time_to_first_token_seconds", L, "Histogram of time to first token in seconds.")
         lines += self.h_itl.render("vllm:inter_token_latency_seconds", L, "Histogram of inter-token latency in seconds.")
-        lines += self.h_itl.render("vllm:time_per_output_token_seconds", L, "Histogram of time per output token in seconds (deprecated name).")
-        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of end to end request latency in seconds.")
+        lines += self.h_tpot.render("vllm:request_time_per_output_token_seconds", L,
+                                    "Histogram of time_per_output_token_seconds per request.")
+        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of e2e request latency in seconds.")
         g("wattbench_emulator_info", "gauge", 1, "Emulated deployment (source=emulated).",
           f',profile="{self.st.profile}",gpu="{self.dep.gpu.id}",tp="{self.dep.tp}",precision="{self.dep.precision.id}",version="{EMULATOR_VERSION}"')
         g("wattbench_emulator_steps_total", "counter", s.steps, "Scheduler iterations run.")
@@ -379,7 +415,7 @@ class EmulatorServer:
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("srv", "transport", "buf", "busy", "keep_alive", "active", "closed")
+    __slots__ = ("srv", "transport", "buf", "busy", "keep_alive", "active", "closed", "paused")
 
     def __init__(self, srv: EmulatorServer):
         self.srv = srv
@@ -389,6 +425,7 @@ class HttpConnection(asyncio.Protocol):
         self.keep_alive = True
         self.active: Stream | None = None
         self.closed = False
+        self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -409,31 +446,71 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
+        if self.busy and len(self.buf) > MAX_HEAD_BYTES + MAX_BODY_BYTES and self.transport is not None:
+            # a client sending ahead while its request streams: stop reading until the request is done
+            self.transport.pause_reading()
+            self.paused = True
         if not self.busy:
+            self._guarded_process()
+
+    def _guarded_process(self) -> None:
+        """_process, with anything it did not expect answered as a 500 on this connection only."""
+        try:
             self._process()
+        except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
+            print(f"wattbench emulator: internal error on a request ({type(exc).__name__}: {exc}); "
+                  "the connection is closed, the server goes on", file=sys.stderr, flush=True)
+            if self.active is not None and self.active.req is not None:
+                self.srv.sched.abort(self.active.req)
+            self.active = None
+            self.busy = False
+            self._respond(500, error_body(500, f"internal error: {type(exc).__name__}", "InternalServerError"),
+                          close=True)
+
+    def _bad_request(self, status: int, message: str) -> None:
+        """A request head that cannot be read: answer once and close (the next request's start is unknown)."""
+        self.buf = b""
+        self._respond(status, error_body(status, message, "BadRequestError"), close=True)
 
     def _process(self) -> None:
         while not self.busy and not self.closed:
             i = self.buf.find(b"\r\n\r\n")
             if i < 0:
-                if len(self.buf) > 65536:
-                    self._respond(413, b'{"error":"headers too large"}', close=True)
+                if len(self.buf) > MAX_HEAD_BYTES:
+                    self._bad_request(431, f"request head over {MAX_HEAD_BYTES // 1024} KiB")
+                return
+            if i > MAX_HEAD_BYTES:
+                self._bad_request(431, f"request head over {MAX_HEAD_BYTES // 1024} KiB")
                 return
             head = self.buf[:i].decode("latin-1")
             lines = head.split("\r\n")
-            try:
-                method, target, version = lines[0].split(" ", 2)
-            except ValueError:
-                self._respond(400, b'{"error":"bad request line"}', close=True)
+            parts = lines[0].split(" ")
+            if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+                self._bad_request(400, f"bad request line {lines[0][:80]!r}; expected 'METHOD /path HTTP/1.1'")
                 return
-            headers = {}
+            method, target, version = parts
+            headers: dict[str, str] = {}
+            lengths: list[str] = []
             for ln in lines[1:]:
-                k, _, v = ln.partition(":")
-                headers[k.strip().lower()] = v.strip()
+                k, sep, v = ln.partition(":")
+                if not sep:
+                    self._bad_request(400, f"bad header line {ln[:80]!r}; expected 'Name: value'")
+                    return
+                k, v = k.strip().lower(), v.strip()
+                if k == "content-length":
+                    lengths.append(v)
+                headers[k] = v
             if headers.get("transfer-encoding", "").lower() == "chunked":
-                self._respond(411, b'{"error":"chunked request bodies are not supported; send Content-Length"}', close=True)
+                self._bad_request(411, "chunked request bodies are not supported; send Content-Length")
                 return
-            n = int(headers.get("content-length") or 0)
+            n, problem = _content_length(lengths)
+            if problem is not None:
+                self._bad_request(400, f"{problem}; expected the body's length in bytes")
+                return
+            if n > MAX_BODY_BYTES:
+                self._bad_request(413, f"request body of {n} bytes is over the emulator's limit of "
+                                       f"{MAX_BODY_BYTES // 2**20} MiB")
+                return
             if len(self.buf) < i + 4 + n:
                 return
             body = self.buf[i + 4:i + 4 + n]
@@ -450,8 +527,8 @@ class HttpConnection(asyncio.Protocol):
                     raise ApiError(405, "use POST", "MethodNotAllowed")
                 try:
                     data = json.loads(body or b"{}")
-                except ValueError:
-                    raise ApiError(400, "request body is not valid JSON") from None
+                except ValueError as exc:  # UnicodeDecodeError too
+                    raise ApiError(400, f"request body is not valid JSON ({str(exc)[:120]})") from None
                 if not isinstance(data, dict):
                     raise ApiError(400, "request body must be a JSON object")
                 s = srv.new_request(self, data, chat=path.endswith("chat/completions"))
@@ -482,7 +559,8 @@ class HttpConnection(asyncio.Protocol):
                 self._respond(200, srv.info_body())
             elif path == "/version":
                 self._respond(200, json.dumps({"version": f"wattbench-emulator-{EMULATOR_VERSION}",
-                                               "profile": srv.st.profile, "source": "emulated"}).encode())
+                                               "emulates": EMULATES[srv.st.profile], "profile": srv.st.profile,
+                                               "source": "emulated"}).encode())
             else:
                 raise ApiError(404, f"{path} not found", "NotFoundError")
         except ApiError as e:
@@ -539,8 +617,7 @@ class HttpConnection(asyncio.Protocol):
         self.active = None
         self.busy = False
         self._respond(200, body)
-        if not self.closed and self.buf:
-            self._process()
+        self._next()
 
     def fail_request(self, s: Stream, e: ApiError) -> None:
         self.active = None
@@ -557,12 +634,23 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
             self.closed = True
             return
+        self._next()
+
+    def _next(self) -> None:
+        """The current request is answered: read on, and serve what the client sent ahead."""
+        if self.closed:
+            return
+        if self.paused and self.transport is not None:
+            self.transport.resume_reading()
+            self.paused = False
         if self.buf:
-            self._process()
+            self._guarded_process()
 
 
 def serve(st: EngineSetup, host: str, port: int, seed: int = 0) -> int:
     """Run the server until SIGINT/SIGTERM. Prints the listening line on stderr when ready."""
+    if hasattr(signal, "SIGPIPE"):  # a client hanging up is that connection's end, never the server's (EPIPE)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
         import uvloop  # type: ignore
 

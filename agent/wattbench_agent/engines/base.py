@@ -65,6 +65,9 @@ class EngineAdapter:
     # whose first group is the version, tried in order.
     version_path: str | None = None
     version_patterns: tuple[re.Pattern, ...] = ()
+    # Start failures this engine is known for: (pattern over the failure's text, what to do about it). The first
+    # that matches is added to the deployment row's error text.
+    start_failure_hints: tuple[tuple[re.Pattern, str], ...] = ()
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"
     source: str = "measured"
@@ -106,6 +109,13 @@ class EngineAdapter:
             if m:
                 return m.group(1), "log"
         return None, "unknown"
+
+    def start_failure_hint(self, text: str) -> str | None:
+        """What to do about a start failure whose text (cause line and log tail) this engine is known for."""
+        for pattern, hint in self.start_failure_hints:
+            if pattern.search(text):
+                return hint
+        return None
 
     def version_checked(self, version: str | None) -> bool | None:
         """Whether the adapter was checked against this version (None when the version is unknown)."""

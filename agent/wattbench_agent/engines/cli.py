@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wattbench_agent.argtypes import finite_float, port_number
+from wattbench_agent.safety import file_name
 from wattbench_agent.engines.base import EngineConfig, adapter_for
 
 
@@ -68,14 +70,15 @@ def _deploy(args: argparse.Namespace) -> int:
 def _deploy_local(cfg: EngineConfig, adapter, args: argparse.Namespace) -> int:
     from wattbench_agent.deploy.local import DeployError, start_server
 
-    log_path = Path(args.log or Path("data") / "deploy" / f"{cfg.engine}-{cfg.config_name}.log")
+    log_path = Path(args.log or Path("data") / "deploy" / file_name(f"{cfg.engine}-{cfg.config_name}", ".log"))
     print(f"wattbench deploy: starting {cfg.engine} ({adapter.follows_version}); log {log_path}", file=sys.stderr)
     try:
         server, startup_s = start_server(
             lambda port: adapter.serve_command(cfg, args.host, port, args.artifact_path), log_path,
             host=args.host, port=args.port, health_path=adapter.health_path, health_timeout_s=args.health_timeout)
     except DeployError as exc:
-        print(f"wattbench deploy: {exc.kind}: {exc}", file=sys.stderr)
+        hint = adapter.start_failure_hint(str(exc))
+        print(f"wattbench deploy: {exc.kind}: {exc}" + (f"\nhint: {hint}" if hint else ""), file=sys.stderr)
         return 1
     phases = getattr(adapter, "startup_phases", None)
     detail = phases(server.log_tail(200_000)) if phases else {}
@@ -179,8 +182,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", choices=["local", "kubernetes"], default="local")
     p.add_argument("--dry-run", action="store_true", help="print the command line (local) or manifests (kubernetes)")
     p.add_argument("--host", default="127.0.0.1", help="local: address to listen on")
-    p.add_argument("--port", type=int, default=0, help="local: 0 picks a free port; kubernetes: container port (8000)")
-    p.add_argument("--health-timeout", type=float, default=1800.0, help="local: seconds to wait for health")
+    p.add_argument("--port", type=port_number, default=0, help="local: 0 picks a free port; kubernetes: container port (8000)")
+    p.add_argument("--health-timeout", type=finite_float(0, strict_minimum=True), default=1800.0, help="local: seconds to wait for health")
     p.add_argument("--log", help="local: server log file")
     p.add_argument("--artifact-path", help="compiled engine folder (TensorRT-LLM); default: the engine cache")
     p.add_argument("--image", help="kubernetes: container image (default per engine)")

@@ -41,6 +41,7 @@ from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfi
 from wattbench_agent.engines.build_cache import (BuildCache, GpuInfo, GpuProbe, HardwareMismatch, check_hardware_lock,
                                            query_gpu, tree_digest)
 from wattbench_agent.engines.options import Flag, OptionError, normalise
+from wattbench_agent.safety import file_name
 
 FOLLOWS = "0.18.2"
 LOCK_FILE = "wattbench_lock.json"
@@ -335,7 +336,7 @@ class TrtllmAdapter(EngineAdapter):
         if workdir is None or not log_path.exists():
             return
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log_path, Path(workdir) / f"{cfg.config_name}.{cfg.build_id()}.build.log")
+        shutil.copyfile(log_path, Path(workdir) / file_name(cfg.config_name, f".{cfg.build_id()}.build.log"))
 
     @staticmethod
     def _result(status: str, manifest: dict[str, Any], resolved: dict[str, Any]) -> BuildResult:

@@ -7,14 +7,24 @@ import math
 import sys
 from pathlib import Path
 
+from wattbench_agent.argtypes import check_finite, finite_float, port_number
+
 from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
-from .spec import LoadSpec, LoadSpecError
+from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 from .vllm_result import (ResultArgError, parse_goodput, parse_percentile_metrics, parse_percentiles,
                           result_filename, result_json)
 
 
-def _floats(s: str) -> list[float]:
-    return [float(x) for x in s.split(",") if x.strip()]
+def _floats(s: str, flag: str = "the value") -> list[float]:
+    """A comma list of positive finite numbers (--rate, --concurrency); ValueError naming the flag otherwise."""
+    try:
+        values = [check_finite(x.strip(), f"{flag} {x.strip()!r}", minimum=0, strict_minimum=True)
+                  for x in s.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"{exc}; expected a comma list of positive numbers") from None
+    if not values:
+        raise ValueError(f"{flag} {s!r}: expected a comma list of positive numbers")
+    return values
 
 
 def register(subparsers) -> None:
@@ -30,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--endpoint", help="API path appended to --url/--base-url, as vllm bench serve: "
                                       "/v1/chat/completions or /v1/completions")
     p.add_argument("--host", help="with --port, instead of --url (vllm bench serve's default: 127.0.0.1:8000)")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=port_number)
     p.add_argument("--model", help="model name sent in each request (default: the server's only model, from "
                                    "GET /v1/models)")
     p.add_argument("--api", choices=("chat", "completions"),
@@ -41,34 +51,34 @@ def register(subparsers) -> None:
                    help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
                         "default) sends every request at once: --max-concurrency (or --num-prompts) streams")
     g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
-    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape k: 1 = Poisson, <1 burstier")
+    p.add_argument("--burstiness", type=finite_float(0, strict_minimum=True), default=1.0, help="gamma shape k: 1 = Poisson, <1 burstier")
     p.add_argument("--max-concurrency", type=int,
                    help="cap on requests in flight for --rate/--trace; alone: that many closed-loop streams")
-    p.add_argument("--surge-factor", type=float, help="with --rate: multiply the rate by this ...")
-    p.add_argument("--surge-start", type=float, default=0.0, help="... from this many seconds after start ...")
-    p.add_argument("--surge-duration", type=float, default=0.0, help="... for this many seconds")
-    p.add_argument("--trace-time-scale", type=float, default=1.0)
+    p.add_argument("--surge-factor", type=finite_float(0, strict_minimum=True), help="with --rate: multiply the rate by this ...")
+    p.add_argument("--surge-start", type=finite_float(0), default=0.0, help="... from this many seconds after start ...")
+    p.add_argument("--surge-duration", type=finite_float(0), default=0.0, help="... for this many seconds")
+    p.add_argument("--trace-time-scale", type=finite_float(0, strict_minimum=True), default=1.0)
     p.add_argument("--input-tokens", "--random-input-len", "--input-len", dest="input_tokens", type=int,
                    help="prompt tokens per request (default 128)")
     p.add_argument("--output-tokens", "--random-output-len", "--output-len", dest="output_tokens", type=int,
                    help="output tokens per request (default 128; with a dataset: the dataset's own reply lengths "
                         "unless given)")
-    p.add_argument("--random-range-ratio", type=float, default=0.0,
+    p.add_argument("--random-range-ratio", type=finite_float(0, 1), default=0.0,
                    help="vLLM's random dataset: lengths uniform in [L x (1 - r), L x (1 + r)]")
     p.add_argument("--dataset", "--dataset-path", dest="dataset", help="ShareGPT-format JSON/JSONL for prompts")
     p.add_argument("--dataset-name", choices=("random", "sharegpt"),
                    help="random (synthetic prompts, the default) or sharegpt (needs --dataset-path)")
     p.add_argument("--shared-prefix-tokens", type=int, default=0)
     p.add_argument("--tokenizer", help="tokenizer.json path or HF name (optional)")
-    p.add_argument("--warmup", type=float, default=0.0, help="seconds of warm-up before the window")
-    p.add_argument("--ramp", type=float, default=0.0,
+    p.add_argument("--warmup", type=finite_float(0), default=0.0, help="seconds of warm-up before the window")
+    p.add_argument("--ramp", type=finite_float(0), default=0.0,
                    help="--concurrency: start the streams evenly over this many seconds (keep it within --warmup)")
-    p.add_argument("--duration", type=float,
+    p.add_argument("--duration", type=finite_float(0),
                    help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
                         "with --trace: the whole trace)")
     p.add_argument("--max-requests", "--num-prompts", dest="max_requests", type=int,
                    help="stop sending after this many requests")
-    p.add_argument("--timeout", type=float, default=600.0, help="per-request timeout, s")
+    p.add_argument("--timeout", type=finite_float(0, strict_minimum=True), default=600.0, help="per-request timeout, s")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos/min_tokens")
     p.add_argument("--ignore-eos", action="store_true", help="(the default; accepted for vllm bench serve)")
@@ -180,9 +190,13 @@ def _inf(text: str) -> bool:
 def _points(a) -> tuple[str | None, list]:
     """(swept parameter, its values) from --concurrency / --rate / --request-rate / --max-concurrency."""
     if a.concurrency is not None:
-        return "concurrency", [int(v) for v in _floats(a.concurrency)]
+        counts = _floats(a.concurrency, "--concurrency")
+        if any(v != int(v) or v > MAX_CONCURRENCY for v in counts):
+            raise ValueError(f"--concurrency {a.concurrency!r}: expected whole numbers of streams, at most "
+                             f"{MAX_CONCURRENCY}")
+        return "concurrency", [int(v) for v in counts]
     if a.rate is not None and not _inf(a.rate):
-        return "rate", _floats(a.rate)
+        return "rate", _floats(a.rate, "--rate")
     if a.trace:
         return None, [None]
     # vLLM's request rate inf: every request at once, capped by --max-concurrency: closed-loop streams

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .endpoint import api_of
 
+# More streams than this is a typo, not a benchmark (a concurrency of 1e9 hung with nothing sent).
+MAX_CONCURRENCY = 16384
 SHAPES = ("concurrency", "poisson", "gamma", "surge", "trace")
 APIS = ("chat", "completions")
 
@@ -76,6 +79,12 @@ class LoadSpec:
         return spec
 
     def validate(self) -> "LoadSpec":
+        for f in dataclasses.fields(self):  # NaN or Inf would pass every comparison below and hang or crash later
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise LoadSpecError(f"{f.name} must be a finite number, got {value}")
+        if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
+            raise LoadSpecError(f"concurrency must be <= {MAX_CONCURRENCY}, got {self.concurrency}")
         if self.api not in APIS:
             raise LoadSpecError(f"api must be one of {APIS}, got {self.api!r}")
         implied = api_of(self.url or "")

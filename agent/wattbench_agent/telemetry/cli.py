@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wattbench_agent.argtypes import finite_float
+
 
 class JsonlSink:
     """Minimal stand-in for BundleWriter: gpu_samples -> FILE, energy_windows -> FILE's stem + .windows.jsonl."""
@@ -100,8 +102,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--url", help="emulator base URL (kind emulated); dcgm-exporter URL, e.g. "
                                  "http://127.0.0.1:9400/metrics (kind dcgm)")
     s.add_argument("--gpu", action="append", metavar="UUID", help="GPU UUID (repeatable; default: all GPUs)")
-    s.add_argument("--hz", type=float, default=10.0)
-    s.add_argument("--seconds", type=float, required=True)
+    s.add_argument("--hz", type=finite_float(0, 1000, strict_minimum=True), default=10.0)
+    s.add_argument("--seconds", type=finite_float(0, 86400 * 7), required=True)
     s.add_argument("--out", required=True, help="gpu_samples rows (JSONL); windows go to FILE.windows.jsonl")
     s.add_argument("--deployment-id", default="cli")
     s.add_argument("--fake-nvml", metavar="TRACE", help="replay an NVML trace instead of the real NVML")
@@ -109,9 +111,9 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=cmd_sample)
 
     r = sub.add_parser("record", help="record raw NVML returns with timing, for the fake NVML used in tests")
-    r.add_argument("--seconds", type=float, required=True)
+    r.add_argument("--seconds", type=finite_float(0, 86400 * 7), required=True)
     r.add_argument("--out", required=True)
-    r.add_argument("--hz", type=float, default=10.0)
+    r.add_argument("--hz", type=finite_float(0, 1000, strict_minimum=True), default=10.0)
     r.add_argument("--gpu", action="append", metavar="UUID")
     r.add_argument("--load", choices=("none", "matmul"), default="none",
                    help="matmul: bf16 matmul loop (torch) on the first GPU for the middle half")
@@ -120,7 +122,7 @@ def register(subparsers: Any) -> None:
 
     y = sub.add_parser("synth", help="write the synthetic H200-shaped trace (stand-in until a recording exists)")
     y.add_argument("--out", required=True)
-    y.add_argument("--seconds", type=float, default=24.0)
+    y.add_argument("--seconds", type=finite_float(0, 86400 * 7), default=24.0)
     y.add_argument("--seed", type=int, default=0)
     y.set_defaults(func=cmd_synth)
 

@@ -425,3 +425,22 @@ def synthetic_faults_trace(seconds: float = 3.0, reset_at_s: float = 1.5,
                  "until_s": lost[1]}],
     )
     return trace
+
+
+def node_trace(trace: dict[str, Any] | str | Path, n_gpus: int) -> dict[str, Any]:
+    """A node of `n_gpus` GPUs for the fake NVML: the trace's first device cloned, each clone with its own UUID
+    and index (SYNTHETIC: every GPU replays the same recording; what differs is which GPUs a deployment is given
+    and whose counters it sums)."""
+    data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
+    base = data["devices"][0]
+    uuid0 = base["calls"]["nvmlDeviceGetUUID"][0][2]
+    devices = []
+    for i in range(n_gpus):
+        calls = json.loads(json.dumps(base["calls"]))  # deep copy
+        calls["nvmlDeviceGetUUID"] = [[e[0], e[1], f"{uuid0[:-4]}{i:04d}"] for e in calls["nvmlDeviceGetUUID"]]
+        calls["nvmlDeviceGetIndex"] = [[e[0], e[1], i] for e in calls.get("nvmlDeviceGetIndex", [[0.0, 0.01, i]])]
+        devices.append({**base, "index": i, "calls": calls})
+    system = json.loads(json.dumps(data["system"]))
+    system["nvmlDeviceGetCount"] = [[0.0, 0.01, n_gpus]]
+    return {**data, "synthetic": True, "system": system, "devices": devices,
+            "provenance": f"{data.get('provenance', 'a trace')}; cloned to {n_gpus} GPUs (synthetic node)"}

@@ -1,0 +1,59 @@
+"""argparse types shared by the agent's and the control plane's command lines: a bad number is one argparse
+error naming the flag and what was expected, never a traceback or a value quietly taken as something else.
+
+    p.add_argument("--port", type=port_number)
+    p.add_argument("--duration", type=finite_float(minimum=0))
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0-65535 (0: a free one). `--port 99999` must not listen on another port."""
+    try:
+        port = int(text, 10)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; expected an integer 0-65535 "
+                                         "(0 picks a free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range; expected a port number 0-65535 "
+                                         "(0 picks a free port)")
+    return port
+
+
+def check_finite(value: float, what: str, minimum: float | None = None, maximum: float | None = None,
+                 strict_minimum: bool = False) -> float:
+    """`value` as a float if it is finite and within the bounds, else ValueError naming `what`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be a finite number, got {value!r}")
+    if minimum is not None and (number <= minimum if strict_minimum else number < minimum):
+        raise ValueError(f"{what} must be {'>' if strict_minimum else '>='} {minimum:g}, got {number:g}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"{what} must be <= {maximum:g}, got {number:g}")
+    return number
+
+
+def finite_float(minimum: float | None = None, maximum: float | None = None,
+                 strict_minimum: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float within the bounds (`--rate nan`, `--duration inf` are errors)."""
+
+    def parse(text: str) -> float:
+        try:
+            return check_finite(text, "the value", minimum, maximum, strict_minimum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace('the value ', '')) from None
+
+    parse.__name__ = "finite number"  # argparse says "invalid finite number value" for what it cannot call
+    return parse

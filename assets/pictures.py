@@ -1,0 +1,500 @@
+"""Static pictures (PNG, matplotlib) for the Dagster UI and the HTML report's static section.
+
+Every picture is drawn from the point summaries (one row per engine x workload x point, the repeats' mean or pooled
+percentile with its 95% interval: sql/load_points.sql), never one dot per repeat; error bars are those intervals.
+Rules every picture follows (tests/reports/test_pictures.py checks them on the drawn figure):
+- one colour per engine config, never shared (up to 20 from Tableau's palettes, then evenly spaced hues);
+- points in load order (fixed concurrency ascending, then open-loop shapes by rate), never in string order;
+- log axes carry plain numbers at the measured values or at 1-2-5 steps, no minor labels, no 2^k notation;
+- point labels are placed where they overlap neither each other nor the markers (a leader line when moved out);
+- open-loop points (Poisson, gamma, surge, trace) are drawn hollow and never joined to a closed-loop line.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib import colormaps  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
+
+SHAPE_ORDER = {"concurrency": 0, "poisson": 1, "gamma": 2, "surge": 3, "trace": 4}
+CLOSED_LOOP = "concurrency"
+
+
+# --- order, names and colours ------------------------------------------------------------------------------------
+
+def engine_colors(engines: Iterable[str]) -> dict[str, str]:
+    """A distinct colour per engine config, in sorted order: Tableau 10, Tableau 20 beyond 10, evenly spaced hues
+    beyond 20. The same engine gets the same colour in every picture and chart of a report."""
+    names = sorted({str(e) for e in engines})
+    if len(names) <= 10:
+        cmap = [matplotlib.colors.to_hex(c) for c in colormaps["tab10"].colors]
+    elif len(names) <= 20:
+        cmap = [matplotlib.colors.to_hex(c) for c in colormaps["tab20"].colors]
+    else:
+        cmap = [matplotlib.colors.to_hex(colormaps["hsv"](i / len(names))) for i in range(len(names))]
+    return {e: cmap[i] for i, e in enumerate(names)}
+
+
+def point_colors(n: int) -> list[str]:
+    """n distinct colours in load order (light load pale, heavy load dark): viridis sampled evenly."""
+    if n <= 0:
+        return []
+    return [matplotlib.colors.to_hex(colormaps["viridis"](0.85 - 0.8 * i / max(n - 1, 1))) for i in range(n)]
+
+
+def load_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted as loads are: fixed concurrency ascending, then open-loop shapes by requested rate; then
+    workload and point label. Works on point summaries and on per-request frames alike."""
+    if df.empty:
+        return df
+    key = pd.DataFrame({
+        "_shape": df.get("shape", pd.Series(CLOSED_LOOP, index=df.index)).map(SHAPE_ORDER).fillna(9),
+        "_conc": pd.to_numeric(df.get("concurrency", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
+        "_rate": pd.to_numeric(df.get("rate", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
+        "_wl": df.get("workload", pd.Series("", index=df.index)).astype(str),
+        "_pl": df.get("point_label", pd.Series("", index=df.index)).astype(str),
+    }, index=df.index)
+    return df.loc[key.sort_values(["_shape", "_conc", "_rate", "_wl", "_pl"], kind="stable").index]
+
+
+def point_names(df: pd.DataFrame) -> list[str]:
+    """Each distinct point of a frame ('steady:c32', or 'c32' when the frame has one workload), in load order."""
+    if df.empty:
+        return []
+    ordered = load_order(df.drop_duplicates(["workload", "point_label"]))
+    one = df["workload"].nunique() == 1
+    return [point_name(r, one) for _, r in ordered.iterrows()]
+
+
+def point_name(row: Any, one_workload: bool = False) -> str:
+    return str(row["point_label"]) if one_workload else f"{row['workload']}:{row['point_label']}"
+
+
+def config_label(engine: str, df: pd.DataFrame) -> str:
+    """'trtllm-like (fp8, tp8)': the engine config a series belongs to."""
+    bits = []
+    if "precision" in df and not df.empty and pd.notna(df["precision"].iloc[0]):
+        bits.append(str(df["precision"].iloc[0]))
+    if "tp" in df and not df.empty and pd.notna(df["tp"].iloc[0]):
+        bits.append(f"tp{int(df['tp'].iloc[0])}")
+    return f"{engine} ({', '.join(bits)})" if bits else str(engine)
+
+
+def interval_note(points: pd.DataFrame) -> str:
+    """What the error bars are, from the repeats the summaries rest on."""
+    if points.empty or "repeats" not in points:
+        return "no load point"
+    reps = pd.to_numeric(points["repeats"], errors="coerce").dropna()
+    if reps.empty or reps.max() <= 1:
+        return "one repeat per point: throughput and energy have no interval; latency bars: bootstrap over requests"
+    span = f"{int(reps.min())}" if reps.min() == reps.max() else f"{int(reps.min())}-{int(reps.max())}"
+    return f"bars: 95% intervals ({span} repeats per point; t over repeats, latency: bootstrap)"
+
+
+def _err(df: pd.DataFrame, col: str) -> np.ndarray | None:
+    """Asymmetric error bar lengths [[below], [above]] from <col>_lo/<col>_hi; 0 where there is no interval."""
+    lo, hi = f"{col}_lo", f"{col}_hi"
+    if lo not in df or hi not in df:
+        return None
+    v = df[col].to_numpy(dtype=float)
+    below = np.nan_to_num(v - df[lo].to_numpy(dtype=float), nan=0.0).clip(min=0)
+    above = np.nan_to_num(df[hi].to_numpy(dtype=float) - v, nan=0.0).clip(min=0)
+    return np.vstack([below, above])
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plain(v: float, _pos: Any = None) -> str:
+    """A tick label as a plain number: 8, 32, 128, 0.5, 2000 (never 2^3 or 10^1)."""
+    return f"{v:g}" if abs(v) < 1e6 else f"{v:.3g}"
+
+
+def plain_log_axis(axis, values: Iterable[float] | None = None) -> None:
+    """Plain labels on a log-scaled axis: at the measured `values` when given (a sweep's concurrencies), else at
+    1-2-5 steps (finer over less than two decades of data); no minor tick labels. Call after plotting, and
+    thin_tick_labels after the layout is final."""
+    vals = sorted({float(v) for v in (values or []) if v is not None and np.isfinite(v) and v > 0})
+    if vals:
+        axis.set_major_locator(FixedLocator(vals))
+        axis.set_minor_locator(NullLocator())
+    else:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = np.log10(hi / lo) if lo > 0 and hi > lo else 3.0
+        subs = ((1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades < 1 else
+                (1.0, 2.0, 3.0, 5.0) if decades < 2 else (1.0, 2.0, 5.0))
+        axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=40))
+        axis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0, numticks=40))
+    axis.set_major_formatter(FuncFormatter(_plain))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def thin_tick_labels(ax, which: str = "x") -> None:
+    """Hide tick labels that would overlap the previous visible one (measured on the drawn figure)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = sorted(axis.get_view_interval())
+    last = None
+    for t in sorted(axis.get_major_ticks(), key=lambda t: t.get_loc()):
+        lab = t.label1
+        if not (lo <= t.get_loc() <= hi) or not lab.get_visible() or not lab.get_text():
+            continue
+        box = lab.get_window_extent(renderer).expanded(1.15, 1.0)
+        if last is not None and box.overlaps(last):
+            lab.set_visible(False)
+        else:
+            last = box
+
+
+# --- label placement ---------------------------------------------------------------------------------------------
+
+_DIRS = [(1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0)]
+
+
+def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float = 7) -> list:
+    """Label data points so that no label overlaps another label or a marker, or leaves the axes: each label tries
+    8 directions at growing distances (a leader line beyond the first ring) and takes the first free spot, first
+    clear of the error bars too, then (when that fails) across one; a label with no free spot is left out (the
+    legend and the tables still name the point). items: (x, y, text, colour)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    marker_px = 5.0
+    markers, bars = [], []
+    for x, y, _, _ in items:
+        if np.isfinite(x) and np.isfinite(y):
+            px, py = ax.transData.transform((x, y))
+            markers.append(matplotlib.transforms.Bbox.from_extents(px - marker_px, py - marker_px,
+                                                                   px + marker_px, py + marker_px))
+    for coll in ax.collections:   # error bars (LineCollections)
+        for seg in getattr(coll, "get_segments", lambda: [])():
+            pts = ax.transData.transform(np.asarray(seg, dtype=float))
+            if np.isfinite(pts).all():
+                (x0, y0), (x1, y1) = pts.min(axis=0), pts.max(axis=0)
+                bars.append(matplotlib.transforms.Bbox.from_extents(x0 - 2, y0 - 2, x1 + 2, y1 + 2))
+    placed: list = []
+    texts = []
+
+    def free(box, avoid_bars: bool) -> bool:
+        inside = box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1
+        return (inside and not any(box.overlaps(b) for b in placed) and not any(box.overlaps(m) for m in markers)
+                and not (avoid_bars and any(box.overlaps(b) for b in bars)))
+
+    for x, y, text, color in items:
+        if not (np.isfinite(x) and np.isfinite(y)):
+            continue
+        spot = None
+        for avoid_bars in (True, False):
+            for ring, dist in enumerate((5, 14, 26, 40)):
+                for dx, dy in _DIRS:
+                    ha = "left" if dx > 0 else "right" if dx < 0 else "center"
+                    va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
+                    ann = ax.annotate(text, (x, y), xytext=(dx * dist, dy * dist), textcoords="offset points",
+                                      fontsize=fontsize, color=color, ha=ha, va=va,
+                                      arrowprops=(dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if ring
+                                                  else None))
+                    box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
+                    if free(box, avoid_bars):
+                        spot = (ann, box)
+                        break
+                    ann.remove()
+                if spot:
+                    break
+            if spot:
+                break
+        if spot:
+            ann, box = spot
+            placed.append(box)
+            texts.append(ann)
+            ann.set_gid("point-label")
+    return texts
+
+
+# --- pictures ----------------------------------------------------------------------------------------------------
+
+def _legend_below(ax, handles=None, ncol: int = 2) -> None:
+    kw = {"handles": handles} if handles is not None else {}
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False, **kw)
+
+
+def _style_handles() -> list:
+    return [Line2D([], [], color="#555", marker="o", lw=1.2, label="fixed concurrency (filled)"),
+            Line2D([], [], color="#555", marker="o", mfc="none", lw=0, label="open-loop arrivals (hollow, not joined)")]
+
+
+def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_tok_s") -> pd.DataFrame:
+    """The points of one config that no other of its points beats on both lower latency and higher throughput."""
+    df = df.dropna(subset=[x, y]).sort_values([x, y], ascending=[True, False])
+    best, keep = -np.inf, []
+    for idx, row in df.iterrows():
+        if row[y] > best:
+            best = row[y]
+            keep.append(idx)
+    return df.loc[keep]
+
+
+def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
+    """Output tokens/s against median E2E latency, one marker per point summary with its 95% intervals on both
+    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it)."""
+    fig, ax = plt.subplots(figsize=(7.0, 4.6))
+    data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
+    colors = engine_colors(points["engine"].unique() if not points.empty else [])
+    one = data["workload"].nunique() == 1 if not data.empty else True
+    labels = []
+    for engine in sorted(colors):
+        df = load_order(data[data["engine"] == engine])
+        if df.empty:
+            continue
+        c = colors[engine]
+        closed = df[df["shape"] == CLOSED_LOOP]
+        open_ = df[df["shape"] != CLOSED_LOOP]
+        front = pareto_frontier(closed)
+        if len(front) > 1:
+            ax.step(front["e2e_p50_ms"], front["output_tok_s"], where="post", color=c, alpha=0.55, lw=1.2,
+                    gid=f"frontier:{engine}")
+        for part, filled in ((closed, True), (open_, False)):
+            if part.empty:
+                continue
+            ax.errorbar(part["e2e_p50_ms"], part["output_tok_s"], xerr=_err(part, "e2e_p50_ms"),
+                        yerr=_err(part, "output_tok_s"), fmt="o", ms=5, color=c, mfc=c if filled else "white",
+                        mec=c, ecolor=c, elinewidth=0.9, capsize=2.5, zorder=3,
+                        label=config_label(engine, df) if filled or closed.empty else None,
+                        gid=f"points:{engine}:{'closed' if filled else 'open'}")
+        labels += [(r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one), c) for _, r in df.iterrows()]
+    ax.set_xlabel("median end-to-end latency, E2E p50 (ms)")
+    ax.set_ylabel("output throughput (tokens/s)")
+    ax.set_title(f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points)}",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    if data.empty:
+        ax.text(0.5, 0.5, "no load point measured", ha="center", transform=ax.transAxes)
+    else:
+        ax.margins(x=0.12, y=0.12)
+        handles, _ = ax.get_legend_handles_labels()
+        _legend_below(ax, handles + _style_handles())
+        place_labels(ax, labels)
+    return fig
+
+
+def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bool) -> list:
+    """One tokens-per-joule panel: closed-loop sweeps as lines with error bars at their concurrency, open-loop points
+    hollow at their achieved concurrency. Returns the label items."""
+    labels = []
+    for engine in sorted(colors):
+        df = load_order(data[(data["engine"] == engine)].dropna(subset=[col]))
+        if df.empty:
+            continue
+        c = colors[engine]
+        closed = df[df["shape"] == CLOSED_LOOP].sort_values("concurrency")
+        open_ = df[(df["shape"] != CLOSED_LOOP) & df["achieved_concurrency"].notna()]
+        if not closed.empty:
+            ax.errorbar(closed["concurrency"], closed[col], yerr=_err(closed, col), fmt="-o", ms=5, color=c,
+                        elinewidth=0.9, capsize=2.5, label=config_label(engine, df), gid=f"sweep:{engine}")
+        if not open_.empty:
+            ax.errorbar(open_["achieved_concurrency"], open_[col], yerr=_err(open_, col), fmt="o", ms=5, color=c,
+                        mfc="white", mec=c, ecolor=c, elinewidth=0.9, capsize=2.5, zorder=3,
+                        label=None if not closed.empty else config_label(engine, df), gid=f"open:{engine}")
+            labels += [(r["achieved_concurrency"], r[col], point_name(r, one), c) for _, r in open_.iterrows()]
+    return labels
+
+
+def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
+    """Output tokens per joule against concurrency, two panels: total GPU energy (energy counter) and above idle
+    (the deployment's idle power with the model loaded subtracted). Fixed-concurrency sweeps as lines; open-loop
+    points hollow at their achieved (time-averaged) concurrency; bars: 95% intervals over repeats."""
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
+    colors = engine_colors(points["engine"].unique() if not points.empty else [])
+    one = points["workload"].nunique() == 1 if not points.empty else True
+    xs: list[float] = []     # every x drawn (axis limits)
+    ticks: list[float] = []  # the fixed concurrencies swept (tick labels); open-loop points carry their own labels
+    titles = ("total: output tokens / GPU energy (counter)",
+              "above idle: output tokens / (energy - idle W x window)")
+    for ax, col, title in zip(axes, ("output_tokens_per_j", "output_tokens_per_j_above_idle"), titles):
+        data = points.dropna(subset=[col]) if col in points else points.iloc[0:0]
+        labels = _tpj_panel(ax, data, col, colors, one) if not data.empty else []
+        if not data.empty:
+            ticks += data.loc[data["shape"] == CLOSED_LOOP, "concurrency"].dropna().tolist()
+            xs += data.loc[data["shape"] != CLOSED_LOOP, "achieved_concurrency"].dropna().tolist()
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("concurrent requests (open-loop: achieved)")
+        ax.grid(alpha=0.3)
+        if data.empty:
+            why = ("no load point with energy measured" if col == "output_tokens_per_j"
+                   else "no idle baseline measured: above-idle needs the deployment's idle power")
+            ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=8, transform=ax.transAxes)
+        ax._wb_labels = labels
+    axes[0].set_ylabel("output tokens per joule (tok/J)")
+    xs += ticks
+    if xs:
+        for ax in axes:
+            ax.set_xscale("log", base=2)
+            plain_log_axis(ax.xaxis, ticks or [round(x, 1) if x < 10 else round(x) for x in xs])
+            ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
+    fig.suptitle(f"Energy efficiency against concurrency ({label})\n{interval_note(points)}", fontsize=9)
+    handles, names = axes[0].get_legend_handles_labels()
+    if not handles:
+        handles, names = axes[1].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles + _style_handles(), names + [h.get_label() for h in _style_handles()], fontsize=7,
+                   loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.08))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    for ax in axes:
+        thin_tick_labels(ax)
+        place_labels(ax, ax._wb_labels)
+    return fig
+
+
+def power_series(samples: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
+    """Total power of each deployment over time: each GPU's samples averaged into common time bins (100 ms, wider
+    when a deployment has more than `max_points` bins), summed over the deployment's GPUs in bins where every GPU
+    has a reading (its own, or its previous bin's). Columns: deployment_id, t_s (from the run's first sample),
+    power_w."""
+    if samples.empty:
+        return pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])
+    s = samples.dropna(subset=["power_w"])
+    t0 = s["t_ns"].min()
+    out = []
+    for dep, d in s.groupby("deployment_id"):
+        span = (d["t_ns"].max() - d["t_ns"].min()) / 1e9
+        bin_ns = int(max(0.1, span / max_points) * 1e9)
+        bin_s = bin_ns / 1e9
+        b = (d["t_ns"] - t0) // bin_ns
+        per_gpu = d.assign(bin=b).groupby(["bin", "gpu_uuid"])["power_w"].mean().unstack("gpu_uuid")
+        # a GPU whose 10 Hz reading fell into the next bin keeps its last reading for one bin
+        total = per_gpu.reindex(range(int(b.min()), int(b.max()) + 1)).ffill(limit=1).dropna().sum(axis=1)
+        out.append(pd.DataFrame({"deployment_id": dep, "t_s": (total.index.to_numpy() + 0.5) * bin_s,
+                                 "power_w": total.to_numpy()}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])
+
+
+def fig_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> Figure:
+    """Total W of each deployment over the run (sampled instant power summed over its GPUs; diagnosis only, the
+    energy counter is the figure of record), each load point's steady-state window shaded and labelled."""
+    series = power_series(samples)
+    deployments = sorted(series["deployment_id"].unique()) if not series.empty else []
+    n = max(1, len(deployments))
+    fig, axes = plt.subplots(n, 1, figsize=(8.0, 2.3 * n), squeeze=False, sharex=True)
+    t0 = samples["t_ns"].min() if not samples.empty else 0
+    colors = engine_colors(windows["engine"].unique() if "engine" in windows and not windows.empty else deployments)
+    repeated = "repeat" in windows and not windows.empty and pd.to_numeric(windows["repeat"]).max() > 1
+    for ax, dep in zip(axes[:, 0], deployments):
+        s = series[series["deployment_id"] == dep]
+        w = windows[windows["deployment_id"] == dep] if not windows.empty else windows
+        engine = str(w["engine"].iloc[0]) if "engine" in w and not w.empty else dep
+        color = colors.get(engine, "#333")
+        ax.plot(s["t_s"], s["power_w"], lw=0.9, color=color)
+        top = float(s["power_w"].max()) if not s.empty else 1.0
+        ax.set_ylim(0, top * 1.3)
+        for _, r in w.iterrows():
+            a, b = (r["window_start_ns"] - t0) / 1e9, (r["window_end_ns"] - t0) / 1e9
+            ax.axvspan(a, b, alpha=0.13, color=color, lw=0)
+            rep = f" #{int(r['repeat'])}" if repeated and pd.notna(r["repeat"]) else ""
+            ax.text((a + b) / 2, top * 1.27, f"{r['point_label']}{rep}", fontsize=6, rotation=90, ha="center",
+                    va="top", color="#333", gid="window-label")
+        ax.set_ylabel(f"{dep}\nW (all its GPUs)", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since the run's first sample (shaded: steady-state windows)")
+    axes[0, 0].set_title(f"GPU power over the run, sampled instant power ({label})", fontsize=9)
+    if not deployments:
+        axes[0, 0].text(0.5, 0.5, "no GPU samples (telemetry missing)", ha="center", transform=axes[0, 0].transAxes)
+    return fig
+
+
+LATENCY_NAMES = {"ttft_ms": "time to first token, TTFT", "e2e_ms": "end-to-end latency, E2E"}
+
+
+def fig_latency_cdf(requests: pd.DataFrame, label: str, metric: str = "ttft_ms") -> Figure:
+    """Empirical CDF of a request latency (successful requests sent inside the window, every repeat of a point
+    pooled), one panel per engine config, one line per point coloured in load order; log x with plain labels."""
+    ok = requests.dropna(subset=[metric]) if not requests.empty else requests
+    engines = sorted(ok["engine"].unique()) if not ok.empty else []
+    n = max(1, len(engines))
+    fig, axes = plt.subplots(1, n, figsize=(min(4.2 * n, 13), 3.8), squeeze=False, sharex=True, sharey=True)
+    names = point_names(ok)
+    colors = dict(zip(names, point_colors(len(names))))
+    one = ok["workload"].nunique() == 1 if not ok.empty else True
+    for ax, engine in zip(axes[0], engines):
+        df = ok[ok["engine"] == engine]
+        groups = {(pl if one else f"{wl}:{pl}"): g for (wl, pl), g in df.groupby(["workload", "point_label"])}
+        for name in names:
+            if name not in groups:
+                continue
+            x = np.sort(groups[name][metric].to_numpy(dtype=float))
+            y = np.arange(1, len(x) + 1) / len(x)
+            ax.step(x, y, where="post", color=colors[name], lw=1.2, label=f"{name} ({len(x)})")
+        ax.set_title(engine, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, title="point (requests)", title_fontsize=6, loc="lower right")
+    if engines:
+        axes[0, 0].set_xscale("log")
+        plain_log_axis(axes[0, 0].xaxis)
+    for ax in axes[0]:
+        ax.set_xlabel(f"{LATENCY_NAMES.get(metric, metric)} (ms, log scale)", fontsize=8)
+    axes[0, 0].set_ylabel("share of requests")
+    fig.suptitle(f"{LATENCY_NAMES.get(metric, metric)} distribution per load point ({label})", fontsize=9)
+    if not engines:
+        axes[0, 0].text(0.5, 0.5, "no successful request in a window", ha="center", transform=axes[0, 0].transAxes)
+    fig.tight_layout()
+    for ax in axes[0]:
+        thin_tick_labels(ax)
+    return fig
+
+
+def plot_throughput_latency(points: pd.DataFrame, label: str) -> bytes:
+    return _png(fig_throughput_latency(points, label))
+
+
+def plot_tokens_per_joule(points: pd.DataFrame, label: str) -> bytes:
+    return _png(fig_tokens_per_joule(points, label))
+
+
+def plot_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> bytes:
+    return _png(fig_power_trace(samples, windows, label))
+
+
+def plot_latency_cdf(requests: pd.DataFrame, label: str, metric: str = "ttft_ms") -> bytes:
+    return _png(fig_latency_cdf(requests, label, metric))
+
+
+def plot_capacity(topologies: pd.DataFrame, label: str, note: str | None = None) -> bytes:
+    """Monthly cost of each topology of sql/hybrid_plan.sql: GPU-hours and energy stacked, the rule's pick marked."""
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(4, len(topologies)) + 1.2))
+    rows = topologies.dropna(subset=["monthly_gpu_usd"]) if not topologies.empty else topologies
+    if rows.empty:
+        ax.text(0.5, 0.5, note or "no topology could be sized", ha="center", va="center", wrap=True,
+                transform=ax.transAxes)
+        ax.set_axis_off()
+    else:
+        rows = rows.iloc[::-1]
+        y = np.arange(len(rows))
+        gpu = rows["monthly_gpu_usd"].to_numpy(dtype=float)
+        energy = rows["monthly_energy_usd"].fillna(0).to_numpy(dtype=float)
+        picked = rows["pick"].fillna("").str.contains("rule pick").to_numpy()
+        ax.barh(y, gpu, color=np.where(picked, "#2ca02c", "#1f77b4"), label="GPU-hours")
+        ax.barh(y, energy, left=gpu, color="#ff7f0e", label="energy (measured W x hours x $/kWh x PUE)")
+        for yi, g, e in zip(y, gpu, energy):
+            ax.text(g + e, yi, f" ${g + e:,.0f}", va="center", fontsize=7)
+        ax.set_yticks(y, [t if len(t) <= 60 else t[:57] + "..." for t in rows["topology"]], fontsize=7)
+        ax.set_xlabel("$ per month")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlim(0, float((gpu + energy).max()) * 1.25)
+    ax.set_title(f"Capacity plan: monthly cost per topology (green: the rule's hybrid) ({label})")
+    return _png(fig)

@@ -1,0 +1,329 @@
+"""Runs whose process is gone, and runs stopped by a signal: found, cleaned up, and said so.
+
+A `wattbench run` killed outright (SIGKILL, OOM killer, a closed laptop) cannot clean up after itself: its Dagster
+run stays STARTED, its step keeps the only `duckdb_writer` pool slot (so the next run waits forever), its
+warehouse row stays 'running', and its agent and engines may still run. So:
+
+- `wattbench run` tags its Dagster run with its process's identity (`process_tags`: pid, host, start time) and
+  where its warehouse and run folders are;
+- the agent records itself and every engine server it starts in the bundle's manifest (`processes`), and dies
+  with its parent (wattbench_agent.procs.die_with_parent);
+- `reap_stale_runs` (at the start of every `wattbench run`, and `wattbench runs --clean`) finds the runs of this
+  instance that are not finished but whose process is gone, and for each: stops the agent and engines its bundle
+  names (only those very processes: pid and start time must match), frees its pool slots, marks it failed in
+  Dagster and in the warehouse (`runs.status = 'failed'`, a `failed_runs` row). Slots still held by runs that
+  finished are freed too.
+
+`interruptible_slot_wait()` makes SIGINT and SIGTERM stop a `wattbench run` that waits for a pool slot: Dagster's
+in-process executor captures both signals for the run and only looks at them inside a step, so a run queued
+behind another ignored them (`ActiveExecution.sleep_til_ready`, dagster 1.13.27, is wrapped for the call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from wattbench_agent import procs
+
+PID_TAG = "wattbench/pid"
+START_TAG = "wattbench/pid_start_ticks"
+HOST_TAG = "wattbench/host"
+WAREHOUSE_TAG = "wattbench/warehouse"
+RUNS_DIR_TAG = "wattbench/runs_dir"
+
+Log = Callable[[str], None]
+
+
+def process_tags(warehouse: str | os.PathLike, runs_dir: str | os.PathLike) -> dict[str, str]:
+    """Tags of a run executed by this process: who runs it, and where its warehouse and run folders are."""
+    me = procs.identity()
+    return {PID_TAG: str(me["pid"]), START_TAG: str(me["start_ticks"] or ""), HOST_TAG: me["host"],
+            WAREHOUSE_TAG: str(Path(warehouse).resolve()), RUNS_DIR_TAG: str(Path(runs_dir).resolve())}
+
+
+def _unfinished_statuses():
+    import dagster as dg
+
+    S = dg.DagsterRunStatus
+    return [S.NOT_STARTED, S.STARTING, S.STARTED, S.CANCELING]
+
+
+@dataclass
+class RunState:
+    """One unfinished run of the instance and what is known of the process that runs it."""
+
+    run: Any                                    # dagster.DagsterRun
+    owner: dict[str, Any] | None                # the identity of the process executing it (None: not tagged)
+    alive: bool | None                          # None: cannot tell (no tag, or another host)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def stale(self) -> bool:
+        return self.owner is not None and self.alive is False
+
+    @property
+    def bundle(self) -> Path | None:
+        root = self.run.tags.get(RUNS_DIR_TAG)
+        return Path(root) / self.run_id / "bundle" if root else None
+
+    @property
+    def warehouse(self) -> Path | None:
+        db = self.run.tags.get(WAREHOUSE_TAG)
+        return Path(db) if db else None
+
+
+def owner_of(run: Any) -> dict[str, Any] | None:
+    tags = run.tags
+    if not tags.get(PID_TAG):
+        return None
+    start = tags.get(START_TAG)
+    return {"pid": int(tags[PID_TAG]), "host": tags.get(HOST_TAG), "start_ticks": int(start) if start else None}
+
+
+def unfinished_runs(instance: Any, limit: int = 200) -> list[RunState]:
+    import dagster as dg
+
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=_unfinished_statuses()), limit=limit)
+    out = []
+    for run in runs:
+        owner = owner_of(run)
+        out.append(RunState(run=run, owner=owner, alive=procs.alive(owner) if owner else None))
+    return out
+
+
+def stop_run_processes(bundle: Path | None, log: Log) -> list[str]:
+    """Stop what a run's bundle says it started and still runs: the agent first (it stops its engines and closes
+    the bundle, complete=false), then any engine left. Returns what was stopped."""
+    if bundle is None:
+        return []
+    try:
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        processes = dict(manifest.get("processes") or {})
+    except (OSError, ValueError, AttributeError):
+        return []
+    stopped = []
+    order = sorted(processes.items(), key=lambda kv: kv[0] != "agent")
+    for name, ident in order:
+        if not isinstance(ident, dict):
+            continue
+        if procs.stop(ident, group=name.startswith("engine:"), grace_s=20.0 if name == "agent" else 10.0):
+            stopped.append(f"{name} (pid {ident.get('pid')})")
+    if stopped:
+        log(f"wattbench: stopped {', '.join(stopped)} of run {manifest.get('run_id')}")
+    return stopped
+
+
+def mark_in_warehouse(db: Path | None, run_id: str, status: str, error: str, job_name: str | None = None,
+                      partition: str | None = None, log: Log = print) -> bool:
+    """Set the run's row in `runs` to `status` (unless it already finished) and, for a failure, note it in
+    `failed_runs`. False when the warehouse could not be written (said on `log`); the Dagster side stands."""
+    from resources.warehouse import WarehouseError, connect, default_db_path
+
+    db = db or default_db_path()
+    if not Path(db).exists():
+        return False
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    try:
+        with connect(db, wait_s=10.0) as con:
+            con.execute("UPDATE runs SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND "
+                        "(status IS NULL OR status = 'running')", [status, now, run_id])
+            if status == "failed":
+                source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run_id]).fetchone()
+                con.execute("DELETE FROM failed_runs WHERE run_id = ?", [run_id])
+                con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
+                            "VALUES (?, ?, ?, ?, ?, ?)", [run_id, source[0] if source else None,
+                                                          job_name or "__ephemeral_asset_job__", partition, now, error])
+    except WarehouseError as exc:
+        log(f"wattbench: run {run_id}: the warehouse could not be updated ({exc}); `wattbench runs --clean` "
+            "tries again")
+        return False
+    return True
+
+
+@dataclass
+class Reaped:
+    run_id: str
+    reason: str
+    stopped: list[str] = field(default_factory=list)
+    warehouse_marked: bool = False
+
+
+def reap(instance: Any, state: RunState, reason: str, log: Log = print) -> Reaped:
+    """Clean up after one run that is not running any more: its processes, its pool slots, its status."""
+    run = state.run
+    stopped = stop_run_processes(state.bundle, log)
+    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    current = instance.get_run_by_id(run.run_id)
+    if current is not None and current.status in _unfinished_statuses():
+        instance.report_run_failed(current, message=f"wattbench: {reason}; marked failed by the stale-run reaper")
+    marked = mark_in_warehouse(state.warehouse, run.run_id, "failed", reason, run.job_name,
+                               run.tags.get("dagster/partition"), log)
+    log(f"wattbench: run {run.run_id} was left '{run.status.value}' ({reason}): marked failed, its pool slots "
+        f"freed" + (f", {', '.join(stopped)} stopped" if stopped else "") + ".")
+    return Reaped(run.run_id, reason, stopped, marked)
+
+
+def free_slots_of_finished_runs(instance: Any, log: Log = print) -> list[str]:
+    """Pool slots (claimed or pending) of runs that finished or no longer exist: freed."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return []
+    freed = []
+    for key in sorted(storage.get_concurrency_keys()):
+        info = storage.get_concurrency_info(key)
+        holders = {s.run_id for s in info.claimed_slots} | {s.run_id for s in info.pending_steps}
+        for run_id in sorted(holders):
+            run = instance.get_run_by_id(run_id)
+            if run is None or run.status not in _unfinished_statuses():
+                storage.free_concurrency_slots_for_run(run_id)
+                freed.append(run_id)
+                log(f"wattbench: freed the '{key}' pool slot held by run {run_id}, which "
+                    + ("no longer exists" if run is None else f"is {run.status.value}"))
+    return freed
+
+
+def reap_stale_runs(instance: Any, log: Log = print, named: list[str] = ()) -> list[Reaped]:
+    """Every unfinished run of the instance whose process is gone: cleaned up (see the module's docstring).
+    `named`: runs the user says are dead (runs that carry no process tags, e.g. from an older wattbench); a named
+    run whose process is known to run is left alone."""
+    reaped = []
+    states = {s.run_id: s for s in unfinished_runs(instance)}
+    for state in states.values():
+        if state.stale:
+            pid = state.owner["pid"] if state.owner else "?"
+            reaped.append(reap(instance, state, f"its process {pid} on {state.owner.get('host')} is gone", log))
+    for run_id in named:
+        state = states.get(run_id)
+        if state is None:
+            run = instance.get_run_by_id(run_id)
+            log(f"wattbench: run {run_id}: " + ("no such run" if run is None else f"already {run.status.value}"))
+        elif state.alive:
+            log(f"wattbench: run {run_id}: its process {state.owner['pid']} is running; left alone (stop it with "
+                "Ctrl-C or kill -TERM)")
+        elif not state.stale:
+            reaped.append(reap(instance, state, "named by `wattbench runs --clean` (no process known to run it)", log))
+    free_slots_of_finished_runs(instance, log)
+    return reaped
+
+
+def slot_holders(instance: Any, pool: str) -> list[str]:
+    """Who holds `pool`'s slots, in words: run id and its process (for the line a waiting run prints)."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits or pool not in storage.get_concurrency_keys():
+        return []
+    out = []
+    for run_id in sorted({s.run_id for s in storage.get_concurrency_info(pool).claimed_slots}):
+        run = instance.get_run_by_id(run_id)
+        owner = owner_of(run) if run is not None else None
+        state = procs.alive(owner) if owner else None
+        out.append(f"run {run_id} (" + ("process unknown" if owner is None else f"process {owner['pid']}, "
+                                         + ("running" if state else "on another host" if state is None else "gone"))
+                   + ")")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Signals while waiting for a pool slot
+# ----------------------------------------------------------------------------------------------------------------
+@contextmanager
+def interruptible_slot_wait(poll_s: float = 0.2) -> Iterator[None]:
+    """While inside: SIGINT/SIGTERM (which Dagster captures during a run) stop a run waiting for a pool slot, as
+    they stop a running step: DagsterExecutionInterruptedError, the run fails, its pending claims are freed."""
+    from dagster._core.errors import DagsterExecutionInterruptedError
+    from dagster._core.execution.plan.active import ActiveExecution
+    from dagster._utils.interrupts import pop_captured_interrupt
+
+    original = ActiveExecution.sleep_til_ready
+
+    def sleep_til_ready(self) -> None:
+        deadline = time.monotonic() + max(0.0, self.sleep_interval())
+        while True:
+            if pop_captured_interrupt():
+                self.mark_interrupted()
+                raise DagsterExecutionInterruptedError("interrupted while waiting for a pool slot")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(poll_s, left))
+
+    ActiveExecution.sleep_til_ready = sleep_til_ready
+    try:
+        yield
+    finally:
+        ActiveExecution.sleep_til_ready = original
+
+
+def was_interrupted(result: Any) -> bool:
+    """Whether a materialize result ended because of SIGINT/SIGTERM (in a step, or while waiting for a slot)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None)
+        while error is not None:
+            if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+                return True
+            error = error.cause
+        if event.is_failure and "interrupted" in (event.message or "").lower():
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# `wattbench runs`
+# ----------------------------------------------------------------------------------------------------------------
+def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest runs of the instance with their process and warehouse status."""
+    from resources.warehouse import WarehouseError, connect
+
+    rows = []
+    status_by_db: dict[str, dict[str, str]] = {}
+    for run in instance.get_runs(limit=limit):
+        owner = owner_of(run)
+        state = procs.alive(owner) if owner else None
+        unfinished = run.status in _unfinished_statuses()
+        process = ("-" if owner is None else f"{owner['pid']} " + (
+            "running" if state else "other host" if state is None else "gone"))
+        db = run.tags.get(WAREHOUSE_TAG)
+        if db and db not in status_by_db:
+            try:
+                with connect(db, read_only=True, wait_s=2.0) as con:
+                    status_by_db[db] = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
+            except WarehouseError:
+                status_by_db[db] = {}
+        rows.append({"run_id": run.run_id, "dagster": run.status.value,
+                     "partition": run.tags.get("dagster/partition", ""), "process": process,
+                     "warehouse": (status_by_db.get(db) or {}).get(run.run_id, "-") if db else "-",
+                     "stale": unfinished and owner is not None and state is False})
+    return rows
+
+
+def main_runs(clean: bool, limit: int, named: list[str] = (), log: Log = print) -> int:
+    """`wattbench runs [--clean [RUN_ID ...]]`."""
+    from pipelines.commands import open_instance
+
+    if not os.environ.get("DAGSTER_HOME"):
+        log("wattbench: DAGSTER_HOME is not set: runs are not kept between commands, so none can be left behind")
+        return 0
+    instance = open_instance()
+    if clean:
+        reaped = reap_stale_runs(instance, log, named)
+        if not reaped:
+            log("wattbench: no run was left behind by a process that is gone")
+    rows = runs_table(instance, limit)
+    if not rows:
+        log("(no runs)")
+        return 0
+    from tabulate import tabulate
+
+    shown = [{**r, "stale": "STALE (wattbench runs --clean)" if r["stale"] else ""} for r in rows]
+    print(tabulate(shown, headers="keys", tablefmt="github"))
+    return 0
+

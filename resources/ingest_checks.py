@@ -1,0 +1,283 @@
+"""What a bundle's table files must be before any of them is loaded, checked line by line.
+
+`check_bundle_files(con, files, columns)` (called by warehouse.ingest_bundle before its transaction) refuses the whole
+bundle, with the file, the line and the reason, when:
+- a table file is not a regular file (a FIFO would be waited on forever, /dev/zero read until memory runs out), or a
+  line is longer than MAX_LINE_BYTES, not UTF-8, not a JSON object, or names a column the table does not have;
+- a value anywhere in a row is NaN or +-Infinity (`NaN`, `Infinity`, or a number too large for a double, like 1e400):
+  a value not measured is null, never a non-finite number;
+- a value that reaches a figure is out of its range (RANGES: durations, counts, energies, powers and token counts
+  are >= 0; utilisation is 0-100 %; an HTTP status is 100-599), or a window ends before it starts;
+- a row's natural key (NATURAL_KEYS) appears twice in one file (the lines of both are named).
+
+The same rules run again, after ingest, as Great Expectations suites (resources/validation.py), and the warehouse's
+natural keys (`ensure_natural_keys`, unique indexes where a table has no primary key) refuse a row twice whatever
+writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from pathlib import Path
+from typing import Any
+
+from wattbench_agent.bundle import BundleError, regular_file
+
+MAX_LINE_BYTES = 16 << 20  # one row: a request with thousands of chunk timestamps is well under 1 MiB
+
+_NONNEG = (0, None)
+# (min, max) of each column that reaches a figure; null is always allowed (not measured).
+RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
+    "engine_builds": {"tp": (1, None), "build_s": _NONNEG, "artifact_bytes": _NONNEG},
+    "deployments": {"tp": (1, None), "n_gpus": _NONNEG, "startup_s": _NONNEG, "hbm_used_mib": _NONNEG,
+                    "hbm_total_mib": _NONNEG, "idle_power_w_before": _NONNEG, "idle_power_w_after": _NONNEG,
+                    "power_limit_w": _NONNEG, "sampler_hz": _NONNEG, "sampler_cpu_share": _NONNEG,
+                    "sampler_call_ms": _NONNEG},
+    "load_runs": {"repeat": (1, None), "concurrency": _NONNEG, "rate": _NONNEG, "burstiness": _NONNEG,
+                  "input_tokens": _NONNEG, "output_tokens": _NONNEG, "warmup_s": _NONNEG, "duration_s": _NONNEG,
+                  "window_s": _NONNEG, "drain_s": _NONNEG, "achieved_rate": _NONNEG, "achieved_concurrency": _NONNEG,
+                  "sent": _NONNEG, "completed": _NONNEG, "failed": _NONNEG, "output_tokens_in_window": _NONNEG,
+                  "energy_j": _NONNEG, "energy_trace_j": _NONNEG, "energy_crosscheck_j": _NONNEG,
+                  "idle_power_w": _NONNEG},
+    "requests": {"ttft_ms": _NONNEG, "e2e_ms": _NONNEG, "tpot_ms": _NONNEG, "prompt_tokens": _NONNEG,
+                 "completion_tokens": _NONNEG, "input_tokens_requested": _NONNEG, "max_tokens": _NONNEG,
+                 "http_status": (100, 599)},
+    "gpu_samples": {"power_w": _NONNEG, "power_avg_w": _NONNEG, "energy_mj": _NONNEG, "hbm_used_mib": _NONNEG,
+                    "hbm_total_mib": _NONNEG, "util_gpu_pct": (0, 100), "util_mem_pct": (0, 100),
+                    "sm_clock_mhz": _NONNEG, "mem_clock_mhz": _NONNEG, "temp_c": (-100, 200),
+                    "hbm_temp_c": (-100, 200), "power_limit_w": _NONNEG, "clock_event_reasons": _NONNEG},
+    "energy_windows": {"energy_start_mj": _NONNEG, "energy_end_mj": _NONNEG, "energy_j": _NONNEG},
+    "server_metrics": {},
+}
+# Columns whose list elements are counts (tokens per streamed event).
+LIST_RANGES = {"requests": {"chunk_tokens": _NONNEG}}
+# (start, end): a window that ends before it starts has a negative duration.
+ORDERED = {"load_runs": [("window_start_ns", "window_end_ns")], "energy_windows": [("start_ns", "end_ns")]}
+# What makes a row of a bundle table itself (run_id is the bundle's). gpu_samples and server_metrics have no primary
+# key in the schema; ensure_natural_keys gives them a unique index on these.
+NATURAL_KEYS = {
+    "engine_builds": ("build_id",),
+    "deployments": ("deployment_id",),
+    "load_runs": ("load_point_id",),
+    "requests": ("load_point_id", "request_id"),
+    "gpu_samples": ("deployment_id", "gpu_uuid", "t_ns"),
+    "energy_windows": ("deployment_id", "window_name", "gpu_uuid"),
+    "server_metrics": ("deployment_id", "t_ns", "metric", "labels"),
+}
+# Unique indexes of the tables the schema gives no primary key (a MAP cannot be an index key: its sorted entries can).
+UNIQUE_INDEXES = {
+    "gpu_samples_key": ("gpu_samples", "run_id, deployment_id, gpu_uuid, t_ns"),
+    "server_metrics_key": ("server_metrics",
+                           "run_id, deployment_id, t_ns, metric, (list_sort(map_entries(labels))::VARCHAR)"),
+    "validation_results_key": ("validation_results", "run_id, check_name, table_name, expectation"),
+}
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> float:
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _nonfinite_paths(value: Any, path: str) -> list[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _nonfinite_paths(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _nonfinite_paths(v, f"{path}[{i}]")]
+    return []
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _range_problem(value: Any, bounds: tuple[float | None, float | None]) -> str | None:
+    lo, hi = bounds
+    if not _number(value):
+        return None  # a wrong type is DuckDB's to name (expected values of the types in sql/schema.sql)
+    if lo is not None and value < lo:
+        return f"expected >= {lo:g}"
+    if hi is not None and value > hi:
+        return f"expected <= {hi:g}"
+    return None
+
+
+def _key(row: dict[str, Any], columns: tuple[str, ...]) -> tuple | None:
+    out = []
+    for c in columns:
+        v = row.get(c)
+        if isinstance(v, dict):
+            v = tuple(sorted((str(k), str(x)) for k, x in v.items()))
+        elif isinstance(v, list):
+            v = tuple(map(str, v))
+        out.append(v)
+    return tuple(out)
+
+
+def _row_problem(table: str, row: dict[str, Any], allowed: set[str]) -> str | None:
+    unknown = set(row) - allowed
+    if unknown:
+        return (f"unknown column(s) {', '.join(sorted(unknown))}; expected columns of table {table} in "
+                "sql/schema.sql")
+    for column, bounds in RANGES.get(table, {}).items():
+        problem = _range_problem(row.get(column), bounds)
+        if problem:
+            return f"{column} = {row[column]!r}; {problem}"
+    for column, bounds in LIST_RANGES.get(table, {}).items():
+        values = row.get(column)
+        if isinstance(values, list):
+            for i, v in enumerate(values):
+                problem = _range_problem(v, bounds)
+                if problem:
+                    return f"{column}[{i}] = {v!r}; {problem}"
+    for start, end in ORDERED.get(table, []):
+        a, b = row.get(start), row.get(end)
+        if _number(a) and _number(b) and b < a:
+            return f"{end} = {b} is before {start} = {a}; expected a window that ends after it starts"
+    return None
+
+
+def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
+    """Every line of one table file; returns the number of rows. BundleError naming the first problem (and how many
+    lines have one) otherwise."""
+    regular_file(path, f"a JSON-lines file of table {table}")
+    key_columns = NATURAL_KEYS.get(table)
+    hashes: array = array("Q")      # 8 bytes a row: a file of millions of samples stays small in memory
+    lines: array = array("Q")
+    first: str | None = None
+    problems = rows = 0
+    with open(path, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                problems += 1
+                first = first or (f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; expected one JSON "
+                                  "row per line")
+                break  # where the next line starts is unknown
+            if not raw.strip():
+                continue
+            row, problem = _parse(raw)
+            if problem is None:
+                problem = _row_problem(table, row, allowed)
+            if problem:
+                problems += 1
+                first = first or f"{path}:{lineno}: {problem}"
+                continue
+            rows += 1
+            if key_columns:
+                hashes.append(hash(_key(row, key_columns)) & 0xFFFFFFFFFFFFFFFF)
+                lines.append(lineno)
+    if first is None and key_columns and len(hashes) > 1:
+        first = _first_duplicate(path, key_columns, hashes, lines)
+        problems += first is not None
+    if first:
+        more = f" ({problems} line(s) of this file have a problem)" if problems > 1 else ""
+        raise BundleError(f"{first}{more}; nothing was loaded")
+    return rows
+
+
+def _parse(raw: bytes) -> tuple[Any, str | None]:
+    """One line as a JSON object, or what is wrong with it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); expected UTF-8 JSON"
+    try:
+        row = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NotFinite:
+        where = ", ".join(p.split(".", 1)[-1] for p in _nonfinite_paths(json.loads(text), "row")) or "a value"
+        return None, (f"{where} is not a finite number (NaN or Infinity); expected a finite number, or null where "
+                      "not measured")
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at column {exc.colno}); expected one JSON row per line"
+    if not isinstance(row, dict):
+        return None, f"a JSON {type(row).__name__}; expected a JSON object (one row)"
+    return row, None
+
+
+def _first_duplicate(path: Path, key_columns: tuple[str, ...], hashes: array, lines: array) -> str | None:
+    """The first line whose natural key an earlier line has, named with that line (hash hits are confirmed)."""
+    import numpy as np
+
+    h = np.frombuffer(hashes, dtype=np.uint64)
+    sorted_h = np.sort(h)
+    suspects = set(sorted_h[1:][sorted_h[1:] == sorted_h[:-1]].tolist())
+    if not suspects:
+        return None
+    wanted = {int(n) for n, v in zip(lines, hashes) if v in suspects}
+    keys: dict[tuple, int] = {}
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno not in wanted:
+                continue
+            key = _key(json.loads(raw), key_columns)
+            if key in keys:
+                return (f"{path}:{lineno}: the same row as line {keys[key]} ({', '.join(key_columns)} = "
+                        f"{', '.join(map(str, key))}); expected each row once")
+            keys[key] = lineno
+    return None
+
+
+def check_bundle_files(files: dict[str, Path], columns: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Check every table file of a bundle before anything is loaded; rows per table."""
+    return {table: check_table_file(path, table, set(columns[table])) for table, path in files.items()}
+
+
+def ensure_natural_keys(con) -> int:
+    """Unique indexes for the tables without a primary key. A warehouse an older wattbench filled may hold a row
+    twice: the copies beyond the first are dropped before the index is made. Returns the rows dropped."""
+    import duckdb
+
+    dropped = 0
+    for name, (table, key) in UNIQUE_INDEXES.items():
+        try:
+            con.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {name} ON {table} ({key})")
+        except duckdb.ConstraintException:
+            before = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            con.execute(f"DELETE FROM {table} WHERE rowid NOT IN (SELECT min(rowid) FROM {table} GROUP BY {key})")
+            dropped += before - con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            con.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {name} ON {table} ({key})")
+    return dropped
+
+
+def run_status(manifest: dict[str, Any]) -> str:
+    """A run's status from its bundle alone: 'ingested' (complete) or 'incomplete' (the agent stopped early)."""
+    return "ingested" if manifest.get("complete") else "incomplete"
+
+
+def mark_run(con, run_id: str, manifest: dict[str, Any]) -> None:
+    """An existing run's row says whether the bundle just loaded was complete (a run Dagster is still running, or
+    one already finished, keeps its status unless the bundle is incomplete)."""
+    if manifest.get("complete"):
+        con.execute("UPDATE runs SET status = 'ingested' WHERE run_id = ? AND status = 'incomplete'", [run_id])
+    else:
+        con.execute("UPDATE runs SET status = 'incomplete' WHERE run_id = ? AND (status IS NULL OR status IN "
+                    "('running', 'ingested', 'succeeded'))", [run_id])
+
+
+def incomplete_note(folder: Path, manifest: dict[str, Any]) -> str | None:
+    """What `wattbench ingest` says about a bundle whose manifest says complete=false (None when complete)."""
+    if manifest.get("complete"):
+        return None
+    errors = "; ".join(f"{e.get('kind')}: {e.get('text')}" for e in manifest.get("errors", [])
+                       if isinstance(e, dict))[:500]
+    return (f"{folder}: its manifest says complete=false: the agent stopped before the end"
+            + (f" ({errors})" if errors else "") + f"; every load point it finished is loaded, and run "
+            f"{manifest['run_id']} is marked 'incomplete' (reports say so when they show it)")

@@ -1,0 +1,139 @@
+"""Secrets stay where they belong (issue 17, item 7): the Hugging Face token goes to the Hub's own origin only,
+an external engine's `user:password@` never reaches a row, a log or the bundle, and the Kubernetes pods run as a
+non-root user with no capabilities and no service-account token."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from resources.model_registry import HubClient, same_origin
+from wattbench_agent.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, build_pod, build_pod_spec
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.runner import run_spec
+from wattbench_agent.safety import redact_url
+
+from tests.automation.hub_server import FakeHub
+from tests.reliability.conftest import MisbehavingServer, rows
+
+TOKEN = "hf_wattbench_test_token"
+PASSWORD = "pa55-w0rd-for-test"
+
+
+def test_the_hub_token_is_not_sent_to_the_origin_a_next_link_names():
+    with FakeHub() as hub, FakeHub() as elsewhere:
+        elsewhere.serve("Qwen", "Qwen/v2")
+        hub.serve("Qwen", "Qwen/page1", next_fixture="Qwen/v2",
+                  next_url=f"{elsewhere.url}/api/models?author=Qwen&cursor=p2")
+        client = HubClient(base_url=hub.url, token=TOKEN)
+        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=timezone.utc))
+    assert [r["authorization"] for r in hub.requests] == [[f"Bearer {TOKEN}"]]
+    assert elsewhere.requests == []  # not asked at all, with or without the token
+    assert len(models) == 2  # the first page is kept
+    assert any(elsewhere.url in note and "not followed" in note for note in client.notes)
+
+
+def test_a_next_link_on_the_hubs_own_origin_is_still_followed():
+    with FakeHub() as hub:
+        hub.serve("Qwen", "Qwen/page1", next_fixture="Qwen/v2")
+        client = HubClient(base_url=hub.url, token=TOKEN)
+        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=timezone.utc))
+    assert len(models) == 4 and [r["authorization"] for r in hub.requests] == [[f"Bearer {TOKEN}"]] * 2
+    assert client.notes == []
+
+
+@pytest.mark.parametrize("link, same", [
+    ("https://huggingface.co/api/models?cursor=x", True),
+    ("http://huggingface.co/api/models?cursor=x", False),      # plain http: the token would travel in clear
+    ("https://huggingface.co:8443/api/models", False),
+    ("https://evil.example/api/models", False),
+    ("https://huggingface.co.evil.example/api/models", False),
+    ("//evil.example/api/models", False),
+])
+def test_same_origin(link, same):
+    assert same_origin("https://huggingface.co", link) is same
+
+
+def external(name: str, url: str) -> dict:
+    cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
+    point = {"load_point_id": f"{name}:w:c2", "workload": "w",
+             "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": 8, "output_tokens": 4,
+                      "warmup_s": 0.0, "duration_s": 10.0, "max_requests": 4, "timeout_s": 5}}
+    return {"deployment_id": name, "build_id": cfg.build_id(), "engine_config": asdict(cfg), "target": "external",
+            "url": url, "telemetry": "none", "idle_baseline_s": 0, "health_timeout_s": 5, "load_points": [point]}
+
+
+def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
+    server = MisbehavingServer(behaviours=("ok",))
+    logs: list[str] = []
+    with server.running():
+        port = server.url.rsplit(":", 1)[1]
+        spec = {"run_id": "r-secret", "source": "measured", "out": str(tmp_path / "bundle"), "deployments": [
+            external("up", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1"),
+            external("down", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1?api_key={PASSWORD}")]}
+        bundle = run_spec(spec, log=logs.append)
+    deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}
+    assert deployments["up"]["status"] == "healthy" and deployments["up"]["url"] == f"http://***@127.0.0.1:{port}"
+    assert deployments["down"]["status"] == "failed" and "127.0.0.1:9" in deployments["down"]["error_text"]
+    for path in bundle.rglob("*"):
+        if path.is_file():
+            assert PASSWORD not in path.read_text(errors="replace"), path
+    assert not [line for line in logs if PASSWORD in line]
+
+
+def test_redact_url():
+    assert redact_url(f"https://u:{PASSWORD}@h:8000/v1?api_key=k&model=m") == "https://***@h:8000/v1?api_key=%2A%2A%2A&model=m"
+    assert redact_url("http://h:8000/v1") == "http://h:8000/v1"
+
+
+def _pods():
+    target = K8sTarget(models_pvc="models", gpu_product="NVIDIA-H100-80GB-HBM3")
+    cfg = EngineConfig(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="c", precision="bf16", tp=2)
+    trt = EngineConfig(engine="trtllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="t", precision="fp8", tp=2)
+    from kubernetes import client as k8s
+
+    api = k8s.ApiClient()
+    deployment, _ = build_manifests(cfg, target)
+    return {
+        "engine Deployment": api.sanitize_for_serialization(deployment)["spec"]["template"]["spec"],
+        "agent pod": agent_pod_spec(2, target, bundle_pvc="data"),
+        "build pod (Pipes)": build_pod_spec(trt, target),
+        "build pod (dry run)": api.sanitize_for_serialization(build_pod(trt, target))["spec"],
+    }
+
+
+@pytest.mark.parametrize("which", ["engine Deployment", "agent pod", "build pod (Pipes)", "build pod (dry run)"])
+def test_kubernetes_pods_run_unprivileged(which):
+    spec = _pods()[which]
+    assert spec["automountServiceAccountToken"] is False
+    pod = spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0 and pod["runAsGroup"] != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in spec["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert any(e["name"] == "HOME" for e in container["env"])  # a writable home for a non-root user
+
+
+def test_an_imported_results_url_credentials_are_not_stored(tmp_path, monkeypatch, capsys):
+    """`wattbench import` of another tool's result file that names its target with user:password@."""
+    from pipelines.cli import main as wattbench
+    from resources.warehouse import connect
+
+    source = Path(__file__).resolve().parents[1] / "data" / "imports" / "guidellm-0.8.1-concurrent-2-4.json"
+    data = json.loads(source.read_text())
+    for bench in data["benchmarks"]:
+        bench["config"]["backend"]["target"] = f"http://wbuser:{PASSWORD}@127.0.0.1:8000"
+    path = tmp_path / "guidellm.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("WATTBENCH_DB", str(tmp_path / "w.duckdb"))
+    assert wattbench(["import", str(path)]) == 0
+    capsys.readouterr()
+    with connect(tmp_path / "w.duckdb", read_only=True) as con:
+        (url,) = con.execute("SELECT DISTINCT url FROM deployments").fetchone()
+    assert url == "http://***@127.0.0.1:8000"

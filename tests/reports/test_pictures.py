@@ -1,0 +1,173 @@
+"""The static pictures, checked on the drawn matplotlib figures (assets/pictures.py): the plot defects of issue 16
+cannot come back. Points come from a real warehouse (synthetic bundle, ingested, summarised by sql/load_points.sql)
+where the test is about the data, and from frames made here where it is about crowding (eight engines)."""
+
+import itertools
+import re
+
+import matplotlib.colors as mcolors
+import numpy as np
+import pandas as pd
+import pytest
+
+from assets import pictures, reporting
+from resources.warehouse import connect
+
+from .synth import Deployment, Point, simple_point, ttfts, write_run
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    """Two engines, c8/c32/c128 with three repeats each plus a gamma point: the default plan's shape, repeated."""
+    tmp = tmp_path_factory.mktemp("pictures")
+    db = tmp / "w.duckdb"
+    deps = []
+    for name, speed in (("trtllm-like", 1.1), ("vllm-like", 1.0)):
+        pts = []
+        for r in (1, 2, 3):
+            for c, rps in ((8, 4.0), (32, 9.0), (128, 14.0)):
+                pts.append(simple_point(f"c{c}", rps * speed * (1 + 0.02 * r), ttft=20.0 + c / 4, concurrency=c,
+                                        output_tokens=16, repeat=r, energy_j=2000.0 + 40 * c + 30 * r))
+            pts.append(Point("bursty", "gamma-r6-b0.25", ttft_ms=ttfts(30, 30, 10, seed=r), shape="gamma",
+                             concurrency=None, rate=6.0, output_tokens=16, repeat=r, energy_j=1500.0 + 20 * r))
+        deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
+    write_run(db, tmp, "run", deps)
+    with connect(db, read_only=True) as con:
+        return reporting.report_frames(con, "run")
+
+
+def _drawn(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def _labels_overlap(fig, gid: str) -> list:
+    renderer = _drawn(fig)
+    boxes = [t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts if t.get_gid() == gid]
+    return [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)], boxes
+
+
+def _visible_tick_labels(ax, which="x"):
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = sorted(axis.get_view_interval())
+    return [t.label1 for t in sorted(axis.get_major_ticks(), key=lambda t: t.get_loc())
+            if lo <= t.get_loc() <= hi and t.label1.get_visible() and t.label1.get_text()]
+
+
+def test_error_bars_are_the_summaries_intervals(frames):
+    """One marker per engine x point (never one per repeat); its bars span [lo, hi] of sql/load_points.sql."""
+    points = frames["points"]
+    fig = pictures.fig_throughput_latency(points, "emulated")
+    ax = fig.axes[0]
+    closed = [c for c in ax.containers if c.get_label() and "trtllm-like" in c.get_label()]
+    assert closed, "no error-bar series for trtllm-like"
+    data, _caps, bars = closed[0].lines
+    ybars = bars[-1]                                     # x bars first, then y bars
+    ref = reporting.load_order(points[(points["engine"] == "trtllm-like") & (points["shape"] == "concurrency")])
+    assert list(data.get_ydata()) == pytest.approx(list(ref["output_tok_s"]))           # 3 markers, not 9
+    spans = sorted((float(s[0][1]), float(s[1][1])) for s in ybars.get_segments())
+    want = sorted(zip(ref["output_tok_s_lo"], ref["output_tok_s_hi"]))
+    assert [v for span in spans for v in span] == pytest.approx([v for span in want for v in span], abs=0.06)
+    assert all(hi > lo for lo, hi in spans)        # three repeats that differ: a real interval
+
+
+def test_open_loop_points_are_hollow_and_off_the_pareto_line(frames):
+    points = frames["points"]
+    fig = pictures.fig_throughput_latency(points, "emulated")
+    ax = fig.axes[0]
+    gamma = points[points["shape"] == "gamma"]
+    for engine in ("trtllm-like", "vllm-like"):
+        (front,) = [ln for ln in ax.lines if ln.get_gid() == f"frontier:{engine}"]
+        g = gamma[gamma["engine"] == engine].iloc[0]
+        assert g["e2e_p50_ms"] not in list(front.get_xdata())
+        assert len(set(front.get_xdata())) == 3                   # the three fixed-concurrency points
+    hollow = [ln for ln in ax.lines if (ln.get_gid() or "").endswith(":open") and ln.get_marker() == "o"]
+    assert hollow and all(mcolors.to_hex(ln.get_markerfacecolor()) == "#ffffff" for ln in hollow)
+
+
+def test_tokens_per_joule_axis_reads_plain_concurrencies_and_has_both_measures(frames):
+    fig = pictures.fig_tokens_per_joule(frames["points"], "emulated")
+    total, above = fig.axes[:2]
+    _drawn(fig)
+    for ax in (total, above):
+        labels = [t.get_text() for t in _visible_tick_labels(ax)]
+        assert labels == ["8", "32", "128"], labels          # not 2^3 .. 2^7, not the open-loop achieved value
+    assert "total" in total.get_title() and "above idle" in above.get_title()
+    assert total.lines and above.lines                       # both measured (idle power known)
+    t8 = [ln for ln in total.lines if ln.get_gid() == "sweep:vllm-like"][0].get_ydata()[0]
+    a8 = [ln for ln in above.lines if ln.get_gid() == "sweep:vllm-like"][0].get_ydata()[0]
+    assert a8 > t8                                           # above idle: fewer joules per token
+
+
+def test_latency_cdf_legend_in_load_order_with_distinct_colours_and_clean_log_axis(frames):
+    fig = pictures.fig_latency_cdf(frames["requests"], "emulated", "ttft_ms")
+    renderer = _drawn(fig)
+    for ax in fig.axes:
+        names = [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()]
+        assert names == ["steady:c8", "steady:c32", "steady:c128", "bursty:gamma-r6-b0.25"]
+        colours = [mcolors.to_hex(ln.get_color()) for ln in ax.lines]
+        assert len(colours) == len(set(colours)) == 4
+        ticks = _visible_tick_labels(ax)
+        assert len(ticks) >= 2
+        assert all(re.fullmatch(r"\d+(\.\d+)?", t.get_text()) for t in ticks), [t.get_text() for t in ticks]
+        boxes = [t.get_window_extent(renderer) for t in ticks]
+        assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+
+
+def _crowd(n_engines: int = 8) -> pd.DataFrame:
+    """Eight engine configs whose points nearly coincide: the worst case for colours and labels."""
+    rows = []
+    for i in range(n_engines):
+        for c, tok in ((8, 1500.0), (32, 4200.0), (128, 7000.0)):
+            rows.append({"engine": f"engine-{i}", "workload": "steady", "point_label": f"c{c}", "shape": "concurrency",
+                         "concurrency": c, "rate": np.nan, "repeats": 3, "achieved_concurrency": float(c),
+                         "output_tok_s": tok * (1 + 0.01 * i), "output_tok_s_lo": tok * 0.98, "output_tok_s_hi": tok * 1.02,
+                         "e2e_p50_ms": 600.0 + 3 * c + 4 * i, "e2e_p50_ms_lo": np.nan, "e2e_p50_ms_hi": np.nan,
+                         "output_tokens_per_j": tok / 4000, "output_tokens_per_j_lo": np.nan,
+                         "output_tokens_per_j_hi": np.nan, "output_tokens_per_j_above_idle": tok / 3000,
+                         "precision": "fp8", "tp": 8})
+        rows.append({"engine": f"engine-{i}", "workload": "bursty", "point_label": "gamma-r6-b0.25", "shape": "gamma",
+                     "concurrency": np.nan, "rate": 6.0, "repeats": 3, "achieved_concurrency": 1.8 + 0.05 * i,
+                     "output_tok_s": 390.0 + i, "e2e_p50_ms": 590.0 + 2 * i, "output_tokens_per_j": 0.24,
+                     "output_tokens_per_j_above_idle": 0.36, "precision": "fp8", "tp": 8})
+    return pd.DataFrame(rows)
+
+
+def test_eight_engines_get_eight_colours_and_labels_never_overlap():
+    crowd = _crowd(8)
+    colours = pictures.engine_colors(crowd["engine"])
+    assert len(set(colours.values())) == 8
+    assert len(set(pictures.engine_colors([f"e{i}" for i in range(25)]).values())) == 25
+    fig = pictures.fig_throughput_latency(crowd, "emulated")
+    ax = fig.axes[0]
+    drawn = {mcolors.to_hex(c.lines[0].get_color()) for c in ax.containers}
+    assert len(drawn) == 8
+    legend = [t.get_text() for t in ax.get_legend().get_texts()][:8]
+    assert legend == [f"engine-{i} (fp8, tp8)" for i in range(8)]
+    overlaps, boxes = _labels_overlap(fig, "point-label")
+    assert boxes and not overlaps
+    renderer = _drawn(fig)
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+    markers = [ax.transData.transform((x, y)) for x, y in zip(crowd["e2e_p50_ms"], crowd["output_tok_s"])]
+    assert not any(b.contains(px, py) for b in boxes for px, py in markers)
+    fig2 = pictures.fig_tokens_per_joule(crowd, "emulated")
+    overlaps, _ = _labels_overlap(fig2, "point-label")
+    assert not overlaps
+
+
+def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():
+    """Two GPUs sampled at slightly different instants (as NVML reads them one after the other): the trace is their
+    sum per 100 ms bin, not each reading on its own."""
+    t = np.arange(0, 50) * 100_000_000
+    samples = pd.concat([
+        pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-0", "t_ns": t + 1_000_000, "power_w": 300.0}),
+        pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-1", "t_ns": t + 4_000_000, "power_w": 200.0}),
+    ])
+    series = pictures.power_series(samples)
+    assert len(series) == 50 and (series["power_w"] == 500.0).all()
+    assert series["t_s"].iloc[1] - series["t_s"].iloc[0] == pytest.approx(0.1)
+    jitter = samples.copy()   # GPU-1's 10th reading lands late, in the next bin: no gap and no double count
+    jitter.loc[(jitter["gpu_uuid"] == "GPU-1") & (jitter["t_ns"] == 9 * 100_000_000 + 4_000_000), "t_ns"] += 99_000_000
+    series = pictures.power_series(jitter)
+    assert len(series) == 50 and (series["power_w"] == 500.0).all()
