@@ -52,6 +52,16 @@ RESULTS = ROOT / "results" / "h200-vllm"
 PLAN = ROOT / "plans" / "h200-vllm.yaml"
 BUNDLES = tuple(sorted(b.name for b in RESULTS.glob("bundle-*.tar.xz")))  # every H200 vLLM bundle committed
 MEASURED_CACHE = RESULTS / "measured_figures.json"
+# points measured after the final fit (plans/h200-vllm-kv8.yaml, another H200): in no fit's training set; the final
+# fit predicts them held out
+LATE = ("kv8", "kv8-long")
+AFTER_FINAL = "after the final fit (kv8 plan)"
+
+
+def plan_for(bundle: str) -> Path:
+    """bundle-<name>.tar.xz was run with plans/h200-vllm-<name>.yaml where that exists, else plans/h200-vllm.yaml."""
+    own = ROOT / "plans" / f"h200-vllm-{bundle.removeprefix('bundle-').removesuffix('.tar.xz')}.yaml"
+    return own if own.exists() else PLAN
 OUT = RESULTS / "twin_fit.json"
 MODEL, GPU = "llama-3.1-8b", "h200"
 SEEDS = (0, 1, 2)  # reported predictions: the mean of three seeds
@@ -157,10 +167,10 @@ def refresh_measured() -> dict[str, Any]:
     from resources.warehouse import connect, ingest_bundle
     from wattbench_agent.bundle import read_manifest, unpacked
 
-    plan, sha = load_plan(PLAN)
-    fields = plan_run_fields(plan, PLAN, sha)
     with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "h200.duckdb") as con:
         for name in BUNDLES:
+            plan, sha = load_plan(plan_for(name))
+            fields = plan_run_fields(plan, plan_for(name), sha)
             with unpacked(RESULTS / name) as folder:
                 ingest_bundle(con, folder)
                 run_id = read_manifest(folder)["run_id"]
@@ -220,14 +230,19 @@ def load_points() -> tuple[list[Point], dict[tuple[str, str], float]]:
     from wattbench_agent.emulator.twin import twin_engine
 
     data = json.loads(MEASURED_CACHE.read_text()) if MEASURED_CACHE.exists() else refresh_measured()
-    plan, _ = load_plan(PLAN)
-    engines = {e.name: e for e in plan.engines}
-    wls = {w.name: w for w in plan.workloads}
+    engines, wls, models = {}, {}, {}
+    for name in data.get("bundles", {}):
+        plan, _ = load_plan(plan_for(name))
+        for w in plan.workloads:  # workload names are unique across the plans; engine names per workload
+            wls[w.name] = w
+            models[w.name] = plan.model
+            engines.update({(w.name, e.name): e for e in plan.engines})
     points: dict[str, Point] = {}
     meas: dict[tuple[str, str], float] = {}
     for r in data["rows"]:
-        e, w = engines[r["engine"]], wls[r["workload"]]
-        _prof, cfg, _ = twin_engine(e.engine, e.precision, e.options, model=plan.model)
+        e, w = engines[(r["workload"], r["engine"])], wls[r["workload"]]
+        plan_model = models[r["workload"]]
+        _prof, cfg, _ = twin_engine(e.engine, e.precision, e.options, model=plan_model)
         p = Point(r["engine"], r["precision"], r["workload"], r["point_label"], r["shape"],
                   int(r["concurrency"]) if r["concurrency"] else None, r["rate"], r["burstiness"],
                   float(r["prompt_tokens_mean"] or r["input_tokens"]), int(r["output_tokens"]), w.warmup_s,
@@ -412,8 +427,9 @@ BEFORE_LIGHT = "before light data (the 10 earlier points)"
 
 
 def folds(points: list[Point], with_fp8_transfer: bool = False) -> dict[str, tuple[list[Point], list[Point], set[str]]]:
-    """name -> (train, test, frozen knobs)."""
+    """name -> (train, test, frozen knobs). Points of LATE workloads are in no training set."""
     out = {}
+    points = [p for p in points if p.workload not in LATE]
     for wl in sorted({p.workload for p in points}):
         test = [p for p in points if p.workload == wl]
         out[f"leave out {wl}"] = ([p for p in points if p not in test], test, set())
@@ -454,6 +470,11 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
     plan = [(name, test) for name, (_train, test, _frozen) in folds(points).items() if test]
     if BEFORE_LIGHT in fits:  # the light points held out first: the fit made before they were measured
         plan.insert(0, (BEFORE_LIGHT, [p for p in points if p.workload in LIGHT]))
+    late = [p for p in points if p.workload in LATE]
+    fits = dict(fits)
+    if late and "final (all points)" in fits:  # measured after the final fit: it predicts them held out
+        fits[AFTER_FINAL] = fits["final (all points)"]
+        plan.append((AFTER_FINAL, late))
     for name, test in plan:
         params = {**PRIOR, **fits[name]["params"]}
         for p in test:
