@@ -1,9 +1,10 @@
-"""Calibration of the emulator against public figures (run: python -m benchmarks.emulator_calibration).
+"""Calibration of the emulator against public and measured figures (run: python -m benchmarks.emulator_calibration).
 
-Everything is computed with the pure-Python simulate() API (virtual time, ~20 s in all). Writes
-results/emulator_calibration.json and results/emulator_calibration.md. `--fit` re-fits the vLLM-like kernel
-factors and the power factors (coordinate descent on log errors; slow) and prints them: the shipped values in
-agent/wattbench_agent/emulator/profiles.py and perf.py come from that fit, rounded.
+Everything is computed with the pure-Python simulate() API (virtual time; a few minutes with the claims'
+convergence and the sensitivity runs). Writes results/emulator_calibration.json and results/emulator_calibration.md.
+The fitted factors come from benchmarks/twin_fit.py (public ML.ENERGY figures + real H200 vLLM runs, with held-out
+points); its results are the "Real hardware" section here. The TensorRT-LLM-like factors are assumptions
+(TRT_ASSUMPTIONS, each with its source) and every seed claim is checked against each of them +-20%.
 
 Public figures:
 - ML.ENERGY Leaderboard v3.0 (Dec 2025; vLLM 0.11.1, H100 SXM, GPU energy, steady state, Text Conversation task):
@@ -18,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wattbench_agent.emulator import Workload, simulate
+from wattbench_agent.emulator import FACTORS, Workload, setup, simulate
 from wattbench_agent.emulator import perf as perf_mod
 from wattbench_agent.emulator import profiles as prof_mod
 
@@ -75,48 +75,148 @@ def ml_energy_rows(duration_s: float = 60.0, warmup_s: float = 30.0) -> list[dic
     return rows
 
 
-def seed_checks() -> list[dict[str, Any]]:
-    dep = ("llama-3-70b", "h100-sxm", 8)
+# ---------------------------------------------------------------------------------------------- seed claims
+# Every claim is computed on closed-loop streams ramped in over RAMP_S (as the load generator does; streams started
+# together stay in lockstep), at a window doubled until the claim converges (moves < 1 point: 1 percentage point
+# for % claims, 0.01 for x ratios), then re-run with three seeds for its spread.
+RAMP_S = 2.0
+WINDOWS = (20.0, 40.0, 80.0, 160.0, 320.0)
+SEEDS = (0, 1, 2)
+DEP = ("llama-3-70b", "h100-sxm")
+# TensorRT-LLM-like factors: assumptions (no TensorRT-LLM measurement here), each with where it comes from
+TRT_ASSUMPTIONS = {
+    "gemm_eff": "vLLM-like's fitted share x 1.10 (TRT_RELATIVE): TensorRT-LLM's fused GEMM epilogues and tuned tactics "
+                "taken ~10% better; no TensorRT-LLM measurement",
+    "attn_eff": "vLLM-like's fitted share x 1.20: fp8 context FMHA (fp8 math with an fp8 KV cache) taken ~20% better "
+                "than FlashAttention's bf16 math; no measurement",
+    "mem_eff": "= vLLM-like's fitted share (x 1.0): decode GEMMs stream weights with the same class of kernels",
+    "layer_overhead_s": "fused kernels, fewer launches per layer than vLLM-like's 2.5 us (ML.ENERGY fit); guessed",
+    "allreduce_latency_s": "custom one-/two-shot NVLink all-reduce, as vLLM's",
+    "nvlink_eff": "as vLLM's",
+    "step_overhead_s": "C++ executor host time per step (hidden by the overlap scheduler); guessed",
+    "seq_overhead_s": "C++ batch manager per sequence, against vLLM's Python 3 us; guessed",
+    "frontend_event_s": "API server time per SSE event, against vLLM's 30 us; guessed",
+    "host_overlap": "the overlap scheduler: TensorRT-LLM docs, on by default in the PyTorch flow",
+    "intake_s": "= vLLM-like's (fitted on H200 vLLM): API server intake per request, no TensorRT-LLM figure",
+    "finish_s": "= vLLM-like's: API server time per finished request",
+    "intake_latency_s": "= vLLM-like's: fixed latency before intake",
+}
+SENSITIVITY = 0.20
+
+
+_SIMS: dict[tuple, Any] = {}
+
+
+def _sim(profile: str, tp: int, precision: str, wl: Workload, window_s: float, warmup_s: float, seed: int = 0,
+         trt: dict[str, float] | None = None):
+    trt = trt if profile == "trtllm-like" else None
+    key = (profile, tp, precision, repr(wl), window_s, warmup_s, seed, tuple(sorted((trt or {}).items())))
+    if key not in _SIMS:  # the runs a sensitivity row shares with the claim itself are not repeated
+        st = setup(profile, DEP[0], DEP[1], tp, precision, None)
+        if trt:
+            st.dep = replace(st.dep, kf=replace(st.dep.kf, **trt))
+        _SIMS[key] = simulate(profile, DEP[0], DEP[1], tp, precision, None, wl, duration_s=window_s,
+                              warmup_s=warmup_s, seed=seed, setup_=st)
+    return _SIMS[key]
+
+
+def _claim_fp8(profile: str, tp: int):
+    def value(window_s: float, seed: int = 0, trt: dict | None = None) -> tuple[float, dict]:
+        wl = Workload(concurrency=32, input_tokens=128, output_tokens=1024, ramp_s=RAMP_S)
+        r16 = _sim(profile, tp, "fp16", wl, window_s, 10, seed, trt)
+        r8 = _sim(profile, tp, "fp8", wl, window_s, 10, seed, trt)
+        return r8.output_tok_s / r16.output_tok_s, {"fp16_tok_s": r16.output_tok_s, "fp8_tok_s": r8.output_tok_s}
+    return value
+
+
+def _claim_tokj(conc: int):
+    def value(window_s: float, seed: int = 0, trt: dict | None = None) -> tuple[float, dict]:
+        wl = Workload(concurrency=conc, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)
+        t = _sim("trtllm-like", 8, "fp8", wl, window_s, 10, seed, trt)
+        v = _sim("vllm-like", 8, "fp8", wl, window_s, 10, seed, None)
+        return 100 * (t.tokens_per_joule / v.tokens_per_joule - 1.0), {
+            "trtllm_tok_per_j": t.tokens_per_joule, "vllm_tok_per_j": v.tokens_per_joule,
+            "trtllm_tok_s": t.output_tok_s, "vllm_tok_s": v.output_tok_s,
+            "trtllm_w_per_gpu": t.avg_power_w, "vllm_w_per_gpu": v.avg_power_w}
+    return value
+
+
+def _claim_2k(which: str):
+    def value(window_s: float, seed: int = 0, trt: dict | None = None) -> tuple[float, dict]:
+        wl = Workload(concurrency=32, input_tokens=2048, output_tokens=256, ramp_s=RAMP_S)
+        t = _sim("trtllm-like", 8, "fp8", wl, window_s, 15, seed, trt)
+        v = _sim("vllm-like", 8, "fp8", wl, window_s, 15, seed, None)
+        detail = {"trtllm_ttft_p50_ms": t.ttft_ms["p50"], "vllm_ttft_p50_ms": v.ttft_ms["p50"],
+                  "trtllm_e2e_p50_ms": t.e2e_ms["p50"], "vllm_e2e_p50_ms": v.e2e_ms["p50"]}
+        if which == "ttft":
+            return v.ttft_ms["p50"] / t.ttft_ms["p50"], detail
+        return 100 * (v.e2e_ms["p50"] / t.e2e_ms["p50"] - 1.0), detail
+    return value
+
+
+# id, claim, unit, expected, pass(value), value function, does it involve trtllm-like factors
+CLAIMS = [
+    *[(f"fp8-{p}-{tp}", f"fp8 gives 1.8-2.1x the fp16 decode throughput ({p}, Llama-3-70B {tp}xH100, 32 streams "
+       "128 in / 1024 out)", "x", "1.8-2.1", lambda v: 1.8 <= v <= 2.1, _claim_fp8(p, tp), p == "trtllm-like")
+      for p in ("trtllm-like", "vllm-like") for tp in (4, 8)],
+    *[(f"tokj-{c}", "TensorRT-LLM-like gets 10-30% more tokens per joule on a steady workload (Llama-3-70B fp8 "
+       f"8xH100, {c} streams 512/128)", "%", "10-30", lambda v: 10.0 <= v <= 30.0, _claim_tokj(c), True)
+      for c in (8, 32, 128)],
+    ("ttft-2k", "32 concurrent 2K-context requests: TensorRT-LLM-like has the lowest TTFT (p50)",
+     "x (vllm/trtllm TTFT p50)", "> 1", lambda v: v > 1.0, _claim_2k("ttft"), True),
+    ("e2e-2k", "...and vLLM-like stays within a few percent (<= 5%) on median end-to-end latency", "%", "0-5",
+     lambda v: abs(v) <= 5.0, _claim_2k("e2e"), True),
+]
+
+
+def _point(unit: str) -> float:
+    return 1.0 if unit == "%" else 0.01
+
+
+def converge(fn, unit: str) -> tuple[float, float, dict, list[tuple[float, float]]]:
+    """Double the window until the value moves less than one point; (value, window, detail, trail)."""
+    trail: list[tuple[float, float]] = []
+    prev = None
+    for w in WINDOWS:
+        v, detail = fn(w)
+        trail.append((w, v))
+        if prev is not None and abs(v - prev) < _point(unit):
+            return v, w, detail, trail
+        prev = v
+    return v, w, detail, trail  # not converged within the longest window: trail says so
+
+
+def seed_checks(sensitivity: bool = True) -> list[dict[str, Any]]:
     out = []
-    # 1. fp8 vs fp16 decode throughput, decode-bound workload (short prompts, long outputs). Checked on 4xH100
-    #    (the smallest TP where both fit with room for KV) and on 8xH100 (the default plan's deployment)
-    for prof in ("trtllm-like", "vllm-like"):
-        for tp, checked in ((4, True), (8, True)):
-            wl = Workload(concurrency=32, input_tokens=128, output_tokens=1024)
-            r16 = simulate(prof, dep[0], dep[1], tp, "fp16", None, wl, duration_s=40, warmup_s=10)
-            r8 = simulate(prof, dep[0], dep[1], tp, "fp8", None, wl, duration_s=40, warmup_s=10)
-            ratio = r8.output_tok_s / r16.output_tok_s
-            out.append({"claim": f"fp8 gives 1.8-2.1x the fp16 decode throughput ({prof}, Llama-3-70B {tp}xH100, "
-                                 "32 streams 128 in / 1024 out)" + ("" if checked else " [information]"),
-                        "value": ratio, "unit": "x", "expected": "1.8-2.1",
-                        "pass": (1.8 <= ratio <= 2.1) if checked else None,
-                        "detail": {"fp16_tok_s": r16.output_tok_s, "fp8_tok_s": r8.output_tok_s}})
-    # 2. tokens per joule on a steady workload: checked at the default plan's steady points (8 and 32 streams) and
-    #    on a flat firehose (128 streams, saturating the engine)
-    for conc, lin, lout, checked in ((8, 512, 128, True), (32, 512, 128, True), (128, 512, 128, True)):
-        wl = Workload(concurrency=conc, input_tokens=lin, output_tokens=lout)
-        t = simulate("trtllm-like", dep[0], dep[1], dep[2], "fp8", None, wl, duration_s=40, warmup_s=10)
-        v = simulate("vllm-like", dep[0], dep[1], dep[2], "fp8", None, wl, duration_s=40, warmup_s=10)
-        gain = t.tokens_per_joule / v.tokens_per_joule - 1.0
-        out.append({"claim": f"TensorRT-LLM-like gets 10-30% more tokens per joule on a steady workload "
-                             f"(Llama-3-70B fp8 8xH100, {conc} streams {lin}/{lout})"
-                             + ("" if checked else " [information]"), "value": 100 * gain,
-                    "unit": "%", "expected": "10-30", "pass": (0.10 <= gain <= 0.30) if checked else None,
-                    "detail": {"trtllm_tok_per_j": t.tokens_per_joule, "vllm_tok_per_j": v.tokens_per_joule,
-                               "trtllm_tok_s": t.output_tok_s, "vllm_tok_s": v.output_tok_s,
-                               "trtllm_w_per_gpu": t.avg_power_w, "vllm_w_per_gpu": v.avg_power_w}})
-    # 3. 32 concurrent 2K-context requests: TTFT and median latency
-    wl = Workload(concurrency=32, input_tokens=2048, output_tokens=256)
-    t = simulate("trtllm-like", dep[0], dep[1], dep[2], "fp8", None, wl, duration_s=60, warmup_s=15)
-    v = simulate("vllm-like", dep[0], dep[1], dep[2], "fp8", None, wl, duration_s=60, warmup_s=15)
-    out.append({"claim": "32 concurrent 2K-context requests: TensorRT-LLM-like has the lowest TTFT (p50)",
-                "value": v.ttft_ms["p50"] / t.ttft_ms["p50"], "unit": "x (vllm/trtllm TTFT p50)", "expected": "> 1",
-                "pass": t.ttft_ms["p50"] < v.ttft_ms["p50"],
-                "detail": {"trtllm_ttft_p50_ms": t.ttft_ms["p50"], "vllm_ttft_p50_ms": v.ttft_ms["p50"]}})
-    diff = v.e2e_ms["p50"] / t.e2e_ms["p50"] - 1.0
-    out.append({"claim": "...and vLLM-like stays within a few percent (<= 5%) on median end-to-end latency",
-                "value": 100 * diff, "unit": "%", "expected": "0-5", "pass": abs(diff) <= 0.05,
-                "detail": {"trtllm_e2e_p50_ms": t.e2e_ms["p50"], "vllm_e2e_p50_ms": v.e2e_ms["p50"]}})
+    for cid, claim, unit, expected, ok, fn, uses_trt in CLAIMS:
+        value, window, detail, trail = converge(fn, unit)
+        converged = len(trail) > 1 and abs(trail[-1][1] - trail[-2][1]) < _point(unit)
+        spread = [value] + [fn(window, seed)[0] for seed in SEEDS[1:]]
+        row = {"id": cid, "claim": claim, "value": value, "unit": unit, "expected": expected, "pass": ok(value),
+               "window_s": window, "converged": converged, "trail": trail, "spread": [min(spread), max(spread)],
+               "seeds": list(SEEDS), "detail": detail, "depends_on": []}
+        if sensitivity and uses_trt:
+            sens = {}
+            base = FACTORS["trtllm-like"]
+            for factor in TRT_ASSUMPTIONS:
+                vals = {}
+                for sign in (-1, +1):
+                    x = getattr(base, factor) * (1 + sign * SENSITIVITY)
+                    if factor in ("nvlink_eff", "host_overlap", "mem_eff", "gemm_eff", "attn_eff"):
+                        x = min(x, 1.0)
+                    vals[f"{'-' if sign < 0 else '+'}{int(SENSITIVITY * 100)}%"] = fn(window, 0, {factor: x})[0]
+                if factor == "gemm_eff" and base.fp8_attention:  # the one boolean assumption, with the GEMMs
+                    vals["fp8 FMHA off"] = fn(window, 0, {"fp8_attention": False})[0]
+                flips = [k for k, v in vals.items() if ok(v) != row["pass"]]
+                sens[factor] = {"values": vals, "flips": flips}
+                if flips:
+                    row["depends_on"].append(factor)
+            row["sensitivity"] = sens
+        row["verdict"] = ("depends on assumption " + ", ".join(row["depends_on"]) if row["depends_on"]
+                          else ("holds" if row["pass"] else "does not hold"))
+        out.append(row)
+        print(f"  {cid}: {value:.3f} {unit} at {window:.0f} s ({'converged' if converged else 'NOT converged'}), "
+              f"seeds {min(spread):.3f}-{max(spread):.3f}: {row['verdict']}", file=sys.stderr, flush=True)
     return out
 
 
@@ -125,8 +225,8 @@ DEFAULT_PLAN = {
     "model": "llama-3-70b", "gpu": "h100-sxm", "tp": 8, "precision": "fp8",
     "options": {"trtllm-like": {"max_batch_size": 128, "max_input_len": 2048, "max_seq_len": 4096},
                 "vllm-like": {"max_num_seqs": 256, "gpu_memory_utilization": 0.9, "block_size": 16}},
-    "points": [("steady c=8", Workload(concurrency=8, input_tokens=512, output_tokens=128)),
-               ("steady c=32", Workload(concurrency=32, input_tokens=512, output_tokens=128)),
+    "points": [("steady c=8", Workload(concurrency=8, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
+               ("steady c=32", Workload(concurrency=32, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
                ("gamma 6 req/s b=0.25", Workload(shape="gamma", rate=6, burstiness=0.25, input_tokens=512,
                                                  output_tokens=128))],
 }
@@ -151,27 +251,134 @@ def default_plan_rows(duration_s: float = 60.0, warmup_s: float = 15.0) -> list[
     return rows
 
 
+def real_hardware_md() -> list[str]:
+    """The real-hardware section, from benchmarks/twin_fit.py's results (results/h200-vllm/twin_fit.json)."""
+    fit_path = ROOT / "results" / "h200-vllm" / "twin_fit.json"
+    if not fit_path.exists():
+        return ["## Real hardware", "", "(results/h200-vllm/twin_fit.json missing: run python -m benchmarks.twin_fit)",
+                ""]
+    fit = json.loads(fit_path.read_text())
+    label = {"output_tok_s": "tok/s", "ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99", "tpot_p50_ms": "TPOT p50",
+             "counter_w_per_gpu": "W", "output_tokens_per_j": "tok/J"}
+    lines = ["## Real hardware (emulated vs measured, held out)", "",
+             "Measured (source measured): real vLLM 0.25.0 on one H200 (results/h200-vllm, bundles "
+             + ", ".join(fit.get("bundles", [])) + "), Llama-3.1-8B shape, bf16 and online fp8; closed loop 1 / 4 "
+             "streams (light) and 16 / 64 / 256 streams (steady) of 512 in / 128 out, 1 / 4 (light-long) and 32 "
+             "(long-prompt) streams of 2K-token prompts, ramped over 2 s; gamma arrivals 8 req/s burstiness 0.25 "
+             "(bursty); each figure the mean of three repeats (latency: pooled requests). Predicted (source "
+             "emulated): the twin with each protocol's fitted knobs. Fitted on: each protocol's training points plus "
+             "the 18 public ML.ENERGY figures above; tested on: points that fit never saw (benchmarks/twin_fit.py). "
+             "Goal on held-out points: tok/s, TPOT, W, tok/J within 10%; TTFT p50/p99 within 25%.", ""]
+    what = {
+        "before light data (the 10 earlier points)": "the 8 light-load points (1 and 4 streams, 512 and 2K-token "
+        "prompts, bf16 and fp8) predicted by the fit made before they were measured (fitted on the 10 steady, "
+        "long-prompt and bursty points): held out first, before any refit",
+        "leave-one-workload-out": "every point predicted by a fit on the other workloads (five folds: steady, "
+        "long-prompt, bursty, light, light-long; both precisions)",
+        "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their "
+        "prior)",
+        "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 KV "
+        "cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit and "
+        "predicted by it"}
+    for proto, per_fig in fit["summary"].items():
+        lines += [f"**{proto}**: {what.get(proto, proto)}.", "",
+                  "| figure | held-out | median abs error | largest abs error | within goal | misses (engine point error) |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for f, x in per_fig.items():
+            lines.append(f"| {label[f]} (goal {int(100 * x['goal'])}%) | {x['n']} | "
+                         f"{100 * x['median_abs_error']:.1f}% | {100 * x['max_abs_error']:.1f}% | "
+                         f"{x['within_goal']}/{x['n']} | {'; '.join(x['misses']) or '-'} |")
+        lines.append("")
+    rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
+    if rows:
+        figs = list(label)
+        slices = [("light load", lambda r: r["load"] == "light"), ("heavy load", lambda r: r["load"] == "heavy"),
+                  ("bf16", lambda r: r["precision"] == "bf16"), ("fp8", lambda r: r["precision"] == "fp8"),
+                  ("512-token prompts", lambda r: r["prompts"] == "short"),
+                  ("2K-token prompts", lambda r: r["prompts"] == "2K")]
+        lines += ["The goal, slice by slice (leave-one-workload-out: held-out figures within the goal / held out; "
+                  "**met** only where every one is):", "",
+                  "| slice | " + " | ".join(label[f] for f in figs) + " |", "|---|" + "---:|" * len(figs)]
+        for name, pick in slices:
+            cells = []
+            for f in figs:
+                xs = [r for r in rows if r["figure"] == f and pick(r)]
+                ok = sum(r["meets_goal"] for r in xs)
+                cells.append("n/a" if not xs else f"{'**met**' if ok == len(xs) else 'not met'} {ok}/{len(xs)}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += ["", "Leave-one-workload-out, every held-out figure (error = predicted / measured - 1; * misses the "
+                  "goal):", "", "| engine | point | load | prompts | " + " | ".join(label[f] for f in figs) + " |",
+                  "|---|---|---|---|" + "---:|" * len(figs)]
+        by: dict[tuple, dict] = {}
+        for r in rows:
+            by.setdefault((r["engine"], r["point"], r["load"], r["prompts"]), {})[r["figure"]] = r
+        for (eng, pt, load, prompts), fr in sorted(by.items()):
+            cells = [f"{100 * fr[f]['error']:+.1f}%{'' if fr[f]['meets_goal'] else '*'}" if f in fr else "n/a"
+                     for f in figs]
+            lines.append(f"| {eng} | {pt} | {load} | {prompts} | " + " | ".join(cells) + " |")
+        lines.append("")
+    stopped = [n for n, f in fit["fits"].items() if f.get("stopped_early")]
+    if stopped:
+        lines += [f"Fits stopped at their time limit with the best values so far (coordinate descent, not converged): "
+                  f"{', '.join(stopped)}.", ""]
+    final = fit["fits"].get("final (all points)", {}).get("params", {})
+    if final:
+        lines += ["Final fit (all points + ML.ENERGY; shipped rounded in the emulator): "
+                  + ", ".join(f"{k} {v:.4g}" for k, v in final.items()) + ". `wattbench predict` prints, beside each "
+                  "figure, the largest leave-one-workload-out error as its band: "
+                  + ", ".join(f"{label.get(k, k)} +-{100 * v:.0f}%" for k, v in fit.get("error_bands", {}).items())
+                  + ".", ""]
+    return lines
+
+
 def render_md(rows: list[dict[str, Any]], checks: list[dict[str, Any]],
               plan: list[dict[str, Any]] | None = None) -> str:
     def fmt(x: float) -> str:
         return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.0f}"
 
-    lines = ["# Emulator calibration (source: emulated vs public figures)", "",
+    lines = ["# Emulator calibration (source: emulated vs public and measured figures)", "",
+             "## Public figures (ML.ENERGY, H100)", "",
              f"Workload assumption for ML.ENERGY points: lognormal input (mean {WORKLOAD_INPUT_MEAN} tokens), "
              "lognormal output (mean 717 tokens, as published), closed loop at concurrency = max_num_seqs. "
-             f"Tolerance +-{int(TOLERANCE * 100)}%.", "",
+             f"Tolerance +-{int(TOLERANCE * 100)}%. These figures are in every fit (never held out).", "",
              "| point | metric | emulated | public | diff | within +-25% |", "|---|---|---:|---:|---:|:---:|"]
     for r in rows:
         lines.append(f"| {r['point']} | {r['metric']} | {fmt(r['emulated'])} | {fmt(r['public'])} | "
                      f"{r['diff_pct']:+.1f}% | {'yes' if r['within'] else 'NO'} |")
-    lines += ["", "| seed claim | emulated | expected | pass |", "|---|---:|---:|:---:|"]
+    lines += [""] + real_hardware_md()
+    lines += ["## Seed claims", "",
+              f"Closed-loop streams ramped in over {RAMP_S:g} s; each claim's window doubled from "
+              f"{WINDOWS[0]:g} s until it moves < 1 point (1 percentage point, or 0.01 for x ratios); spread = min-max "
+              f"over seeds {', '.join(map(str, SEEDS))} at that window. A claim that changes verdict when one "
+              f"TensorRT-LLM-like assumption moves +-{int(SENSITIVITY * 100)}% is reported as depending on it.", "",
+              "| seed claim | emulated | spread | window | expected | verdict |", "|---|---:|---:|---:|---:|---|"]
     for c in checks:
-        verdict = "info" if c["pass"] is None else ("yes" if c["pass"] else "NO")
-        lines.append(f"| {c['claim']} | {c['value']:.2f} {c['unit']} | {c['expected']} | {verdict} |")
+        conv = "" if c["converged"] else " (not converged)"
+        lines.append(f"| {c['claim']} | {c['value']:.2f} {c['unit']} | {c['spread'][0]:.2f}-{c['spread'][1]:.2f} | "
+                     f"{c['window_s']:.0f} s{conv} | {c['expected']} | {c['verdict']} |")
+    sens = [c for c in checks if c.get("sensitivity")]
+    if sens:
+        factors = list(TRT_ASSUMPTIONS)
+        lines += ["", f"Sensitivity: each claim at -{int(SENSITIVITY * 100)}% / +{int(SENSITIVITY * 100)}% of one "
+                  "TensorRT-LLM-like assumption (the others as shipped); **bold** = the verdict flips.", "",
+                  "| claim | " + " | ".join(factors) + " |", "|---|" + "---:|" * len(factors)]
+        for c in sens:
+            cells = []
+            for f in factors:
+                x = c["sensitivity"][f]
+                cells.append(" / ".join(f"**{v:.2f}**" if k in x["flips"] else f"{v:.2f}"
+                                        for k, v in x["values"].items()))
+            lines.append(f"| {c['id']} ({c['unit']}) | " + " | ".join(cells) + " |")
+        lines += ["", "(gemm_eff column: -20% / +20% / fp8 FMHA off.) The TensorRT-LLM-like factors are assumptions, "
+                  "each with its source:", ""]
+        trt = FACTORS["trtllm-like"]
+        lines += [f"- {k} = {getattr(trt, k):.4g}: {v}" for k, v in TRT_ASSUMPTIONS.items()]
     if plan:
         d = DEFAULT_PLAN
-        lines += ["", f"Default plan: {d['model']} on {d['tp']}x{d['gpu']} at {d['precision']}; trtllm-like "
-                  f"{d['options']['trtllm-like']}, vllm-like {d['options']['vllm-like']}; chat 512 in / 128 out.", "",
+        lines += ["", "## Default plan", "",
+                  f"{d['model']} on {d['tp']}x{d['gpu']} at {d['precision']}; trtllm-like "
+                  f"{d['options']['trtllm-like']}, vllm-like {d['options']['vllm-like']}; chat 512 in / 128 out, "
+                  f"closed-loop streams ramped over {RAMP_S:g} s.", "",
                   "| point | profile | tok/s | TTFT p50 ms | E2E p50 ms | W/GPU | tok/J | TRT/vLLM tok/J |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for r in plan:
@@ -183,61 +390,21 @@ def render_md(rows: list[dict[str, Any]], checks: list[dict[str, Any]],
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- fitting (optional, slow)
-FIT_KNOBS = {"mem_eff": (0.6, 0.95), "gemm_eff": (0.4, 0.85), "step_overhead_s": (1e-4, 3e-3),
-             "seq_overhead_s": (0.0, 2e-5)}
-
-
-def _timing_loss() -> float:
-    loss = 0.0
-    for (model, tp, batch), (_j, _w, tps) in ML_ENERGY.items():
-        r = run_point(model, tp, batch, duration_s=30, warmup_s=20)
-        loss += math.log(r.output_tok_s / tps) ** 2
-    return loss
-
-
-def fit() -> None:
-    base = prof_mod.FACTORS["vllm-like"]
-    best = _timing_loss()
-    print(f"start loss {best:.4f}", file=sys.stderr)
-    for _round in range(2):
-        for knob, (lo, hi) in FIT_KNOBS.items():
-            for mult in (0.8, 0.9, 1.1, 1.25):
-                cur = getattr(prof_mod.FACTORS["vllm-like"], knob)
-                val = min(hi, max(lo, cur * mult))
-                prof_mod.FACTORS["vllm-like"] = replace(prof_mod.FACTORS["vllm-like"], **{knob: val})
-                loss = _timing_loss()
-                if loss < best - 1e-4:
-                    best = loss
-                    print(f"{knob}={val:.3g} loss {loss:.4f}", file=sys.stderr)
-                else:
-                    prof_mod.FACTORS["vllm-like"] = replace(prof_mod.FACTORS["vllm-like"], **{knob: cur})
-    print("fitted vllm-like factors:", prof_mod.FACTORS["vllm-like"])
-    # power: P = idle + TDP (k_busy busy + k_mem u_mem + k_cmp u_cmp) is linear in k -> least squares
-    import numpy as np
-
-    A, y = [], []
-    for (model, tp, batch), (jpt, watts, tps) in ML_ENERGY.items():
-        r = run_point(model, tp, batch, duration_s=30, warmup_s=20)
-        w_gpu = (watts if watts else jpt * tps) / tp
-        e = r.extra
-        A.append([700 * e["util_gpu_mean"], 700 * e["util_mem_mean"], 700 * e["util_cmp_mean"]])
-        y.append(w_gpu - 72.0)
-    k, *_ = np.linalg.lstsq(np.array(A), np.array(y), rcond=None)
-    print(f"fitted power factors: k_busy={k[0]:.3f} k_mem={k[1]:.3f} k_cmp={k[2]:.3f}")
-    del base
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.emulator_calibration")
-    ap.add_argument("--fit", action="store_true", help="re-fit the vLLM-like and power factors (slow), then report")
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--no-sensitivity", action="store_true", help="skip the +-20% sensitivity runs")
+    ap.add_argument("--render", action="store_true", help="re-write the markdown from the stored JSON (no runs)")
     args = ap.parse_args(argv)
-    if args.fit:
-        fit()
+    if args.render:
+        stored = json.loads((Path(args.out) / "emulator_calibration.json").read_text())
+        md = render_md(stored["rows"], stored["seed_checks"], stored["default_plan"])
+        (Path(args.out) / "emulator_calibration.md").write_text(md)
+        print(md)
+        return 0
     t0 = time.time()
     rows = ml_energy_rows()
-    checks = seed_checks()
+    checks = seed_checks(sensitivity=not args.no_sensitivity)
     plan = default_plan_rows()
     md = render_md(rows, checks, plan)
     out = Path(args.out)
@@ -245,14 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     factors = {p: vars(f) for p, f in prof_mod.FACTORS.items()}
     (out / "emulator_calibration.json").write_text(json.dumps({
         "source": "emulated", "tolerance": TOLERANCE, "workload_assumption": ML_ENERGY_WORKLOAD,
-        "kernel_factors": factors, "power_factors": vars(perf_mod.POWER), "rows": rows, "seed_checks": checks, "default_plan": plan,
-        "all_within": all(r["within"] for r in rows), "all_seed_checks_pass": all(c["pass"] is not False for c in checks),
+        "kernel_factors": factors, "power_factors": vars(perf_mod.POWER), "trtllm_assumptions": TRT_ASSUMPTIONS,
+        "rows": rows, "seed_checks": checks, "default_plan": plan,
+        "all_within": all(r["within"] for r in rows), "all_claims_converged": all(c["converged"] for c in checks),
         "runtime_s": time.time() - t0}, indent=2))
     (out / "emulator_calibration.md").write_text(md)
     print(md)
     print(f"wrote {out / 'emulator_calibration.json'} and {out / 'emulator_calibration.md'} "
           f"({time.time() - t0:.1f} s)")
-    return 0 if all(r["within"] for r in rows) and all(c["pass"] is not False for c in checks) else 1
+    # the benchmark fails when the model leaves the public figures' tolerance or a claim does not converge; a claim
+    # that does not hold is a finding, reported, not a failure
+    return 0 if all(r["within"] for r in rows) and all(c["converged"] for c in checks) else 1
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ plan and every report can use it, marked as such).
 
 The twin is the built-in emulator run in virtual time (wattbench_agent.emulator.simulate) with the profile that
 stands for each engine of the plan (wattbench_agent.emulator.twin). The band beside each figure is the largest
-error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py, leave-one-point-out;
+error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py, leave-one-workload-out;
 results/h200-vllm/twin_fit.json). It was validated on one domain only (vLLM 0.25.0, Llama-3.1-8B shape, one H200,
 bf16 and online fp8, 512- and 2K-token prompts); every row says where it leaves that domain, and TensorRT-LLM rows
 have no band at all (trtllm-like factors are assumptions, never measured).
@@ -224,7 +224,7 @@ def main(args: argparse.Namespace) -> int:
     print("", file=sys.stderr)
     if bands:
         print("± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
-              "fitted to (results/h200-vllm/twin_fit.json, leave-one-point-out)", file=sys.stderr)
+              "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out)", file=sys.stderr)
     else:
         print("no validated error band: results/h200-vllm/twin_fit.json is missing", file=sys.stderr)
     for n in notes:

@@ -76,3 +76,22 @@ def test_predict_band_and_domain(plan, tmp_path, capsys, monkeypatch):
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513) == []
     assert extrapolation("vllm-like", "llama-3.1-70b", "h100-sxm", 4, "bf16", 8000) == \
         ["model llama-3.1-70b", "GPU h100-sxm", "TP 4", "8000-token prompts"]
+
+
+def test_shipped_band_is_the_fits_held_out_error():
+    """The band `wattbench predict` prints is computed from the twin's held-out errors on real H200 points
+    (benchmarks/twin_fit.py), not written by hand: every figure's band is the largest |error| of its
+    leave-one-workload-out rows, and those rows come from fits that never saw the point's workload."""
+    import pipelines.predict_cli as pc
+
+    fit = json.loads(pc.FIT_RESULTS.read_text())
+    rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
+    assert rows
+    for r in rows:
+        assert r["error"] == pytest.approx(r["predicted"] / r["measured"] - 1.0)
+        trained = fit["fits"][r["fold"]].get("trained_on", [])
+        assert not any(k.split(":")[1] == r["point"].split(":")[0] for k in trained)
+    expected = {}
+    for r in rows:
+        expected[r["figure"]] = max(expected.get(r["figure"], 0.0), abs(r["error"]))
+    assert pc.error_bands() == pytest.approx({f: round(v, 4) for f, v in expected.items()})

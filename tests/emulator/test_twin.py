@@ -9,6 +9,7 @@ import pytest
 
 from wattbench_agent.emulator import ConfigError, Workload, setup, simulate, step_time
 from wattbench_agent.emulator.engine import Frontend, Request, Scheduler
+from wattbench_agent.emulator.perf import StepLoad
 from wattbench_agent.emulator.twin import NoTwin, twin_engine
 
 H200_8B = ("llama-3.1-8b", "h200", 1)
@@ -118,3 +119,23 @@ def test_twin_engine_mapping():
     assert twin_engine("trtllm", "fp8", {"max_batch_size": 64})[:2] == ("trtllm-like", {"max_batch_size": 64})
     with pytest.raises(NoTwin):
         twin_engine("sglang", "fp8", {})
+
+
+def _dep_with_gpu(gpu: str, **gpu_fields):
+    st = setup("vllm-like", "llama-3.1-8b", gpu, 1, "bf16", None)
+    return replace(st.dep, gpu=replace(st.dep.gpu, **gpu_fields))
+
+
+def test_clock_up_power_is_drawn_only_while_busy():
+    base, up = _dep_with_gpu("h100-sxm", clock_up_w=0.0), _dep_with_gpu("h100-sxm", clock_up_w=50.0)
+    decode = StepLoad(tokens=1, seqs=1, sampled=1, attn_work=601.0, kv_read=600.0)
+    assert up.step(decode).power_w == pytest.approx(base.step(decode).power_w + 50.0)
+    assert up.step(StepLoad()).power_w == base.step(StepLoad()).power_w == up.gpu.idle_w  # idle: the idle clock
+
+
+def test_mem_eff_scale_speeds_memory_bound_decode_only():
+    base, fast = _dep_with_gpu("h200", mem_eff_scale=1.0), _dep_with_gpu("h200", mem_eff_scale=1.2)
+    decode = StepLoad(tokens=1, seqs=1, sampled=1, attn_work=601.0, kv_read=600.0)
+    prefill = StepLoad(tokens=8192, seqs=1, sampled=1, attn_work=8192 * 4096.5, prefill_tokens=8192)
+    assert fast.step(decode).t_gpu < 0.9 * base.step(decode).t_gpu
+    assert fast.step(prefill).t_gpu == pytest.approx(base.step(prefill).t_gpu, rel=0.02)  # compute bound

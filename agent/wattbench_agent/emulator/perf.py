@@ -53,10 +53,10 @@ class PowerFactors:
     """Power model, as fractions of the GPU's TDP (fitted on ML.ENERGY H100 figures and the H200 vLLM runs,
     benchmarks/twin_fit.py; scaled by TDP elsewhere)."""
 
-    k_busy: float = 0.1125  # static active power while the engine iterates (clocks up, leakage, front ends)
+    k_busy: float = 0.175  # static active power while the engine iterates (clocks up, leakage, front ends)
     k_mem: float = 0.68  # HBM + memory-system power at 100% of an H100 SXM's bandwidth (x gpu.mem_power_scale)
-    k_cmp: float = 1.015  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
-    clk_exp: float = 2.0  # dynamic compute power ~ clk^clk_exp under DVFS
+    k_cmp: float = 1.04  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
+    clk_exp: float = 2.5  # dynamic compute power ~ clk^clk_exp under DVFS
     min_clk: float = 0.55
 
 
@@ -137,7 +137,7 @@ class Deployment:
         self.gemm_eff = self.kf.gemm_eff * scale
         attn_compute = "fp8" if (self.kf.fp8_attention and kvb == 1.0 and self.gpu.has_fp8) else "bf16"
         self.peak_attn = self.gpu.peak_flops(attn_compute)
-        self.bw = self.gpu.hbm_bw * self.kf.mem_eff
+        self.bw = self.gpu.hbm_bw * min(0.95, self.kf.mem_eff * self.gpu.mem_eff_scale)
         self.nvlink = self.gpu.nvlink_bw / 2 * self.kf.nvlink_eff  # one direction
         self.fixed_s = m.layers * self.kf.layer_overhead_s
         self.quant_bytes_per_token = 0.0
@@ -178,7 +178,7 @@ class Deployment:
             if cost.power_w > lim + 1e-9:
                 # still above the limit at the lowest clock (memory-bound power alone exceeds it): the GPU throttles
                 # until the average fits, i.e. the same dynamic energy spread over a longer step
-                static = self.gpu.idle_w + tdp * pf.k_busy
+                static = self.gpu.idle_w + self.gpu.clock_up_w + tdp * pf.k_busy
                 stretch = (cost.power_w - static) / max(lim - static, 1e-9)
                 cost.dt *= stretch
                 cost.t_gpu *= stretch
@@ -239,7 +239,7 @@ class Deployment:
         # static active power is drawn for the whole iteration: host gaps of a few hundred microseconds are far
         # shorter than the GPU's power-management reaction time, so clocks and voltage stay up (ML.ENERGY's
         # "static power wastage" of CPU-bound small batches)
-        power = self.gpu.idle_w + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk ** pf.clk_exp) + self.mem_power_w * u_mem
+        power = self.gpu.idle_w + self.gpu.clock_up_w + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk ** pf.clk_exp) + self.mem_power_w * u_mem
         return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)
 
     def idle_power(self) -> float:

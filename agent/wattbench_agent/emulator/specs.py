@@ -77,6 +77,9 @@ class GPUSpec:
     mem_clock_mhz: float
     source: str
     mem_power_scale: float = 1.0  # memory-system power at full bandwidth, relative to the power model's k_mem x TDP
+    mem_eff_scale: float = 1.0  # share of HBM bandwidth the engines reach, relative to the profile's mem_eff (H100)
+    clock_up_w: float = 0.0  # power of holding the clocks at their maximum while busy, over idle_w (0 where idle_w
+    #                          was measured with the clocks already up)
 
     @property
     def hbm_bytes(self) -> float:
@@ -138,7 +141,8 @@ def gpu_spec(name: str) -> GPUSpec:
                    nvlink_bw=float(g["nvlink_bw"]), compute_capability=g["compute_capability"],
                    sm_clock_max_mhz=float(g["sm_clock_max_mhz"]), sm_clock_idle_mhz=float(g["sm_clock_idle_mhz"]),
                    mem_clock_mhz=float(g["mem_clock_mhz"]), source=g["source"],
-                   mem_power_scale=float(g.get("mem_power_scale", 1.0)))
+                   mem_power_scale=float(g.get("mem_power_scale", 1.0)),
+                   mem_eff_scale=float(g.get("mem_eff_scale", 1.0)), clock_up_w=float(g.get("clock_up_w", 0.0)))
 
 
 def precision_spec(name: str) -> PrecisionSpec:
