@@ -108,7 +108,10 @@ def test_startup_phases_from_the_real_log():
 
 def test_startup_phases_of_every_engine_the_agent_ran_on_the_h200():
     engines = bundle_logs()
-    assert {row["precision"] for _, _, row in engines} == {"bf16", "fp8"} and len(engines) == 4
+    # two or three engines per bundle (bf16, fp8, and in bundle-kv8 fp8 with an fp8 KV cache), every bundle read
+    bundles = sorted((ROOT / "results" / "h200-vllm").glob("bundle-*.tar.xz"))
+    assert {row["precision"] for _, _, row in engines} == {"bf16", "fp8"}
+    assert len({b for b, _, _ in engines}) == len(bundles) and len(engines) >= 2 * len(bundles)
     for bundle, log, row in engines:
         phases = VllmAdapter().startup_phases(log)
         assert set(phases) == {k for k, _ in STARTUP_PHASES}, (bundle, row["deployment_id"], phases)
@@ -119,11 +122,13 @@ def test_startup_phases_of_every_engine_the_agent_ran_on_the_h200():
         assert phases["compile_s"] < phases["engine_init_s"] < row["startup_s"]
         assert VllmAdapter().detect_version(None, log) == ("0.25.0", "log") and row["engine_version"] == "0.25.0"
     # fp8 quantizes the 16-bit checkpoint on load, after reading it: inside weights_load_s, not weights_read_s. In
-    # each bundle the fp8 engine spends longer than the bf16 one between the two (2.19 vs 1.77 s, 2.63 vs 2.20 s).
-    after_read = {(b, row["precision"]): (lambda p: p["weights_load_s"] - p["weights_read_s"])(
-        VllmAdapter().startup_phases(log)) for b, log, row in engines}
+    # each bundle every fp8 engine spends longer than the bf16 one between the two (by 0.17-0.43 s across bundles).
+    after_read: dict[tuple[str, str], list[float]] = {}
+    for b, log, row in engines:
+        p = VllmAdapter().startup_phases(log)
+        after_read.setdefault((b, row["precision"]), []).append(p["weights_load_s"] - p["weights_read_s"])
     for b in {b for b, _ in after_read}:
-        assert after_read[b, "fp8"] > after_read[b, "bf16"] + 0.3, b
+        assert min(after_read[b, "fp8"]) > max(after_read[b, "bf16"]) + 0.1, b
 
 
 def test_startup_phases_from_the_older_lines_the_fake_prints(tmp_path):
