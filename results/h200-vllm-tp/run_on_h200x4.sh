@@ -17,20 +17,11 @@ set -uo pipefail
 HERE=results/h200-vllm-tp
 GPU=.gpu
 MODEL=/tmp/wattbench-llama8b
-TOK=/tmp/wattbench-tok
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 group=${1:?usage: run_on_h200x4.sh stash | DEPLOYMENT[,DEPLOYMENT...]}
 
-if [ "$group" = stash ]; then
-  bash "$GPU/stash.sh" .vllm
-  if [ ! -e /tmp/model.started ]; then
-    touch /tmp/model.started
-    setsid nohup bash -c "python3 $GPU/mktok_words.py $TOK && python3 $GPU/mkmodel.py $MODEL 8b $TOK && touch $MODEL/.ok" \
-      > /tmp/model.log 2>&1 < /dev/null &
-  fi
-  tail -3 /tmp/model.log 2>/dev/null
-  exit 0
-fi
+# the uploads and the model build are the single-GPU experiment's (same pack, same model folder)
+[ "$group" = stash ] && exec bash results/h200-vllm/run_on_h200.sh stash
 
 t0=$(date +%s)
 source "$GPU/unpack.sh" || exit 1
