@@ -112,12 +112,12 @@ def stats_block(values_ms: list[float]) -> dict[str, float | None]:
 
 
 def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:
-    if shape == "concurrency":
-        return f"c{concurrency}"
-    label = f"{shape}-r{rate:g}"
-    if shape == "gamma":
-        label += f"-b{burstiness:g}"
-    if concurrency and shape != "concurrency":
+    """The load shape's own label (as a plan's point gets), plus -max<N> for an open-loop point capped at N in
+    flight: the tools sweep that cap, so it tells their points apart."""
+    from wattbench_agent.loadgen import shapes
+
+    label = shapes.label({"shape": shape, "concurrency": concurrency, "rate": rate, "burstiness": burstiness})
+    if concurrency and not shapes.get(shape).closed_loop:
         label += f"-max{concurrency}"
     return label
 

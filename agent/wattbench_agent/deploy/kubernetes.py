@@ -42,14 +42,6 @@ from kubernetes import client as k8s
 from wattbench_agent.engines.base import EngineAdapter, EngineConfig, adapter_for
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec
 
-# Images that carry each engine at the version its adapter follows (override with --image / image=).
-DEFAULT_IMAGES = {
-    "vllm": "vllm/vllm-openai:v0.10.1.1",
-    "sglang": "lmsysorg/sglang:latest",
-    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:0.18.2",
-    "transformers": "wattbench/transformers-serve:latest",
-    "emulator": "wattbench:latest",
-}
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MODELS_MOUNT = "/models"
@@ -71,7 +63,7 @@ class K8sTarget:
     """Where and how engines run on the cluster."""
 
     namespace: str = "wattbench"
-    image: str | None = None                    # default: DEFAULT_IMAGES[engine]
+    image: str | None = None                    # default: the engine adapter's image
     gpu_product: str | None = None              # node selector nvidia.com/gpu.product
     node_selector: dict[str, str] = field(default_factory=dict)
     port: int = 8000
@@ -88,7 +80,7 @@ class K8sTarget:
     run_as_group: int = 1000
 
     def image_for(self, engine: str) -> str:
-        return self.image or DEFAULT_IMAGES.get(engine, "wattbench:latest")
+        return self.image or adapter_for(engine).image
 
 
 def resource_name(cfg: EngineConfig) -> str:
