@@ -13,7 +13,8 @@ Rules every picture follows (tests/reports/test_pictures.py checks them on the d
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import matplotlib
 

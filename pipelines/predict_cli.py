@@ -200,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as exc:
         print(f"wattbench predict: {exc}", file=sys.stderr)
         return 2
-    stamp = dt.datetime.now(dt.timezone.utc)
+    stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
     bands = error_bands()
     print(f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
@@ -214,7 +214,7 @@ def main(args: argparse.Namespace) -> int:
                 fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
                 con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
                             "finished_at = ?, status = 'succeeded' WHERE run_id = ?",
-                            [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.timezone.utc)
+                            [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.UTC)
                              .replace(tzinfo=None), run_id])
                 text = table(con, run_id, bands, notes)
         except WarehouseError as exc:

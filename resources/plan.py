@@ -6,7 +6,6 @@ A bad plan gets one message naming the file, the field and what was expected; no
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,7 +84,7 @@ class EngineSpec(_Strict):
         return env
 
     @model_validator(mode="after")
-    def _what_the_engine_needs(self) -> "EngineSpec":
+    def _what_the_engine_needs(self) -> EngineSpec:
         problem = adapter_for(self.engine).plan_problem(self.model_dump())
         if problem:
             raise ValueError(problem)
@@ -208,7 +207,7 @@ class CapacityProfile(_Strict):
         None, gt=0, le=MAX_USD_PER_HOUR, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
 
     @model_validator(mode="after")
-    def _peak_at_least_steady(self) -> "CapacityProfile":
+    def _peak_at_least_steady(self) -> CapacityProfile:
         if self.peak_qps < self.steady_qps:
             raise ValueError(f"peak_qps ({self.peak_qps:g}) must be >= steady_qps ({self.steady_qps:g})")
         return self

@@ -5,9 +5,10 @@ on loopback, the vLLM result file and the emulator's twin, with no other file of
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -107,7 +108,7 @@ def test_a_toy_shape_and_engine_run_through_plan_agent_and_twin(toys, tmp_path):
     (run,) = rows(bundle, "load_runs")
     assert (run["shape"], run["point_label"], run["status"]) == ("metronome", "tick-r10", "ok")
     assert run["burstiness"] is None  # not a field of this shape
-    sent = sorted((r["scheduled_ns"] for r in rows(bundle, "requests")))
+    sent = sorted(r["scheduled_ns"] for r in rows(bundle, "requests"))
     assert len(sent) == 25  # 10/s over 0.5 s warm-up + 2 s window
     gaps_ms = np.diff(sent) / 1e6
     assert np.allclose(gaps_ms, 100.0, atol=0.5), gaps_ms  # scheduled exactly 1/rate apart

@@ -23,7 +23,6 @@ from typing import Any
 from wattbench_agent.safety import redact_url
 
 SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-PCT_KEYS = ("p50", "p90", "p95", "p99", "p999", "mean", "stdev")
 
 
 class ImportFileError(ValueError):
@@ -101,14 +100,6 @@ def read_json(path: Path) -> Any:
                 raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") \
                     from None
         return rows
-
-
-def stats_block(values_ms: list[float]) -> dict[str, float | None]:
-    """The load generator's statistics of a list of milliseconds (numpy linear percentiles, population stdev)."""
-    from wattbench_agent.loadgen.metrics import stats
-
-    s = stats(values_ms)
-    return {k: s[k] for k in PCT_KEYS}
 
 
 def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:

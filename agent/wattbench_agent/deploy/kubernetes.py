@@ -157,10 +157,11 @@ def _scheduling(target: K8sTarget) -> tuple[dict[str, str] | None, list[k8s.V1To
 
 
 def engine_artifact_path(cfg: EngineConfig, artifact_path: str | None = None) -> str | None:
-    """Where a compiled engine is inside the pod: given, or /models/engines/<build_id> for TensorRT-LLM."""
+    """Where a compiled engine is inside the pod: given, or /models/engines/<build_id> for an engine that builds a
+    GPU-locked artifact (TensorRT-LLM)."""
     if artifact_path:
         return artifact_path
-    if cfg.engine == "trtllm":
+    if adapter_for(cfg.engine).builds_on_gpu:
         return cfg.options.get("engine_dir") or f"{ENGINES_DIR}/{cfg.build_id()}"
     return None
 
@@ -226,12 +227,6 @@ def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None,
                                                         protocol="TCP")]),
     )
     return [deployment, service]
-
-
-def service_url(cfg: EngineConfig, target: K8sTarget | None = None) -> str:
-    """The in-cluster URL of a deployed engine's Service (what an agent in the cluster attaches to)."""
-    target = target or K8sTarget()
-    return f"http://{resource_name(cfg)}.{target.namespace}.svc.cluster.local:{target.port}"
 
 
 def _gpu_pod_spec(n_gpus: int, target: K8sTarget, service_account: str | None = None,

@@ -99,7 +99,7 @@ class Stream:
     __slots__ = ("conn", "stream", "chat", "prefix", "suffix", "rid", "created", "model", "usage", "off",
                  "sent_role", "req", "prompt_tokens", "done_fut", "text_pos")
 
-    def __init__(self, conn: "HttpConnection", stream: bool, chat: bool, rid: str, model: str, usage: bool,
+    def __init__(self, conn: HttpConnection, stream: bool, chat: bool, rid: str, model: str, usage: bool,
                  off: int, prompt_tokens: int):
         self.conn = conn
         self.stream = stream
@@ -174,7 +174,7 @@ class EmulatorServer:
                 else:
                     try:
                         await asyncio.wait_for(self.wake.wait(), max(0.0, nxt - loop.time()))
-                    except (asyncio.TimeoutError, TimeoutError):
+                    except TimeoutError:
                         pass
                 deadline = loop.time()
                 continue
@@ -284,7 +284,7 @@ class EmulatorServer:
             out.append(h)
         return out
 
-    def new_request(self, conn: "HttpConnection", body: dict[str, Any], chat: bool) -> Stream:
+    def new_request(self, conn: HttpConnection, body: dict[str, Any], chat: bool) -> Stream:
         model = body.get("model")
         if model is None or str(model).lower() not in self.model_names:
             raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
@@ -303,9 +303,8 @@ class EmulatorServer:
         if _int_field(body, "n", 1) != 1:
             raise ApiError(400, "the emulator serves n=1 only")
         mt = body.get("max_completion_tokens") if chat and body.get("max_completion_tokens") is not None else body.get("max_tokens")
-        if mt is not None:
-            if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
-                raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
+        if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+            raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
         min_t = _int_field(body, "min_tokens", 0)
         if min_t < 0:
             raise ApiError(400, f"min_tokens must be >= 0, got {min_t}.")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from wattbench_agent.emulator.engine import Request, Scheduler
 from wattbench_agent.emulator.perf import StepCost, StepLoad
@@ -105,9 +106,6 @@ class SimResult:
     kv_tokens: int
     source: str = "emulated"
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def step_time(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16", *, batch: int = 1,

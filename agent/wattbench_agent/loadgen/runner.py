@@ -9,12 +9,12 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import httpx
-import numpy as np
 
 from . import metrics, shapes
 from .client import RequestRunner, _Cancelled, endpoint_url

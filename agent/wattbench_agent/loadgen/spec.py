@@ -59,7 +59,7 @@ class LoadSpec:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LoadSpec":
+    def from_dict(cls, d: dict[str, Any]) -> LoadSpec:
         if not isinstance(d, dict):
             raise LoadSpecError(f"LoadSpec wants a mapping, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -73,12 +73,12 @@ class LoadSpec:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "LoadSpec":
+    def replace(self, **changes: Any) -> LoadSpec:
         spec = dataclasses.replace(self, **changes)
         spec.validate()
         return spec
 
-    def validate(self) -> "LoadSpec":
+    def validate(self) -> LoadSpec:
         for f in dataclasses.fields(self):  # NaN or Inf would pass every comparison below and hang or crash later
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import importlib
 import math
 import pkgutil
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 

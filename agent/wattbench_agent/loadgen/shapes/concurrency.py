@@ -3,7 +3,8 @@ with ramp_s, stream k of N starts at k * ramp_s / N (desynchronises the streams'
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import Shape, positive, register
 

@@ -3,7 +3,8 @@ is Poisson, k < 1 burstier, k > 1 smoother; the gaps' coefficient of variation i
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
