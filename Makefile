@@ -7,7 +7,7 @@ PLAN   ?= plans/default.yaml
 export WATTBENCH_DB ?= data/wattbench.duckdb
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: run test test-browser ui bench install validate clean
+.PHONY: run test test-browser ui bench install validate clean lint
 
 $(STAMP): pyproject.toml agent/pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "wattbench needs $(PYTHON) on PATH (or: make PYTHON=python3)"; exit 1; }
@@ -29,6 +29,11 @@ run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# ruff's lint rules and format check, as configured in pyproject.toml [tool.ruff]
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # the Dagster UI in headless Chromium (also part of `make test`); refreshes the screenshots in docs/img/
 test-browser: $(STAMP)

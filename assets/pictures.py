@@ -13,7 +13,8 @@ Rules every picture follows (tests/reports/test_pictures.py checks them on the d
 from __future__ import annotations
 
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import matplotlib
 
@@ -26,7 +27,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 
-SHAPE_ORDER = {"concurrency": 0, "poisson": 1, "gamma": 2, "surge": 3, "trace": 4}
+from wattbench_agent.loadgen.shapes import SHAPES  # noqa: E402
+
+SHAPE_ORDER = {name: shape.order for name, shape in SHAPES.items()}  # the registry's order: closed loop first
 CLOSED_LOOP = "concurrency"
 
 

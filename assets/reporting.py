@@ -17,10 +17,6 @@ from assets.pictures import (engine_colors, fig_latency_cdf, fig_power_trace, fi
                              plot_throughput_latency, plot_tokens_per_joule)
 
 
-def plot_ttft_cdf(requests: pd.DataFrame, label: str) -> bytes:
-    return plot_latency_cdf(requests, label, "ttft_ms")
-
-
 def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     """What the pictures and charts are drawn from, for one run:
     - points: one row per engine x workload x point, its repeats summarised with 95% intervals (sql/load_points.sql:
@@ -407,7 +403,3 @@ def _number(value: Any) -> Any:
         except ValueError:
             pass
     return value
-
-
-def as_dict_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return df.to_dict(orient="records")

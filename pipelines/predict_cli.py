@@ -61,15 +61,19 @@ def extrapolation(profile: str, model: str, gpu: str, tp: int, precision: str, p
 
 def _workload(load: dict[str, Any]):
     from wattbench_agent.emulator import Workload
+    from wattbench_agent.loadgen import shapes
 
     shape = load["shape"]
     common = {"input_tokens": int(load["input_tokens"]), "output_tokens": int(load["output_tokens"])}
-    if shape == "concurrency":
-        return Workload(concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common)
-    if shape in ("poisson", "gamma"):
-        return Workload(shape=shape, rate=float(load["rate"]), burstiness=float(load.get("burstiness") or 1.0),
+    if shapes.get(shape).closed_loop:
+        return Workload(shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0),
                         **common)
-    return None  # surge / trace: not in the twin
+    if shapes.get(shape).ends_by_itself:
+        return None  # trace: its requests' own lengths are not in the twin
+    # open loop: the load generator's own schedule for the point (shape, rate, burstiness, surge)
+    fields = {k: float(load[k]) for k in ("rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s")
+              if load.get(k) is not None}
+    return Workload(shape=shape, **fields, **common)
 
 
 def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, Any]]:
@@ -196,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
     except PlanError as exc:
         print(f"wattbench predict: {exc}", file=sys.stderr)
         return 2
-    stamp = dt.datetime.now(dt.timezone.utc)
+    stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
     bands = error_bands()
     print(f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
@@ -210,7 +214,7 @@ def main(args: argparse.Namespace) -> int:
                 fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
                 con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
                             "finished_at = ?, status = 'succeeded' WHERE run_id = ?",
-                            [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.timezone.utc)
+                            [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.UTC)
                              .replace(tzinfo=None), run_id])
                 text = table(con, run_id, bands, notes)
         except WarehouseError as exc:

@@ -6,7 +6,6 @@ A bad plan gets one message naming the file, the field and what was expected; no
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,7 +13,9 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictStr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.base import EngineConfig, adapter_for, engine_names
+from wattbench_agent.loadgen import shapes
+from wattbench_agent.loadgen.shapes import label as point_label  # noqa: F401 - the plan's name for it
 from wattbench_agent.safety import is_plain_name
 from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
@@ -41,7 +42,8 @@ class _Strict(BaseModel):
 
 class EngineSpec(_Strict):
     name: str = Field(description="Column name in reports, e.g. 'trtllm-like'")
-    engine: Literal["emulator", "trtllm", "vllm", "sglang", "transformers", "external"]
+    engine: str = Field(description="an engine of the adapter registry (wattbench_agent/engines/registry.py): "
+                        "emulator, trtllm, vllm, sglang, transformers, external, ...")
     profile: Literal["trtllm-like", "vllm-like"] | None = None
     precision: Literal["fp16", "bf16", "fp8", "int4-awq"] = "fp16"
     tp: int = Field(1, ge=1, le=64)
@@ -63,6 +65,13 @@ class EngineSpec(_Strict):
                              "with a letter or digit, at most 64 characters (it names files and report columns)")
         return name
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, engine: str) -> str:
+        if engine not in engine_names():
+            raise ValueError(f"unknown engine {engine[:80]!r}; expected one of {', '.join(engine_names())}")
+        return engine
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
@@ -75,11 +84,10 @@ class EngineSpec(_Strict):
         return env
 
     @model_validator(mode="after")
-    def _profile_for_emulator(self) -> "EngineSpec":
-        if self.engine == "emulator" and self.profile is None:
-            raise ValueError("an emulator engine needs profile: trtllm-like or vllm-like")
-        if self.engine == "external" and not self.url:
-            raise ValueError("an external engine needs url: the OpenAI-compatible endpoint to measure")
+    def _what_the_engine_needs(self) -> EngineSpec:
+        problem = adapter_for(self.engine).plan_problem(self.model_dump())
+        if problem:
+            raise ValueError(problem)
         if self.gpus is not None and len(self.gpus) != self.tp:
             raise ValueError(f"gpus names {len(self.gpus)} GPU(s) for tp={self.tp}; expected exactly tp of them")
         return self
@@ -88,7 +96,8 @@ class EngineSpec(_Strict):
 class LoadPoint(_Strict):
     """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them)."""
 
-    shape: Literal["concurrency", "poisson", "gamma", "surge", "trace"]
+    shape: str = Field(description="a load shape of the registry (wattbench_agent/loadgen/shapes/): concurrency, "
+                       "poisson, gamma, surge, trace, ...")
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     rate: float | None = Field(None, gt=0, le=MAX_RATE)
     burstiness: float | None = Field(None, gt=0, le=1000)
@@ -96,6 +105,13 @@ class LoadPoint(_Strict):
     surge_start_s: float | None = Field(None, ge=0, le=MAX_WINDOW_S)
     surge_duration_s: float | None = Field(None, gt=0, le=MAX_WINDOW_S)
     trace_path: str | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _known_shape(cls, shape: str) -> str:
+        if shape not in shapes.SHAPES:
+            raise ValueError(f"unknown load shape {shape[:80]!r}; expected one of {', '.join(shapes.SHAPES)}")
+        return shape  # what the shape needs of the other fields is checked once sweeps are expanded (load_plan)
 
 
 DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s
@@ -155,7 +171,7 @@ class Workload(_Strict):
                     "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
-            if spec["shape"] == "concurrency" and "ramp_s" not in self.load_options and self.warmup_s > 0:
+            if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:
                 # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
                 # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
                 spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
@@ -164,21 +180,6 @@ class Workload(_Strict):
                 spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
             specs.append(spec)
         return specs
-
-
-def point_label(spec: dict[str, Any]) -> str:
-    """A short, stable name for a load point: c32, poisson-r4, gamma-r6-b0.25, surge-r2x5, trace."""
-    shape = spec["shape"]
-    if shape == "concurrency":
-        return f"c{spec['concurrency']}"
-    if shape == "trace":
-        return "trace"
-    label = f"{shape}-r{spec['rate']:g}"
-    if shape == "gamma":
-        label += f"-b{spec.get('burstiness', 1.0):g}"
-    if shape == "surge":
-        label += f"x{spec.get('surge_factor', 1.0):g}"
-    return label
 
 
 class Prices(_Strict):
@@ -206,7 +207,7 @@ class CapacityProfile(_Strict):
         None, gt=0, le=MAX_USD_PER_HOUR, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
 
     @model_validator(mode="after")
-    def _peak_at_least_steady(self) -> "CapacityProfile":
+    def _peak_at_least_steady(self) -> CapacityProfile:
         if self.peak_qps < self.steady_qps:
             raise ValueError(f"peak_qps ({self.peak_qps:g}) must be >= steady_qps ({self.steady_qps:g})")
         return self

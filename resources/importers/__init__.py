@@ -23,7 +23,6 @@ from typing import Any
 from wattbench_agent.safety import redact_url
 
 SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-PCT_KEYS = ("p50", "p90", "p95", "p99", "p999", "mean", "stdev")
 
 
 class ImportFileError(ValueError):
@@ -103,21 +102,13 @@ def read_json(path: Path) -> Any:
         return rows
 
 
-def stats_block(values_ms: list[float]) -> dict[str, float | None]:
-    """The load generator's statistics of a list of milliseconds (numpy linear percentiles, population stdev)."""
-    from wattbench_agent.loadgen.metrics import stats
-
-    s = stats(values_ms)
-    return {k: s[k] for k in PCT_KEYS}
-
-
 def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:
-    if shape == "concurrency":
-        return f"c{concurrency}"
-    label = f"{shape}-r{rate:g}"
-    if shape == "gamma":
-        label += f"-b{burstiness:g}"
-    if concurrency and shape != "concurrency":
+    """The load shape's own label (as a plan's point gets), plus -max<N> for an open-loop point capped at N in
+    flight: the tools sweep that cap, so it tells their points apart."""
+    from wattbench_agent.loadgen import shapes
+
+    label = shapes.label({"shape": shape, "concurrency": concurrency, "rate": rate, "burstiness": burstiness})
+    if concurrency and not shapes.get(shape).closed_loop:
         label += f"-max{concurrency}"
     return label
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from wattbench_agent.loadgen import LoadSpec, LoadSpecError
-from wattbench_agent.loadgen.schedule import TraceError, arrival_offsets, load_trace
+from wattbench_agent.loadgen import TraceError, arrival_offsets, load_trace
 from wattbench_agent.loadgen.workload import Workload, sample_lengths, synthetic_text
 
 

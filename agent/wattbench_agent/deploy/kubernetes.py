@@ -42,14 +42,6 @@ from kubernetes import client as k8s
 from wattbench_agent.engines.base import EngineAdapter, EngineConfig, adapter_for
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec
 
-# Images that carry each engine at the version its adapter follows (override with --image / image=).
-DEFAULT_IMAGES = {
-    "vllm": "vllm/vllm-openai:v0.10.1.1",
-    "sglang": "lmsysorg/sglang:latest",
-    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:0.18.2",
-    "transformers": "wattbench/transformers-serve:latest",
-    "emulator": "wattbench:latest",
-}
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MODELS_MOUNT = "/models"
@@ -71,7 +63,7 @@ class K8sTarget:
     """Where and how engines run on the cluster."""
 
     namespace: str = "wattbench"
-    image: str | None = None                    # default: DEFAULT_IMAGES[engine]
+    image: str | None = None                    # default: the engine adapter's image
     gpu_product: str | None = None              # node selector nvidia.com/gpu.product
     node_selector: dict[str, str] = field(default_factory=dict)
     port: int = 8000
@@ -88,7 +80,7 @@ class K8sTarget:
     run_as_group: int = 1000
 
     def image_for(self, engine: str) -> str:
-        return self.image or DEFAULT_IMAGES.get(engine, "wattbench:latest")
+        return self.image or adapter_for(engine).image
 
 
 def resource_name(cfg: EngineConfig) -> str:
@@ -165,10 +157,11 @@ def _scheduling(target: K8sTarget) -> tuple[dict[str, str] | None, list[k8s.V1To
 
 
 def engine_artifact_path(cfg: EngineConfig, artifact_path: str | None = None) -> str | None:
-    """Where a compiled engine is inside the pod: given, or /models/engines/<build_id> for TensorRT-LLM."""
+    """Where a compiled engine is inside the pod: given, or /models/engines/<build_id> for an engine that builds a
+    GPU-locked artifact (TensorRT-LLM)."""
     if artifact_path:
         return artifact_path
-    if cfg.engine == "trtllm":
+    if adapter_for(cfg.engine).builds_on_gpu:
         return cfg.options.get("engine_dir") or f"{ENGINES_DIR}/{cfg.build_id()}"
     return None
 
@@ -234,12 +227,6 @@ def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None,
                                                         protocol="TCP")]),
     )
     return [deployment, service]
-
-
-def service_url(cfg: EngineConfig, target: K8sTarget | None = None) -> str:
-    """The in-cluster URL of a deployed engine's Service (what an agent in the cluster attaches to)."""
-    target = target or K8sTarget()
-    return f"http://{resource_name(cfg)}.{target.namespace}.svc.cluster.local:{target.port}"
 
 
 def _gpu_pod_spec(n_gpus: int, target: K8sTarget, service_account: str | None = None,

@@ -14,7 +14,7 @@ Pure Python, no dependencies: the server and simulate() share it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from wattbench_agent.emulator.specs import GPUSpec, ModelSpec, PrecisionSpec
 
@@ -244,6 +244,3 @@ class Deployment:
 
     def idle_power(self) -> float:
         return self.gpu.idle_w
-
-    def with_factors(self, **kw) -> "Deployment":
-        return replace(self, kf=replace(self.kf, **kw))

@@ -18,6 +18,7 @@ from typing import Any
 from wattbench_agent.emulator.engine import Request, Scheduler
 from wattbench_agent.emulator.profiles import EMULATES, EMULATOR_VERSION, EngineSetup
 from wattbench_agent.emulator.telemetry import Telemetry
+from wattbench_agent.http_request import MAX_BODY_BYTES, MAX_HEAD_BYTES, BadRequest, parse_request
 
 _WORDS = ("the of and to in is that for it as with was on be by at this from are or an have not but they "
           "which one you all were her she there would their we him been has when who will more no if out so "
@@ -32,10 +33,9 @@ NW = len(WORDS)
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
             413: "Payload Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
-# Bounds on what one client may make the server hold: the request head, and one request body (a 128k-token prompt
-# is under 1 MiB of JSON). Bytes a client sends ahead while its request streams are not read beyond this either.
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 16 * 1024 * 1024
+# Bounds on what one client may make the server hold (http_request.py): the request head, 64 KiB, and one request
+# body, 16 MiB (a 128k-token prompt is under 1 MiB of JSON). Bytes a client sends ahead while its request streams
+# are not read beyond this either.
 _BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 _BUCKETS_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -88,18 +88,6 @@ def _int_field(body: dict[str, Any], name: str, default: int) -> int:
     return value
 
 
-def _content_length(values: list[str]) -> tuple[int | None, str | None]:
-    """The body length a request head declares (RFC 9110: 1*DIGIT; repeated only with one value), or an error."""
-    if not values:
-        return 0, None
-    if len(set(values)) > 1:
-        return None, f"Content-Length given {len(values)} times with different values ({', '.join(values)[:80]})"
-    text = values[0]
-    if not text.isascii() or not text.isdigit():
-        return None, f"Content-Length {text[:40]!r} is not a non-negative integer"
-    return int(text), None
-
-
 def error_body(status: int, message: str, etype: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": status},
                        "object": "error", "message": message, "type": etype, "code": status}).encode()
@@ -111,7 +99,7 @@ class Stream:
     __slots__ = ("conn", "stream", "chat", "prefix", "suffix", "rid", "created", "model", "usage", "off",
                  "sent_role", "req", "prompt_tokens", "done_fut", "text_pos")
 
-    def __init__(self, conn: "HttpConnection", stream: bool, chat: bool, rid: str, model: str, usage: bool,
+    def __init__(self, conn: HttpConnection, stream: bool, chat: bool, rid: str, model: str, usage: bool,
                  off: int, prompt_tokens: int):
         self.conn = conn
         self.stream = stream
@@ -186,7 +174,7 @@ class EmulatorServer:
                 else:
                     try:
                         await asyncio.wait_for(self.wake.wait(), max(0.0, nxt - loop.time()))
-                    except (asyncio.TimeoutError, TimeoutError):
+                    except TimeoutError:
                         pass
                 deadline = loop.time()
                 continue
@@ -296,7 +284,7 @@ class EmulatorServer:
             out.append(h)
         return out
 
-    def new_request(self, conn: "HttpConnection", body: dict[str, Any], chat: bool) -> Stream:
+    def new_request(self, conn: HttpConnection, body: dict[str, Any], chat: bool) -> Stream:
         model = body.get("model")
         if model is None or str(model).lower() not in self.model_names:
             raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
@@ -315,9 +303,8 @@ class EmulatorServer:
         if _int_field(body, "n", 1) != 1:
             raise ApiError(400, "the emulator serves n=1 only")
         mt = body.get("max_completion_tokens") if chat and body.get("max_completion_tokens") is not None else body.get("max_tokens")
-        if mt is not None:
-            if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
-                raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
+        if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
+            raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
         min_t = _int_field(body, "min_tokens", 0)
         if min_t < 0:
             raise ApiError(400, f"min_tokens must be >= 0, got {min_t}.")
@@ -474,50 +461,16 @@ class HttpConnection(asyncio.Protocol):
 
     def _process(self) -> None:
         while not self.busy and not self.closed:
-            i = self.buf.find(b"\r\n\r\n")
-            if i < 0:
-                if len(self.buf) > MAX_HEAD_BYTES:
-                    self._bad_request(431, f"request head over {MAX_HEAD_BYTES // 1024} KiB")
+            try:
+                req, used = parse_request(self.buf, MAX_HEAD_BYTES, MAX_BODY_BYTES, "the emulator")
+            except BadRequest as exc:
+                self._bad_request(exc.status, exc.message)
                 return
-            if i > MAX_HEAD_BYTES:
-                self._bad_request(431, f"request head over {MAX_HEAD_BYTES // 1024} KiB")
+            if req is None:
                 return
-            head = self.buf[:i].decode("latin-1")
-            lines = head.split("\r\n")
-            parts = lines[0].split(" ")
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
-                self._bad_request(400, f"bad request line {lines[0][:80]!r}; expected 'METHOD /path HTTP/1.1'")
-                return
-            method, target, version = parts
-            headers: dict[str, str] = {}
-            lengths: list[str] = []
-            for ln in lines[1:]:
-                k, sep, v = ln.partition(":")
-                if not sep:
-                    self._bad_request(400, f"bad header line {ln[:80]!r}; expected 'Name: value'")
-                    return
-                k, v = k.strip().lower(), v.strip()
-                if k == "content-length":
-                    lengths.append(v)
-                headers[k] = v
-            if headers.get("transfer-encoding", "").lower() == "chunked":
-                self._bad_request(411, "chunked request bodies are not supported; send Content-Length")
-                return
-            n, problem = _content_length(lengths)
-            if problem is not None:
-                self._bad_request(400, f"{problem}; expected the body's length in bytes")
-                return
-            if n > MAX_BODY_BYTES:
-                self._bad_request(413, f"request body of {n} bytes is over the emulator's limit of "
-                                       f"{MAX_BODY_BYTES // 2**20} MiB")
-                return
-            if len(self.buf) < i + 4 + n:
-                return
-            body = self.buf[i + 4:i + 4 + n]
-            self.buf = self.buf[i + 4 + n:]
-            conn_hdr = headers.get("connection", "").lower()
-            self.keep_alive = not (conn_hdr == "close" or (version == "HTTP/1.0" and conn_hdr != "keep-alive"))
-            self._dispatch(method, target.split("?", 1)[0], body)
+            self.buf = self.buf[used:]
+            self.keep_alive = req.keep_alive
+            self._dispatch(req.method, req.path, req.body)
 
     def _dispatch(self, method: str, path: str, body: bytes) -> None:
         srv = self.srv

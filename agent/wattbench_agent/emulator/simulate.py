@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from wattbench_agent.emulator.engine import Request, Scheduler
 from wattbench_agent.emulator.perf import StepCost, StepLoad
 from wattbench_agent.emulator.profiles import EngineSetup, setup
+from wattbench_agent.loadgen import shapes
 
 LengthSpec = int | Sequence[int] | dict
 
 
 @dataclass
 class Workload:
-    """Traffic: fixed concurrency (closed loop) or an open-loop Poisson / gamma arrival process.
+    """Traffic: any load shape of the load generator's registry (wattbench_agent/loadgen/shapes/): fixed
+    concurrency (closed loop), or open-loop Poisson / gamma / surge arrivals drawn exactly as the load generator
+    draws them for the same seed, or a trace.
 
     input_tokens / output_tokens: an int, a list of ints (drawn uniformly), or
     {"dist": "lognormal", "mean": m, "sigma": s, "min": a, "max": b}.
@@ -32,10 +36,13 @@ class Workload:
     arrivals: shape "trace" only: the send times (s from the start) to replay, e.g. a measured run's.
     """
 
-    shape: str = "concurrency"  # concurrency | poisson | gamma | trace
+    shape: str = "concurrency"  # a registered load shape: concurrency | poisson | gamma | surge | trace | ...
     concurrency: int = 8
-    rate: float | None = None  # requests/s for poisson | gamma
+    rate: float | None = None  # requests/s for the open-loop shapes
     burstiness: float = 1.0  # gamma shape (1 = Poisson; < 1 burstier), as in `vllm bench serve`
+    surge_factor: float = 1.0  # surge: rate x surge_factor from surge_start_s for surge_duration_s
+    surge_start_s: float = 0.0
+    surge_duration_s: float = 0.0
     input_tokens: LengthSpec = 512
     output_tokens: LengthSpec = 128
     shared_prefix_tokens: int = 0
@@ -100,9 +107,6 @@ class SimResult:
     source: str = "emulated"
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def step_time(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16", *, batch: int = 1,
               context: int = 512, prefill_tokens: int = 0, prefill_context: int = 0,
@@ -153,23 +157,11 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
             r.target = target
         return r
 
-    arrivals: list[float] = []
-    if wl.shape in ("poisson", "gamma"):
-        if not wl.rate or wl.rate <= 0:
-            raise ValueError("poisson/gamma workloads need rate > 0")
-        shape_k = 1.0 if wl.shape == "poisson" else float(wl.burstiness)
-        t = 0.0
-        while t < t1:
-            t += rng.gammavariate(shape_k, 1.0 / (wl.rate * shape_k))
-            arrivals.append(t)
-    elif wl.shape == "trace":
-        arrivals = sorted(float(a) for a in (wl.arrivals or []) if a < t1)
-    elif wl.shape == "concurrency":
-        n = max(1, wl.concurrency)
-        ramp = max(0.0, float(wl.ramp_s or 0.0))
-        arrivals = [ramp * k / n for k in range(n)]
-    else:
-        raise ValueError(f"unknown workload shape {wl.shape!r}; expected concurrency, poisson, gamma or trace")
+    shape = shapes.get(wl.shape)  # the load generator's own shape: the same schedule for the same seed
+    problem = shape.check(vars(wl))
+    if problem:
+        raise ValueError(problem)
+    arrivals = shape.twin_arrivals(vars(wl), t1, seed)
 
     ttft: list[float] = []
     tpot: list[float] = []
@@ -202,7 +194,7 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
                 e2e.append((t - r.arrival) * 1e3)
                 if r.generated > 1:
                     tpot.append((t - r.first_token_t) * 1e3 / (r.generated - 1))
-            if wl.shape == "concurrency" and t < t1:
+            if shape.closed_loop and t < t1:
                 sched.submit(make(t), t)
 
     ai = 0

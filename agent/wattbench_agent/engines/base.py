@@ -77,6 +77,14 @@ class EngineAdapter:
     # Whether build() compiles an artifact locked to the GPU it runs on (a TensorRT-LLM engine): on a cluster such
     # a build runs in a build pod on a node of the target GPU kind, not in the GPU-less step pod.
     builds_on_gpu: bool = False
+    # The container image that carries this engine at the version the adapter follows (Kubernetes target; the
+    # plan's or CLI's image= overrides it).
+    image: str = "wattbench:latest"
+
+    def plan_problem(self, spec: dict[str, Any]) -> str | None:
+        """What a plan's engine entry (its fields as a dict: engine, profile, url, precision, tp, options, ...)
+        lacks for this engine, in one line; None when it can run. Plan validation asks every engine's adapter."""
+        return None
 
     def build(self, cfg: EngineConfig, workdir: Path) -> BuildResult:
         return BuildResult(status="no_build", resolved_config=self.resolved_config(cfg))
@@ -131,6 +139,10 @@ class EmulatorAdapter(EngineAdapter):
     follows_version = "wattbench"
     source = "emulated"
     version_path = "/version"
+    image = "wattbench:latest"
+
+    def plan_problem(self, spec: dict[str, Any]) -> str | None:
+        return None if spec.get("profile") else "an emulator engine needs profile: trtllm-like or vllm-like"
 
     @property
     def checked_versions(self) -> tuple[str, ...]:
@@ -157,6 +169,13 @@ class EmulatorAdapter(EngineAdapter):
         for key, value in sorted(cfg.options.items()):
             cmd += ["--config", f"{key}={value}"]
         return cmd
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every engine name a plan, the CLI and the agent accept: the adapter registry's keys."""
+    from wattbench_agent.engines import registry
+
+    return tuple(registry.ADAPTERS)
 
 
 def adapter_for(engine: str) -> EngineAdapter:

@@ -28,9 +28,10 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "manifest.json"
@@ -230,7 +231,3 @@ class BuildCache:
                 continue
             return m, all_entries
         return None, all_entries
-
-
-def gpu_to_dict(gpu: GpuInfo | None) -> dict[str, Any] | None:
-    return asdict(gpu) if gpu else None

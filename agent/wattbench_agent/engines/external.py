@@ -23,6 +23,9 @@ class ExternalAdapter(EngineAdapter):
     metrics_path = None  # unknown: an external server may not expose Prometheus metrics
     source = "measured"
 
+    def plan_problem(self, spec: dict[str, Any]) -> str | None:
+        return None if spec.get("url") else "an external engine needs url: the OpenAI-compatible endpoint to measure"
+
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         from wattbench_agent.deploy.local import DeployError
 

@@ -69,6 +69,7 @@ class SglangAdapter(CheckpointEngineAdapter):
     precisions = PRECISIONS
     aliases = ALIASES
     name = "sglang"
+    image = "lmsysorg/sglang:latest"
     follows_version = FOLLOWS
     checked_versions = ("0.5.0",)  # by contract tests only: no SGLang has run under wattbench yet
     version_path = "/get_server_info"  # SGLang's server info carries its "version"

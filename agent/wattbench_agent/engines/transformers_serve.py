@@ -30,6 +30,7 @@ from wattbench_agent.engines.base import EngineAdapter, EngineConfig
 
 class TransformersServeAdapter(EngineAdapter):
     name = "transformers"
+    image = "wattbench/transformers-serve:latest"
     follows_version = "5.17"  # transformers release whose `transformers serve` CLI this follows
     health_path = "/health"
     metrics_path = None  # transformers serve exposes no Prometheus metrics

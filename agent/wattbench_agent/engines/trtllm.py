@@ -132,6 +132,7 @@ def detect_version(timeout_s: float = 120.0) -> str | None:
 
 class TrtllmAdapter(EngineAdapter):
     name = "trtllm"
+    image = "nvcr.io/nvidia/tensorrt-llm/release:0.18.2"
     follows_version = FOLLOWS
     health_path = "/health"
     metrics_path = None  # trtllm-serve's /metrics is JSON iteration stats, not Prometheus text

@@ -127,6 +127,7 @@ class VllmAdapter(CheckpointEngineAdapter):
     option_table = OPTIONS
     precisions = PRECISIONS
     name = "vllm"
+    image = "vllm/vllm-openai:v0.10.1.1"
     follows_version = FOLLOWS
     # 0.25.0: run end to end on an H200 (results/h200-vllm/); its log and /metrics page are the contract tests' data
     # (tests/engines/data/vllm-serve-0.25.0.log, vllm-metrics-0.25.0.txt; tests/engines/test_vllm_contract.py).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from wattbench_agent.argtypes import check_finite, finite_float, port_number
 
+from . import shapes
 from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 from .vllm_result import (ResultArgError, parse_goodput, parse_percentile_metrics, parse_percentiles,
@@ -58,6 +59,9 @@ def register(subparsers) -> None:
     p.add_argument("--surge-start", type=finite_float(0), default=0.0, help="... from this many seconds after start ...")
     p.add_argument("--surge-duration", type=finite_float(0), default=0.0, help="... for this many seconds")
     p.add_argument("--trace-time-scale", type=finite_float(0, strict_minimum=True), default=1.0)
+    p.add_argument("--shape", choices=shapes.names(),
+                   help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
+                        "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/")
     p.add_argument("--input-tokens", "--random-input-len", "--input-len", dest="input_tokens", type=int,
                    help="prompt tokens per request (default 128)")
     p.add_argument("--output-tokens", "--random-output-len", "--output-len", dest="output_tokens", type=int,
@@ -177,6 +181,8 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
                  surge_start_s=a.surge_start, surge_duration_s=a.surge_duration)
     else:
         d.update(shape="concurrency")
+    if a.shape:
+        d["shape"] = a.shape
     if until_sent and not a.trace:
         d["duration_s"] = 0.0  # until --num-prompts are sent (LoadSpec: duration 0 with max_requests)
     d.update(over)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -53,11 +54,6 @@ def build_body(spec: Any, prompt: str, max_tokens: int) -> dict:
         else:
             body[k] = v
     return body
-
-
-async def _stamped(aiter):
-    async for data in aiter:
-        yield _perf_ns(), data
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -301,7 +297,7 @@ class RequestRunner:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "cancelled", "run interrupted or drain bound reached before the response ended"
             rec = self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
-            raise _Cancelled(rec)
+            raise _Cancelled(rec) from None
         except Exception as exc:  # never let one request stop the run
             fail_ns = _perf_ns()
             p.err, p.errtxt = "client_error", f"{type(exc).__name__}: {exc}"

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import httpx
-import numpy as np
 
-from . import metrics
+from . import metrics, shapes
 from .client import RequestRunner, _Cancelled, endpoint_url
-from .schedule import arrival_offsets, load_trace
 from .spec import LoadSpec
 from .transport import FastTransport
 from .workload import Workload, load_tokenizer
@@ -80,20 +80,11 @@ def effective_duration(spec: LoadSpec) -> float:
     duration_s = float(spec.duration_s)
     if duration_s > 0:
         return duration_s
-    if spec.shape == "trace":
-        last = max(r.t_s for r in load_trace(spec.trace_path)) * spec.trace_time_scale
-        return max(last + 1e-3 - spec.warmup_s, 1e-3)
-    if spec.shape == "concurrency":
+    shape = shapes.get(spec.shape)
+    if shape.closed_loop:
         return UNTIL_SENT_S
-    n = int(spec.max_requests)
-    horizon = n / float(spec.rate) * 2 + 10
-    while True:
-        offs = arrival_offsets(spec.shape, rate=spec.rate, horizon_s=horizon, burstiness=spec.burstiness,
-                               seed=spec.seed, surge_factor=spec.surge_factor, surge_start_s=spec.surge_start_s,
-                               surge_duration_s=spec.surge_duration_s, max_requests=n)
-        if len(offs) >= n or horizon > 10 * UNTIL_SENT_S:
-            return max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
-        horizon *= 2
+    offs = shape.offsets(vars(spec), math.inf, spec.seed)  # every send: the whole trace, or max_requests of them
+    return max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
 
 
 def _share(n: int | None, w: int, nw: int) -> int | None:
@@ -104,16 +95,13 @@ def _share(n: int | None, w: int, nw: int) -> int | None:
 
 
 def default_load_point_id(spec: LoadSpec) -> str:
-    if spec.shape == "concurrency":
-        return f"c{spec.concurrency}"
-    if spec.shape == "trace":
-        return f"trace-{Path(spec.trace_path or 'trace').stem}"
-    return f"{spec.shape}-r{spec.rate:g}"
+    return shapes.label(vars(spec))
 
 
 def default_workload(spec: LoadSpec) -> str:
-    if spec.shape == "trace":
-        return f"trace:{Path(spec.trace_path or '').name}"
+    named = shapes.get(spec.shape).workload_name(vars(spec))
+    if named:
+        return named
     if spec.dataset_path:
         return f"sharegpt:{Path(spec.dataset_path).name}"
     i = "dist" if spec.input_tokens_dist else spec.input_tokens
@@ -151,7 +139,7 @@ class LoadResult:
             "api": sp.api,
             "concurrency": sp.concurrency,
             "rate": sp.rate,
-            "burstiness": sp.burstiness if sp.shape in ("gamma", "surge") else None,
+            "burstiness": sp.burstiness if "burstiness" in shapes.get(sp.shape).fields else None,
             # requested lengths; NULL where the dataset decides them (each request's are in `requests`)
             "input_tokens": None if sp.dataset_path else sp.input_tokens,
             "output_tokens": None if (sp.output_tokens_dist or {}).get("kind") == "dataset" else sp.output_tokens,
@@ -451,7 +439,7 @@ async def _main(ctx: dict) -> dict:
     interrupted = False
     drain_start = drain_end = None
     try:
-        if spec.shape == "concurrency":
+        if shapes.get(spec.shape).closed_loop:
             senders = [loop.create_task(stream(k)) for k in range(_share(spec.concurrency, wk, nw))]
             for t in senders:
                 tasks.add(t)
@@ -520,26 +508,18 @@ def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
         return max(1, int(env))
     if spec.transport != "fast":
         return 1
-    load = spec.concurrency if spec.shape == "concurrency" else (spec.concurrency or (spec.rate or 0))
+    load = spec.concurrency if shapes.get(spec.shape).closed_loop else (spec.concurrency or (spec.rate or 0))
     cpus = os.cpu_count() or 1
     return 1 if (load or 0) <= 256 or cpus < 2 else 2
 
 
 def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
     """Schedule and pre-encoded request bodies for worker wk of nw (global request index = local * nw + wk)."""
-    trace_rows = load_trace(spec.trace_path) if spec.shape == "trace" else None
+    trace_rows = shapes.get(spec.shape).request_rows(vars(spec))
     duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
-    offsets = None
-    if spec.shape == "trace":
-        offs = np.asarray([r.t_s * spec.trace_time_scale for r in trace_rows], dtype=float)
-        offsets = offs[offs < horizon]
-        if spec.max_requests is not None:
-            offsets = offsets[: spec.max_requests]
-    elif spec.shape != "concurrency":
-        offsets = arrival_offsets(spec.shape, rate=spec.rate, horizon_s=horizon, burstiness=spec.burstiness,
-                                  seed=spec.seed, surge_factor=spec.surge_factor, surge_start_s=spec.surge_start_s,
-                                  surge_duration_s=spec.surge_duration_s, max_requests=spec.max_requests)
+    shape = shapes.get(spec.shape)
+    offsets = None if shape.closed_loop else shape.offsets(vars(spec), horizon, spec.seed)
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
@@ -840,7 +820,7 @@ def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, 
             status, ek, et = "failed", ff["error_kind"], ff["message"]
     summary.update(
         load_point_id=lp, workload=spec.workload or default_workload(spec), shape=spec.shape, api=spec.api,
-        requested_rate=spec.rate if spec.shape != "concurrency" else None,
+        requested_rate=spec.rate if not shapes.get(spec.shape).closed_loop else None,
         requested_concurrency=spec.concurrency, burstiness=spec.burstiness,
         warmup_s=spec.warmup_s, drain_s=res["drain_s"],
         duration_s=duration_s if duration_s < UNTIL_SENT_S else summary["window_s"],

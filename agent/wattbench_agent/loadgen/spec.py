@@ -7,11 +7,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import shapes
 from .endpoint import api_of
 
 # More streams than this is a typo, not a benchmark (a concurrency of 1e9 hung with nothing sent).
 MAX_CONCURRENCY = 16384
-SHAPES = ("concurrency", "poisson", "gamma", "surge", "trace")
 APIS = ("chat", "completions")
 
 
@@ -24,7 +24,7 @@ class LoadSpec:
     url: str = "http://127.0.0.1:8000"            # server base URL (with or without /v1)
     model: str = "model"
     api: str = "chat"                              # chat | completions
-    shape: str = "concurrency"                     # concurrency | poisson | gamma | surge | trace
+    shape: str = "concurrency"                     # a registered load shape (loadgen/shapes/): concurrency | poisson | ...
     concurrency: int | None = None                 # closed loop streams; for open-loop shapes: max in flight (None = no cap)
     rate: float | None = None                      # requests/s for poisson | gamma | surge (base rate)
     burstiness: float = 1.0                        # gamma shape k (vLLM convention): 1 = Poisson, <1 burstier, CV = 1/sqrt(k)
@@ -59,7 +59,7 @@ class LoadSpec:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LoadSpec":
+    def from_dict(cls, d: dict[str, Any]) -> LoadSpec:
         if not isinstance(d, dict):
             raise LoadSpecError(f"LoadSpec wants a mapping, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -73,12 +73,12 @@ class LoadSpec:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> "LoadSpec":
+    def replace(self, **changes: Any) -> LoadSpec:
         spec = dataclasses.replace(self, **changes)
         spec.validate()
         return spec
 
-    def validate(self) -> "LoadSpec":
+    def validate(self) -> LoadSpec:
         for f in dataclasses.fields(self):  # NaN or Inf would pass every comparison below and hang or crash later
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -91,16 +91,9 @@ class LoadSpec:
         if implied and implied != self.api:
             raise LoadSpecError(f"url {self.url} is the {implied} endpoint but api is {self.api!r}; set "
                                 f"api={implied!r} or give the base URL")
-        if self.shape not in SHAPES:
-            raise LoadSpecError(f"shape must be one of {SHAPES}, got {self.shape!r}")
-        if self.shape == "concurrency":
-            if not self.concurrency or self.concurrency < 1:
-                raise LoadSpecError("shape 'concurrency' needs concurrency >= 1")
-        elif self.shape in ("poisson", "gamma", "surge"):
-            if not self.rate or self.rate <= 0:
-                raise LoadSpecError(f"shape {self.shape!r} needs rate > 0 (requests/s)")
-        elif self.shape == "trace" and not self.trace_path:
-            raise LoadSpecError("shape 'trace' needs trace_path")
+        problem = shapes.check(vars(self))
+        if problem:
+            raise LoadSpecError(problem)
         if self.burstiness is None or self.burstiness <= 0:
             raise LoadSpecError("burstiness must be > 0")
         if self.surge_factor <= 0:
@@ -115,7 +108,7 @@ class LoadSpec:
             raise LoadSpecError("ramp_s must be >= 0")
         if self.warmup_s < 0 or self.duration_s is None or self.duration_s < 0:
             raise LoadSpecError("warmup_s and duration_s must be >= 0")
-        if self.duration_s == 0 and self.shape != "trace" and not self.max_requests:
+        if self.duration_s == 0 and not shapes.get(self.shape).ends_by_itself and not self.max_requests:
             raise LoadSpecError("duration_s must be > 0 (or give max_requests: 0 then means until they are sent)")
         if self.max_requests is not None and self.max_requests < 1:
             raise LoadSpecError("max_requests must be >= 1")

@@ -32,6 +32,8 @@ import time
 import urllib.request
 from contextlib import contextmanager
 
+from wattbench_agent.http_request import BadRequest, parse_request
+
 _ns = time.perf_counter_ns
 MIX = ("ok", "http_500", "429", "drop", "malformed", "empty_choices", "ok", "no_usage", "http_400",
        "stream_error", "multi", "ok")
@@ -120,26 +122,22 @@ class Conn(asyncio.Protocol):
         recv = _ns()
         self.buf += data
         while not self.busy:
-            i = self.buf.find(b"\r\n\r\n")
-            if i < 0:
+            try:
+                req, used = parse_request(self.buf, what="the test server")
+            except BadRequest as exc:
+                self.buf = b""
+                self.simple(exc.status, {"error": exc.message}, "connection: close\r\n")
+                self.tr.close()
                 return
-            head = self.buf[:i].decode("latin-1")
-            lines = head.split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            hdrs = {}
-            for ln in lines[1:]:
-                k, _, v = ln.partition(":")
-                hdrs[k.strip().lower()] = v.strip()
-            n = int(hdrs.get("content-length", "0"))
-            if len(self.buf) < i + 4 + n:
+            if req is None:
                 return
-            body = self.buf[i + 4:i + 4 + n]
-            self.buf = self.buf[i + 4 + n:]
-            self.handle(method, path, hdrs, body, recv)
+            self.buf = self.buf[used:]
+            self.handle(req.method, req.target, req.headers, req.body, recv)
 
     def simple(self, status: int, obj, extra: str = "") -> None:
         payload = json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required", 413: "Payload Too Large",
+                  429: "Too Many Requests", 431: "Request Header Fields Too Large",
                   500: "Internal Server Error"}.get(status, "X")
         self.tr.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{extra}"
                       f"content-length: {len(payload)}\r\n\r\n".encode() + payload)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
+
+from . import shapes
 
 # vLLM's metric names -> the record field (ms) they are computed from (itl: gaps between content events).
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": None, "e2el": "e2e_ms"}
@@ -140,7 +143,7 @@ def result_json(res, *, model_id: str, label: str | None = None, num_prompts: in
     """vLLM's result dict for one load point (`res`: a loadgen LoadResult)."""
     spec, s, recs = res.spec, res.summary, res.records
     backend = "openai-chat" if spec.api == "chat" else "openai"
-    rate = "inf" if spec.shape == "concurrency" or not spec.rate else float(spec.rate)
+    rate = "inf" if shapes.get(spec.shape).closed_loop or not spec.rate else float(spec.rate)
     max_conc = spec.concurrency
     ok = [r for r in recs if r.get("error_kind") is None]
     peak_tok_s, peak_conc = _peaks(recs)

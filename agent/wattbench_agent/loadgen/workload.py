@@ -215,7 +215,6 @@ class Workload:
             prng = np.random.default_rng(spec.seed + 104729)
             self._prefixes = [synthetic_text(spec.shared_prefix_tokens, prng, self.tok)
                               for _ in range(max(spec.num_prefixes, 1))]
-        self._cache: dict[int, Item] = {}
 
     def _lengths(self, i: int) -> tuple[int, int]:
         if i >= self._n:  # grow deterministically
@@ -226,9 +225,6 @@ class Workload:
         return int(self._in[i]), int(self._out[i])
 
     def item(self, i: int) -> Item:
-        it = self._cache.pop(i, None)
-        if it is not None:
-            return it
         n_in, n_out = self._lengths(i)
         rng = np.random.default_rng((self.spec.seed, i))
         if self.trace_rows is not None:
@@ -255,9 +251,3 @@ class Workload:
         body = synthetic_text(n_in - prefix_n, rng, self.tok)
         prompt = (prefix + " " + body) if prefix else body
         return Item(prompt, n_in, n_out)
-
-    def prefetch(self, n: int) -> None:
-        """Make the first n items ahead of time (prompt generation stays out of the sending path)."""
-        for i in range(n):
-            if i not in self._cache:
-                self._cache[i] = self.item(i)

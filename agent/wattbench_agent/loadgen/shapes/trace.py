@@ -1,76 +1,58 @@
-"""Precomputed arrival schedules (offsets in seconds from t0) for the open-loop shapes, and trace files.
-
-- poisson: exponential gaps, mean 1/rate.
-- gamma: gaps ~ Gamma(shape=k, scale=1/(rate*k)), k = burstiness (the vllm bench convention): k = 1 is Poisson,
-  k < 1 burstier, k > 1 smoother; the gaps' coefficient of variation is 1/sqrt(k).
-- surge: the same renewal process (Poisson, or gamma when burstiness != 1) run against a piecewise-constant
-  intensity: `rate`, then `rate * surge_factor` during [surge_start_s, surge_start_s + surge_duration_s), then
-  `rate` again (time rescaling: unit-rate arrivals mapped through the inverse cumulative intensity).
-- trace: the user's own timestamps (first arrival at offset 0), times `trace_time_scale`.
-"""
+"""trace: the user's own send times (JSONL or CSV: timestamp, prompt | input_tokens, output_tokens), first arrival
+at offset 0, times `trace_time_scale`; duration_s 0 replays the whole trace. The twin replays `arrivals` when given
+(e.g. a measured run's send times), else the trace file's."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from . import Shape, finish, register
+
+
+@register
+class Trace(Shape):
+    name = "trace"
+    fields = ("trace_path", "concurrency")
+    ends_by_itself = True
+    order = 4
+    summary = "replay a file's timestamps (and lengths or prompts), scaled by trace_time_scale"
+
+    def check(self, p: Mapping[str, Any]) -> str | None:
+        if p.get("trace_path") or p.get("arrivals") is not None:  # arrivals: the twin replaying given send times
+            return None
+        return "shape 'trace' needs trace_path"
+
+    def label(self, p: Mapping[str, Any]) -> str:
+        return f"trace-{Path(p['trace_path']).stem}" if p.get("trace_path") else "trace"
+
+    def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
+        scale = float(p.get("trace_time_scale") or 1.0)
+        offs = np.asarray([r.t_s * scale for r in load_trace(p["trace_path"])], dtype=float)
+        return finish(offs, p, horizon_s)
+
+    def request_rows(self, p: Mapping[str, Any]) -> list:
+        return load_trace(p["trace_path"])
+
+    def workload_name(self, p: Mapping[str, Any]) -> str:
+        return f"trace:{Path(p.get('trace_path') or '').name}"
+
+    def twin_arrivals(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> list[float]:
+        if p.get("arrivals") is not None:
+            return sorted(float(a) for a in p["arrivals"] if a < horizon_s)
+        return super().twin_arrivals(p, horizon_s, seed)
 
 
 class TraceError(ValueError):
     """A trace file could not be read; the message names the file and line."""
 
 
-def _renewal_unit(n_hint: int, k: float, rng: np.random.Generator, horizon: float) -> np.ndarray:
-    """Arrival times of a unit-rate renewal process (gamma gaps, mean 1) up to `horizon`."""
-    out: list[np.ndarray] = []
-    t = 0.0
-    n = max(int(n_hint), 16)
-    while True:
-        gaps = rng.gamma(shape=k, scale=1.0 / k, size=n) if k != 1.0 else rng.exponential(1.0, size=n)
-        times = t + np.cumsum(gaps)
-        out.append(times)
-        t = float(times[-1])
-        if t >= horizon:
-            break
-    allt = np.concatenate(out)
-    return allt[allt < horizon]
-
-
-def arrival_offsets(shape: str, *, rate: float, horizon_s: float, burstiness: float = 1.0, seed: int = 0,
-                    surge_factor: float = 1.0, surge_start_s: float = 0.0, surge_duration_s: float = 0.0,
-                    max_requests: int | None = None) -> np.ndarray:
-    """Send offsets (s, ascending, in [0, horizon_s)) for shape poisson | gamma | surge.
-
-    The first request goes out at offset 0 (as vllm bench does), the rest after the drawn gaps.
-    """
-    rng = np.random.default_rng(seed)
-    k = 1.0 if shape == "poisson" else float(burstiness)
-    if shape in ("poisson", "gamma"):
-        unit = _renewal_unit(int(rate * horizon_s * 1.2) + 16, k, rng, rate * horizon_s)
-        offs = np.concatenate([[0.0], unit / rate])
-    elif shape == "surge":
-        a = min(max(surge_start_s, 0.0), horizon_s)
-        b = min(max(surge_start_s + surge_duration_s, a), horizon_s)
-        hi = rate * surge_factor
-        lam_a = rate * a
-        lam_b = lam_a + hi * (b - a)
-        lam_end = lam_b + rate * (horizon_s - b)
-        unit = _renewal_unit(int(lam_end * 1.2) + 16, k, rng, lam_end)
-        unit = np.concatenate([[0.0], unit])
-        offs = np.where(unit < lam_a, unit / rate,
-                        np.where(unit < lam_b, a + (unit - lam_a) / hi, b + (unit - lam_b) / rate))
-    else:
-        raise ValueError(f"no precomputed schedule for shape {shape!r}")
-    offs = offs[offs < horizon_s] if horizon_s > 0 else offs[:1]
-    if max_requests is not None:
-        offs = offs[:max_requests]
-    return offs
-
-
-# ---------------------------------------------------------------------------------------------- traces
 @dataclass
 class TraceRow:
     t_s: float
@@ -82,7 +64,8 @@ class TraceRow:
 _TS_KEYS = ("timestamp", "ts", "time", "arrival_time", "arrival_s", "t")
 _TS_MS_KEYS = ("timestamp_ms", "ts_ms", "time_ms", "arrival_ms")
 _IN_KEYS = ("input_tokens", "input_length", "prompt_tokens", "input_len", "context_tokens", "isl")
-_OUT_KEYS = ("output_tokens", "output_length", "completion_tokens", "output_len", "generated_tokens", "osl", "max_tokens")
+_OUT_KEYS = ("output_tokens", "output_length", "completion_tokens", "output_len", "generated_tokens", "osl",
+             "max_tokens")
 _PROMPT_KEYS = ("prompt", "text", "input")
 
 

@@ -1,0 +1,149 @@
+"""Load shapes: one module per shape, each registering itself here; everything that knows about shapes reads this.
+
+A shape says, in its own module (see docs/CONTRIBUTING.md, "Add a load shape"):
+- `check(p)`: what the shape needs of a load point's fields (plan validation and LoadSpec.validate both ask it);
+- `label(p)`: the point's short, stable name (c32, gamma-r6-b0.25, ...; load_runs.point_label, load point ids);
+- `offsets(p, horizon_s, seed)`: the load generator's send schedule (open-loop shapes);
+- `twin_arrivals(p, horizon_s, seed)`: the arrivals the emulator's `simulate` replays for the same point.
+
+`p` is any mapping of LoadSpec field names (a plan's load spec dict, `vars(LoadSpec)`, `vars(emulator Workload)`).
+Modules in this package whose name does not start with "_" are imported when the package is, so a new shape is one
+new file. Agent side: stdlib + numpy only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class Shape:
+    """Base class of a load shape; subclasses set `name` and are registered with `@register`."""
+
+    name: ClassVar[str] = ""
+    # closed loop: `concurrency` streams send back to back (no schedule); open loop: requests go out at `offsets`
+    closed_loop: ClassVar[bool] = False
+    # the LoadSpec / plan load point fields this shape reads, besides the ones every point has
+    fields: ClassVar[tuple[str, ...]] = ()
+    # a schedule with an end of its own (a trace): duration_s 0 then means all of it
+    ends_by_itself: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+    order: ClassVar[int] = 100  # where the shape sorts in lists, legends and pictures (closed loop first)
+
+    def check(self, p: Mapping[str, Any]) -> str | None:
+        """What is missing or wrong in the point's fields for this shape (one line), or None."""
+        return None
+
+    def label(self, p: Mapping[str, Any]) -> str:
+        raise NotImplementedError
+
+    def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
+        """Send offsets (s from t0, ascending, in [0, horizon_s)); open-loop shapes only. horizon_s may be inf
+        when p has max_requests: then exactly that many."""
+        raise ValueError(f"shape {self.name!r} is closed loop: it has no send schedule")
+
+    def request_rows(self, p: Mapping[str, Any]) -> list | None:
+        """Per-request contents the shape itself dictates (a trace's rows: prompt or lengths), or None."""
+        return None
+
+    def workload_name(self, p: Mapping[str, Any]) -> str | None:
+        """The workload name a point of this shape gets when the caller names none (None: from its lengths)."""
+        return None
+
+    def twin_arrivals(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> list[float]:
+        """Arrival times (s) the emulator's simulate submits; by default the load generator's own schedule."""
+        return [float(t) for t in self.offsets(p, horizon_s, seed)]
+
+
+SHAPES: dict[str, Shape] = {}
+
+
+def register(cls: type[Shape]) -> type[Shape]:
+    """Class decorator: register one instance of `cls` under `cls.name`."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no shape name")
+    SHAPES[cls.name] = cls()
+    return cls
+
+
+def names() -> tuple[str, ...]:
+    return tuple(SHAPES)
+
+
+def get(name: str) -> Shape:
+    """The shape registered under `name`; an unknown name is one ValueError naming the known ones."""
+    try:
+        return SHAPES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown load shape {name!r}; expected one of {', '.join(SHAPES)}") from None
+
+
+def label(p: Mapping[str, Any]) -> str:
+    """A load point's label: its shape's (c32, poisson-r4, gamma-r6-b0.25, surge-r2x5, trace-<file stem>)."""
+    return get(p["shape"]).label(p)
+
+
+def check(p: Mapping[str, Any]) -> str | None:
+    """The problem with a load point's shape and shape fields, or None."""
+    shape = p.get("shape")
+    if shape not in SHAPES:
+        return f"shape must be one of {', '.join(SHAPES)}; got {shape!r}"
+    return SHAPES[shape].check(p)
+
+
+def arrival_offsets(shape: str, *, horizon_s: float, seed: int = 0, max_requests: int | None = None,
+                    **fields: Any) -> np.ndarray:
+    """The send schedule of an open-loop shape from keyword fields, e.g. arrival_offsets("poisson", rate=4,
+    horizon_s=60); at most max_requests of them."""
+    return get(shape).offsets({"shape": shape, "max_requests": max_requests, **fields}, horizon_s, seed)
+
+
+# ------------------------------------------------------------------------------------ helpers for shape modules
+def renewal_unit(k: float, rng: np.random.Generator, horizon: float, n: int | None = None) -> np.ndarray:
+    """Arrival times of a unit-rate renewal process with gamma(k) gaps (mean 1; k = 1: Poisson) up to `horizon`
+    or, when `n` is given, the first n of them (horizon may then be inf)."""
+    if n is None and not math.isfinite(horizon):
+        raise ValueError("an endless schedule: give a finite duration or max_requests")
+    out: list[np.ndarray] = []
+    t, got = 0.0, 0
+    chunk = max(int(min(horizon, 1e7) * 1.2) + 16 if math.isfinite(horizon) else 0, int(n or 0) + 16, 16)
+    while True:
+        gaps = rng.gamma(shape=k, scale=1.0 / k, size=chunk) if k != 1.0 else rng.exponential(1.0, size=chunk)
+        times = t + np.cumsum(gaps)
+        out.append(times)
+        got += len(times)
+        t = float(times[-1])
+        if t >= horizon or (n is not None and got >= n):
+            break
+    allt = np.concatenate(out)
+    allt = allt[allt < horizon]
+    return allt[:n] if n is not None else allt
+
+
+def finish(offs: np.ndarray, p: Mapping[str, Any], horizon_s: float) -> np.ndarray:
+    """Offsets cut to the horizon and to p's max_requests (the common tail of every schedule)."""
+    offs = offs[offs < horizon_s] if horizon_s > 0 else offs[:1]
+    n = p.get("max_requests")
+    return offs[:n] if n is not None else offs
+
+
+def positive(p: Mapping[str, Any], key: str) -> bool:
+    value = p.get(key)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _load_all() -> None:
+    for mod in pkgutil.iter_modules(__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+    ordered = sorted(SHAPES.items(), key=lambda item: (item[1].order, item[0]))
+    SHAPES.clear()
+    SHAPES.update(ordered)
+
+
+_load_all()

@@ -1,0 +1,29 @@
+"""gamma: open loop, gaps ~ Gamma(shape=k, scale=1/(rate*k)) with k = burstiness (vllm bench's convention): k = 1
+is Poisson, k < 1 burstier, k > 1 smoother; the gaps' coefficient of variation is 1/sqrt(k)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import Shape, positive, register
+from .poisson import renewal_offsets
+
+
+@register
+class Gamma(Shape):
+    name = "gamma"
+    fields = ("rate", "burstiness", "concurrency")
+    order = 2
+    summary = "open loop at `rate` requests/s, gamma gaps of shape `burstiness` (1 = Poisson, < 1 burstier)"
+
+    def check(self, p: Mapping[str, Any]) -> str | None:
+        return None if positive(p, "rate") else f"shape {self.name!r} needs rate > 0 (requests/s)"
+
+    def label(self, p: Mapping[str, Any]) -> str:
+        return f"{self.name}-r{p['rate']:g}-b{p.get('burstiness') or 1.0:g}"
+
+    def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
+        return renewal_offsets(p, horizon_s, seed, float(p.get("burstiness") or 1.0))
