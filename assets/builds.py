@@ -16,7 +16,8 @@ import dagster as dg
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
+from assets import benchmark_run
+from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
@@ -31,23 +32,20 @@ class LocalEngineBuilder(dg.ConfigurableResource):
         return adapter_for(cfg.engine).build(cfg, workdir)
 
 
-@dg.asset(
-    group_name=GROUP,
-    owners=OWNERS,
-    kinds=GPU_KINDS,
-    pool=WRITER_POOL,
-    code_version="1",
-    partitions_def=BENCH_PARTITIONS,
-)
-def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
-                  engine_builder: LocalEngineBuilder) -> dg.MaterializeResult:
-    """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
-    engines; the resolved config and 'no build' for engines that load checkpoints directly. Also opens the
-    run's row in `runs` with the plan, prices and SLO."""
-    partition = partition_key_of(context)
-    bench_plan, plan_sha = plan.load(partition)
-    plan_file = plan.plan_path(partition).resolve()
-    run_id = run_id_of(context)
+def _refuse_without_stages(context: AssetExecutionContext) -> None:
+    """A benchmark that engine_builds opens is filled by the bench stages: a Dagster run that selects engine_builds
+    without them would open one that can never complete."""
+    try:
+        layer = context.job_def.asset_layer
+        selection = context.dagster_run.asset_selection or layer.selected_asset_keys or layer.executable_asset_keys
+    except Exception:  # noqa: BLE001 - invoked directly: no run
+        return
+    if dg.AssetKey("deployments") not in selection:
+        raise dg.Failure(description="engine_builds opens a benchmark that the bench stages fill: materialize it with "
+                                     "them (the `benchmark` job, `wattbench run`, or Materialize all in the UI)")
+
+
+def _build_all(context: AssetExecutionContext, bench_plan, plan: BenchPlan, engine_builder, run_id: str) -> list[dict]:
     workdir = plan.run_dir(run_id) / "builds"
     rows = []
     for spec, cfg in bench_plan.engine_configs():
@@ -63,17 +61,40 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
             "hardware_lock": result.hardware_lock, "config": result.resolved_config,
             "error_kind": result.error_kind, "error_text": result.error_text,
         })
+    return rows
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds=GPU_KINDS,
+    pool=WRITER_POOL,
+    code_version="1",
+    partitions_def=BENCH_PARTITIONS,
+)
+def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
+                  engine_builder: LocalEngineBuilder) -> dg.MaterializeResult:
+    """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
+    engines; the resolved config and 'no build' for engines that load checkpoints directly. Opens the benchmark
+    (its row in `runs`, status 'running', with the plan, prices and SLO) that the later stages fill."""
+    _refuse_without_stages(context)
+    partition = partition_key_of(context)
+    bench_plan, plan_sha = plan.load(partition)
+    plan_file = plan.plan_path(partition).resolve()
     source = "emulated" if bench_plan.is_emulated else "measured"
     with warehouse.get_connection() as con:
         apply_schema(con)
-        replace_rows(con, "runs", [{
-            "run_id": run_id, "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
-            "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
+        run_id = benchmark_run.open_benchmark(con, context, {
+            "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
+            "started_at": datetime.now(timezone.utc).replace(tzinfo=None),
             "host": socket.gethostname(), "wattbench_version": "0.1.0",
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
-        }], key=("run_id",))
-        replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
-        schema_meta = table_metadata(con, "engine_builds")
+        }, replace_rows)
+    with benchmark_run.ends_with_step(warehouse.get_connection, context):
+        rows = _build_all(context, bench_plan, plan, engine_builder, run_id)
+        with warehouse.get_connection() as con:
+            replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
+            schema_meta = table_metadata(con, "engine_builds")
     table = "\n".join(
         ["| engine | status | build s | artifact |", "|---|---|---|---|"]
         + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "

@@ -1,4 +1,5 @@
-"""What every stage asset shares: owners, the writer pool, partitions, and the run id the warehouse keys rows by."""
+"""What every stage asset shares: owners, the writer pool, partitions. Which benchmark a step works on (the run id
+the warehouse keys rows by): assets/benchmark_run.py."""
 
 from typing import Any
 
@@ -14,13 +15,6 @@ GROUP = "wattbench"
 # The bench agent and the engine builds run on the GPU node: a Kubernetes pod (dagster-k8s Pipes) on a cluster.
 GPU_KINDS = {"python", "duckdb", "kubernetes"}
 TABLE_KINDS = {"python", "duckdb"}
-
-
-def run_id_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> str:
-    """The Dagster run id: every warehouse row of a run carries it, so checks and reports see only their run."""
-    if isinstance(context, AssetCheckExecutionContext):
-        return context.op_execution_context.run_id
-    return context.run_id
 
 
 def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> Any:

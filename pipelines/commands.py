@@ -25,9 +25,9 @@ def _print_table(df, fmt: str = "table") -> None:
         print(tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=".4g", missingval="NULL"))
 
 
-# Run statuses (runs.status) of a run whose tables are whole: a Dagster run that made its reports, or a complete
-# bundle loaded with `wattbench ingest`. Anything else (running, failed, interrupted, incomplete) may be partial.
-FINISHED = ("succeeded", "ingested")
+# Run statuses (runs.status) of a benchmark whose tables are whole and validated (assets/benchmark_run.COMPLETE):
+# anything else (running, blocked, failed, interrupted, incomplete) may be partial.
+from assets.benchmark_run import COMPLETE as FINISHED  # noqa: E402
 
 
 def latest_run_id(con, say: bool = False) -> str | None:
@@ -166,10 +166,14 @@ def _run(args: argparse.Namespace) -> int:
         f"{e.asset_key.to_user_string()}:{e.check_name}"
         for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
     ]
-    if not result.success or failed_checks:  # its reports were not made: not a run to show as the latest
+    if not result.success:  # a step that failed marked its benchmark already; this catches what it could not
         why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
         mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", log=say)
+    from assets.benchmark_run import benchmarks_of_dagster_run
+
     with connect(db, read_only=True) as con:
+        run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
+        status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or ["none"])[0]
         print()
         print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
               + "; 95% intervals in brackets):")
@@ -194,7 +198,7 @@ def _run(args: argparse.Namespace) -> int:
               f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")
     for report in reports:
         print(f"HTML report: {report}")
-    print(f"Warehouse: {db}   (try: wattbench sql load_points)   run took {elapsed:.0f} s")
+    print(f"Warehouse: {db}   (try: wattbench sql load_points)   run {run_id} is {status}; took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
 
 

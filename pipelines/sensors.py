@@ -17,7 +17,9 @@ Cursor (JSON):
 `ids` are the models seen at exactly `created_at` (ties of the newest timestamp).
 
 `record_failed_runs` (a run-failure sensor) writes one row per failed run to the warehouse table `failed_runs`
-(run id, job, partition, time, error text) and marks the run's `runs` row failed.
+(run id, job, partition, time, error text) and marks the benchmark it opened or resumed failed if it is still
+running. The steps do both themselves (assets/benchmark_run.py), so the daemon is not needed for either; the sensor
+catches what a step could not record (a run that failed before its first step).
 """
 
 from __future__ import annotations
@@ -264,15 +266,14 @@ def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBRes
     record = context.instance.get_run_record_by_id(run.run_id)
     ended = record.end_time if record is not None and record.end_time else None
     failed_at = (datetime.fromtimestamp(ended, timezone.utc) if ended else datetime.now(timezone.utc)).replace(tzinfo=None)
+    from assets.benchmark_run import mark_ended
+
     with connect(warehouse.database) as con:
-        con.execute("DELETE FROM failed_runs WHERE run_id = ?", [run.run_id])
-        source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run.run_id]).fetchone()
-        con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [run.run_id, source[0] if source else None, run.job_name,
-                                                  run.tags.get("dagster/partition"), failed_at, _error_text(context)])
-        con.execute("UPDATE runs SET status = 'failed', finished_at = coalesce(finished_at, ?) WHERE run_id = ?",
-                    [failed_at, run.run_id])
-    context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs")
+        moved = mark_ended(con, run.run_id, "failed", _error_text(context), run.job_name,
+                           run.tags.get("dagster/partition"))
+        con.execute("UPDATE failed_runs SET failed_at = ? WHERE run_id = ?", [failed_at, run.run_id])
+    context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs"
+                     + (f"; benchmark(s) {', '.join(moved)} marked failed" if moved else ""))
 
 
 SENSORS = [model_release_sensor, record_failed_runs]

@@ -21,7 +21,7 @@ from resources.ingest_checks import check_bundle_files, ensure_natural_keys, mar
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
                        "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
