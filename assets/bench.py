@@ -16,7 +16,7 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import warehouse_connection, BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
 from resources.plan import agent_spec
 from resources.bench_plan import BenchPlan
 from assets.table_meta import table_metadata
@@ -94,7 +94,7 @@ def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBReso
     benchmark engine_builds opened in this Dagster run (or the one a re-execution continues)."""
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "stage")
-    with benchmark_run.ends_with_step(warehouse.get_connection, context):
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
         yield from _run_and_ingest(context, plan, bench_plan, warehouse, pipes_subprocess_client, run_id)
 
 
@@ -106,7 +106,7 @@ def _run_and_ingest(context: AssetExecutionContext, plan: BenchPlan, bench_plan,
         out = Path(plan.replay_bundle)
         context.log.info(f"replaying bundle {out} instead of running the agent")
     else:
-        with warehouse.get_connection() as con:
+        with warehouse_connection(warehouse) as con:
             builds = {r[0]: {"artifact_path": None} for r in
                       con.execute("SELECT build_id FROM engine_builds WHERE run_id = ?", [run_id]).fetchall()}
         spec = agent_spec(bench_plan, run_id, out, builds)
@@ -119,7 +119,7 @@ def _run_and_ingest(context: AssetExecutionContext, plan: BenchPlan, bench_plan,
         )
         headlines = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and "load_point_id" in m]
     results = []
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         apply_schema(con)
         counts = ingest_bundle(con, out, run_id=run_id)
         context.log.info(f"ingested {out}: " + ", ".join(f"{t}={n}" for t, n in counts.items()))

@@ -208,9 +208,10 @@ def benchmark_for_step(warehouse: Any, context: Any, step: str) -> str:
     older); no benchmark is a dagster.Failure with the one line that says why."""
     import dagster as dg
 
+    from assets.common import warehouse_connection
     from resources.warehouse import apply_schema
 
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         apply_schema(con)
         try:
             return resolve(con, context, step, context.log.info)

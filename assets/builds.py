@@ -17,7 +17,7 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import warehouse_connection, BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
@@ -82,7 +82,7 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     bench_plan, plan_sha = plan.load(partition)
     plan_file = plan.plan_path(partition).resolve()
     source = "emulated" if bench_plan.is_emulated else "measured"
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         apply_schema(con)
         run_id = benchmark_run.open_benchmark(con, context, {
             "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
@@ -90,9 +90,9 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
             "host": socket.gethostname(), "wattbench_version": "0.1.0",
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
         }, replace_rows)
-    with benchmark_run.ends_with_step(warehouse.get_connection, context):
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
         rows = _build_all(context, bench_plan, plan, engine_builder, run_id)
-        with warehouse.get_connection() as con:
+        with warehouse_connection(warehouse) as con:
             replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
             schema_meta = table_metadata(con, "engine_builds")
     table = "\n".join(

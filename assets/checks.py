@@ -13,7 +13,7 @@ from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import WRITER_POOL, partition_key_of
+from assets.common import warehouse_connection, WRITER_POOL, partition_key_of
 from resources.bench_plan import BenchPlan
 from resources.validation import outcome_rows, table_frame, validate_table
 from resources.warehouse import apply_schema
@@ -41,7 +41,7 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
         run_id = benchmark_run.benchmark_for_step(warehouse, context, "check")
-        with benchmark_run.ends_with_step(warehouse.get_connection, context):
+        with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
             return _validate(context, plan, warehouse, run_id)
 
     def _validate(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
@@ -49,7 +49,7 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         bench_plan, _ = plan.load(partition_key_of(context))
         pv = bench_plan.validation.model_dump()
         results = []
-        with warehouse.get_connection() as con:
+        with warehouse_connection(warehouse) as con:
             for table in tables:
                 df = table_frame(con, table, run_id)  # keeps NaN apart from NULL for the no-NaN rules
                 if table == "server_metrics" and df.empty:

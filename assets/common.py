@@ -1,7 +1,8 @@
 """What every stage asset shares: owners, the writer pool, partitions. Which benchmark a step works on (the run id
 the warehouse keys rows by): assets/benchmark_run.py."""
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 
@@ -26,3 +27,15 @@ def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext
 def partition_metadata(context: AssetExecutionContext | AssetCheckExecutionContext) -> dict[str, str]:
     dims = partition_dims(partition_key_of(context))
     return {} if dims is None else {"model": dims["model"], "scenario": dims["scenario"]}
+
+
+@contextmanager
+def warehouse_connection(warehouse: Any) -> Iterator[Any]:
+    """DuckDBResource.get_connection, closed also when the body raises (dagster_duckdb 0.29 closes it only on
+    success, and the open read-write connection then keeps this process from opening the file otherwise)."""
+    manager = warehouse.get_connection()
+    con = manager.__enter__()
+    try:
+        yield con
+    finally:
+        con.close()

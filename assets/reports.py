@@ -17,7 +17,7 @@ from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
 from assets import benchmark_run
-from assets.common import BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import warehouse_connection, BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata
 from resources.bench_plan import BenchPlan
 from assets import reporting
 from resources.warehouse import run_sql
@@ -69,7 +69,7 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     sql/load_points.sql over v_point_figures), with the throughput-latency (Pareto frontier per config),
     tokens-per-joule, power-trace and TTFT/E2E CDF pictures; every repeat in `load_runs` (sql/load_runs.sql)."""
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         per_repeat = run_sql(con, "load_runs", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
@@ -110,7 +110,7 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     TTFT under a surge, build time, hardware lock, startup time, longest context served, behaviour on failure),
     columns are engines; every cell names the run and load point it came from (sql/head_to_head.sql)."""
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
     table = reporting.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
@@ -157,7 +157,7 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     params = reporting.capacity_params(bench_plan.capacity)
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
         source = _source(con, run_id)
     meta: dict[str, Any] = {"run_id": run_id, "source": source, **partition_metadata(context)}
@@ -209,7 +209,7 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     runs of the point, 5%)
     (sql/regressions.sql). The check `no_regressions` warns (never blocks) when something regressed."""
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         table = run_sql(con, "regressions", {"run_id": run_id})
     counts = table["flag"].value_counts().to_dict() if not table.empty else {}
     flagged = table[table["flag"].isin(["REGRESSION", "improvement"])]
@@ -311,7 +311,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     params = reporting.capacity_params(bench_plan.capacity)
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         frames["per_repeat"] = run_sql(con, "load_runs", {"run_id": run_id})
