@@ -12,6 +12,8 @@ from typing import Any
 import pandas as pd
 
 from assets import charts
+from assets.report_text import (CAPACITY_PARAMS, capacity_params, head_to_head_rows, query_params,  # noqa: F401
+                                run_capacity_profile)
 from assets.pictures import (engine_colors, fig_latency_cdf, fig_power_trace, fig_throughput_latency,  # noqa: F401
                              fig_tokens_per_joule, load_order, plot_capacity, plot_latency_cdf, plot_power_trace,
                              plot_throughput_latency, plot_tokens_per_joule)
@@ -75,33 +77,14 @@ def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str,
     }
 
 
-def _short_point(load_point_id: Any) -> str:
-    """'trtllm-like:steady:c32' -> 'steady:c32' (the engine is the column already); 'steady:c32' stays."""
-    parts = str(load_point_id).split(":")
-    return ":".join(parts[-2:])
-
-
 def pivot_head_to_head(long: pd.DataFrame, origins: bool = True) -> pd.DataFrame:
-    """Rows are figures (with units), columns are engines. With `origins`, each measured cell names the load
-    point it came from ('4295.5 @ steady:c32'; the run is the table's); a NULL cell says why it is NULL."""
+    """Rows are figures (with units), columns are engines: report_text.head_to_head_rows as a DataFrame indexed by
+    figure (each measured cell names the load point it came from; a NULL cell says why it is NULL)."""
     if long.empty:
         return pd.DataFrame()
-    long = long.copy()
-    long["figure"] = long.apply(lambda r: f"{r['figure']} ({r['unit']})" if r["unit"] else r["figure"], axis=1)
-
-    def cell(r) -> str:
-        value = r["value"]
-        if value is None or value != value:
-            note = r.get("note")
-            return f"NULL ({note})" if isinstance(note, str) and note else "NULL (not measured)"
-        lp = r.get("load_point_id")
-        return f"{value} @ {_short_point(lp)}" if origins and isinstance(lp, str) and lp else str(value)
-
-    long["cell"] = long.apply(cell, axis=1)
-    order = long.drop_duplicates("figure").sort_values("ord")["figure"].tolist()
-    table = long.pivot(index="figure", columns="engine", values="cell").reindex(order).fillna("NULL (not measured)")
+    engines, rows = head_to_head_rows(long.to_dict(orient="records"), origins)
+    table = pd.DataFrame(rows, columns=["figure", *engines]).set_index("figure")
     table.columns.name = None
-    table.index.name = "figure"
     return table
 
 
@@ -331,9 +314,6 @@ def summarize_notes(source: str, plan_label: str, prices_label: str, min_window_
 
 # --- Capacity plan -------------------------------------------------------------------------------------------
 
-CAPACITY_PARAMS = ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
-                   "elastic_gpu_hour_usd")
-
 CAPACITY_ASSUMPTIONS = [
     "Per-replica capacity = the highest goodput (requests/s meeting every SLO) of a load point whose p99 TTFT/TPOT/E2E "
     "meet the plan's SLO, at the measured workload lengths nearest the profile's. It is a demonstrated rate: a higher, "
@@ -347,66 +327,6 @@ CAPACITY_ASSUMPTIONS = [
     "Hybrid rule: baseline engine = highest capacity per GPU; elastic engine = lowest worst p99 TTFT under gamma/surge "
     "arrivals among configs meeting the SLO there (the baseline engine when none was measured under bursts).",
 ]
-
-
-def capacity_params(profile: Any) -> dict[str, Any] | None:
-    """The $parameters of sql/capacity_plan.sql and sql/hybrid_plan.sql from a plan's `capacity` section
-    (resources.plan.CapacityProfile, or a dict of its fields); None when there is none."""
-    if profile is None:
-        return None
-    data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
-    return {k: data.get(k) for k in CAPACITY_PARAMS}
-
-
-def run_capacity_profile(con, run_id: str) -> dict[str, Any] | None:
-    """The capacity section of the plan a run recorded (runs.plan_path), if the file is still there and has one."""
-    row = con.execute("SELECT plan_path FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    if not row or not row[0] or not Path(row[0]).exists():
-        return None
-    from resources.plan import PlanError, load_plan
-
-    try:
-        plan, _ = load_plan(row[0])
-    except PlanError:
-        return None
-    return capacity_params(plan.capacity)
-
-
-def query_params(con, text: str, run_id: str | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The $parameters a report query in sql/ uses: $run_id, the capacity profile from the run's plan, and
-    `overrides` (NAME=VALUE from the command line, values parsed as numbers where they are numbers).
-    Raises ValueError naming the parameters still missing."""
-    import re
-
-    wanted = set(re.findall(r"\$([A-Za-z_]\w*)", text))
-    params: dict[str, Any] = {}
-    if "run_id" in wanted and run_id is not None:
-        params["run_id"] = run_id
-    if wanted & set(CAPACITY_PARAMS) and run_id is not None:
-        params.update(run_capacity_profile(con, run_id) or {})
-    for key, value in (overrides or {}).items():
-        params[key] = _number(value)
-    optional = {"input_tokens", "output_tokens", "elastic_gpu_hour_usd"}
-    for key in wanted & optional:
-        params.setdefault(key, None)
-    missing = sorted(k for k in wanted if k not in params or (params[k] is None and k not in optional))
-    if missing:
-        hint = (" (or add a `capacity:` section to the plan)" if set(missing) & set(CAPACITY_PARAMS) else "")
-        raise ValueError("query needs " + ", ".join(f"${m}" for m in missing) + "; pass --param NAME=VALUE" + hint)
-    return {k: v for k, v in params.items() if k in wanted}
-
-
-def _number(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    if value.lower() in ("null", "none", ""):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def as_dict_rows(df: pd.DataFrame) -> list[dict[str, Any]]:

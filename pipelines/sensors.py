@@ -33,8 +33,9 @@ from typing import Any
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG,
+from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG,
                                   bench_partition)
+from resources.bench_plan import scenario_plans
 from resources.model_registry import HubClient, HubModel, HubUnavailable, parse_time, partition_key_for
 
 
@@ -195,20 +196,11 @@ def hub_run_requests(models: list[HubModel], scenarios: list[str]) -> list[dg.Ru
     ]
 
 
-def _poll_interval_s() -> int:
-    return int(os.environ.get("WATTBENCH_HUB_POLL_S", "3600"))
+DEFAULT_POLL_S = 3600   # $WATTBENCH_HUB_POLL_S, read when the definitions are built (pipelines/definitions.py)
 
 
-@dg.sensor(
-    name="model_release_sensor",
-    job_name=BENCHMARK_JOB,
-    minimum_interval_seconds=_poll_interval_s(),
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Polls the Hugging Face Hub for new models of the watched organisations; each new model becomes a "
-                "`models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
-)
-def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
-    scenarios = [s for s in hub.scenario_list() if s in SCENARIOS.get_partition_keys()]
+def _model_release(context: dg.SensorEvaluationContext, hub: HubWatch):
+    scenarios = [s for s in hub.scenario_list() if s in scenario_plans()]
     unknown = sorted(set(hub.scenario_list()) - set(scenarios))
     if unknown:
         context.log.warning(f"scenarios with no plan file ignored: {', '.join(unknown)}")
@@ -251,6 +243,24 @@ def _error_text(context: dg.RunFailureSensorContext) -> str:
     return "\n".join(parts)[:20000] or "run failed (no error text)"
 
 
+def model_release_sensor_with(poll_s: int = DEFAULT_POLL_S) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="model_release_sensor",
+        job_name=BENCHMARK_JOB,
+        minimum_interval_seconds=poll_s,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description="Polls the Hugging Face Hub for new models of the watched organisations; each new model becomes "
+                    "a `models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
+    )
+    def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
+        return _model_release(context, hub)
+
+    return model_release_sensor
+
+
+model_release_sensor = model_release_sensor_with()
+
+
 @dg.run_failure_sensor(
     name="record_failed_runs",
     monitor_all_code_locations=True,   # also the runs `wattbench run` launches in-process on the same instance
@@ -274,6 +284,10 @@ def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBRes
         con.execute("UPDATE failed_runs SET failed_at = ? WHERE run_id = ?", [failed_at, run.run_id])
     context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs"
                      + (f"; benchmark(s) {', '.join(moved)} marked failed" if moved else ""))
+
+
+def build_sensors(poll_s: int = DEFAULT_POLL_S) -> list:
+    return [model_release_sensor_with(poll_s), record_failed_runs]
 
 
 SENSORS = [model_release_sensor, record_failed_runs]

@@ -114,14 +114,28 @@ def sql_text(name: str) -> str:
     return path.read_text()
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
     text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
     if params:
         # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
         used = {k: v for k, v in params.items() if f"${k}" in text}
-        return con.execute(text, used).df()
-    return con.execute(text).df()
+        return con.execute(text, used)
+    return con.execute(text)
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+    return execute_sql(con, name_or_sql, params).df()
+
+
+def query_rows(con: duckdb.DuckDBPyConnection, name_or_sql: str,
+               params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+    """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
+    read-only commands answer without importing it)."""
+    cursor = execute_sql(con, name_or_sql, params)
+    columns = [d[0] for d in cursor.description or []]
+    return columns, cursor.fetchall()
 
 
 def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
