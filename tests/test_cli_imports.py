@@ -72,3 +72,19 @@ def test_the_report_shows_measured_cells_and_engine_contrasts(db):
     assert "alpha" in header and "beta" in header
     assert "@ steady:c8" in out
     assert "Engines compared at each point" in out and "beta / alpha" in out
+
+
+def test_each_own_command_is_registered_by_the_module_the_cli_maps_it_to():
+    import argparse
+    import importlib
+
+    from pipelines.cli import OWN_COMMANDS, _COMMAND_MODULES, build_parser
+
+    registered = {}
+    for name in _COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers(dest="command")
+        importlib.import_module(name).register(sub)
+        registered.update({command: name for command in sub.choices})
+    assert {c: m for c, m in registered.items() if m.startswith("pipelines.")} == OWN_COMMANDS
+    for command in OWN_COMMANDS:  # the narrow parser knows the command as the whole one does
+        assert command in build_parser(command)._subparsers._group_actions[0].choices
