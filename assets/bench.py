@@ -16,7 +16,8 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import warehouse_connection, BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import (BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of,
+                           partition_metadata, warehouse_connection)
 from resources.plan import agent_spec
 from resources.bench_plan import BenchPlan
 from assets.table_meta import table_metadata

@@ -124,7 +124,7 @@ def mark_ended(con, dagster_run: str, status: str, error: str, job_name: str | N
         con.execute("DELETE FROM failed_runs WHERE run_id = ?", [dagster_run])
         con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
                     "VALUES (?, ?, ?, ?, ?, ?)", [dagster_run, source[0] if source else None,
-                                                  job_name or "__ephemeral_asset_job__", partition, _now(), error])
+                                                  job_name or "unknown", partition, _now(), error])
     return moved
 
 

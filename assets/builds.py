@@ -17,7 +17,8 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import warehouse_connection, BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import (BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of,
+                           partition_metadata, warehouse_connection)
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for

@@ -13,7 +13,7 @@ from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import warehouse_connection, WRITER_POOL, partition_key_of
+from assets.common import WRITER_POOL, partition_key_of, warehouse_connection
 from resources.bench_plan import BenchPlan
 from resources.validation import outcome_rows, table_frame, validate_table
 from resources.warehouse import apply_schema

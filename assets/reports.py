@@ -17,7 +17,8 @@ from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
 from assets import benchmark_run
-from assets.common import warehouse_connection, BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata
+from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata,
+                           warehouse_connection)
 from resources.bench_plan import BenchPlan
 from assets import reporting
 from resources.warehouse import run_sql

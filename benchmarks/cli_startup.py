@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cli_startup")
     ap.add_argument("--repeats", type=int, default=9, help="fresh processes per command")
     ap.add_argument("--exe", default=str(Path(sys.executable).with_name("wattbench")), help="the wattbench to time")
-    ap.add_argument("--compare", metavar="EXE", help="another wattbench to time the same way (e.g. an older checkout's)")
+    ap.add_argument("--compare", metavar="EXE",
+                    help="another wattbench to time the same way (e.g. an older checkout's)")
     ap.add_argument("--out", default=str(ROOT / "results"))
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -182,7 +182,8 @@ def _run(args: argparse.Namespace) -> int:
         bundle = runs_dir / run_id / "bundle"
         stop_run_processes(bundle, say)  # an agent that did not stop within Pipes' grace period
         instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", log=say)
+        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", BENCHMARK_JOB, str(partition),
+                          say)
         say(f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'" + (
             f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
             f"(load it with `wattbench ingest {bundle}`)" if bundle.exists() else "; no engine had been started"))
@@ -193,7 +194,8 @@ def _run(args: argparse.Namespace) -> int:
     ]
     if not result.success:  # a step that failed marked its benchmark already; this catches what it could not
         why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
-        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", log=say)
+        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB,
+                          str(partition), say)
     from assets.benchmark_run import benchmarks_of_dagster_run
 
     from assets.report_text import contrasts_text, head_to_head_text
