@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "what": "wall time of one `wattbench COMMAND` process, start to exit, on a warehouse of one synthetic run",
             "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                        "load_average_1_5_15_before": [round(x, 2) for x in os.getloadavg()]},
             "target_s": TARGET_S, "commands": {},
         }
         for name, cmd in COMMANDS.items():
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["compare"] = {"exe": args.compare, **time_command(args.compare, cmd, db, args.repeats,
                                                                      compare_cwd)}
             result["commands"][name] = row
+    result["machine"]["load_average_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
