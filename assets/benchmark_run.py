@@ -161,8 +161,15 @@ def open_benchmark(con, context: Any, row: dict[str, Any], replace_rows: Callabl
 
 
 def _ancestors(context: Any) -> list[str]:
+    """The Dagster runs this one re-executes: its parent and root (the run's fields, or the tags the UI sets)."""
     tags = _tags(context)
-    return [r for r in dict.fromkeys((tags.get("dagster/parent_run_id"), tags.get("dagster/root_run_id"))) if r]
+    try:
+        run = _op_context(context).run
+        fields = (run.parent_run_id, run.root_run_id)
+    except Exception:  # noqa: BLE001 - a directly invoked asset has no run
+        fields = (None, None)
+    found = (fields[0], tags.get("dagster/parent_run_id"), fields[1], tags.get("dagster/root_run_id"))
+    return [r for r in dict.fromkeys(found) if r]
 
 
 def resolve(con, context: Any, step: str, log: Callable[[str], None] | None = None) -> str:

@@ -183,3 +183,48 @@ def test_a_blocked_benchmark_is_blocked_and_a_report_alone_skips_it(place, whole
     [event] = alone.get_asset_materialization_events()
     assert event.materialization.metadata["run_id"].value != blocked.run_id
     assert status_of(place, event.materialization.metadata["run_id"].value) == "complete"
+
+
+def _benchmark_job():
+    """The code location's `benchmark` job, as the re-executed run's process rebuilds it (dg.reconstructable)."""
+    import os
+
+    from pipelines.definitions import Settings, build_definitions
+
+    return build_definitions(Settings(
+        db_path=os.environ["IDENTITY_TEST_DB"], plan_path=os.environ["IDENTITY_TEST_PLAN"],
+        output_dir=os.environ["IDENTITY_TEST_RUNS"], replay_bundle=os.environ["IDENTITY_TEST_BUNDLE"],
+    )).resolve_job_def("benchmark")
+
+
+def test_re_execution_from_failure_with_dagster_continues_the_benchmark(place, whole, tmp_path, monkeypatch):
+    """Dagster's own re-execution (ReexecutionOptions.from_failure) of a `benchmark` job run whose bench step
+    failed: the re-executed steps fill the failed run's benchmark, which ends 'complete'."""
+    _, first = whole
+    good = place["out"] / first.run_id / "bundle"
+    bundle = tmp_path / "bundle"
+    shutil.copytree(good, bundle)
+    (bundle / "requests.jsonl").write_text("not json\n")
+    for key, value in (("DB", place["db"]), ("PLAN", place["plan"]), ("RUNS", place["out"]), ("BUNDLE", bundle)):
+        monkeypatch.setenv(f"IDENTITY_TEST_{key}", str(value))
+    job = dg.reconstructable(_benchmark_job)
+    with dg.instance_for_test() as instance:
+        ensure_models(instance, ["llama-3.1-8b"])
+        tags = {"dagster/partition": "llama-3.1-8b|default", "dagster/partition/model": "llama-3.1-8b",
+                "dagster/partition/scenario": "default"}
+        with dg.execute_job(job, instance=instance, tags=tags, raise_on_error=False) as failed:
+            assert not failed.success and failed.dagster_run.job_name == "benchmark"
+        assert status_of(place, failed.run_id) == "failed"
+        shutil.copy(good / "requests.jsonl", bundle / "requests.jsonl")   # the cause fixed
+        options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
+        with dg.execute_job(job, instance=instance, reexecution_options=options, tags=tags,  # as the UI copies them
+                            raise_on_error=False) as again:
+            assert again.success, failure_lines(again)
+            keys = {e.asset_key.to_user_string() for e in again.get_asset_materialization_events()}
+    assert "engine_builds" not in keys and REPORTS <= keys      # only the failed step and what follows ran
+    assert status_of(place, failed.run_id) == "complete"
+    with connect(place["db"], read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM load_runs WHERE run_id = ?", [failed.run_id]).fetchone()[0] == 2
+        assert con.execute("SELECT run_id, role FROM dagster_runs WHERE dagster_run_id = ?",
+                           [again.run_id]).fetchall() == [(failed.run_id, "resumed")]
+    assert (place["out"] / failed.run_id / "report.html").is_file()
