@@ -33,17 +33,14 @@ class LocalEngineBuilder(dg.ConfigurableResource):
         return adapter_for(cfg.engine).build(cfg, workdir)
 
 
-def _refuse_without_stages(context: AssetExecutionContext) -> None:
-    """A benchmark that engine_builds opens is filled by the bench stages: a Dagster run that selects engine_builds
-    without them would open one that can never complete."""
+def _with_stages(context: AssetExecutionContext) -> bool:
+    """Whether this Dagster run also materializes the bench stages that fill the benchmark engine_builds opens."""
     try:
         layer = context.job_def.asset_layer
         selection = context.dagster_run.asset_selection or layer.selected_asset_keys or layer.executable_asset_keys
     except Exception:  # noqa: BLE001 - invoked directly: no run
-        return
-    if dg.AssetKey("deployments") not in selection:
-        raise dg.Failure(description="engine_builds opens a benchmark that the bench stages fill: materialize it with "
-                                     "them (the `benchmark` job, `wattbench run`, or Materialize all in the UI)")
+        return True
+    return dg.AssetKey("deployments") in selection
 
 
 def _build_all(context: AssetExecutionContext, bench_plan, plan: BenchPlan, engine_builder, run_id: str) -> list[dict]:
@@ -78,7 +75,6 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
     engines; the resolved config and 'no build' for engines that load checkpoints directly. Opens the benchmark
     (its row in `runs`, status 'running', with the plan, prices and SLO) that the later stages fill."""
-    _refuse_without_stages(context)
     partition = partition_key_of(context)
     bench_plan, plan_sha = plan.load(partition)
     plan_file = plan.plan_path(partition).resolve()
@@ -96,6 +92,10 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
         with warehouse_connection(warehouse) as con:
             replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
             schema_meta = table_metadata(con, "engine_builds")
+            if not _with_stages(context):  # builds only (e.g. to fill the engine cache): nothing will be measured
+                benchmark_run.set_status(con, run_id, "incomplete")
+                context.log.info(f"builds only: benchmark {run_id} is 'incomplete' (no measurements); reports "
+                                 "skip it")
     table = "\n".join(
         ["| engine | status | build s | artifact |", "|---|---|---|---|"]
         + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "

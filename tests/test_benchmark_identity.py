@@ -5,7 +5,8 @@ materializations on the emulator into one DuckDB file and one Dagster instance.
 - after a whole run, a report materialized alone (a new Dagster run, as from the UI) reports on that benchmark;
 - a run whose bench step fails is 'failed' without any sensor or daemon, and its re-execution from failure (the
   tags Dagster gives a re-executed run) fills the same benchmark, which becomes 'complete';
-- engine_builds alone, or the bench stages without the engine_builds that opens a benchmark, fail with one line.
+- the bench stages without the engine_builds that opens a benchmark fail with one line; engine_builds alone
+  leaves its benchmark 'incomplete' (nothing measured), which reports skip.
 """
 
 from __future__ import annotations
@@ -152,15 +153,16 @@ def test_a_failed_run_is_failed_without_a_daemon_and_its_re_execution_completes_
 
 
 def test_stages_without_the_step_that_opens_a_benchmark_fail_with_one_line(place, whole):
-    builds_alone = materialize(place, selection=["engine_builds"])
-    assert not builds_alone.success
-    assert "engine_builds opens a benchmark that the bench stages fill" in failure_lines(builds_alone)[0]
     stages_alone = materialize(place, selection=list(STAGE_TABLES))
     assert not stages_alone.success and not materialized(stages_alone)
     assert "no benchmark open in this Dagster run" in failure_lines(stages_alone)[0]
-    with connect(place["db"], read_only=True) as con:   # neither opened a benchmark
+    # engine_builds alone (e.g. to fill the engine cache) opens a benchmark that nothing will measure: 'incomplete'
+    builds_alone = materialize(place, selection=["engine_builds"])
+    assert builds_alone.success
+    assert status_of(place, builds_alone.run_id) == "incomplete"
+    with connect(place["db"], read_only=True) as con:
         ids = {r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()}
-    assert builds_alone.run_id not in ids and stages_alone.run_id not in ids
+    assert stages_alone.run_id not in ids
 
 
 def test_a_blocked_benchmark_is_blocked_and_a_report_alone_skips_it(place, whole):
