@@ -1,4 +1,4 @@
-"""Control-plane subcommands: run (materialize the graph), runs (list, clean up), sql, ingest."""
+"""Control-plane subcommands: run (the code location's benchmark job), runs (list, clean up), sql, spec, ingest."""
 
 from __future__ import annotations
 
