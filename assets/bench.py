@@ -15,7 +15,9 @@ import dagster as dg
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
+from assets import benchmark_run
+from assets.common import (BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of,
+                           partition_metadata, warehouse_connection)
 from resources.plan import agent_spec
 from resources.bench_plan import BenchPlan
 from assets.table_meta import table_metadata
@@ -89,16 +91,23 @@ def _stage_metadata(con, table: str, run_id: str) -> dict[str, Any]:
 )
 def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
           pipes_subprocess_client: dg.PipesSubprocessClient):
-    """Run the bench agent over every deployment and load point of the plan, then ingest its bundle."""
+    """Run the bench agent over every deployment and load point of the plan, then ingest its bundle into the
+    benchmark engine_builds opened in this Dagster run (or the one a re-execution continues)."""
     bench_plan, _ = plan.load(partition_key_of(context))
-    run_id = run_id_of(context)
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "stage")
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
+        yield from _run_and_ingest(context, plan, bench_plan, warehouse, pipes_subprocess_client, run_id)
+
+
+def _run_and_ingest(context: AssetExecutionContext, plan: BenchPlan, bench_plan, warehouse: DuckDBResource,
+                    pipes_subprocess_client: dg.PipesSubprocessClient, run_id: str):
     out = plan.run_dir(run_id) / "bundle"
     headlines: list[dict[str, Any]] = []
     if plan.replay_bundle:
         out = Path(plan.replay_bundle)
         context.log.info(f"replaying bundle {out} instead of running the agent")
     else:
-        with warehouse.get_connection() as con:
+        with warehouse_connection(warehouse) as con:
             builds = {r[0]: {"artifact_path": None} for r in
                       con.execute("SELECT build_id FROM engine_builds WHERE run_id = ?", [run_id]).fetchall()}
         spec = agent_spec(bench_plan, run_id, out, builds)
@@ -110,7 +119,8 @@ def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBReso
             extras={"spec": spec.to_dict()},
         )
         headlines = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and "load_point_id" in m]
-    with warehouse.get_connection() as con:
+    results = []
+    with warehouse_connection(warehouse) as con:
         apply_schema(con)
         counts = ingest_bundle(con, out, run_id=run_id)
         context.log.info(f"ingested {out}: " + ", ".join(f"{t}={n}" for t, n in counts.items()))
@@ -124,4 +134,5 @@ def bench(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBReso
                         h["load_point_id"], *(f"{h[k]:.4g}" if isinstance(h.get(k), (int, float)) else "n/a"
                                               for k in ("output_tok_s", "ttft_p50_ms", "energy_j", "tokens_per_joule"))))
                 meta["headlines"] = dg.MetadataValue.md("\n".join(md))
-            yield dg.MaterializeResult(asset_key=table, metadata=meta)
+            results.append(dg.MaterializeResult(asset_key=table, metadata=meta))
+    return results

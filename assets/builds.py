@@ -16,7 +16,9 @@ import dagster as dg
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of, partition_metadata, run_id_of
+from assets import benchmark_run
+from assets.common import (BENCH_PARTITIONS, GPU_KINDS, GROUP, OWNERS, WRITER_POOL, partition_key_of,
+                           partition_metadata, warehouse_connection)
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
@@ -31,23 +33,17 @@ class LocalEngineBuilder(dg.ConfigurableResource):
         return adapter_for(cfg.engine).build(cfg, workdir)
 
 
-@dg.asset(
-    group_name=GROUP,
-    owners=OWNERS,
-    kinds=GPU_KINDS,
-    pool=WRITER_POOL,
-    code_version="1",
-    partitions_def=BENCH_PARTITIONS,
-)
-def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
-                  engine_builder: LocalEngineBuilder) -> dg.MaterializeResult:
-    """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
-    engines; the resolved config and 'no build' for engines that load checkpoints directly. Also opens the
-    run's row in `runs` with the plan, prices and SLO."""
-    partition = partition_key_of(context)
-    bench_plan, plan_sha = plan.load(partition)
-    plan_file = plan.plan_path(partition).resolve()
-    run_id = run_id_of(context)
+def _with_stages(context: AssetExecutionContext) -> bool:
+    """Whether this Dagster run also materializes the bench stages that fill the benchmark engine_builds opens."""
+    try:
+        layer = context.job_def.asset_layer
+        selection = context.dagster_run.asset_selection or layer.selected_asset_keys or layer.executable_asset_keys
+    except Exception:  # noqa: BLE001 - invoked directly: no run
+        return True
+    return dg.AssetKey("deployments") in selection
+
+
+def _build_all(context: AssetExecutionContext, bench_plan, plan: BenchPlan, engine_builder, run_id: str) -> list[dict]:
     workdir = plan.run_dir(run_id) / "builds"
     rows = []
     for spec, cfg in bench_plan.engine_configs():
@@ -63,17 +59,43 @@ def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
             "hardware_lock": result.hardware_lock, "config": result.resolved_config,
             "error_kind": result.error_kind, "error_text": result.error_text,
         })
+    return rows
+
+
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds=GPU_KINDS,
+    pool=WRITER_POOL,
+    code_version="1",
+    partitions_def=BENCH_PARTITIONS,
+)
+def engine_builds(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
+                  engine_builder: LocalEngineBuilder) -> dg.MaterializeResult:
+    """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
+    engines; the resolved config and 'no build' for engines that load checkpoints directly. Opens the benchmark
+    (its row in `runs`, status 'running', with the plan, prices and SLO) that the later stages fill."""
+    partition = partition_key_of(context)
+    bench_plan, plan_sha = plan.load(partition)
+    plan_file = plan.plan_path(partition).resolve()
     source = "emulated" if bench_plan.is_emulated else "measured"
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         apply_schema(con)
-        replace_rows(con, "runs", [{
-            "run_id": run_id, "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
-            "started_at": datetime.now(timezone.utc).replace(tzinfo=None), "status": "running",
+        run_id = benchmark_run.open_benchmark(con, context, {
+            "source": source, **plan_run_fields(bench_plan, plan_file, plan_sha),
+            "started_at": datetime.now(timezone.utc).replace(tzinfo=None),
             "host": socket.gethostname(), "wattbench_version": "0.1.0",
             "clock_anchor_mono_ns": time.perf_counter_ns(), "clock_anchor_unix_ns": time.time_ns(),
-        }], key=("run_id",))
-        replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
-        schema_meta = table_metadata(con, "engine_builds")
+        }, replace_rows)
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
+        rows = _build_all(context, bench_plan, plan, engine_builder, run_id)
+        with warehouse_connection(warehouse) as con:
+            replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))
+            schema_meta = table_metadata(con, "engine_builds")
+            if not _with_stages(context):  # builds only (e.g. to fill the engine cache): nothing will be measured
+                benchmark_run.set_status(con, run_id, "incomplete")
+                context.log.info(f"builds only: benchmark {run_id} is 'incomplete' (no measurements); reports "
+                                 "skip it")
     table = "\n".join(
         ["| engine | status | build s | artifact |", "|---|---|---|---|"]
         + [f"| {r['config_name']} | {r['status']} | {r['build_s'] if r['build_s'] is not None else 'n/a'} | "

@@ -1,8 +1,10 @@
 """Blocking Great Expectations checks: one suite per stage table, run on this run's rows.
 
 An error-level failure fails the check with ERROR severity, which stops the reports of this run (other runs
-are untouched); warn-level failures are recorded and shown but let the reports go on. Every outcome also
-lands in the validation_results table.
+are untouched) and marks its benchmark 'blocked'; warn-level failures are recorded and shown but let the reports go
+on. Every outcome also lands in the validation_results table, and each check's verdict in run_checks: when all
+six have passed, the benchmark is 'complete' (assets/benchmark_run.py). Materialized alone (from the UI), a check
+re-validates the partition's latest complete or blocked benchmark.
 """
 
 
@@ -10,7 +12,8 @@ import dagster as dg
 from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets.common import WRITER_POOL, partition_key_of, run_id_of
+from assets import benchmark_run
+from assets.common import WRITER_POOL, partition_key_of, warehouse_connection
 from resources.bench_plan import BenchPlan
 from resources.validation import outcome_rows, table_frame, validate_table
 from resources.warehouse import apply_schema
@@ -37,11 +40,16 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures block the reports.",
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
+        run_id = benchmark_run.benchmark_for_step(warehouse, context, "check")
+        with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
+            return _validate(context, plan, warehouse, run_id)
+
+    def _validate(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
+                  run_id: str) -> dg.AssetCheckResult:
         bench_plan, _ = plan.load(partition_key_of(context))
-        run_id = run_id_of(context)
         pv = bench_plan.validation.model_dump()
         results = []
-        with warehouse.get_connection() as con:
+        with warehouse_connection(warehouse) as con:
             for table in tables:
                 df = table_frame(con, table, run_id)  # keeps NaN apart from NULL for the no-NaN rules
                 if table == "server_metrics" and df.empty:
@@ -57,15 +65,21 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
                         "success, element_count, unexpected_count, sample) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [list(r.values()) for r in rows],
                     )
-        errors = [o for r in results for o in r.errors]
-        warnings = [o for r in results for o in r.warnings]
+            errors = [o for r in results for o in r.errors]
+            warnings = [o for r in results for o in r.warnings]
+            severity = "ERROR" if errors else "WARN" if warnings else None
+            status = benchmark_run.record_check(con, run_id, check_name, not errors and not warnings, severity,
+                                                benchmark_run.dagster_run_id(context), BLOCKING_CHECKS)
         metadata = {
+            "run_id": run_id,
             "expectations": sum(len(r.outcomes) for r in results),
             "failed_error": len(errors),
             "failed_warn": len(warnings),
             "rows_checked": sum(r.rows for r in results),
             "results": dg.MetadataValue.md("\n\n".join(r.markdown() for r in results) or "no rows to check"),
         }
+        if status:
+            metadata["benchmark_status"] = status
         if errors:
             metadata["failed"] = ", ".join(f"{o.rule} ({o.unexpected_count} rows)" for o in errors)
             return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, metadata=metadata)
@@ -77,4 +91,5 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
     return _check
 
 
+BLOCKING_CHECKS = tuple(f"gx_{asset}" for asset in CHECKED)
 stage_checks = [_make_check(asset, tables) for asset, tables in CHECKED.items()]

@@ -1,6 +1,8 @@
-"""What every stage asset shares: owners, the writer pool, partitions, and the run id the warehouse keys rows by."""
+"""What every stage asset shares: owners, the writer pool, partitions. Which benchmark a step works on (the run id
+the warehouse keys rows by): assets/benchmark_run.py."""
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 
@@ -16,13 +18,6 @@ GPU_KINDS = {"python", "duckdb", "kubernetes"}
 TABLE_KINDS = {"python", "duckdb"}
 
 
-def run_id_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> str:
-    """The Dagster run id: every warehouse row of a run carries it, so checks and reports see only their run."""
-    if isinstance(context, AssetCheckExecutionContext):
-        return context.op_execution_context.run_id
-    return context.run_id
-
-
 def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext) -> Any:
     """The run's (model, scenario) partition key, or None when the asset runs unpartitioned (invoked directly)."""
     ctx = context.op_execution_context if isinstance(context, AssetCheckExecutionContext) else context
@@ -32,3 +27,15 @@ def partition_key_of(context: AssetExecutionContext | AssetCheckExecutionContext
 def partition_metadata(context: AssetExecutionContext | AssetCheckExecutionContext) -> dict[str, str]:
     dims = partition_dims(partition_key_of(context))
     return {} if dims is None else {"model": dims["model"], "scenario": dims["scenario"]}
+
+
+@contextmanager
+def warehouse_connection(warehouse: Any) -> Iterator[Any]:
+    """DuckDBResource.get_connection, closed also when the body raises (dagster_duckdb 0.29 closes it only on
+    success, and the open read-write connection then keeps this process from opening the file otherwise)."""
+    manager = warehouse.get_connection()
+    con = manager.__enter__()
+    try:
+        yield con
+    finally:
+        con.close()

@@ -12,6 +12,8 @@ from typing import Any
 import pandas as pd
 
 from assets import charts
+from assets.report_text import (CAPACITY_PARAMS, capacity_params, head_to_head_rows, query_params,  # noqa: F401
+                                run_capacity_profile)
 from assets.pictures import (engine_colors, fig_latency_cdf, fig_power_trace, fig_throughput_latency,  # noqa: F401
                              fig_tokens_per_joule, load_order, plot_capacity, plot_latency_cdf, plot_power_trace,
                              plot_throughput_latency, plot_tokens_per_joule)
@@ -71,33 +73,14 @@ def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str,
     }
 
 
-def _short_point(load_point_id: Any) -> str:
-    """'trtllm-like:steady:c32' -> 'steady:c32' (the engine is the column already); 'steady:c32' stays."""
-    parts = str(load_point_id).split(":")
-    return ":".join(parts[-2:])
-
-
 def pivot_head_to_head(long: pd.DataFrame, origins: bool = True) -> pd.DataFrame:
-    """Rows are figures (with units), columns are engines. With `origins`, each measured cell names the load
-    point it came from ('4295.5 @ steady:c32'; the run is the table's); a NULL cell says why it is NULL."""
+    """Rows are figures (with units), columns are engines: report_text.head_to_head_rows as a DataFrame indexed by
+    figure (each measured cell names the load point it came from; a NULL cell says why it is NULL)."""
     if long.empty:
         return pd.DataFrame()
-    long = long.copy()
-    long["figure"] = long.apply(lambda r: f"{r['figure']} ({r['unit']})" if r["unit"] else r["figure"], axis=1)
-
-    def cell(r) -> str:
-        value = r["value"]
-        if value is None or value != value:
-            note = r.get("note")
-            return f"NULL ({note})" if isinstance(note, str) and note else "NULL (not measured)"
-        lp = r.get("load_point_id")
-        return f"{value} @ {_short_point(lp)}" if origins and isinstance(lp, str) and lp else str(value)
-
-    long["cell"] = long.apply(cell, axis=1)
-    order = long.drop_duplicates("figure").sort_values("ord")["figure"].tolist()
-    table = long.pivot(index="figure", columns="engine", values="cell").reindex(order).fillna("NULL (not measured)")
+    engines, rows = head_to_head_rows(long.to_dict(orient="records"), origins)
+    table = pd.DataFrame(rows, columns=["figure", *engines]).set_index("figure")
     table.columns.name = None
-    table.index.name = "figure"
     return table
 
 
@@ -326,9 +309,6 @@ def summarize_notes(source: str, plan_label: str, prices_label: str, min_window_
 
 
 # --- Capacity plan -------------------------------------------------------------------------------------------
-
-CAPACITY_PARAMS = ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
-                   "elastic_gpu_hour_usd")
 
 CAPACITY_ASSUMPTIONS = [
     "Per-replica capacity = the highest goodput (requests/s meeting every SLO) of a load point whose p99 TTFT/TPOT/E2E "

@@ -1,4 +1,6 @@
-"""Stage 6: reports. Every figure comes from a .sql file in sql/ over this run's validated rows (docs/REPORTS.md).
+"""Stage 6: reports. Every figure comes from a .sql file in sql/ over one benchmark's validated rows (docs/REPORTS.md):
+the benchmark of this Dagster run, or, for a report materialized alone, its partition's latest complete benchmark
+(assets/benchmark_run.py); with none, the report fails with one line instead of showing an empty table.
 
 Every report asset depends on every stage asset, so the blocking Great Expectations checks gate it.
 `REPORT_ASSETS` is the list pipelines/definitions.py wires in.
@@ -6,7 +8,6 @@ Every report asset depends on every stage asset, so the blocking Great Expectati
 
 
 import html
-from datetime import datetime, timezone
 from typing import Any
 
 import dagster as dg
@@ -15,8 +16,9 @@ from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets.bench import STAGE_TABLES
-from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of,
-                           partition_metadata, run_id_of)
+from assets import benchmark_run
+from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata,
+                           warehouse_connection)
 from resources.bench_plan import BenchPlan
 from assets import reporting
 from resources.warehouse import run_sql
@@ -67,8 +69,8 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     $ per 1M output tokens and the energy cost line, TTFT/TPOT/E2E percentiles (sql/point_figures.sql and
     sql/load_points.sql over v_point_figures), with the throughput-latency (Pareto frontier per config),
     tokens-per-joule, power-trace and TTFT/E2E CDF pictures; every repeat in `load_runs` (sql/load_runs.sql)."""
-    run_id = run_id_of(context)
-    with warehouse.get_connection() as con:
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    with warehouse_connection(warehouse) as con:
         per_repeat = run_sql(con, "load_runs", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
@@ -108,8 +110,8 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     figures (engine and version, peak tokens/s, goodput, tokens per joule and $ per 1M tokens at the SLO, p99
     TTFT under a surge, build time, hardware lock, startup time, longest context served, behaviour on failure),
     columns are engines; every cell names the run and load point it came from (sql/head_to_head.sql)."""
-    run_id = run_id_of(context)
-    with warehouse.get_connection() as con:
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
     table = reporting.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
@@ -154,9 +156,9 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     one engine's pool, bursts on another's elastic pool) against each engine alone (sql/hybrid_plan.sql).
     NULL with a reason where no load point meets the SLO; the assumptions are listed with the tables."""
     bench_plan, _ = plan.load(partition_key_of(context))
-    run_id = run_id_of(context)
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     params = reporting.capacity_params(bench_plan.capacity)
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
         source = _source(con, run_id)
     meta: dict[str, Any] = {"run_id": run_id, "source": source, **partition_metadata(context)}
@@ -208,8 +210,8 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     they do not overlap), else max(3 x the robust relative stdev (1.4826 x MAD / |median|) over earlier runs of the
     point, 5%)
     (sql/regressions.sql). The check `no_regressions` warns (never blocks) when something regressed."""
-    run_id = run_id_of(context)
-    with warehouse.get_connection() as con:
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    with warehouse_connection(warehouse) as con:
         table = run_sql(con, "regressions", {"run_id": run_id})
     counts = table["flag"].value_counts().to_dict() if not table.empty else {}
     flagged = table[table["flag"].isin(["REGRESSION", "improvement"])]
@@ -309,11 +311,11 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     hybrid topology, regressions against the previous run, interactive charts (power trace with zoom, TTFT/E2E
     CDFs with hover, throughput against latency and tokens per joule against load with error bars), the same
     pictures as PNG, and every load run; marked EMULATED at the top when the emulator produced the numbers.
-    Closes the run's row in `runs`."""
+    Written into the benchmark's run folder (materialized alone: the partition's latest complete benchmark's)."""
     bench_plan, _ = plan.load(partition_key_of(context))
-    run_id = run_id_of(context)
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     params = reporting.capacity_params(bench_plan.capacity)
-    with warehouse.get_connection() as con:
+    with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         frames["per_repeat"] = run_sql(con, "load_runs", {"run_id": run_id})
@@ -321,8 +323,6 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         per_config, topologies = _capacity_frames(con, run_id, params)
         regress = run_sql(con, "regressions", {"run_id": run_id})
         source = _source(con, run_id)
-        con.execute("UPDATE runs SET finished_at = ?, status = 'succeeded' WHERE run_id = ?",
-                    [datetime.now(timezone.utc).replace(tzinfo=None), run_id])
     plots = _load_point_plots(frames, source)
     plots["capacity plan"] = reporting.plot_capacity(
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies))

@@ -26,13 +26,22 @@ _COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The control plane's commands and the module that registers each: `wattbench sql ...` builds its parser from that
+# module alone, so it imports neither the agent's modules nor the others' (tests/test_cli_imports.py keeps this
+# map true to what the modules register).
+OWN_COMMANDS = {"run": "pipelines.commands", "runs": "pipelines.commands", "sql": "pipelines.commands",
+                "spec": "pipelines.commands", "ingest": "pipelines.commands", "report": "pipelines.report_cli",
+                "import": "pipelines.import_cli", "predict": "pipelines.predict_cli"}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (for one of OWN_COMMANDS) a parser with only the commands of that command's module."""
     parser = argparse.ArgumentParser(
         prog="wattbench",
         description="Benchmark LLM serving engines on your traffic: latency, tokens per joule, $ per 1M tokens.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
+    for name in [OWN_COMMANDS[command]] if command in OWN_COMMANDS else _COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -44,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

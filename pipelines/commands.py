@@ -1,4 +1,4 @@
-"""Control-plane subcommands: run (materialize the graph), runs (list, clean up), sql, ingest."""
+"""Control-plane subcommands: run (the code location's benchmark job), runs (list, clean up), sql, spec, ingest."""
 
 from __future__ import annotations
 
@@ -8,26 +8,64 @@ import sys
 import time
 from pathlib import Path
 
+from assets.benchmark_run import COMPLETE
+
 
 def _fail(message: str) -> int:
     print(f"wattbench: {message}", file=sys.stderr)
     return 2
 
 
-def _print_table(df, fmt: str = "table") -> None:
+def _json_value(value):
+    """JSON for what DuckDB returns beyond JSON's own types: timestamps and dates in ISO 8601 (as stored: UTC),
+    decimals as numbers, anything else as its text."""
+    import datetime as dt
+    import decimal
+
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    return str(value)
+
+
+def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
+    """A query result (column names, row tuples) as a table, CSV or JSON lines; NULL and NaN print as NULL in a
+    table, empty in CSV, null in JSON."""
+    import math
+
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    rows = [[None if missing(v) else v for v in row] for row in rows]
     if fmt == "csv":
-        df.to_csv(sys.stdout, index=False)
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(rows)
     elif fmt == "json":
-        print(df.to_json(orient="records", lines=True))
+        import json
+
+        for row in rows:
+            print(json.dumps(dict(zip(columns, row)), default=_json_value, allow_nan=False, separators=(",", ":")))
     else:
         from tabulate import tabulate
 
-        print(tabulate(df, headers="keys", tablefmt="github", showindex=False, floatfmt=".4g", missingval="NULL"))
+        print(tabulate(rows, headers=columns, tablefmt="github", floatfmt=".4g", missingval="NULL"))
 
 
-# Run statuses (runs.status) of a run whose tables are whole: a Dagster run that made its reports, or a complete
-# bundle loaded with `wattbench ingest`. Anything else (running, failed, interrupted, incomplete) may be partial.
-FINISHED = ("succeeded", "ingested")
+def _print_table(df, fmt: str = "table") -> None:
+    """A pandas DataFrame, printed as print_rows prints a query result."""
+    frame = df.astype(object).where(df.notna(), None)
+    print_rows([str(c) for c in frame.columns], frame.itertuples(index=False, name=None), fmt)
+
+
+# Run statuses (runs.status) of a benchmark whose tables are whole and validated (assets/benchmark_run.COMPLETE):
+# anything else (running, blocked, failed, interrupted, incomplete) may be partial.
+FINISHED = COMPLETE
 
 
 def latest_run_id(con, say: bool = False) -> str | None:
@@ -51,18 +89,6 @@ def latest_run_id(con, say: bool = False) -> str | None:
         print(f"wattbench: note: showing run {rows[finished][0]}, the latest that finished; newer run(s) did not "
               f"finish: {newer}. See one with --run RUN_ID (wattbench runs lists them)", file=sys.stderr)
     return rows[finished][0]
-
-
-def head_to_head_text(con, run_id: str) -> str:
-    from tabulate import tabulate
-
-    from assets.reporting import pivot_head_to_head
-    from resources.warehouse import run_sql
-
-    table = pivot_head_to_head(run_sql(con, "head_to_head", {"run_id": run_id}))
-    if table.empty:
-        return "(no head-to-head rows for this run)"
-    return tabulate(table, headers="keys", tablefmt="github", missingval="NULL")
 
 
 def open_instance(models: list[str] = ()):
@@ -107,26 +133,28 @@ def _run(args: argparse.Namespace) -> int:
     db = Path(args.db or os.environ.get("WATTBENCH_DB", "data/wattbench.duckdb")).resolve()
     db.parent.mkdir(parents=True, exist_ok=True)
     plan_file = Path(args.plan).resolve()
-    from resources.bench_plan import scenario_key_for, scenario_plans
+    import dataclasses
 
-    if scenario_plans().get(scenario_key_for(plan_file)) != plan_file:
-        # a plan outside plans/ (or shadowing one): its stem becomes a scenario partition of the code location
-        os.environ["WATTBENCH_PLAN"] = str(plan_file)
     import dagster as dg
 
-    from pipelines.definitions import ALL_ASSETS, make_resources
-    from pipelines.partitions import MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, partition_for_plan
-    from assets.checks import stage_checks
+    from pipelines.definitions import Settings, build_definitions
+    from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, partition_for_plan
+    from resources.bench_plan import output_dir_from_env
     from resources.warehouse import connect
 
+    runs_dir = Path(output_dir_from_env())
+    # the code location's own definitions, built for this plan, warehouse and run folder: the run is their
+    # `benchmark` job, as a run launched from the UI is (a plan outside plans/ adds its stem as a scenario)
+    defs = build_definitions(dataclasses.replace(Settings.from_env(), db_path=str(db), plan_path=str(plan_file),
+                                                 output_dir=str(runs_dir), extra_plan=str(plan_file)))
+    job = defs.resolve_job_def(BENCHMARK_JOB)
     try:
-        partition = partition_for_plan(plan, plan_file)
+        partition = partition_for_plan(plan, plan_file, job.partitions_def)
     except PlanError as exc:
         return _fail(str(exc))
     from assets.common import WRITER_POOL
     from pipelines.runs import (interruptible_slot_wait, mark_in_warehouse, process_tags, reap_stale_runs,
                                 slot_holders, stop_run_processes, was_interrupted)
-    from resources.bench_plan import output_dir_from_env
 
     instance = open_instance([partition.keys_by_dimension["model"]])
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
@@ -134,16 +162,13 @@ def _run(args: argparse.Namespace) -> int:
     for holder in slot_holders(instance, WRITER_POOL):
         say(f"wattbench: the warehouse writer slot is held by {holder}; this run waits for it (Ctrl-C stops it; "
             "a run whose process is gone is cleaned up by `wattbench runs --clean`)")
-    runs_dir = Path(output_dir_from_env())
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
     repeats = f" x {plan.repeats} repeats, interleaved" if plan.repeats > 1 else ""
     print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
           f"partition {partition}; warehouse {db}", file=sys.stderr)
     started = time.monotonic()
     with interruptible_slot_wait():  # SIGINT/SIGTERM stop the run also while it waits for the writer slot
-        result = dg.materialize(
-            [*ALL_ASSETS, *stage_checks],
-            resources=make_resources(db_path=str(db), plan_path=str(plan_file), output_dir=str(runs_dir)),
+        result = job.execute_in_process(
             instance=instance,
             partition_key=partition,
             tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli",
@@ -157,7 +182,8 @@ def _run(args: argparse.Namespace) -> int:
         bundle = runs_dir / run_id / "bundle"
         stop_run_processes(bundle, say)  # an agent that did not stop within Pipes' grace period
         instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", log=say)
+        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", BENCHMARK_JOB, str(partition),
+                          say)
         say(f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'" + (
             f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
             f"(load it with `wattbench ingest {bundle}`)" if bundle.exists() else "; no engine had been started"))
@@ -166,15 +192,21 @@ def _run(args: argparse.Namespace) -> int:
         f"{e.asset_key.to_user_string()}:{e.check_name}"
         for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
     ]
-    if not result.success or failed_checks:  # its reports were not made: not a run to show as the latest
+    if not result.success:  # a step that failed marked its benchmark already; this catches what it could not
         why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
-        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", log=say)
+        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB,
+                          str(partition), say)
+    from assets.benchmark_run import benchmarks_of_dagster_run
+
+    from assets.report_text import contrasts_text, head_to_head_text
+
     with connect(db, read_only=True) as con:
+        run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
+        status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or ["none"])[0]
         print()
         print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
               + "; 95% intervals in brackets):")
         print(head_to_head_text(con, run_id))
-        from pipelines.report_cli import contrasts_text
 
         contrasts = contrasts_text(con, run_id)
         if contrasts:
@@ -194,7 +226,7 @@ def _run(args: argparse.Namespace) -> int:
               f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")
     for report in reports:
         print(f"HTML report: {report}")
-    print(f"Warehouse: {db}   (try: wattbench sql load_points)   run took {elapsed:.0f} s")
+    print(f"Warehouse: {db}   (try: wattbench sql load_points)   run {run_id} is {status}; took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
 
 
@@ -224,13 +256,13 @@ def _finite_params(params: dict) -> None:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from resources.warehouse import WarehouseError, connect, run_sql, sql_text
+    from resources.warehouse import WarehouseError, connect, query_rows, sql_text
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
             query = args.query
             text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
-            from assets.reporting import query_params
+            from assets.report_text import query_params
 
             run_id = None
             if "$" in text:
@@ -244,12 +276,12 @@ def _sql(args: argparse.Namespace) -> int:
                 _finite_params(params)
             except ValueError as exc:
                 return _fail(str(exc))
-            df = run_sql(con, text, params)
+            columns, rows = query_rows(con, text, params)
     except WarehouseError as exc:
         return _fail(str(exc))
     except Exception as exc:  # duckdb errors: show the message, not a traceback
         return _fail(_query_error(exc))
-    _print_table(df, args.format)
+    print_rows(columns, rows, args.format)
     return 0
 
 

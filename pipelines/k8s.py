@@ -173,26 +173,34 @@ class K8sBuildLauncher(K8sPodLauncher, LocalEngineBuilder):
                            engine_version=adapter.follows_version, resolved_config=adapter.resolved_config(cfg))
 
 
-def executor_config_from_env() -> dict[str, Any]:
-    """k8s_job_executor config: namespace, and the bundle PVC mounted in every step pod at the data mount."""
-    cfg: dict[str, Any] = {"job_namespace": os.environ.get("WATTBENCH_K8S_NAMESPACE", "wattbench")}
-    if os.environ.get("WATTBENCH_ORCHESTRATOR_IMAGE"):  # else: the image of the run's launcher (code location)
-        cfg["job_image"] = os.environ["WATTBENCH_ORCHESTRATOR_IMAGE"]
-    pvc = os.environ.get("WATTBENCH_BUNDLE_PVC")
+def executor_config_from_env(env: Any = None) -> dict[str, Any]:
+    """k8s_job_executor config from `env` (a mapping; os.environ when None, read when called): namespace, and the
+    bundle PVC mounted in every step pod at the data mount."""
+    env = os.environ if env is None else env
+    cfg: dict[str, Any] = {"job_namespace": env.get("WATTBENCH_K8S_NAMESPACE", "wattbench")}
+    if env.get("WATTBENCH_ORCHESTRATOR_IMAGE"):  # else: the image of the run's launcher (code location)
+        cfg["job_image"] = env["WATTBENCH_ORCHESTRATOR_IMAGE"]
+    pvc = env.get("WATTBENCH_BUNDLE_PVC")
     if pvc:
         cfg["volumes"] = [{"name": "bundles", "persistentVolumeClaim": {"claimName": pvc}}]
-        cfg["volume_mounts"] = [{"name": "bundles", "mountPath": os.environ.get("WATTBENCH_DATA_MOUNT", "/data")}]
-    if os.environ.get("WATTBENCH_K8S_SERVICE_ACCOUNT"):
-        cfg["service_account_name"] = os.environ["WATTBENCH_K8S_SERVICE_ACCOUNT"]
+        cfg["volume_mounts"] = [{"name": "bundles", "mountPath": env.get("WATTBENCH_DATA_MOUNT", "/data")}]
+    if env.get("WATTBENCH_K8S_SERVICE_ACCOUNT"):
+        cfg["service_account_name"] = env["WATTBENCH_K8S_SERVICE_ACCOUNT"]
     return cfg
 
 
-cluster_executor = k8s_job_executor.configured(executor_config_from_env(), name="wattbench_k8s_job_executor")
+def build_cluster_benchmark_job(executor_config: dict[str, Any] | None = None) -> dg.UnresolvedAssetJobDefinition:
+    """The `cluster_benchmark` job on k8s_job_executor configured with `executor_config` (the defaults when None;
+    the definitions pass executor_config_from_env())."""
+    executor = k8s_job_executor.configured(executor_config or {"job_namespace": "wattbench"},
+                                           name="wattbench_k8s_job_executor")
+    return dg.define_asset_job(
+        "cluster_benchmark",
+        selection=dg.AssetSelection.all(),
+        executor_def=executor,
+        description="The whole plan on Kubernetes: each step in its own Job; the bench agent as a GPU pod via Pipes.",
+        tags={"wattbench/target": "kubernetes"},
+    )
 
-cluster_benchmark_job = dg.define_asset_job(
-    "cluster_benchmark",
-    selection=dg.AssetSelection.all(),
-    executor_def=cluster_executor,
-    description="The whole plan on Kubernetes: each step in its own Job; the bench agent as a GPU pod via Pipes.",
-    tags={"wattbench/target": "kubernetes"},
-)
+
+cluster_benchmark_job = build_cluster_benchmark_job()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS
+from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS, bench_partitions
 from resources.bench_plan import scenario_key_for, scenario_plans
 from resources.model_registry import partition_key_for
 from resources.plan import Plan, PlanError, load_plan
@@ -26,13 +26,16 @@ def bench_partition(model_key: str, scenario: str) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({"model": model_key, "scenario": scenario})
 
 
-def partition_for_plan(plan: Plan, plan_path: str | Path) -> dg.MultiPartitionKey:
-    """`wattbench run --plan X`: model = the plan's model, scenario = the plan file's stem."""
+def partition_for_plan(plan: Plan, plan_path: str | Path,
+                       partitions: dg.MultiPartitionsDefinition | None = None) -> dg.MultiPartitionKey:
+    """`wattbench run --plan X`: model = the plan's model, scenario = the plan file's stem, which must be a
+    scenario of `partitions` (default: the definitions built for that plan, assets/partitions.bench_partitions)."""
     scenario = scenario_key_for(plan_path)
-    if scenario not in SCENARIOS.get_partition_keys():
-        raise PlanError(f"{plan_path}: scenario {scenario!r} is not a partition of this code location "
-                        f"(known: {', '.join(SCENARIOS.get_partition_keys())}); set WATTBENCH_PLAN to the plan "
-                        "before the definitions load")
+    partitions = partitions or bench_partitions(plan_path)
+    known = next(d.partitions_def for d in partitions.partitions_defs if d.name == "scenario").get_partition_keys()
+    if scenario not in known:
+        raise PlanError(f"{plan_path}: scenario {scenario!r} is not a partition of these definitions "
+                        f"(known: {', '.join(known)}); build them for the plan (WATTBENCH_PLAN)")
     return bench_partition(partition_key_for(plan.model), scenario)
 
 

@@ -213,7 +213,7 @@ def main(args: argparse.Namespace) -> int:
                 ingest_bundle(con, Path(tmp) / "bundle")
                 fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
                 con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
-                            "finished_at = ?, status = 'succeeded' WHERE run_id = ?",
+                            "finished_at = ?, status = 'complete' WHERE run_id = ?",
                             [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.UTC)
                              .replace(tzinfo=None), run_id])
                 text = table(con, run_id, bands, notes)

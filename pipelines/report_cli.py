@@ -14,7 +14,8 @@ import sys
 
 from wattbench_agent.argtypes import finite_float
 
-from pipelines.commands import _fail, _print_table, head_to_head_text, latest_run_id
+from assets.report_text import contrasts_text, head_to_head_text
+from pipelines.commands import _fail, _print_table, latest_run_id
 
 _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
 
@@ -100,7 +101,7 @@ def _print(df, fmt: str) -> None:
 
 def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
     """The traffic profile: the flags given, else the `capacity:` section of the run's plan. ValueError if none."""
-    from assets.reporting import run_capacity_profile
+    from assets.report_text import run_capacity_profile
 
     params = run_capacity_profile(con, run_id) or {}
     for key in ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
@@ -162,32 +163,6 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
     _print(run_sql(con, "what_to_buy", params), args.format)
     print("\nAssumptions:\n" + "\n".join(f"- {a}" for a in CAPACITY_ASSUMPTIONS))
     return 0
-
-
-# The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
-CONTRAST_FIGURES = ("output_tok_s", "output_tokens_per_j", "output_tokens_per_j_above_idle", "ttft_p50_ms",
-                    "tpot_p50_ms", "e2e_p50_ms")
-
-
-def contrasts_text(con, run_id: str) -> str:
-    """Engine pairs at each shared point: the ratio with its interval and the finding, one line per figure."""
-    from tabulate import tabulate
-
-    from resources.warehouse import run_sql
-
-    df = run_sql(con, "engine_contrasts", {"run_id": run_id})
-    df = df[df["metric"].isin(CONTRAST_FIGURES)]
-    if df.empty:
-        return ""
-
-    def ratio(r) -> str:
-        if r["ratio_lo"] == r["ratio_lo"] and r["ratio_lo"] is not None:
-            return f"x{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
-        return f"x{r['ratio']:.3f}"
-
-    rows = [[f"{r['workload']}:{r['point_label']}", f"{r['engine']} / {r['other']}", f"{r['figure']} ({r['unit']})",
-             ratio(r), r["finding"]] for _, r in df.iterrows()]
-    return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
 
 
 def _report(args: argparse.Namespace) -> int:

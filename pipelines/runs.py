@@ -125,24 +125,18 @@ def stop_run_processes(bundle: Path | None, log: Log) -> list[str]:
 
 def mark_in_warehouse(db: Path | None, run_id: str, status: str, error: str, job_name: str | None = None,
                       partition: str | None = None, log: Log = print) -> bool:
-    """Set the run's row in `runs` to `status` (unless it already finished) and, for a failure, note it in
-    `failed_runs`. False when the warehouse could not be written (said on `log`); the Dagster side stands."""
+    """A Dagster run ended `status`: the benchmarks it opened or resumed that are still running take it, and a
+    failure is a `failed_runs` row (assets/benchmark_run.mark_ended). False when the warehouse could not be
+    written (said on `log`); the Dagster side stands."""
+    from assets.benchmark_run import mark_ended
     from resources.warehouse import WarehouseError, connect, default_db_path
 
     db = db or default_db_path()
     if not Path(db).exists():
         return False
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
     try:
         with connect(db, wait_s=10.0) as con:
-            con.execute("UPDATE runs SET status = ?, finished_at = coalesce(finished_at, ?) WHERE run_id = ? AND "
-                        "(status IS NULL OR status = 'running')", [status, now, run_id])
-            if status == "failed":
-                source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run_id]).fetchone()
-                con.execute("DELETE FROM failed_runs WHERE run_id = ?", [run_id])
-                con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
-                            "VALUES (?, ?, ?, ?, ?, ?)", [run_id, source[0] if source else None,
-                                                          job_name or "__ephemeral_asset_job__", partition, now, error])
+            mark_ended(con, run_id, status, error, job_name, partition)
     except WarehouseError as exc:
         log(f"wattbench: run {run_id}: the warehouse could not be updated ({exc}); `wattbench runs --clean` "
             "tries again")
@@ -294,8 +288,13 @@ def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
         db = run.tags.get(WAREHOUSE_TAG)
         if db and db not in status_by_db:
             try:
-                with connect(db, read_only=True, wait_s=2.0) as con:
+                with connect(db, read_only=True, wait_s=2.0) as con:  # a Dagster run's benchmark, or its own id
                     status_by_db[db] = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
+                    if "dagster_runs" in {r[0] for r in con.execute("SHOW TABLES").fetchall()}:
+                        status_by_db[db].update(con.execute(
+                            "SELECT d.dagster_run_id, r.status || CASE WHEN d.run_id <> d.dagster_run_id THEN "
+                            "' (' || d.role || ' ' || d.run_id || ')' ELSE '' END FROM dagster_runs d JOIN runs r "
+                            "USING (run_id) WHERE d.role <> 'reported'").fetchall())
             except WarehouseError:
                 status_by_db[db] = {}
         rows.append({"run_id": run.run_id, "dagster": run.status.value,

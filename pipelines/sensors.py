@@ -17,7 +17,9 @@ Cursor (JSON):
 `ids` are the models seen at exactly `created_at` (ties of the newest timestamp).
 
 `record_failed_runs` (a run-failure sensor) writes one row per failed run to the warehouse table `failed_runs`
-(run id, job, partition, time, error text) and marks the run's `runs` row failed.
+(run id, job, partition, time, error text) and marks the benchmark it opened or resumed failed if it is still
+running. The steps do both themselves (assets/benchmark_run.py), so the daemon is not needed for either; the sensor
+catches what a step could not record (a run that failed before its first step).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from typing import Any
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, SCENARIOS, TRIGGER_TAG,
+from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG,
                                   bench_partition)
+from resources.bench_plan import scenario_plans
 from resources.model_registry import HubClient, HubModel, HubUnavailable, parse_time, partition_key_for
 
 
@@ -193,20 +196,11 @@ def hub_run_requests(models: list[HubModel], scenarios: list[str]) -> list[dg.Ru
     ]
 
 
-def _poll_interval_s() -> int:
-    return int(os.environ.get("WATTBENCH_HUB_POLL_S", "3600"))
+DEFAULT_POLL_S = 3600   # $WATTBENCH_HUB_POLL_S, read when the definitions are built (pipelines/definitions.py)
 
 
-@dg.sensor(
-    name="model_release_sensor",
-    job_name=BENCHMARK_JOB,
-    minimum_interval_seconds=_poll_interval_s(),
-    default_status=dg.DefaultSensorStatus.STOPPED,
-    description="Polls the Hugging Face Hub for new models of the watched organisations; each new model becomes a "
-                "`models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
-)
-def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
-    scenarios = [s for s in hub.scenario_list() if s in SCENARIOS.get_partition_keys()]
+def _model_release(context: dg.SensorEvaluationContext, hub: HubWatch):
+    scenarios = [s for s in hub.scenario_list() if s in scenario_plans()]
     unknown = sorted(set(hub.scenario_list()) - set(scenarios))
     if unknown:
         context.log.warning(f"scenarios with no plan file ignored: {', '.join(unknown)}")
@@ -249,6 +243,24 @@ def _error_text(context: dg.RunFailureSensorContext) -> str:
     return "\n".join(parts)[:20000] or "run failed (no error text)"
 
 
+def model_release_sensor_with(poll_s: int = DEFAULT_POLL_S) -> dg.SensorDefinition:
+    @dg.sensor(
+        name="model_release_sensor",
+        job_name=BENCHMARK_JOB,
+        minimum_interval_seconds=poll_s,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description="Polls the Hugging Face Hub for new models of the watched organisations; each new model becomes "
+                    "a `models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
+    )
+    def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
+        return _model_release(context, hub)
+
+    return model_release_sensor
+
+
+model_release_sensor = model_release_sensor_with()
+
+
 @dg.run_failure_sensor(
     name="record_failed_runs",
     monitor_all_code_locations=True,   # also the runs `wattbench run` launches in-process on the same instance
@@ -264,15 +276,18 @@ def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBRes
     record = context.instance.get_run_record_by_id(run.run_id)
     ended = record.end_time if record is not None and record.end_time else None
     failed_at = (datetime.fromtimestamp(ended, timezone.utc) if ended else datetime.now(timezone.utc)).replace(tzinfo=None)
+    from assets.benchmark_run import mark_ended
+
     with connect(warehouse.database) as con:
-        con.execute("DELETE FROM failed_runs WHERE run_id = ?", [run.run_id])
-        source = con.execute("SELECT source FROM runs WHERE run_id = ?", [run.run_id]).fetchone()
-        con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [run.run_id, source[0] if source else None, run.job_name,
-                                                  run.tags.get("dagster/partition"), failed_at, _error_text(context)])
-        con.execute("UPDATE runs SET status = 'failed', finished_at = coalesce(finished_at, ?) WHERE run_id = ?",
-                    [failed_at, run.run_id])
-    context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs")
+        moved = mark_ended(con, run.run_id, "failed", _error_text(context), run.job_name,
+                           run.tags.get("dagster/partition"))
+        con.execute("UPDATE failed_runs SET failed_at = ? WHERE run_id = ?", [failed_at, run.run_id])
+    context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs"
+                     + (f"; benchmark(s) {', '.join(moved)} marked failed" if moved else ""))
+
+
+def build_sensors(poll_s: int = DEFAULT_POLL_S) -> list:
+    return [model_release_sensor_with(poll_s), record_failed_runs]
 
 
 SENSORS = [model_release_sensor, record_failed_runs]

@@ -26,10 +26,16 @@ def scenario_key_for(plan_path: str | Path) -> str:
     return partition_key_for(Path(plan_path).stem)
 
 
+def plan_file_scenarios() -> dict[str, Path]:
+    """Scenario key -> plan file for every plans/*.yaml (what the code location's partitions are built from at
+    import: the files, no environment)."""
+    return {scenario_key_for(p): p.resolve() for p in sorted(PLANS_DIR.glob("*.yaml"))}
+
+
 def scenario_plans(extra: str | Path | None = None) -> dict[str, Path]:
-    """Scenario key -> plan file: every plans/*.yaml, and the plan $WATTBENCH_PLAN (or `extra`) names, which wins
-    over a plans/ file of the same stem."""
-    out = {scenario_key_for(p): p.resolve() for p in sorted(PLANS_DIR.glob("*.yaml"))}
+    """Scenario key -> plan file: every plans/*.yaml, and the plan $WATTBENCH_PLAN (read when called, at run time)
+    or `extra` names, which wins over a plans/ file of the same stem."""
+    out = plan_file_scenarios()
     for path in (os.environ.get("WATTBENCH_PLAN"), extra):
         if path:
             out[scenario_key_for(path)] = Path(path).resolve()

@@ -269,7 +269,7 @@ def mark_run(con, run_id: str, manifest: dict[str, Any]) -> None:
         con.execute("UPDATE runs SET status = 'ingested' WHERE run_id = ? AND status = 'incomplete'", [run_id])
     else:
         con.execute("UPDATE runs SET status = 'incomplete' WHERE run_id = ? AND (status IS NULL OR status IN "
-                    "('running', 'ingested', 'succeeded'))", [run_id])
+                    "('running', 'ingested', 'complete', 'succeeded'))", [run_id])
 
 
 def incomplete_note(folder: Path, manifest: dict[str, Any]) -> str | None:

@@ -21,7 +21,7 @@ from resources.ingest_checks import check_bundle_files, ensure_natural_keys, mar
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
                        "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
@@ -114,14 +114,28 @@ def sql_text(name: str) -> str:
     return path.read_text()
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
     text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
     if params:
         # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
         used = {k: v for k, v in params.items() if f"${k}" in text}
-        return con.execute(text, used).df()
-    return con.execute(text).df()
+        return con.execute(text, used)
+    return con.execute(text)
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+    return execute_sql(con, name_or_sql, params).df()
+
+
+def query_rows(con: duckdb.DuckDBPyConnection, name_or_sql: str,
+               params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+    """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
+    read-only commands answer without importing it)."""
+    cursor = execute_sql(con, name_or_sql, params)
+    columns = [d[0] for d in cursor.description or []]
+    return columns, cursor.fetchall()
 
 
 def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:

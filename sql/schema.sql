@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS runs (
     plan_sha256         VARCHAR,
     started_at          TIMESTAMP,
     finished_at         TIMESTAMP,
-    status              VARCHAR,            -- running | succeeded | failed | interrupted | ingested | incomplete (docs/RELIABILITY.md)
+    status              VARCHAR,            -- running | complete | blocked | failed | interrupted | ingested | incomplete (docs/RELIABILITY.md)
     host                VARCHAR,
     wattbench_version   VARCHAR,
     clock_anchor_mono_ns BIGINT,            -- perf_counter_ns() ...
@@ -243,6 +243,31 @@ CREATE TABLE IF NOT EXISTS validation_results (
     checked_at      TIMESTAMP DEFAULT current_timestamp
 );
 
+-- Which Dagster runs worked on which benchmark (docs/ARCHITECTURE.md, "Runs and definitions"). A benchmark's id
+-- (runs.run_id) is the id of the Dagster run that opened it; a re-execution of that run continues it, and a report
+-- or check materialized alone works on its partition's latest complete benchmark: each such Dagster run is a row.
+CREATE TABLE IF NOT EXISTS dagster_runs (
+    dagster_run_id  VARCHAR NOT NULL,
+    run_id          VARCHAR NOT NULL,       -- the benchmark (runs.run_id)
+    role            VARCHAR NOT NULL,       -- opened | resumed (its steps set the status) | reported (read only)
+    job_name        VARCHAR,
+    partition_key   VARCHAR,
+    recorded_at     TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (dagster_run_id, run_id)
+);
+
+-- The latest outcome of each blocking check on a benchmark: all passed (or warned) -> 'complete', one failed at
+-- error level -> 'blocked' (assets/benchmark_run.py).
+CREATE TABLE IF NOT EXISTS run_checks (
+    run_id          VARCHAR NOT NULL,
+    check_name      VARCHAR NOT NULL,
+    passed          BOOLEAN NOT NULL,
+    severity        VARCHAR,                -- ERROR | WARN when it did not pass
+    dagster_run_id  VARCHAR,
+    checked_at      TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (run_id, check_name)
+);
+
 -- One row per failed Dagster run, written by the run-failure sensor `record_failed_runs` (pipelines/sensors.py).
 CREATE TABLE IF NOT EXISTS failed_runs (
     run_id          VARCHAR PRIMARY KEY,
@@ -260,3 +285,7 @@ ALTER TABLE deployments ADD COLUMN IF NOT EXISTS version_checked BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS point_label VARCHAR;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS repeat INTEGER;
 ALTER TABLE server_metrics ADD COLUMN IF NOT EXISTS scrape VARCHAR;
+-- version 3: the benchmark's partition (model|scenario) on its row; statuses 'complete' and 'blocked' ('succeeded',
+-- which meant "its reports were made", is now 'complete': its six blocking checks passed)
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS partition_key VARCHAR;
+UPDATE runs SET status = 'complete' WHERE status = 'succeeded';

@@ -40,7 +40,9 @@ def test_schema_is_idempotent_and_versioned(tmp_path):
                   "server_metrics", "validation_results"):
         assert table in tables
     with connect(db, read_only=True) as con:
-        for table in {t for t in tables if not t.startswith("v_")} - {"schema_version", "validation_results"}:
+        # bookkeeping tables (check verdicts, which Dagster runs worked on which benchmark) carry no source
+        for table in {t for t in tables if not t.startswith("v_")} - {"schema_version", "validation_results",
+                                                                        "dagster_runs", "run_checks"}:
             cols = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
             assert {"run_id", "source"} <= cols, table
 
@@ -157,3 +159,29 @@ def test_a_version_1_warehouse_is_migrated_in_place(tmp_path):
         assert {"point_label", "repeat"} <= cols
     with connect(db) as con:  # and applying the schema again changes nothing
         assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)
+
+
+def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
+    """A warehouse written before benchmark runs had an identity of their own (tests/data/schema_v2.sql): its runs
+    gain partition_key (NULL: not known then), 'succeeded' becomes 'complete', the latest finished run is still found,
+    and the tables dagster_runs and run_checks appear."""
+    import duckdb
+
+    from pipelines.commands import latest_run_id
+
+    db = tmp_path / "v2.duckdb"
+    old = duckdb.connect(str(db))
+    old.execute((Path(__file__).parent / "data" / "schema_v2.sql").read_text())
+    old.execute("INSERT INTO schema_version (version) VALUES (2)")
+    old.execute("INSERT INTO runs (run_id, source, status, started_at) VALUES ('a', 'emulated', 'succeeded', "
+                "TIMESTAMP '2026-01-01'), ('b', 'emulated', 'failed', TIMESTAMP '2026-01-02')")
+    old.close()
+    with connect(db, read_only=True) as con:   # read-only (wattbench sql) on the old file: 'succeeded' is finished
+        assert latest_run_id(con) == "a"
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
+        assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
+        tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
+        assert {"dagster_runs", "run_checks"} <= tables
+        assert latest_run_id(con) == "a"

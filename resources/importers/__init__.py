@@ -163,7 +163,7 @@ def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str |
     run_row = {
         "run_id": rid, "source": source, "plan_name": f"imported {run.tool} result {run.path.name}",
         "plan_path": str(run.path), "plan_sha256": run.sha256, "started_at": run.started_at,
-        "finished_at": run.finished_at, "status": "succeeded", "host": None, "wattbench_version": wb_version,
+        "finished_at": run.finished_at, "status": "complete", "host": None, "wattbench_version": wb_version,
         "slo_ttft_ms": slo.get("ttft_ms"), "slo_tpot_ms": slo.get("tpot_ms"), "slo_e2e_ms": slo.get("e2e_ms"),
     }
     dep_row = {

@@ -195,7 +195,9 @@ def test_config_comes_from_the_environment(monkeypatch):
 
 
 def test_sensor_is_wired_to_the_partitioned_benchmark_job():
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     sensor = defs.get_sensor_def("model_release_sensor")
     assert sensor.job_name == "benchmark"

@@ -67,6 +67,7 @@ def test_wattbench_run_on_a_plan_outside_plans_dir(tmp_path):
     home = {**env}
     out = subprocess.run([sys.executable, "-c", "import dagster as dg; i = dg.DagsterInstance.get(); "
                           "r = i.get_runs(limit=1)[0]; print(i.get_dynamic_partitions('models'), "
-                          "r.tags.get('dagster/partition'), r.tags.get('wattbench/trigger'))"],
+                          "r.tags.get('dagster/partition'), r.tags.get('wattbench/trigger'), r.job_name)"],
                          cwd=REPO, env=home, capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "['llama-3.1-8b'] llama-3.1-8b|smoke_plan cli", out.stderr[-2000:]
+    # the code location's `benchmark` job with its partition, as a run launched from the UI: not an ephemeral job
+    assert out.stdout.strip() == "['llama-3.1-8b'] llama-3.1-8b|smoke_plan cli benchmark", out.stderr[-2000:]

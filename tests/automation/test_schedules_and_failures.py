@@ -45,7 +45,9 @@ def test_weekly_sweeps_every_scenario(instance):
 
 
 def test_schedules_target_the_partitioned_benchmark_job():
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     for name, cron in (("nightly_regression", "0 2 * * *"), ("weekly_full_sweep", "0 3 * * 0")):
         schedule = defs.get_schedule_def(name)
@@ -90,7 +92,9 @@ def test_failed_runs_are_recorded_in_the_warehouse(tmp_path):
 
 
 def test_failure_sensor_is_on_by_default():
-    from pipelines.definitions import defs
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
 
     sensor = defs.get_sensor_def("record_failed_runs")
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from dagster_duckdb import DuckDBResource
 
-from assets.common import run_id_of
+from assets.benchmark_run import dagster_run_id
 from assets.reports import html_report
 from resources.bench_plan import BenchPlan
 from tests.reports.synth import Deployment, Point, simple_point, ttfts, write_run
@@ -55,7 +55,7 @@ def report(tmp_path_factory) -> Path:
                        Point("bursty", "gamma-r6-b0.25", ttft_ms=ttfts(40, 45, 20, seed=r), shape="gamma",
                              concurrency=None, rate=6.0, output_tokens=16, repeat=r, energy_j=2000.0 + 30 * r)]
         deps.append(Deployment(name, tp=1, idle_w=(90.0, 100.0), points=points))
-    run_id = run_id_of(dg.build_asset_context())
+    run_id = dagster_run_id(dg.build_asset_context())
     write_run(db, tmp, run_id, deps)
     html_report(dg.build_asset_context(), plan=BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs")),
                 warehouse=DuckDBResource(database=str(db)))

@@ -141,7 +141,7 @@ def test_a_killed_run_takes_its_agent_along_and_does_not_wedge_the_next(place):
     (next_run,) = [r for r in runs if r != killed_run]
     assert runs[killed_run].status == dg.DagsterRunStatus.FAILURE
     assert runs[next_run].status == dg.DagsterRunStatus.SUCCESS
-    assert run_status(place["db"], killed_run) == "failed" and run_status(place["db"], next_run) == "succeeded"
+    assert run_status(place["db"], killed_run) == "failed" and run_status(place["db"], next_run) == "complete"
     with connect(place["db"], read_only=True) as con:
         assert con.execute("SELECT count(*) FROM failed_runs WHERE run_id = ?", [killed_run]).fetchone()[0] == 1
     assert not writer_slot_holders()

@@ -31,7 +31,7 @@ def test_two_runs_at_once_both_land(tmp_path):
         assert "HTML report:" in out
     with connect(db, read_only=True) as con:
         runs = con.execute("SELECT run_id, status FROM runs ORDER BY run_id").fetchall()
-        assert len(runs) == 2 and {s for _, s in runs} == {"succeeded"}
+        assert len(runs) == 2 and {s for _, s in runs} == {"complete"}
         for run_id, _ in runs:
             n_points = con.execute("SELECT count(*) FROM load_runs WHERE run_id = ? AND status = 'ok'", [run_id]).fetchone()[0]
             n_requests = con.execute("SELECT count(*) FROM requests WHERE run_id = ?", [run_id]).fetchone()[0]

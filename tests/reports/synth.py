@@ -121,7 +121,7 @@ def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *
         ingest_bundle(con, bundle)
         replace_rows(con, "runs", [{
             "run_id": run_id, "source": source, "plan_name": "synthetic", "started_at": started or T0,
-            "status": "succeeded", "gpu_price_per_hour": price, "energy_price_per_kwh": kwh, "pue": pue,
+            "status": "complete", "gpu_price_per_hour": price, "energy_price_per_kwh": kwh, "pue": pue,
             "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms, "slo_e2e_ms": None,
         }], key=("run_id",))
     return run_id

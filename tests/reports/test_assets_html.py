@@ -13,7 +13,7 @@ import yaml
 from dagster_duckdb import DuckDBResource
 
 from assets import charts, reporting
-from assets.common import run_id_of
+from assets.benchmark_run import dagster_run_id
 from assets.reports import REPORT_ASSETS, STAGES, capacity_plan, head_to_head, html_report, load_point_report, regressions
 from resources.bench_plan import BenchPlan
 from resources.warehouse import connect, run_sql
@@ -55,7 +55,7 @@ def env(tmp_path_factory):
     resources = {"warehouse": DuckDBResource(database=str(db)),
                  "plan": BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs"))}
     write_run(db, tmp, "earlier", _deployments(10.0), started=started(0))
-    run_id = run_id_of(dg.build_asset_context())  # directly invoked assets all see this run id ('EPHEMERAL')
+    run_id = dagster_run_id(dg.build_asset_context())  # directly invoked assets all see this run id ('EPHEMERAL')
     write_run(db, tmp, run_id, _deployments(7.0), started=started(1))   # alpha 30% slower than before
     return run_id, tmp, resources
 

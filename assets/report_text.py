@@ -1,0 +1,151 @@
+"""Report queries and tables as plain rows, without pandas, matplotlib or Dagster: what `wattbench sql` and
+`wattbench report` print, so that they answer at once (benchmarks/cli_startup.py), and what assets/reporting.py
+wraps in DataFrames for the report assets. One home for: the $parameters of a report query, the head-to-head
+pivot, and the engine-contrast lines.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+CAPACITY_PARAMS = ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
+                   "elastic_gpu_hour_usd")
+NOT_MEASURED = "NULL (not measured)"
+
+
+def capacity_params(profile: Any) -> dict[str, Any] | None:
+    """The $parameters of sql/capacity_plan.sql and sql/hybrid_plan.sql from a plan's `capacity` section
+    (resources.plan.CapacityProfile, or a dict of its fields); None when there is none."""
+    if profile is None:
+        return None
+    data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
+    return {k: data.get(k) for k in CAPACITY_PARAMS}
+
+
+def run_capacity_profile(con, run_id: str) -> dict[str, Any] | None:
+    """The capacity section of the plan a run recorded (runs.plan_path), if the file is still there and has one."""
+    row = con.execute("SELECT plan_path FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if not row or not row[0] or not Path(row[0]).exists():
+        return None
+    from resources.plan import PlanError, load_plan
+
+    try:
+        plan, _ = load_plan(row[0])
+    except PlanError:
+        return None
+    return capacity_params(plan.capacity)
+
+
+def query_params(con, text: str, run_id: str | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The $parameters a report query in sql/ uses: $run_id, the capacity profile from the run's plan, and
+    `overrides` (NAME=VALUE from the command line, values parsed as numbers where they are numbers).
+    Raises ValueError naming the parameters still missing."""
+    wanted = set(re.findall(r"\$([A-Za-z_]\w*)", text))
+    params: dict[str, Any] = {}
+    if "run_id" in wanted and run_id is not None:
+        params["run_id"] = run_id
+    if wanted & set(CAPACITY_PARAMS) and run_id is not None:
+        params.update(run_capacity_profile(con, run_id) or {})
+    for key, value in (overrides or {}).items():
+        params[key] = _number(value)
+    optional = {"input_tokens", "output_tokens", "elastic_gpu_hour_usd"}
+    for key in wanted & optional:
+        params.setdefault(key, None)
+    missing = sorted(k for k in wanted if k not in params or (params[k] is None and k not in optional))
+    if missing:
+        hint = (" (or add a `capacity:` section to the plan)" if set(missing) & set(CAPACITY_PARAMS) else "")
+        raise ValueError("query needs " + ", ".join(f"${m}" for m in missing) + "; pass --param NAME=VALUE" + hint)
+    return {k: v for k, v in params.items() if k in wanted}
+
+
+def _number(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if value.lower() in ("null", "none", ""):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def short_point(load_point_id: Any) -> str:
+    """'trtllm-like:steady:c32' -> 'steady:c32' (the engine is the column already); 'steady:c32' stays."""
+    parts = str(load_point_id).split(":")
+    return ":".join(parts[-2:])
+
+
+def head_to_head_rows(records: Iterable[dict[str, Any]], origins: bool = True) -> tuple[list[str], list[list[str]]]:
+    """sql/head_to_head.sql's long rows pivoted: one row per figure (with its unit, in the query's order), one
+    column per engine (sorted). With `origins`, each measured cell names the load point it came from ('4295.5 @
+    steady:c32'; the run is the table's); a NULL cell says why it is NULL. Returns (engines, rows) where each row
+    is [figure, cell per engine]; ([], []) for no rows."""
+    cells: dict[str, dict[str, str]] = {}
+    order: dict[str, Any] = {}
+    engines: set[str] = set()
+    for r in records:
+        figure = f"{r['figure']} ({r['unit']})" if r.get("unit") else str(r["figure"])
+        order.setdefault(figure, r.get("ord"))
+        value = r.get("value")
+        if _missing(value):
+            note = r.get("note")
+            cell = f"NULL ({note})" if isinstance(note, str) and note else NOT_MEASURED
+        else:
+            lp = r.get("load_point_id")
+            cell = f"{value} @ {short_point(lp)}" if origins and isinstance(lp, str) and lp else str(value)
+        engines.add(r["engine"])
+        cells.setdefault(figure, {})[r["engine"]] = cell
+    columns = sorted(engines)
+    figures = sorted(order, key=lambda f: (order[f] is None, order[f] if order[f] is not None else 0))
+    return columns, [[f, *(cells[f].get(e, NOT_MEASURED) for e in columns)] for f in figures]
+
+
+def records(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(columns, row)) for row in rows]
+
+
+def head_to_head_text(con, run_id: str) -> str:
+    """The head-to-head table of a run as `wattbench run` and `wattbench report` print it."""
+    from tabulate import tabulate
+
+    from resources.warehouse import query_rows
+
+    engines, rows = head_to_head_rows(records(*query_rows(con, "head_to_head", {"run_id": run_id})))
+    if not rows:
+        return "(no head-to-head rows for this run)"
+    return tabulate(rows, headers=["figure", *engines], tablefmt="github", missingval="NULL")
+
+
+# The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
+CONTRAST_FIGURES = ("output_tok_s", "output_tokens_per_j", "output_tokens_per_j_above_idle", "ttft_p50_ms",
+                    "tpot_p50_ms", "e2e_p50_ms")
+
+
+def contrasts_text(con, run_id: str) -> str:
+    """Engine pairs at each shared point: the ratio with its interval and the finding, one line per figure."""
+    from tabulate import tabulate
+
+    from resources.warehouse import query_rows
+
+    def ratio(r) -> str:
+        if _missing(r["ratio"]):
+            return "NULL"
+        if not _missing(r["ratio_lo"]):
+            return f"x{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
+        return f"x{r['ratio']:.3f}"
+
+    rows = [[f"{r['workload']}:{r['point_label']}", f"{r['engine']} / {r['other']}", f"{r['figure']} ({r['unit']})",
+             ratio(r), r["finding"]]
+            for r in records(*query_rows(con, "engine_contrasts", {"run_id": run_id}))
+            if r["metric"] in CONTRAST_FIGURES]
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")

@@ -1,0 +1,262 @@
+-- wattbench warehouse schema. Applied idempotently by resources/warehouse.py; bump SCHEMA_VERSION there
+-- and add a migration block below when a table changes. Every table carries run_id and source
+-- ('emulated' for rows produced by the built-in emulator, 'measured' for real engines and real NVML).
+-- Values that were not measured are NULL, never 0.
+-- Clocks: *_ns columns are CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns) of the host that measured
+-- them; runs.clock_anchor_* converts them to wall-clock time.
+
+CREATE TABLE IF NOT EXISTS schema_version (
+    version     INTEGER PRIMARY KEY,
+    applied_at  TIMESTAMP DEFAULT current_timestamp
+);
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id              VARCHAR PRIMARY KEY,
+    source              VARCHAR NOT NULL,
+    plan_name           VARCHAR,
+    plan_path           VARCHAR,
+    plan_sha256         VARCHAR,
+    started_at          TIMESTAMP,
+    finished_at         TIMESTAMP,
+    status              VARCHAR,            -- running | succeeded | failed | interrupted | ingested | incomplete (docs/RELIABILITY.md)
+    host                VARCHAR,
+    wattbench_version   VARCHAR,
+    clock_anchor_mono_ns BIGINT,            -- perf_counter_ns() ...
+    clock_anchor_unix_ns BIGINT,            -- ... read together with time.time_ns()
+    gpu_price_per_hour  DOUBLE,             -- $ per GPU-hour used for the cost reports
+    energy_price_per_kwh DOUBLE,
+    pue                 DOUBLE,
+    slo_ttft_ms         DOUBLE,             -- the plan's SLO; goodput counts requests meeting all of them
+    slo_tpot_ms         DOUBLE,
+    slo_e2e_ms          DOUBLE
+);
+
+CREATE TABLE IF NOT EXISTS engine_builds (
+    run_id          VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,
+    build_id        VARCHAR NOT NULL,       -- content address: sha256 of the build config
+    model           VARCHAR NOT NULL,
+    engine          VARCHAR NOT NULL,       -- trtllm | vllm | sglang | transformers | external | emulator:<profile>
+    config_name     VARCHAR NOT NULL,
+    precision       VARCHAR,
+    tp              INTEGER,
+    gpu_name        VARCHAR,
+    status          VARCHAR NOT NULL,       -- built | cached | no_build | failed
+    build_s         DOUBLE,                 -- wall time of the build (modelled for the emulator)
+    artifact_sha256 VARCHAR,
+    artifact_bytes  BIGINT,
+    engine_version  VARCHAR,
+    hardware_lock   JSON,                   -- gpu name, compute capability, driver, engine version
+    config          JSON,
+    error_kind      VARCHAR,
+    error_text      VARCHAR,
+    PRIMARY KEY (run_id, build_id)
+);
+
+CREATE TABLE IF NOT EXISTS deployments (
+    run_id              VARCHAR NOT NULL,
+    source              VARCHAR NOT NULL,
+    deployment_id       VARCHAR NOT NULL,
+    build_id            VARCHAR,
+    model               VARCHAR NOT NULL,
+    engine              VARCHAR NOT NULL,
+    config_name         VARCHAR NOT NULL,
+    precision           VARCHAR,
+    tp                  INTEGER,
+    gpu_name            VARCHAR,
+    n_gpus              INTEGER,
+    gpu_uuids           VARCHAR[],
+    target              VARCHAR,            -- local | kubernetes | external
+    url                 VARCHAR,
+    engine_version      VARCHAR,            -- as the running engine says it (/version or its log); NULL if it did not
+    engine_version_source VARCHAR,          -- where engine_version was read: /version | log | unknown
+    version_checked     BOOLEAN,            -- the adapter was checked against this version (false: validation warns)
+    status              VARCHAR NOT NULL,   -- healthy | failed
+    startup_s           DOUBLE,             -- process start -> health OK
+    hbm_used_mib        DOUBLE,             -- after load, before traffic, summed over the deployment's GPUs
+    hbm_total_mib       DOUBLE,
+    idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
+    idle_power_w_after  DOUBLE,
+    driver_version      VARCHAR,
+    power_limit_w       DOUBLE,             -- per GPU
+    persistence_mode    BOOLEAN,
+    telemetry_source    VARCHAR,            -- nvml | emulated | none
+    sampler_hz          DOUBLE,
+    sampler_cpu_share   DOUBLE,             -- share of one core used by the sampler process
+    sampler_call_ms     DOUBLE,             -- mean latency of one sampling call
+    log_path            VARCHAR,
+    error_kind          VARCHAR,
+    error_text          VARCHAR,
+    config              JSON,
+    PRIMARY KEY (run_id, deployment_id)
+);
+
+CREATE TABLE IF NOT EXISTS load_runs (
+    run_id                  VARCHAR NOT NULL,
+    source                  VARCHAR NOT NULL,
+    deployment_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,   -- <deployment>:<workload>:<point_label>[#<repeat>]
+    point_label             VARCHAR,            -- c32, gamma-r6-b0.25, ...: the same for every repeat and engine
+    repeat                  INTEGER,            -- 1-based; repeats of a point run interleaved across engines
+    workload                VARCHAR NOT NULL,
+    shape                   VARCHAR NOT NULL,   -- concurrency | poisson | gamma | surge | trace
+    api                     VARCHAR,            -- chat | completions
+    concurrency             INTEGER,
+    rate                    DOUBLE,             -- requested requests/s
+    burstiness              DOUBLE,
+    input_tokens            INTEGER,
+    output_tokens           INTEGER,
+    warmup_s                DOUBLE,
+    duration_s              DOUBLE,
+    window_start_ns         BIGINT,
+    window_end_ns           BIGINT,
+    window_s                DOUBLE,
+    drain_s                 DOUBLE,
+    achieved_rate           DOUBLE,             -- requests/s sent inside the window
+    achieved_concurrency    DOUBLE,             -- time-averaged in-flight requests inside the window
+    send_lateness_p50_ms    DOUBLE,
+    send_lateness_p99_ms    DOUBLE,
+    sent                    INTEGER,
+    completed               INTEGER,
+    failed                  INTEGER,
+    output_tokens_in_window BIGINT,             -- tokens whose content event arrived inside the window
+    energy_j                DOUBLE,             -- energy counter delta over the window, summed over GPUs
+    energy_trace_j          DOUBLE,             -- integrated instant-power trace over the same window
+    energy_crosscheck_j     DOUBLE,             -- an independent reading of the same window (e.g. nvidia-smi)
+    energy_crosscheck_source VARCHAR,
+    idle_power_w            DOUBLE,             -- deployment idle baseline (mean of before/after), summed over GPUs
+    status                  VARCHAR NOT NULL,   -- ok | failed
+    error_kind              VARCHAR,
+    error_text              VARCHAR,
+    summary                 JSON,               -- the load generator's summary (percentiles etc.)
+    PRIMARY KEY (run_id, load_point_id)
+);
+
+CREATE TABLE IF NOT EXISTS requests (
+    run_id                  VARCHAR NOT NULL,
+    source                  VARCHAR NOT NULL,
+    deployment_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,
+    request_id              VARCHAR NOT NULL,
+    scheduled_ns            BIGINT,
+    sent_ns                 BIGINT,
+    first_token_ns          BIGINT,
+    last_token_ns           BIGINT,
+    ttft_ms                 DOUBLE,
+    e2e_ms                  DOUBLE,
+    tpot_ms                 DOUBLE,
+    prompt_tokens           INTEGER,
+    completion_tokens       INTEGER,
+    token_count_source      VARCHAR,            -- usage | tokenizer | estimate
+    input_tokens_requested  INTEGER,
+    max_tokens              INTEGER,
+    finish_reason           VARCHAR,
+    http_status             INTEGER,
+    error_kind              VARCHAR,            -- NULL when the request succeeded
+    error_text              VARCHAR,
+    chunk_ns                BIGINT[],           -- arrival of each content-bearing SSE event
+    chunk_tokens            INTEGER[],          -- tokens carried by each of those events
+    in_window               BOOLEAN,            -- sent inside the steady-state window
+    PRIMARY KEY (run_id, load_point_id, request_id)
+);
+
+CREATE TABLE IF NOT EXISTS gpu_samples (
+    run_id              VARCHAR NOT NULL,
+    source              VARCHAR NOT NULL,
+    deployment_id       VARCHAR NOT NULL,
+    gpu_uuid            VARCHAR NOT NULL,
+    gpu_index           INTEGER,
+    t_ns                BIGINT NOT NULL,
+    power_w             DOUBLE,             -- NVML_FI_DEV_POWER_INSTANT
+    power_avg_w         DOUBLE,             -- NVML_FI_DEV_POWER_AVERAGE
+    energy_mj           DOUBLE,             -- total energy counter, mJ since driver load
+    hbm_used_mib        DOUBLE,
+    hbm_total_mib       DOUBLE,
+    util_gpu_pct        DOUBLE,
+    util_mem_pct        DOUBLE,
+    sm_clock_mhz        DOUBLE,
+    mem_clock_mhz       DOUBLE,
+    temp_c              DOUBLE,
+    hbm_temp_c          DOUBLE,
+    power_limit_w       DOUBLE,
+    clock_event_reasons BIGINT,             -- NVML bitmask
+    clock_events        VARCHAR             -- decoded, comma separated (sw_power_cap, hw_thermal_slowdown, ...)
+);
+
+CREATE TABLE IF NOT EXISTS energy_windows (
+    run_id          VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,
+    deployment_id   VARCHAR NOT NULL,
+    window_name     VARCHAR NOT NULL,       -- idle_before | idle_after | <load_point_id>
+    gpu_uuid        VARCHAR NOT NULL,
+    start_ns        BIGINT NOT NULL,
+    end_ns          BIGINT NOT NULL,
+    energy_start_mj DOUBLE,
+    energy_end_mj   DOUBLE,
+    energy_j        DOUBLE,                 -- NULL when the counter was unavailable or reset
+    counter_reset   BOOLEAN,
+    PRIMARY KEY (run_id, deployment_id, window_name, gpu_uuid)
+);
+
+CREATE TABLE IF NOT EXISTS server_metrics (
+    run_id          VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,
+    deployment_id   VARCHAR NOT NULL,
+    load_point_id   VARCHAR,                -- NULL for scrapes outside a load point
+    t_ns            BIGINT NOT NULL,
+    metric          VARCHAR NOT NULL,       -- the sample's name (histograms: <name>_bucket, _sum, _count)
+    labels          MAP(VARCHAR, VARCHAR),  -- the sample's labels (le for histogram buckets)
+    value           DOUBLE,
+    scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
+);
+
+-- 95% intervals of latency percentiles per load point (pooled over its repeats), computed at ingest by
+-- resources/intervals.py: a bootstrap over requests, stratified by repeat. metric: ttft_p50_ms, tpot_p99_ms,
+-- itl_p90_ms, e2e_p50_ms, ... estimate: the percentile of the pooled requests; lo/hi: NULL from one request.
+CREATE TABLE IF NOT EXISTS latency_intervals (
+    run_id          VARCHAR NOT NULL,
+    source          VARCHAR NOT NULL,
+    deployment_id   VARCHAR NOT NULL,
+    workload        VARCHAR NOT NULL,
+    point_label     VARCHAR NOT NULL,
+    metric          VARCHAR NOT NULL,
+    estimate        DOUBLE,
+    lo              DOUBLE,
+    hi              DOUBLE,
+    samples         BIGINT,                 -- requests (gaps for itl_*) the percentile rests on
+    repeats         INTEGER,
+    method          VARCHAR,
+    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
+);
+
+CREATE TABLE IF NOT EXISTS validation_results (
+    run_id          VARCHAR NOT NULL,
+    check_name      VARCHAR NOT NULL,
+    table_name      VARCHAR NOT NULL,
+    expectation     VARCHAR NOT NULL,
+    column_name     VARCHAR,
+    severity        VARCHAR NOT NULL,       -- error | warn
+    success         BOOLEAN NOT NULL,
+    element_count   BIGINT,
+    unexpected_count BIGINT,
+    sample          JSON,
+    checked_at      TIMESTAMP DEFAULT current_timestamp
+);
+
+-- One row per failed Dagster run, written by the run-failure sensor `record_failed_runs` (pipelines/sensors.py).
+CREATE TABLE IF NOT EXISTS failed_runs (
+    run_id          VARCHAR PRIMARY KEY,
+    source          VARCHAR,                -- emulated | measured, from the run's row in runs; NULL if it had none
+    job_name        VARCHAR NOT NULL,
+    partition_key   VARCHAR,                -- model|scenario of a partitioned run
+    failed_at       TIMESTAMP NOT NULL,     -- UTC
+    error           VARCHAR                 -- the run's failure message and each failed step's error
+);
+
+-- Migrations: columns added since schema version 1 (idempotent; warehouse.apply_schema also converts
+-- server_metrics.labels from its version-1 text form to a MAP).
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS engine_version_source VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS version_checked BOOLEAN;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS point_label VARCHAR;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS repeat INTEGER;
+ALTER TABLE server_metrics ADD COLUMN IF NOT EXISTS scrape VARCHAR;
