@@ -16,8 +16,9 @@ from typing import Any, Iterator
 
 import duckdb
 
-from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest
-from resources.ingest_checks import check_bundle_files, ensure_natural_keys, mark_run, run_status
+from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
+from resources.ingest_checks import (check_table_file, ensure_natural_keys, mark_run, run_status, suspect_lines,
+                                    suspect_rows)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
@@ -137,9 +138,10 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
     folder = Path(bundle)
     manifest = read_manifest(folder)
     run_id = run_id or manifest["run_id"]
-    files = {t: folder / f"{t}.jsonl" for t in BUNDLE_TABLES if (folder / f"{t}.jsonl").exists()}
+    files = table_files(folder)
+    for table, path in files.items():  # before DuckDB opens any: a FIFO or a device would hang or never end
+        regular_file(path, f"a JSON-lines file of table {table}")
     types = {t: table_columns(con, t) for t in files}
-    check_bundle_files(files, types)  # file, line and reason for anything not loadable; nothing loaded then
 
     counts: dict[str, int] = {}
     con.execute("BEGIN TRANSACTION")
@@ -154,58 +156,92 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
         deployment_ids: set[str] = set()
         for table, path in files.items():
             if table in _DEPLOYMENT_TABLES:
-                ids = con.execute(
+                ids = _checked(con, table, path, types[table], lambda: con.execute(
                     "SELECT DISTINCT deployment_id FROM read_json(?, format='newline_delimited', columns={'deployment_id': 'VARCHAR'})",
                     [str(path)],
-                ).fetchall()
+                ).fetchall())
                 deployment_ids |= {r[0] for r in ids if r[0] is not None}
         for table, path in files.items():
-            cols = types[table]
-            if table in _DEPLOYMENT_TABLES:
-                if deployment_ids:
-                    con.execute(
-                        f"DELETE FROM {table} WHERE run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [run_id, sorted(deployment_ids)],
-                    )
-            elif table == "engine_builds":
-                con.execute(
-                    "DELETE FROM engine_builds WHERE run_id = ? AND build_id IN (SELECT build_id FROM "
-                    "read_json(?, format='newline_delimited', columns={'build_id': 'VARCHAR'}))",
-                    [run_id, str(path)],
-                )
-            read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
-            columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
-            converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
-            before = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-            if path.stat().st_size:
-                try:
-                    con.execute(
-                        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-                        f"read_json(?, format='newline_delimited', columns={columns_literal})",
-                        [run_id, str(path)],
-                    )
-                except duckdb.ConstraintException as exc:
-                    raise BundleError(
-                        f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
-                        "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
-                        "nothing was loaded"
-                    ) from None
-                except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
-                    raise BundleError(
-                        f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
-                        f"(table {table}); nothing was loaded"
-                    ) from None
-            after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-            counts[table] = after - before
+            counts[table] = _load_table(con, table, path, types[table], run_id, deployment_ids)
         _derive_deployment_hbm(con, run_id)
         from resources import intervals
 
         counts["latency_intervals"] = intervals.refresh(con, run_id)
+        # refresh_point_stats(con, run_id)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
     return counts
+
+
+def table_files(folder: Path) -> dict[str, Path]:
+    """The table files of a bundle folder: <table>.jsonl, or <table>.jsonl.gz (DuckDB reads gzip as it is)."""
+    files = {}
+    for t in BUNDLE_TABLES:
+        for name in (f"{t}.jsonl", f"{t}.jsonl.gz"):
+            if (folder / name).exists() or (folder / name).is_symlink():
+                files[t] = folder / name
+                break
+    return files
+
+
+def _checked(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], read):
+    """Run `read` (DuckDB reading the file); where DuckDB refuses it, the line-by-line check names file, line and
+    reason (BundleError), and otherwise DuckDB's own message is said as a BundleError."""
+    try:
+        return read()
+    except duckdb.ConstraintException as exc:
+        check_table_file(path, table, set(cols))
+        raise BundleError(
+            f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
+            "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
+            "nothing was loaded"
+        ) from None
+    except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+        check_table_file(path, table, set(cols))
+        raise BundleError(
+            f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
+            f"(table {table}); nothing was loaded"
+        ) from None
+
+
+def _load_table(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], run_id: str,
+                deployment_ids: set[str]) -> int:
+    """Replace this bundle's rows of one table by the file's (inside the ingest's transaction); rows loaded. The
+    rules of resources/ingest_checks.py run in SQL on the rows just loaded."""
+    if table in _DEPLOYMENT_TABLES:
+        if deployment_ids:
+            con.execute(
+                f"DELETE FROM {table} WHERE run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))",
+                [run_id, sorted(deployment_ids)],
+            )
+        mine, params = "run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, sorted(deployment_ids)]
+    elif table == "engine_builds":
+        ids = [r[0] for r in _checked(con, table, path, cols, lambda: con.execute(
+            "SELECT DISTINCT build_id FROM read_json(?, format='newline_delimited', columns={'build_id': 'VARCHAR'})",
+            [str(path)]).fetchall())]
+        con.execute("DELETE FROM engine_builds WHERE run_id = ? AND build_id IN (SELECT unnest(?::VARCHAR[]))",
+                    [run_id, ids])
+        mine, params = "run_id = ? AND build_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, ids]
+    else:
+        mine, params = "run_id = ?", [run_id]
+    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
+    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
+    if not path.stat().st_size:
+        return 0
+    _checked(con, table, path, cols, lambda: con.execute(
+        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"read_json(?, format='newline_delimited', columns={columns_literal})",
+        [run_id, str(path)],
+    ))
+    loaded, suspect = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
+    ).fetchone()
+    if suspect or suspect_lines(con, path, set(cols)):
+        check_table_file(path, table, set(cols))  # names file, line and reason; a JSON text that only looked odd passes
+    return loaded
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
