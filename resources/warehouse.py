@@ -22,7 +22,7 @@ from resources.ingest_checks import (check_table_file, ensure_natural_keys, mark
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
                        "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
@@ -97,6 +97,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
+        refresh_point_stats(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -167,7 +169,7 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
         from resources import intervals
 
         counts["latency_intervals"] = intervals.refresh(con, run_id)
-        # refresh_point_stats(con, run_id)
+        refresh_point_stats(con, run_id)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -242,6 +244,38 @@ def _load_table(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: di
     if suspect or suspect_lines(con, path, set(cols)):
         check_table_file(path, table, set(cols))  # names file, line and reason; a JSON text that only looked odd passes
     return loaded
+
+
+_POINT_STATS = """
+WITH keys AS (
+    SELECT run_id, deployment_id, load_point_id FROM v_request_stats_live WHERE {where}
+    UNION SELECT run_id, deployment_id, load_point_id FROM v_itl_stats_live WHERE {where}
+    UNION SELECT run_id, deployment_id, load_point_id FROM v_window_steadiness_live WHERE {where}
+    UNION SELECT run_id, deployment_id, load_point_id FROM v_client_stats_live WHERE {where})
+SELECT k.run_id, coalesce(lr.source, r.source, 'unknown') AS source, k.deployment_id, k.load_point_id,
+       q.run_id IS NOT NULL AS has_requests, q.* EXCLUDE (run_id, deployment_id, load_point_id),
+       r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, c.meeting_slo_completed_in_window, c.meeting_slo_in_window,
+       i.* EXCLUDE (run_id, deployment_id, load_point_id),
+       w.run_id IS NOT NULL AS has_steadiness, w.* EXCLUDE (run_id, deployment_id, load_point_id),
+       x.run_id IS NOT NULL AS has_client, x.* EXCLUDE (run_id, deployment_id, load_point_id)
+FROM keys k
+LEFT JOIN (SELECT * FROM v_request_stats_live WHERE {where}) q USING (run_id, deployment_id, load_point_id)
+LEFT JOIN (SELECT * FROM v_request_slo_counts WHERE {where}) c USING (run_id, deployment_id, load_point_id)
+LEFT JOIN (SELECT * FROM v_itl_stats_live WHERE {where}) i USING (run_id, deployment_id, load_point_id)
+LEFT JOIN (SELECT * FROM v_window_steadiness_live WHERE {where}) w USING (run_id, deployment_id, load_point_id)
+LEFT JOIN (SELECT * FROM v_client_stats_live WHERE {where}) x USING (run_id, deployment_id, load_point_id)
+LEFT JOIN runs r USING (run_id)
+LEFT JOIN load_runs lr USING (run_id, deployment_id, load_point_id)
+"""
+
+
+def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+    """Recompute the kept per-load-point figures (point_stats) of one run (every run: None) from the requests, by
+    the *_live definitions of sql/views.sql; inside the caller's transaction. Returns the rows written."""
+    where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("true", {})
+    con.execute(f"DELETE FROM point_stats WHERE {where}", params)
+    con.execute("INSERT INTO point_stats BY NAME " + _POINT_STATS.format(where=where), params)
+    return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
