@@ -44,14 +44,15 @@ RATE_RPS = 300                    # requests sent per second: 1M requests are 55
 BASE_NS = 864_000_123_456_789     # perf_counter_ns of a host up 10 days: timestamps as long as real ones
 
 
-def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0) -> dict[str, int]:
+def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
+               requests_per_point: int = REQUESTS_PER_POINT) -> dict[str, int]:
     """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row)."""
     import duckdb
 
     from wattbench_agent.bundle import BundleWriter
 
     folder.mkdir(parents=True, exist_ok=True)
-    points = max(1, -(-n_requests // REQUESTS_PER_POINT))
+    points = max(1, -(-n_requests // requests_per_point))
     per_point = -(-n_requests // points)
     with BundleWriter(folder, run_id=run_id, source="emulated") as w:
         w.write("deployments", [{
