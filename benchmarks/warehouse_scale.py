@@ -151,3 +151,201 @@ def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
     manifest["complete"] = True
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {"requests": n_requests, "load_points": points, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+VIEWS = ("v_load_points", "v_point_figures", "v_repeat_figures", "v_engine_contrasts", "v_request_stats",
+         "v_itl_stats", "v_window_gpu", "v_window_steadiness", "v_client_vs_server", "latency_intervals")
+QUERY_PARAMS = {"steady_qps": 40, "peak_qps": 100, "input_tokens": 512, "output_tokens": 128, "burst_hours_per_day": 4,
+                "elastic_gpu_hour_usd": None}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def child_ingest(db: str, bundle: str) -> dict:
+    from resources.warehouse import connect, ingest_bundle
+
+    t0 = time.perf_counter()
+    with connect(db) as con:
+        counts = ingest_bundle(con, bundle)
+    return {"ingest_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "rows": counts}
+
+
+def child_queries(db: str) -> dict:
+    """Every report query in sql/ (parameters as `wattbench sql` fills them for the latest run) and every view
+    reports read, each timed once on a freshly opened warehouse, then once more (warm)."""
+    from resources.warehouse import SQL_DIR, connect, run_sql
+
+    out: dict[str, dict] = {}
+    with connect(db, read_only=True) as con:
+        runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+        params = {**QUERY_PARAMS, "run_id": runs[-1], "run_a": runs[0], "run_b": runs[-1], "runs": None}
+        jobs = [(p.stem, p.read_text()) for p in sorted(SQL_DIR.glob("*.sql"))
+                if p.stem not in ("schema", "views", "derive_deployment_hbm")]
+        jobs += [(v, f"SELECT * FROM {v}") for v in VIEWS]
+        jobs += [(f"{v} (latest run)", f"SELECT * FROM {v} WHERE run_id = $run_id") for v in VIEWS]
+        for name, text in jobs:
+            times, n = [], None
+            for _ in range(2):
+                t0 = time.perf_counter()
+                n = len(run_sql(con, text, params))
+                times.append(time.perf_counter() - t0)
+            out[name] = {"cold_s": times[0], "warm_s": times[1], "rows": n}
+    return {"queries": out, "peak_rss_mb": _peak_rss_mb()}
+
+
+def child_validation(db: str) -> dict:
+    """The GX suites of every table on the latest run (as assets/checks.py runs them)."""
+    from resources.validation import table_frame, validate_table
+    from resources.warehouse import connect
+
+    t0 = time.perf_counter()
+    failed = []
+    with connect(db, read_only=True) as con:
+        run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
+        for table in ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows"):
+            result = validate_table(table, table_frame(con, table, run_id))
+            failed += [o.name for o in result.outcomes if not o.success and o.severity == "error"]
+    return {"validation_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "errors": failed}
+
+
+_BEFORE = """
+import json, resource, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
+from resources.warehouse import connect, ingest_bundle
+t0 = time.perf_counter()
+with connect(sys.argv[2]) as con:
+    counts = ingest_bundle(con, sys.argv[3])
+print(json.dumps({"ingest_s": time.perf_counter() - t0, "rows": counts,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _child(what: str, *args: str, timeout: float = 3600) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.warehouse_scale", "--child", what, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
+    db = work / f"w-{label}.duckdb"
+    runs = max(1, -(-n // RUN_REQUESTS))
+    ingests = []
+    for k in range(runs):
+        bundle = work / f"bundle-{label}-{k}"
+        t0 = time.perf_counter()
+        made = synthesize(bundle, f"scale-{label}-{k:03d}", min(RUN_REQUESTS, n - k * RUN_REQUESTS), seed=k)
+        made["synthesize_s"] = time.perf_counter() - t0
+        result = _child("ingest", str(db), str(bundle))
+        ingests.append({**made, **result})
+        print(f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
+              f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+              f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}", flush=True)
+        shutil.rmtree(bundle)
+    entry = {"requests": n, "runs": runs, "warehouse_mb": db.stat().st_size / 1e6, "ingest": ingests}
+    entry.update(_child("queries", str(db)))
+    slow = {k: v["cold_s"] for k, v in entry.get("queries", {}).items() if v["cold_s"] >= 1}
+    print(f"  {label}: {len(entry.get('queries', {}))} queries, slowest cold "
+          f"{max((v['cold_s'] for v in entry.get('queries', {}).values()), default=float('nan')):.2f} s; "
+          f"1 s or more: {slow or 'none'}", flush=True)
+    if validation:
+        entry["validation"] = _child("validation", str(db))
+        print(f"  {label}: validation {entry['validation']}", flush=True)
+    db.unlink()
+    return entry
+
+
+def write_results(results: dict, out: Path) -> None:
+    (out / "warehouse_scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = ["# Warehouse at scale (benchmarks/warehouse_scale.py)", "",
+             f"Measured {results['measured_at']} on {results['machine']}; synthetic bundles (shaped like a run, not "
+             "measurements: every figure here is wattbench's own time or memory). Sizes run: "
+             + ", ".join(results["sizes_run"]) + ". Wall seconds of one timing each (no repeats: read them as +-10%).",
+             "", "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+             "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label in results["sizes_run"]:
+        e = results["sizes"][label]
+        ing = e["ingest"]
+        secs = [i.get("ingest_s") for i in ing if "ingest_s" in i]
+        rss = [i.get("peak_rss_mb") for i in ing if "peak_rss_mb" in i]
+        q = e.get("queries", {})
+        reports = {k: v for k, v in q.items() if not k.startswith("v_") and not k.startswith("latency_")}
+        worst = max(reports.items(), key=lambda kv: kv[1]["cold_s"]) if reports else None
+        val = e.get("validation", {})
+        lines.append(
+            f"| {e['requests']:,} | {e['runs']} | {sum(i['bytes'] for i in ing) / 1e6:,.0f} | "
+            f"{', '.join(f'{s:.1f}' for s in secs) or 'failed'} | {max(rss, default=float('nan')):,.0f} | "
+            f"{e['warehouse_mb']:,.0f} | " + (f"{worst[1]['cold_s']:.2f} ({worst[0]})" if worst else "-") + " | "
+            + (f"{val['validation_s']:.1f}" if "validation_s" in val else val.get("error", "not run")) + " | "
+            + (f"{val['peak_rss_mb']:,.0f}" if "peak_rss_mb" in val else "-") + " |")
+    lines += ["", "Every query (cold, then warm, seconds) on the largest warehouse run:", "",
+              "| query | cold (s) | warm (s) | rows |", "|---|---:|---:|---:|"]
+    largest = results["sizes"][results["sizes_run"][-1]]
+    for name, v in largest.get("queries", {}).items():
+        lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
+    if results.get("before"):
+        b = results["before"]
+        lines += ["", f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
+                  f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB."]
+    (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
+                    help="comma-separated sizes to run: " + ", ".join(SIZES) + f" (default {','.join(DEFAULT_SIZES)}; "
+                         "10m needs about 35 GB of disk and an hour)")
+    ap.add_argument("--no-validation", action="store_true", help="skip the GX suites")
+    ap.add_argument("--before", metavar="CHECKOUT",
+                    help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after")
+    ap.add_argument("--work", help="folder for bundles and warehouses (default: a temporary folder)")
+    ap.add_argument("--out", default=str(RESULTS), help="where warehouse_scale.json/.md go (default results/)")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        fn = {"ingest": child_ingest, "queries": child_queries, "validation": child_validation}[args.child[0]]
+        print(json.dumps(fn(*args.child[1:])))
+        return 0
+    labels = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
+    unknown = [s for s in labels if s not in SIZES]
+    if unknown:
+        ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+               "shape": {"run_requests": RUN_REQUESTS, "requests_per_point": REQUESTS_PER_POINT,
+                         "output_tokens": OUTPUT_TOKENS, "gpus": GPUS, "sample_hz": SAMPLE_HZ},
+               "sizes_run": [], "sizes": {}}
+    try:
+        if args.before:
+            bundle = work / "bundle-before"
+            synthesize(bundle, "scale-before", SIZES[labels[0]])
+            code = Path(args.before).resolve()
+            env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
+            proc = subprocess.run([sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
+                                  cwd=code, env=env, capture_output=True, text=True)
+            if proc.returncode == 0:
+                results["before"] = {"code": str(code), "requests": SIZES[labels[0]],
+                                     **json.loads(proc.stdout.strip().splitlines()[-1])}
+                print(f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
+                      f"{results['before']['peak_rss_mb']:,.0f} MB", flush=True)
+            shutil.rmtree(bundle)
+            (work / "before.duckdb").unlink(missing_ok=True)
+        for label in labels:
+            results["sizes"][label] = run_size(label, SIZES[label], work, not args.no_validation)
+            results["sizes_run"].append(label)
+            write_results(results, Path(args.out))  # after every size: a later size that fails loses nothing
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
