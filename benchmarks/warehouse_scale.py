@@ -240,14 +240,16 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
         t0 = time.perf_counter()
         made = synthesize(bundle, f"scale-{label}-{k:03d}", min(RUN_REQUESTS, n - k * RUN_REQUESTS), seed=k)
         made["synthesize_s"] = time.perf_counter() - t0
+        load_before = os.getloadavg()[0]
         result = _child("ingest", str(db), str(bundle))
-        ingests.append({**made, **result})
+        ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
         print(f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
               f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
               f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}", flush=True)
         shutil.rmtree(bundle)
     entry = {"requests": n, "runs": runs, "warehouse_mb": db.stat().st_size / 1e6, "ingest": ingests}
     entry.update(_child("queries", str(db)))
+    entry["load_average_1min_after_queries"] = os.getloadavg()[0]
     slow = {k: v["cold_s"] for k, v in entry.get("queries", {}).items() if v["cold_s"] >= 1}
     print(f"  {label}: {len(entry.get('queries', {}))} queries, slowest cold "
           f"{max((v['cold_s'] for v in entry.get('queries', {}).values()), default=float('nan')):.2f} s; "
@@ -264,7 +266,9 @@ def write_results(results: dict, out: Path) -> None:
     lines = ["# Warehouse at scale (benchmarks/warehouse_scale.py)", "",
              f"Measured {results['measured_at']} on {results['machine']}; synthetic bundles (shaped like a run, not "
              "measurements: every figure here is wattbench's own time or memory). Sizes run: "
-             + ", ".join(results["sizes_run"]) + ". Wall seconds of one timing each (no repeats: read them as +-10%).",
+             + ", ".join(results["sizes_run"]) + ". Wall seconds of one timing each (no repeats); the machine is "
+             "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
+             "means other work competed and the times are upper bounds).",
              "", "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
              "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

@@ -2,7 +2,7 @@
 
 `warehouse.ingest_bundle` loads each table file with DuckDB (read_json, the columns and types of sql/schema.sql),
 inside the ingest's one transaction, and runs these rules on the rows just loaded, in SQL (`suspect_rows`,
-`suspect_lines`): no Python touches a row of a good bundle, so a million requests load in seconds. Where DuckDB
+`scan_lines`): no Python touches a row of a good bundle, so a million requests load in seconds. Where DuckDB
 refuses a file or a rule finds a row, the file is read again line by line (`check_table_file`, the slow path, run
 only then) for the message: the file, the line and the reason; the transaction is rolled back, so nothing of the
 bundle stays. The whole bundle is refused when:
@@ -284,14 +284,17 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
     return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
 
 
-def suspect_lines(con, path: Path, allowed: set[str]) -> bool:
-    """Whether a line of the file is not a JSON object or names a column the table does not have (DuckDB reads a
-    file with named columns and would drop an unknown one silently)."""
+def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) -> tuple[bool, dict[str, list]]:
+    """One pass of DuckDB over a table file: whether a line is not a JSON object or names a column the table does
+    not have (DuckDB reads a file with named columns and would drop an unknown one silently), and the distinct
+    values of the `ids` columns (what rows of the warehouse the file replaces)."""
     known = "[" + ", ".join("'" + c.replace("'", "''") + "'" for c in sorted(allowed)) + "]"
-    return bool(con.execute(
-        f"SELECT count(*) FROM read_json_objects(?, format='newline_delimited') "
-        f"WHERE json_type(json) <> 'OBJECT' OR NOT list_has_all({known}, json_keys(json))", [str(path)]
-    ).fetchone()[0])
+    distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
+    row = con.execute(
+        f"SELECT count(*) FILTER (WHERE json_type(json) <> 'OBJECT' OR NOT list_has_all({known}, json_keys(json)))"
+        f"{distinct} FROM read_json_objects(?, format='newline_delimited')", [str(path)]
+    ).fetchone()
+    return bool(row[0]), {c: sorted(row[1 + i] or []) for i, c in enumerate(ids)}
 
 
 def check_bundle_files(files: dict[str, Path], columns: dict[str, dict[str, str]]) -> dict[str, int]:
