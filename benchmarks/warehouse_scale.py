@@ -207,7 +207,7 @@ def child_validation(db: str) -> dict:
         run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
         for table in ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows"):
             result = validate_table(table, table_frame(con, table, run_id))
-            failed += [o.name for o in result.outcomes if not o.success and o.severity == "error"]
+            failed += [o.rule for o in result.outcomes if not o.success and o.severity == "error"]
     return {"validation_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "errors": failed}
 
 

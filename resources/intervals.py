@@ -151,7 +151,8 @@ SELECT l.deployment_id, l.source, l.workload,
        coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
        coalesce(l.repeat, 1) AS repeat, q.ttft_ms, q.tpot_ms, q.e2e_ms,
        CASE WHEN len(q.chunk_ns) > 1
-            THEN list_transform(range(1, len(q.chunk_ns)), lambda i: (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6) END AS gaps
+            THEN list_transform(range(1, least(len(q.chunk_ns), coalesce(q.chunks_exact, len(q.chunk_ns)))),
+                                lambda i: (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6) END AS gaps
 FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 WHERE q.run_id = $run_id AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
 ORDER BY 1, 2, 3, 4
@@ -160,7 +161,8 @@ ORDER BY 1, 2, 3, 4
 
 _LARGE_POINT_CHUNKS = """
 WITH q AS (
-    SELECT coalesce(l.repeat, 1) AS repeat, q.chunk_ns,
+    SELECT coalesce(l.repeat, 1) AS repeat,
+           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END AS chunk_ns,
            row_number() OVER (ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id) - 1 AS req
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload

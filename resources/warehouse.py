@@ -259,8 +259,9 @@ _POINT_STATS_PARTS = {
         SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws, l.window_end_ns AS we,
                l.run_id IS NOT NULL AS has_load_run,
                unnest(q.chunk_ns) AS t, unnest(q.chunk_tokens) AS n,
-               unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]
-                           ELSE list_prepend(NULL::BIGINT, q.chunk_ns[:len(q.chunk_ns) - 1]) END) AS prev
+               unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
+                           ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
+                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END) AS prev
         FROM requests q LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
         WHERE q.error_kind IS NULL AND q.{where})
     SELECT run_id, deployment_id, load_point_id,

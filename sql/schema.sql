@@ -156,6 +156,7 @@ CREATE TABLE IF NOT EXISTS requests (
     error_text              VARCHAR,
     chunk_ns                BIGINT[],           -- arrival of each content-bearing SSE event
     chunk_tokens            INTEGER[],          -- tokens carried by each of those events
+    chunks_exact            INTEGER,            -- NULL: one entry per event; n: the first n are, the rest one per second (the last event's time, all their tokens): inter-token gaps from the first n only
     in_window               BOOLEAN,            -- sent inside the steady-state window
     PRIMARY KEY (run_id, load_point_id, request_id)
 );
@@ -301,3 +302,6 @@ ALTER TABLE deployments ADD COLUMN IF NOT EXISTS version_checked BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS point_label VARCHAR;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS repeat INTEGER;
 ALTER TABLE server_metrics ADD COLUMN IF NOT EXISTS scrape VARCHAR;
+-- version 3: requests.chunks_exact (a long stream's coalesced tail), table point_stats (created above; filled for
+-- every run by warehouse.apply_schema)
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;

@@ -2,13 +2,14 @@
 -- latency percentiles over successful requests sent inside the steady-state window; throughput over the
 -- window; energy from the GPU energy counter over the same window, summed over the deployment's GPUs.
 
--- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests.
+-- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests (of a long
+-- stream's recorded events, the exact part: requests.chunks_exact).
 CREATE OR REPLACE VIEW v_itl AS
 SELECT run_id, deployment_id, load_point_id,
        (chunk_ns[i + 1] - chunk_ns[i]) / 1e6 AS itl_ms
 FROM (
     SELECT run_id, deployment_id, load_point_id, chunk_ns,
-           unnest(range(1, len(chunk_ns))) AS i
+           unnest(range(1, least(len(chunk_ns), coalesce(chunks_exact, len(chunk_ns))))) AS i
     FROM requests
     WHERE in_window AND error_kind IS NULL AND len(chunk_ns) > 1
 );
@@ -502,7 +503,7 @@ WITH client_req AS (
 client_itl AS (
     SELECT run_id, deployment_id, load_point_id, avg(e.g) AS itl_ms, count(*) AS itl_n
     FROM (SELECT q.run_id, q.deployment_id, q.load_point_id, l.window_start_ns, l.window_end_ns,
-                 unnest(list_transform(range(1, len(q.chunk_ns)),
+                 unnest(list_transform(range(1, least(len(q.chunk_ns), coalesce(q.chunks_exact, len(q.chunk_ns)))),
                         lambda i: struct_pack(t := q.chunk_ns[i + 1], g := (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6))) AS e
           FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
           WHERE q.error_kind IS NULL AND len(q.chunk_ns) > 1)

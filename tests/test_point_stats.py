@@ -48,8 +48,41 @@ def warehouse(tmp_path_factory):
             with unpacked(ROOT / archive) as folder:
                 ingest_bundle(con, folder)
         ingest_bundle(con, _synthetic(tmp / "syn"))
+        ingest_bundle(con, _capped(tmp / "capped"))
         con.execute("UPDATE runs SET slo_ttft_ms = 2000, slo_tpot_ms = 200")  # a run's SLO set after ingest
     return db
+
+
+def _capped(folder: Path) -> Path:
+    """A run whose requests streamed past the load generator's cap: 3 exact events, then one entry a second."""
+    from wattbench_agent.bundle import BundleWriter
+
+    ms = 1_000_000
+    with BundleWriter(folder, run_id="capped", source="emulated") as w:
+        w.write("deployments", [{"deployment_id": "c", "model": "m", "engine": "emulator:vllm-like",
+                                 "config_name": "c", "status": "healthy", "n_gpus": 1}])
+        w.write("load_runs", [{"deployment_id": "c", "load_point_id": "c:w:c1", "workload": "w", "shape": "concurrency",
+                               "status": "ok", "window_s": 3.0, "window_start_ns": 0, "window_end_ns": 3000 * ms,
+                               "output_tokens_in_window": 300, "energy_j": 50.0}])
+        w.write("requests", [{"deployment_id": "c", "load_point_id": "c:w:c1", "request_id": str(i), "sent_ns": 0,
+                              "ttft_ms": 10.0 + i, "e2e_ms": 2500.0, "completion_tokens": 203,
+                              "chunk_ns": [(10 + i) * ms, (20 + i) * ms, (30 + i) * ms, 1000 * ms, 2000 * ms],
+                              "chunk_tokens": [1, 1, 1, 100, 100], "chunks_exact": 3, "in_window": True}
+                             for i in range(4)])
+    return folder
+
+
+def test_a_capped_stream_gives_gaps_of_its_exact_part_only(warehouse):
+    with connect(warehouse, read_only=True) as con:
+        gaps = [r[0] for r in con.execute("SELECT itl_ms FROM v_itl WHERE run_id = 'capped'").fetchall()]
+        assert gaps == [10.0] * 8  # 2 gaps of 3 exact events, 4 requests; the one-second tail is no gap
+        (p50, n), = con.execute("SELECT itl_p50_ms, itl_samples FROM v_itl_stats WHERE run_id = 'capped'").fetchall()
+        assert (p50, n) == (10.0, 8)
+        itl, = con.execute("SELECT estimate FROM latency_intervals WHERE run_id = 'capped' AND metric = 'itl_p50_ms'").fetchone()
+        assert itl == 10.0
+        tokens, = con.execute("SELECT first_half_tokens + second_half_tokens FROM v_window_steadiness "
+                              "WHERE run_id = 'capped'").fetchone()
+        assert tokens == 4 * 203  # every token counted, the tail's included
 
 
 def _synthetic(folder: Path) -> Path:
