@@ -23,6 +23,8 @@ from resources.ingest_checks import (check_table_file, ensure_natural_keys, mark
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
+# DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
+INGEST_MEMORY = os.environ.get("WATTBENCH_INGEST_MEMORY", "1GB")
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
                        "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
@@ -146,6 +148,15 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
     types = {t: table_columns(con, t) for t in files}
 
     counts: dict[str, int] = {}
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY}'")  # DuckDB spills to disk past it: a big bundle stays bounded
+    try:
+        return _ingest(con, folder, manifest, run_id, files, types, counts)
+    finally:
+        con.execute(f"SET memory_limit = '{limit}'")
+
+
+def _ingest(con, folder, manifest, run_id, files, types, counts) -> dict[str, int]:
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(
