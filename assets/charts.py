@@ -80,7 +80,8 @@ def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 def power_chart(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> dict[str, Any] | None:
-    """Total W per deployment over the run with its load windows shaded; x zooms (wheel) and pans (drag)."""
+    """Total W per deployment over the run with its load windows shaded, and each GPU's own trace (dashed) for a
+    deployment on several GPUs; x zooms (wheel) and pans (drag)."""
     series = power_series(samples)
     if series.empty:
         return None
@@ -98,6 +99,17 @@ def power_chart(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> dic
                  alt.Tooltip("power_w:Q", title="power (W)", format=".0f")],
     ).add_params(zoom)
     layers = [lines]
+    gpus = power_series(samples, per_gpu=True)
+    many = gpus.groupby("deployment_id")["gpu"].nunique()
+    gpus = gpus[gpus["deployment_id"].isin(many[many > 1].index)]
+    if not gpus.empty:   # tensor parallel: each GPU's own trace, dashed, under its deployment's total
+        gpus = gpus.assign(engine=gpus["deployment_id"].map(lambda d: engine_of.get(d, d)))
+        layers.append(alt.Chart(_data(gpus)).mark_line(strokeWidth=0.7, opacity=0.75, strokeDash=[4, 2]).encode(
+            x=x, y="power_w:Q", color=alt.Color("engine:N", scale=scale, title="engine config"),
+            detail="gpu:N",
+            tooltip=[alt.Tooltip("deployment_id:N", title="deployment"), alt.Tooltip("gpu:N", title="GPU"),
+                     alt.Tooltip("t_s:Q", title="t (s)", format=".1f"),
+                     alt.Tooltip("power_w:Q", title="power of this GPU (W)", format=".0f")]))
     if not windows.empty:
         w = windows.assign(start_s=(windows["window_start_ns"] - t0) / 1e9, end_s=(windows["window_end_ns"] - t0) / 1e9,
                            point=[point_name(r) for _, r in windows.iterrows()])

@@ -361,13 +361,19 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
     return fig
 
 
-def power_series(samples: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
+def _gpu_name(row_uuid: str, index: Any) -> str:
+    return f"GPU {int(index)}" if index is not None and pd.notna(index) else str(row_uuid)[:12]
+
+
+def power_series(samples: pd.DataFrame, max_points: int = 4000, per_gpu: bool = False) -> pd.DataFrame:
     """Total power of each deployment over time: each GPU's samples averaged into common time bins (100 ms, wider
     when a deployment has more than `max_points` bins), summed over the deployment's GPUs in bins where every GPU
     has a reading (its own, or its previous bin's). Columns: deployment_id, t_s (from the run's first sample),
-    power_w."""
+    power_w. per_gpu: each GPU's own series on the same bins instead (column gpu: "GPU <index>", or the UUID's
+    start where no index was recorded), the parts of that total."""
+    cols = ["deployment_id", "gpu", "t_s", "power_w"] if per_gpu else ["deployment_id", "t_s", "power_w"]
     if samples.empty:
-        return pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])
+        return pd.DataFrame(columns=cols)
     s = samples.dropna(subset=["power_w"])
     t0 = s["t_ns"].min()
     out = []
@@ -376,18 +382,30 @@ def power_series(samples: pd.DataFrame, max_points: int = 4000) -> pd.DataFrame:
         bin_ns = int(max(0.1, span / max_points) * 1e9)
         bin_s = bin_ns / 1e9
         b = (d["t_ns"] - t0) // bin_ns
-        per_gpu = d.assign(bin=b).groupby(["bin", "gpu_uuid"])["power_w"].mean().unstack("gpu_uuid")
+        per_bin = d.assign(bin=b).groupby(["bin", "gpu_uuid"])["power_w"].mean().unstack("gpu_uuid")
         # a GPU whose 10 Hz reading fell into the next bin keeps its last reading for one bin
-        total = per_gpu.reindex(range(int(b.min()), int(b.max()) + 1)).ffill(limit=1).dropna().sum(axis=1)
-        out.append(pd.DataFrame({"deployment_id": dep, "t_s": (total.index.to_numpy() + 0.5) * bin_s,
-                                 "power_w": total.to_numpy()}))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["deployment_id", "t_s", "power_w"])
+        filled = per_bin.reindex(range(int(b.min()), int(b.max()) + 1)).ffill(limit=1).dropna()
+        t_s = (filled.index.to_numpy() + 0.5) * bin_s
+        if per_gpu:
+            index = (d.groupby("gpu_uuid")["gpu_index"].first() if "gpu_index" in d
+                     else pd.Series(None, index=filled.columns, dtype=object))
+            for uuid in filled.columns:
+                out.append(pd.DataFrame({"deployment_id": dep, "gpu": _gpu_name(uuid, index.get(uuid)), "t_s": t_s,
+                                         "power_w": filled[uuid].to_numpy()}))
+        else:
+            out.append(pd.DataFrame({"deployment_id": dep, "t_s": t_s, "power_w": filled.sum(axis=1).to_numpy()}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
+
+
+_GPU_DASHES = [(0, (4, 1.5)), (0, (1, 1)), (0, (6, 2, 1, 2)), (0, (2, 2))]
 
 
 def fig_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> Figure:
     """Total W of each deployment over the run (sampled instant power summed over its GPUs; diagnosis only, the
-    energy counter is the figure of record), each load point's steady-state window shaded and labelled."""
+    energy counter is the figure of record), each load point's steady-state window shaded and labelled; a
+    deployment on several GPUs also shows each GPU's own trace (dashed)."""
     series = power_series(samples)
+    gpus = power_series(samples, per_gpu=True)
     deployments = sorted(series["deployment_id"].unique()) if not series.empty else []
     n = max(1, len(deployments))
     fig, axes = plt.subplots(n, 1, figsize=(8.0, 2.3 * n), squeeze=False, sharex=True)
@@ -399,7 +417,12 @@ def fig_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) ->
         w = windows[windows["deployment_id"] == dep] if not windows.empty else windows
         engine = str(w["engine"].iloc[0]) if "engine" in w and not w.empty else dep
         color = colors.get(engine, "#333")
-        ax.plot(s["t_s"], s["power_w"], lw=0.9, color=color)
+        ax.plot(s["t_s"], s["power_w"], lw=0.9, color=color, label="all its GPUs")
+        parts = gpus[gpus["deployment_id"] == dep]
+        if parts["gpu"].nunique() > 1:   # tensor parallel: each GPU's share under the total
+            for (name, g), dash in zip(parts.groupby("gpu"), _GPU_DASHES * 4):
+                ax.plot(g["t_s"], g["power_w"], lw=0.6, alpha=0.75, color=color, linestyle=dash, label=name)
+            ax.legend(fontsize=6, loc="lower left", ncol=min(5, 1 + parts["gpu"].nunique()), frameon=False)
         top = float(s["power_w"].max()) if not s.empty else 1.0
         ax.set_ylim(0, top * 1.3)
         for _, r in w.iterrows():

@@ -204,8 +204,9 @@ def _topology_note(topologies: pd.DataFrame) -> str | None:
 def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """This run's load points against the previous run of the same point (same model, engine, config,
     precision, tp, GPU, source, workload and load point): relative change per metric, flagged REGRESSION or
-    improvement beyond a noise band = max(3 x the robust relative stdev (1.4826 x MAD / |median|) over earlier
-    runs of the point, 5%)
+    improvement beyond its noise band: from the two runs' 95% intervals where both have them (a change only when
+    they do not overlap), else max(3 x the robust relative stdev (1.4826 x MAD / |median|) over earlier runs of the
+    point, 5%)
     (sql/regressions.sql). The check `no_regressions` warns (never blocks) when something regressed."""
     run_id = run_id_of(context)
     with warehouse.get_connection() as con:
@@ -217,8 +218,9 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     meta: dict[str, Any] = {
         "run_id": run_id, **partition_metadata(context),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
-        "rule": ("change = (this - previous) / |previous|; band = max(3 x robust relative stdev (1.4826 x MAD / "
-                 "|median|) over earlier runs of the point, 5%)"),
+        "rule": ("change = (this - previous) / |previous|; a change beyond the band only when the two runs' 95% "
+                 "intervals do not overlap (both repeated), else band = max(3 x robust relative stdev (1.4826 x "
+                 "MAD / |median|) over earlier runs of the point, 5%); column band_from says which"),
         "regressions": dg.MetadataValue.int(n_reg),
         "improvements": dg.MetadataValue.int(int(counts.get("improvement", 0))),
         "compared_figures": dg.MetadataValue.int(compared),
@@ -284,8 +286,9 @@ def _html_sections(long: pd.DataFrame, frames: dict[str, pd.DataFrame], contrast
         compared = int((regress["flag"] != "no baseline").sum())
         counts = regress["flag"].value_counts().to_dict()
         body = (f"<p>{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s) "
-                f"among {compared} compared figures; rule: change = (this - previous) / |previous|, flagged beyond "
-                "max(3 x robust relative stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%).</p>"
+                f"among {compared} compared figures; rule: change = (this - previous) / |previous|, flagged when "
+                "the two runs' 95% intervals do not overlap (both repeated), else beyond max(3 x robust relative "
+                "stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%); band_from says which.</p>"
                 + (reporting.html_table(flagged) if not flagged.empty else
                    "<p>nothing beyond the noise band</p>" if compared else
                    "<p>no earlier run of these load points to compare with</p>"))

@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "pipelines.commands",                   # run, runs, sql, ingest
     "pipelines.report_cli",                 # report
     "pipelines.import_cli",                 # import
+    "pipelines.predict_cli",                # predict
     *AGENT_COMMAND_MODULES,
 )
 

@@ -5,8 +5,9 @@
 -- energy $/month = replicas x measured deployment W at the sizing point x 730 h x $/kWh x PUE (second line).
 -- NULL with a `note` when no point meets the SLO. Arithmetic: MACRO capacity_plan in sql/views.sql.
 -- $run_id; traffic profile (plan section `capacity`): $steady_qps, $peak_qps, $input_tokens, $output_tokens
--- (the last two may be NULL: use every measured length).
-SELECT engine, engine_kind, precision, tp, gpus_per_replica,
+-- (the last two may be NULL: use every measured length). source: measured | emulated | predicted (wattbench
+-- predict: the twin's figures, not a measurement).
+SELECT engine, source, engine_kind, precision, tp, gpus_per_replica,
        steady_qps, peak_qps,
        round(goodput_per_replica, 2)   AS capacity_rps_per_replica,
        round(goodput_per_gpu, 3)       AS capacity_rps_per_gpu,

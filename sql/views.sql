@@ -288,7 +288,7 @@ WHERE l.status = 'ok';
 -- 730 h x $/kWh x PUE. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
 CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
 WITH cfg AS (
-    SELECT d.run_id, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
+    SELECT d.run_id, d.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
            coalesce(d.n_gpus, d.tp) AS gpus_per_replica, d.status AS deployment_status, d.error_kind AS deployment_error,
            r.gpu_price_per_hour, r.energy_price_per_kwh, r.pue, r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms
     FROM deployments d LEFT JOIN runs r USING (run_id)
@@ -321,7 +321,7 @@ sized AS (
            ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
            ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
     FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
-SELECT run_id, engine, engine_kind, model, precision, tp, gpus_per_replica,
+SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_replica,
        steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
        measured_input_tokens, measured_output_tokens,
        goodput_per_replica, goodput_per_replica / gpus_per_replica AS goodput_per_gpu, sized_on,

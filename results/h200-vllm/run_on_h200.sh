@@ -6,6 +6,8 @@
 #   5.   bash results/h200-vllm/run_on_h200.sh steady         carry .gpu; spec-steady.json (18 load points)
 #   6.   bash results/h200-vllm/run_on_h200.sh long-bursty    carry .gpu; spec-long-bursty.json (12 load points),
 #        then `vllm bench serve` and `wattbench-agent load` against one more bf16 server, side by side
+#   (a later session) bash results/h200-vllm/run_on_h200.sh light   carry .gpu; spec-light.json (12 load points:
+#        1 and 4 streams), light-long (2K-token prompts), kv8 (plans/h200-vllm-kv8.yaml), after the stash calls
 # .gpu holds ../shared/gpu/vllm-h200/{stash.sh,unpack.sh,mkmodel.py,mktok_words.py}; .vllm the vLLM pack's parts
 # (build_pack.sh). The specs were written by `wattbench spec --plan plans/h200-vllm.yaml --workload ...`.
 # Writes to $OUT: the bundle (tar.xz), the agent's log, GPU facts, and for long-bursty the peer comparison files.
@@ -15,7 +17,7 @@ GPU=.gpu
 MODEL=/tmp/wattbench-llama8b
 TOK=/tmp/wattbench-tok
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-phase=${1:?usage: run_on_h200.sh stash|steady|long-bursty}
+phase=${1:?usage: run_on_h200.sh stash|steady|long-bursty|light|light-long|kv8}
 
 if [ "$phase" = stash ]; then
   bash "$GPU/stash.sh" .vllm

@@ -84,3 +84,40 @@ def test_deployments_that_do_not_fit_together_run_in_rounds(node, fake_engines, 
     assert (deps["a"]["config"]["round"], deps["c"]["config"]["round"], deps["b"]["config"]["round"]) == (1, 1, 2)
     assert deps["b"]["gpu_uuids"] == node[:4] and all(d["status"] == "healthy" for d in deps.values())
     assert any("2 rounds" in m for m in log)
+
+
+def test_the_tensor_parallel_plan_runs_on_a_fake_four_gpu_node(fake_engines, tmp_path, monkeypatch):
+    """plans/h200-vllm-tp.yaml as shipped (its load points shortened): two TP-1 replicas and TP-2 share round 1 on
+    their own GPUs, TP-4 takes all four in round 2; NVLink multicast stays off in every engine's environment;
+    each deployment's energy is exactly its GPUs' counters."""
+    from dataclasses import replace
+
+    from resources.plan import agent_spec, load_plan
+
+    trace = node_trace(json.loads(TRACE.read_text()), 4)
+    (tmp_path / "node4.json").write_text(json.dumps(trace))
+    monkeypatch.setenv("WATTBENCH_FAKE_NVML", str(tmp_path / "node4.json"))
+    uuids = [d["calls"]["nvmlDeviceGetUUID"][0][2] for d in trace["devices"]]
+    plan, _ = load_plan(Path(__file__).resolve().parents[2] / "plans" / "h200-vllm-tp.yaml")
+    spec = agent_spec(plan, "tp", tmp_path / "bundle", builds={})
+    short = {"warmup_s": 0.0, "duration_s": 0.6, "ramp_s": 0.0, "concurrency": 2, "input_tokens": 16,
+             "output_tokens": 4, "timeout_s": 10}
+    deps = tuple(replace(d, health_timeout_s=20, load_points=tuple(
+        replace(p, load={**p.load, **short}) for p in d.load_points[:1])) for d in spec.deployments)
+    spec = replace(spec, deployments=deps, idle_baseline_s=0.2)
+    bundle = run_spec(spec, log=lambda m: None)
+    rows = {t: [json.loads(x) for x in (bundle / f"{t}.jsonl").read_text().splitlines()]
+            for t in ("deployments", "load_runs", "energy_windows")}
+    got = {d["deployment_id"]: d for d in rows["deployments"]}
+    assert {k: (d["config"]["round"], d["n_gpus"], d["status"]) for k, d in got.items()} == {
+        "vllm-tp1-a": (1, 1, "healthy"), "vllm-tp1-b": (1, 1, "healthy"), "vllm-tp2": (1, 2, "healthy"),
+        "vllm-tp4": (2, 4, "healthy")}
+    assert got["vllm-tp2"]["gpu_uuids"] == uuids[2:4] and got["vllm-tp4"]["gpu_uuids"] == uuids
+    env = {r["CUDA_VISIBLE_DEVICES"]: r for r in fake_engines.records("vllm")}
+    assert sorted(env) == ["0", "0,1,2,3", "1", "2,3"]
+    assert all(r["NCCL_NVLS_ENABLE"] == "0" and r["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+               and r["NVSHMEM_DISABLE_NVLS"] == "1" for r in env.values())
+    for lr in rows["load_runs"]:
+        windows = [w for w in rows["energy_windows"] if w["window_name"] == lr["load_point_id"]]
+        assert sorted(w["gpu_uuid"] for w in windows) == sorted(got[lr["deployment_id"]]["gpu_uuids"])
+        assert lr["energy_j"] == pytest.approx(sum(w["energy_j"] for w in windows))

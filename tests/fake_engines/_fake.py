@@ -37,6 +37,11 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in version.split(".")[:3] if x.isdigit())
 
 
+# the environment a test may check reached the engine: the plan's env map and NVLink-multicast switches
+_RECORDED_ENV = ("VLLM_USE_FLASHINFER_SAMPLER", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                 "NVSHMEM_DISABLE_NVLS")
+
+
 def record(prog: str, argv: list[str]) -> None:
     path = os.environ.get("FAKE_ENGINE_ARGV_LOG")
     if path:
@@ -44,7 +49,7 @@ def record(prog: str, argv: list[str]) -> None:
             fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid(),
                                  "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
                                  "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
-                                 "VLLM_USE_FLASHINFER_SAMPLER": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER")}) + "\n")
+                                 **{k: os.environ.get(k) for k in _RECORDED_ENV}}) + "\n")
 
 
 def scenario(name: str, prog: str, argv: list[str]) -> str | None:

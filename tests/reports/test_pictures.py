@@ -2,6 +2,7 @@
 cannot come back. Points come from a real warehouse (synthetic bundle, ingested, summarised by sql/load_points.sql)
 where the test is about the data, and from frames made here where it is about crowding (eight engines)."""
 
+import json
 import itertools
 import re
 
@@ -171,3 +172,30 @@ def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():
     jitter.loc[(jitter["gpu_uuid"] == "GPU-1") & (jitter["t_ns"] == 9 * 100_000_000 + 4_000_000), "t_ns"] += 99_000_000
     series = pictures.power_series(jitter)
     assert len(series) == 50 and (series["power_w"] == 500.0).all()
+
+
+def test_a_tensor_parallel_deployment_shows_each_gpus_trace_under_its_total():
+    """Per-GPU traces are the parts of the deployment's total, named by index; one-GPU deployments get none."""
+    from assets import charts
+
+    t = np.arange(0, 30) * 100_000_000
+    samples = pd.concat([
+        pd.DataFrame({"deployment_id": "tp2", "gpu_uuid": "GPU-aa", "gpu_index": 2, "t_ns": t + 1_000_000,
+                      "power_w": 400.0}),
+        pd.DataFrame({"deployment_id": "tp2", "gpu_uuid": "GPU-bb", "gpu_index": 3, "t_ns": t + 3_000_000,
+                      "power_w": 250.0}),
+        pd.DataFrame({"deployment_id": "tp1", "gpu_uuid": "GPU-cc", "gpu_index": 0, "t_ns": t + 2_000_000,
+                      "power_w": 300.0}),
+    ])
+    parts = pictures.power_series(samples, per_gpu=True)
+    total = pictures.power_series(samples)
+    tp2 = parts[parts["deployment_id"] == "tp2"]
+    assert sorted(tp2["gpu"].unique()) == ["GPU 2", "GPU 3"]
+    summed = tp2.groupby("t_s")["power_w"].sum().to_numpy()
+    assert np.allclose(summed, total[total["deployment_id"] == "tp2"]["power_w"].to_numpy())
+    windows = pd.DataFrame(columns=["deployment_id", "engine", "window_start_ns", "window_end_ns"])
+    fig = pictures.fig_power_trace(samples, windows, "emulated")
+    labels = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
+    assert {"GPU 2", "GPU 3"} <= labels and "GPU 0" not in labels
+    spec = json.dumps(charts.power_chart(samples, windows, "emulated"))
+    assert "power of this GPU (W)" in spec and "GPU 3" in spec and "GPU 0" not in spec

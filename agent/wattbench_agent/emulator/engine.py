@@ -8,10 +8,17 @@ trtllm-like (TensorRT-LLM in-flight batching, GUARANTEED_NO_EVICT): a sequence i
            (max_batch_size), tokens (max_num_tokens, whole prompt in one context step unless chunked context is
            on) and KV blocks for its whole prompt + output are free; never preempts. Requests that do not fit
            wait in the application-layer queue. prompt + max_tokens > max_seq_len is truncated silently.
+
+Both sit behind an API server (Frontend): one serial process that takes in each new request (intake_s: HTTP,
+chat template, tokenisation) and finishes each completed one (finish_s), in arrival order; a request reaches the
+scheduler only when the API server has taken it in. With the scheduler running one step ahead of the GPU (vLLM
+--async-scheduling, TensorRT-LLM's overlap scheduler: host_overlap > 0), a request that reaches the scheduler while
+a step runs joins the step after the next one.
 """
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
@@ -23,7 +30,7 @@ class Request:
     __slots__ = ("rid", "prompt_len", "target", "max_tokens", "arrival", "block_hashes", "num_computed",
                  "generated", "nblocks", "cached_blocks", "state", "finish_reason", "aborted", "sink",
                  "first_token_t", "last_token_t", "preemptions", "seq_no", "truncated", "pending", "stride",
-                 "meta", "reserved", "hit_tokens")
+                 "meta", "reserved", "hit_tokens", "ready_t")
 
     def __init__(self, rid: str, prompt_len: int, max_tokens: int, arrival: float = 0.0,
                  block_hashes: list[int] | None = None, sink: Any = None, meta: Any = None):
@@ -51,6 +58,59 @@ class Request:
         self.meta = meta
         self.reserved = 0
         self.hit_tokens = 0
+        self.ready_t = arrival  # when the API server handed it to the scheduler
+
+
+class Frontend:
+    """The API server in front of the engine, as one serial process: it finishes completed requests (finish_s each)
+    as their last outputs come back, and takes new requests in (intake_s each) in arrival order whenever it is not
+    busy. Output streaming itself is modelled by SSE coalescing (frontend_event_s), not here."""
+
+    __slots__ = ("intake_s", "finish_s", "latency_s", "queue", "free_t", "rng", "_next")
+
+    def __init__(self, intake_s: float, finish_s: float, latency_s: float = 0.0, seed: int = 0):
+        self.intake_s = intake_s
+        self.finish_s = finish_s
+        self.latency_s = latency_s
+        self.queue: deque[Request] = deque()
+        self.free_t = 0.0  # when the API server is next free
+        # intake times vary request to request (uniform 0.5-1.5 x intake_s, seeded): two runs of the same closed
+        # loop fall out of lockstep differently, as repeats on a real engine do
+        self.rng = random.Random(seed)
+        self._next = self._draw()
+
+    def _draw(self) -> float:
+        return self.intake_s * (0.5 + self.rng.random())
+
+    @property
+    def active(self) -> bool:
+        return self.intake_s > 0.0 or self.finish_s > 0.0 or self.latency_s > 0.0
+
+    def finished(self, now: float, n: int) -> None:
+        if n and self.finish_s > 0.0:
+            self.free_t = (self.free_t if self.free_t > now else now) + n * self.finish_s
+
+    def release(self, now: float) -> list[Request]:
+        """Requests whose intake completed by `now`, each with its ready_t."""
+        out = []
+        q = self.queue
+        while q:
+            r = q[0]
+            t = r.arrival + self.latency_s
+            done = (self.free_t if self.free_t > t else t) + self._next
+            if done > now:
+                break
+            self.free_t = done
+            r.ready_t = done
+            out.append(q.popleft())
+            self._next = self._draw()
+        return out
+
+    def next_ready(self) -> float | None:
+        if not self.queue:
+            return None
+        t = self.queue[0].arrival + self.latency_s
+        return (self.free_t if self.free_t > t else t) + self._next
 
 
 class Batch:
@@ -62,7 +122,7 @@ class Batch:
 
 
 class Scheduler:
-    def __init__(self, st: EngineSetup):
+    def __init__(self, st: EngineSetup, seed: int = 0):
         self.st = st
         self.profile = st.profile
         o = st.options
@@ -94,6 +154,12 @@ class Scheduler:
         self.prefix_hits = 0
         self.finished_by_reason: dict[str, int] = {}
         self.steps = 0
+        self._aborts = 0  # aborts not yet swept from the running list
+        kf = st.dep.kf
+        self.frontend = Frontend(kf.intake_s, kf.finish_s, kf.intake_latency_s, seed)
+        self.run_ahead = kf.host_overlap > 0.0  # the next step is scheduled while this one runs
+        self.last_sched_t = -1.0  # when the step now running (or the last one) was scheduled
+        self.last_end_t = -1.0  # when the last step ended
 
     # ------------------------------------------------------------ admission
     def validate(self, prompt_len: int, max_tokens: int | None) -> tuple[int, bool, str | None]:
@@ -119,6 +185,25 @@ class Scheduler:
                               "the completion). Please reduce the length of the messages or completion.")
         return max_tokens, False, None
 
+    def submit(self, r: Request, now: float) -> None:
+        """A new request at the API server (r.arrival = now): queued for intake, or straight to the scheduler."""
+        if self.frontend.active:
+            r.state = "intake"
+            self.frontend.queue.append(r)
+        else:
+            r.ready_t = now
+            self.add(r)
+
+    def pump(self, now: float) -> None:
+        """Hand the requests the API server has taken in by `now` to the scheduler."""
+        if self.frontend.queue:
+            for r in self.frontend.release(now):
+                self.add(r)
+
+    def next_intake(self) -> float | None:
+        """When the API server next hands a request over (None: nothing queued there)."""
+        return self.frontend.next_ready()
+
     def add(self, r: Request) -> None:
         r.state = "waiting"
         self._seq += 1
@@ -129,6 +214,7 @@ class Scheduler:
 
     def abort(self, r: Request) -> None:
         r.aborted = True
+        self._aborts += 1
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
@@ -207,11 +293,23 @@ class Scheduler:
         self.waiting.appendleft(r)
 
     # ------------------------------------------------------------ one iteration
-    def schedule(self) -> Batch | None:
-        if self.profile == "trtllm-like":
-            b = self._schedule_trt()
-        else:
-            b = self._schedule_vllm()
+    def schedule(self, now: float | None = None) -> Batch | None:
+        """The next step's batch. `now` (engine time) enables the API server's intake and the scheduler's run-ahead
+        lag; without it every waiting request is eligible."""
+        lag = (0.0, -1.0)  # requests that reached the scheduler in (lo, hi] wait one more step
+        if now is not None:
+            self.pump(now)
+            if self.run_ahead:
+                # running ahead, the step starting now was scheduled when the previous one started: a request that
+                # reached the scheduler while that step ran joins the step after this one; one that came while the
+                # engine sat idle is scheduled at once
+                lag = (self.last_sched_t, self.last_end_t)
+        sched = self._schedule_trt if self.profile == "trtllm-like" else self._schedule_vllm
+        b = sched(lag)
+        if not b.items and lag[1] >= lag[0] and self.waiting:
+            b = sched()  # nothing else to run: the engine idles, and then schedules the request at once
+        if now is not None and b.items:
+            self.last_sched_t = now
         return b if b.items else None
 
     def _add_item(self, b: Batch, r: Request, q: int) -> None:
@@ -229,40 +327,65 @@ class Scheduler:
 
     def _drop_aborted(self, cache_prompt: bool) -> list:
         """Release the requests whose clients went away; returns the running list without them."""
-        if any(r.aborted for r in self.running):
-            for r in [r for r in self.running if r.aborted]:
-                self._release(r, cache_prompt=cache_prompt)
-            self.running = [r for r in self.running if not r.aborted]
+        if self._aborts:
+            self._aborts = 0
+            if any(r.aborted for r in self.running):
+                for r in [r for r in self.running if r.aborted]:
+                    self._release(r, cache_prompt=cache_prompt)
+                self.running = [r for r in self.running if not r.aborted]
         return self.running
 
-    def _schedule_vllm(self) -> Batch:
+    def _schedule_vllm(self, lag: tuple[float, float] = (0.0, -1.0)) -> Batch:
         b = Batch()
         bs = self.bs
         budget = self.token_budget
         running = self._drop_aborted(cache_prompt=True)
         preempted = False
         i = 0
+        items = b.items
+        ld = b.load
+        # the hot loop (every running sequence, every step): _add_item inlined into local sums
+        tokens = seqs = sampled = prefill = 0
+        kv_read = 0
+        attn = 0.0
         while i < len(running) and budget > 0:
             r = running[i]
-            need = r.prompt_len + r.generated - r.num_computed
+            c = r.num_computed
+            need = r.prompt_len + r.generated - c
             q = need if need < budget else budget
-            new_blocks = -(-(r.num_computed + q) // bs) - r.nblocks
-            ok = True
-            while new_blocks > self._available():
-                victim = running.pop()  # lowest priority: admitted last
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    ok = False
-                    break
-            if not ok:
-                break
+            new_blocks = -(-(c + q) // bs) - r.nblocks
             if new_blocks > 0:
+                ok = True
+                while new_blocks > self.free_blocks + len(self.evictable):
+                    victim = running.pop()  # lowest priority: admitted last
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        ok = False
+                        break
+                if not ok:
+                    break
                 self._take(new_blocks)
                 r.nblocks += new_blocks
-            self._add_item(b, r, q)
+            items.append((r, q))
+            tokens += q
+            seqs += 1
+            kv_read += c
+            if q == 1:
+                attn += c + 1.0
+            else:
+                attn += q * (c + (q + 1) * 0.5)
+                prefill += q
+            if q == need:
+                sampled += 1
             budget -= q
             i += 1
+        ld.tokens += tokens
+        ld.seqs += seqs
+        ld.sampled += sampled
+        ld.kv_read += kv_read
+        ld.attn_work += attn
+        ld.prefill_tokens += prefill
         if not preempted:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < self.max_seqs:
@@ -270,6 +393,8 @@ class Scheduler:
                 if r.aborted:
                     waiting.popleft()
                     continue
+                if lag[0] < r.ready_t <= lag[1]:
+                    break
                 self._prefix_lookup(r)
                 need = r.prompt_len + r.generated - r.num_computed
                 q = need if need < budget else budget
@@ -285,7 +410,7 @@ class Scheduler:
                 budget -= q
         return b
 
-    def _schedule_trt(self) -> Batch:
+    def _schedule_trt(self, lag: tuple[float, float] = (0.0, -1.0)) -> Batch:
         b = Batch()
         bs = self.bs
         budget = self.token_budget
@@ -308,6 +433,8 @@ class Scheduler:
             if r.aborted:
                 waiting.popleft()
                 continue
+            if lag[0] < r.ready_t <= lag[1]:
+                break
             need = r.prompt_len - r.num_computed
             if need > budget and not self.chunked:
                 break
@@ -331,23 +458,28 @@ class Scheduler:
         `emit(req, new_tokens, finished)` is called for every sequence that produced a token or finished.
         """
         self.steps += 1
+        self.last_end_t = now
         produced = 0
         finished_any = False
         bs = self.bs
         trt = self.profile == "trtllm-like"
+        trt_grow = trt and not self.no_evict
         for r, q in b.items:
             if r.aborted:
                 continue
-            r.num_computed += q
-            if r.num_computed >= r.prompt_len + r.generated:
-                if r.generated == 0 and r.first_token_t is None:
+            c = r.num_computed + q
+            r.num_computed = c
+            g = r.generated
+            if c >= r.prompt_len + g:
+                if g == 0 and r.first_token_t is None:
                     r.first_token_t = now
                     self.prompt_tokens_total += r.prompt_len
-                r.generated += 1
+                g += 1
+                r.generated = g
                 produced += 1
                 r.last_token_t = now
-                done = r.generated >= r.target
-                if trt and not done and not self.no_evict:
+                done = g >= r.target
+                if trt_grow and not done:
                     need = -(-(r.prompt_len + r.generated + 1) // bs)
                     if need > r.nblocks:
                         take = min(need - r.nblocks, self.free_blocks)
@@ -363,10 +495,13 @@ class Scheduler:
         self.generation_tokens_total += produced
         if finished_any:
             keep = []
+            n_fin = 0
             for r in self.running:
                 if r.state == "finished":
                     self._release(r, cache_prompt=True)
+                    n_fin += 1
                 else:
                     keep.append(r)
             self.running = keep
+            self.frontend.finished(now, n_fin)
         return produced

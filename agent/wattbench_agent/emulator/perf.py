@@ -40,15 +40,22 @@ class KernelFactors:
     seq_overhead_s: float  # host time per scheduled sequence and step
     frontend_event_s: float  # API-server time to turn one step's output of one request into an SSE event
     host_overlap: float = 0.0  # share of the host time hidden behind the GPU's previous iteration (overlap scheduler)
+    online_fp8_layer_s: float = 0.0  # extra GPU time per layer and step with online fp8 (dynamic activation scales)
+    online_fp8_bytes: float = 0.0  # HBM bytes per activation element quantised with a dynamic scale (amax + cast)
+    fp8_gemm_scale: float | None = None  # fp8 GEMM share of the fp8 peak relative to gemm_eff (None: precision's)
+    intake_s: float = 0.0  # API-server time to take in one new request (HTTP, chat template, tokenisation)
+    intake_latency_s: float = 0.0  # fixed latency from the client's send to the API server's intake (hops, queues)
+    finish_s: float = 0.0  # API-server time to finish one request (last chunk, usage, stats)
 
 
 @dataclass(frozen=True)
 class PowerFactors:
-    """Power model, as fractions of the GPU's TDP (fitted on ML.ENERGY H100 figures; scaled by TDP elsewhere)."""
+    """Power model, as fractions of the GPU's TDP (fitted on ML.ENERGY H100 figures and the H200 vLLM runs,
+    benchmarks/twin_fit.py; scaled by TDP elsewhere)."""
 
-    k_busy: float = 0.05  # static active power while the engine iterates (clocks up, leakage, front ends)
-    k_mem: float = 0.68  # HBM + memory-system power at 100% bandwidth utilisation
-    k_cmp: float = 1.44  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
+    k_busy: float = 0.1125  # static active power while the engine iterates (clocks up, leakage, front ends)
+    k_mem: float = 0.68  # HBM + memory-system power at 100% of an H100 SXM's bandwidth (x gpu.mem_power_scale)
+    k_cmp: float = 1.015  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
     clk_exp: float = 2.0  # dynamic compute power ~ clk^clk_exp under DVFS
     min_clk: float = 0.55
 
@@ -95,6 +102,8 @@ class Deployment:
     power_limit_w: float | None = None
     pf: PowerFactors = field(default_factory=lambda: POWER)
     weight_only_fp8: bool = False  # fp8 weights on a GPU without fp8 tensor cores (Marlin-style)
+    online_fp8: bool = False  # fp8 weights quantised at load from a 16-bit checkpoint, dynamic activation scales
+    kv_bytes_elem: float | None = None  # KV-cache bytes per element (None: the precision's)
 
     def __post_init__(self) -> None:
         m, p, n = self.model, self.precision, self.tp
@@ -112,19 +121,35 @@ class Deployment:
         # embeddings and lm_head stay in 16 bit in fp8 / int4 checkpoints
         self.weight_bytes_total += (m.embed_params * (1 if m.tied_embeddings else 2)) * (2.0 - p.weight_bytes)
         self.weight_bytes_per_gpu = self.weight_bytes_total / n
-        self.kv_bytes_per_token_gpu = 2 * m.layers * self.kv_heads_per_gpu * m.head_dim * p.kv_bytes
-        self.kv_bytes_per_token = 2 * m.layers * m.kv_heads * m.head_dim * p.kv_bytes
+        if self.kv_bytes_elem is None:
+            self.kv_bytes_elem = p.kv_bytes
+        kvb = self.kv_bytes_elem
+        self.kv_bytes_per_token_gpu = 2 * m.layers * self.kv_heads_per_gpu * m.head_dim * kvb
+        self.kv_bytes_per_token = 2 * m.layers * m.kv_heads * m.head_dim * kvb
         compute = p.compute
         if compute == "fp8" and not self.gpu.has_fp8:
             compute = "bf16"
             self.weight_only_fp8 = True
         self.peak = self.gpu.peak_flops(compute)
-        self.gemm_eff = self.kf.gemm_eff * (p.gemm_eff_scale if compute != "bf16" or p.id == "int4-awq" else 1.0)
-        attn_compute = "fp8" if (self.kf.fp8_attention and p.kv_bytes == 1.0 and self.gpu.has_fp8) else "bf16"
+        scale = p.gemm_eff_scale if compute != "bf16" or p.id == "int4-awq" else 1.0
+        if compute == "fp8" and self.kf.fp8_gemm_scale is not None:
+            scale = self.kf.fp8_gemm_scale  # the profile's own fp8 GEMM kernels (fitted where measured)
+        self.gemm_eff = self.kf.gemm_eff * scale
+        attn_compute = "fp8" if (self.kf.fp8_attention and kvb == 1.0 and self.gpu.has_fp8) else "bf16"
         self.peak_attn = self.gpu.peak_flops(attn_compute)
         self.bw = self.gpu.hbm_bw * self.kf.mem_eff
         self.nvlink = self.gpu.nvlink_bw / 2 * self.kf.nvlink_eff  # one direction
         self.fixed_s = m.layers * self.kf.layer_overhead_s
+        self.quant_bytes_per_token = 0.0
+        if self.online_fp8 and p.id == "fp8":
+            # online fp8 (vLLM --quantization fp8 on a 16-bit checkpoint): every linear layer's input is quantised
+            # with a dynamic per-tensor scale (an amax reduction, then a cast) in kernels of their own: a fixed cost
+            # per layer and HBM traffic per activation element (qkv and gate/up inputs are whole, o and down
+            # inputs sharded over the TP ranks)
+            self.fixed_s += m.layers * self.kf.online_fp8_layer_s
+            elems = 2 * m.hidden + (m.heads * m.head_dim + m.intermediate) / n
+            self.quant_bytes_per_token = m.layers * elems * self.kf.online_fp8_bytes
+        self.mem_power_w = self.gpu.tdp_w * self.pf.k_mem * self.gpu.mem_power_scale
         self._lin_bytes_dense = (self.dense_lin_params * p.weight_bytes) / n
         self._head_bytes = head * 2.0 / n
 
@@ -143,8 +168,22 @@ class Deployment:
             pf, tdp = self.pf, self.gpu.tdp_w
             p_cmp = tdp * pf.k_cmp * cost.util_cmp
             rest = cost.power_w - p_cmp
-            clk = max(pf.min_clk, min(1.0, ((lim - rest) / p_cmp) ** (1.0 / pf.clk_exp))) if p_cmp > 0 else 1.0
+            if p_cmp <= 0:
+                clk = 1.0
+            elif lim <= rest:  # the rest alone is above the limit: the lowest clock, and more below
+                clk = pf.min_clk
+            else:
+                clk = max(pf.min_clk, min(1.0, ((lim - rest) / p_cmp) ** (1.0 / pf.clk_exp)))
             cost = self._step(load, clk)
+            if cost.power_w > lim + 1e-9:
+                # still above the limit at the lowest clock (memory-bound power alone exceeds it): the GPU throttles
+                # until the average fits, i.e. the same dynamic energy spread over a longer step
+                static = self.gpu.idle_w + tdp * pf.k_busy
+                stretch = (cost.power_w - static) / max(lim - static, 1e-9)
+                cost.dt *= stretch
+                cost.t_gpu *= stretch
+                cost.util_mem /= stretch
+                cost.util_cmp /= stretch
             cost.power_w = min(cost.power_w, lim)
             cost.reasons |= CLOCK_EVENT_SW_POWER_CAP
         return cost
@@ -181,14 +220,15 @@ class Deployment:
             t_ar = 2 * m.layers * (kf.allreduce_latency_s + 2.0 * (n - 1) / n * msg / self.nvlink)
         else:
             t_ar = 0.0
-        t_gpu = t_lin + t_attn + t_ar + self.fixed_s
+        q_bytes = T * self.quant_bytes_per_token
+        t_gpu = t_lin + t_attn + t_ar + self.fixed_s + q_bytes / self.bw
         t_cpu = kf.step_overhead_s + kf.seq_overhead_s * load.seqs
         if kf.host_overlap > 0.0:  # scheduling of step n+1 runs while the GPU executes step n
             hidden = min(t_cpu * kf.host_overlap, t_gpu)
             t_cpu -= hidden
         dt = t_gpu + t_cpu
         flops = lin_flops + attn_flops
-        nbytes = w_bytes + kv_bytes
+        nbytes = w_bytes + kv_bytes + q_bytes
         busy = t_gpu / dt
         u_mem = min(1.0, nbytes / (self.gpu.hbm_bw * dt))
         # tensor activity: time spent in matmul/attention math at the profile's efficiency, normalised by a common
@@ -199,7 +239,7 @@ class Deployment:
         # static active power is drawn for the whole iteration: host gaps of a few hundred microseconds are far
         # shorter than the GPU's power-management reaction time, so clocks and voltage stay up (ML.ENERGY's
         # "static power wastage" of CPU-bound small batches)
-        power = self.gpu.idle_w + tdp * (pf.k_busy + pf.k_mem * u_mem + pf.k_cmp * u_cmp * clk ** pf.clk_exp)
+        power = self.gpu.idle_w + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk ** pf.clk_exp) + self.mem_power_w * u_mem
         return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)
 
     def idle_power(self) -> float:

@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wattbench_agent.emulator.perf import Deployment, KernelFactors
 from wattbench_agent.emulator.specs import gpu_spec, model_spec, precision_spec
 
-EMULATOR_VERSION = "0.2.0"
+EMULATOR_VERSION = "0.3.0"
 PROFILES = ("trtllm-like", "vllm-like")
 # The engine release each profile speaks for (its /version's "emulates"): the vllm-like /metrics page uses exactly
 # vLLM 0.25.0's names, labels and HELP texts for what it emulates; trtllm-like takes trtllm-build 0.18.2's knobs
 # (the trtllm adapter's release) and serves the same vLLM-named page, since TensorRT-LLM 0.18 has no Prometheus page.
 EMULATES = {"vllm-like": "vllm 0.25.0", "trtllm-like": "tensorrt-llm 0.18.2"}
 
-# ---- fitted kernel factors (docs/EMULATOR.md, "Fitted factors"; benchmarks/emulator_calibration.py) ----
+# ---- kernel factors (docs/EMULATOR.md, "Factors"). vllm-like: fitted (benchmarks/twin_fit.py, final fit on the
+# 18 public ML.ENERGY figures and ten real H200 vLLM 0.25.0 points; host times from the earlier ML.ENERGY-only fit).
+# trtllm-like: ASSUMPTIONS, never measured against TensorRT-LLM; each one's source is in
+# benchmarks/emulator_calibration.py (TRT_ASSUMPTIONS), and every seed claim is checked against each +-20%.
+_INTAKE_S, _FINISH_S, _INTAKE_LATENCY_S = 5.0e-3, 1.25e-3, 15e-3  # API server, fitted on the H200 vLLM runs
 FACTORS: dict[str, KernelFactors] = {
     # TensorRT-LLM: fused kernels, fp8 context FMHA, C++ runtime with CUDA graphs whose scheduler overlaps the GPU
-    # (host_overlap), custom all-reduce
-    "trtllm-like": KernelFactors(gemm_eff=0.70, attn_eff=0.55, fp8_attention=True, mem_eff=0.70,
+    # (host_overlap), custom all-reduce. API-server costs taken equal to vLLM's (no TensorRT-LLM figure).
+    "trtllm-like": KernelFactors(gemm_eff=0.70, attn_eff=0.55, fp8_attention=True, mem_eff=0.60,
                                  layer_overhead_s=1.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
                                  step_overhead_s=0.20e-3, seq_overhead_s=1.0e-6, frontend_event_s=20e-6,
-                                 host_overlap=1.0),
-    # vLLM V1 (0.11 defaults, no --async-scheduling): torch.compile + CUDA graphs, FlashAttention (bf16 math),
-    # Python scheduler and input preparation between iterations (not overlapped), custom all-reduce
-    "vllm-like": KernelFactors(gemm_eff=0.64, attn_eff=0.45, fp8_attention=False, mem_eff=0.70,
+                                 host_overlap=1.0, fp8_gemm_scale=0.95, intake_s=_INTAKE_S, finish_s=_FINISH_S,
+                                 intake_latency_s=_INTAKE_LATENCY_S),
+    # vLLM V1: torch.compile + CUDA graphs, FlashAttention (bf16 math), CUTLASS scaled-mm fp8 GEMMs, Python scheduler
+    # (serial with the GPU unless async_scheduling, the vLLM 0.25 default), custom all-reduce
+    "vllm-like": KernelFactors(gemm_eff=0.64, attn_eff=0.45, fp8_attention=False, mem_eff=0.60,
                                layer_overhead_s=2.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
                                step_overhead_s=0.15e-3, seq_overhead_s=3.0e-6, frontend_event_s=30e-6,
-                               host_overlap=0.0),
+                               host_overlap=0.0, fp8_gemm_scale=0.65, online_fp8_layer_s=20e-6,
+                               online_fp8_bytes=0.0, intake_s=_INTAKE_S, finish_s=_FINISH_S,
+                               intake_latency_s=_INTAKE_LATENCY_S),
 }
 
 # ---- knobs: name -> (default, help). None = derived from the model / deployment ----
@@ -40,6 +47,7 @@ KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
         "max_seq_len": (4096, "compiled: prompt + output; longer requests are truncated silently"),
         "max_num_tokens": (8192, "compiled: most tokens per iteration (trtllm-build --max_num_tokens)"),
         "kv_cache_free_gpu_mem_fraction": (0.9, "share of free HBM given to the KV cache"),
+        "kv_cache_dtype": ("auto", "auto (the precision's: fp8 KV with fp8) | fp8 | bf16 | fp16"),
         "tokens_per_block": (32, "paged KV block size in tokens"),
         "enable_chunked_context": (False, "split long prompts over iterations"),
         "scheduler_policy": ("guaranteed_no_evict", "guaranteed_no_evict | max_utilization"),
@@ -52,8 +60,17 @@ KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
         "max_num_batched_tokens": (8192, "token budget per step, chunked prefill (--max-num-batched-tokens)"),
         "max_model_len": (None, "context length (--max-model-len; default: the model's)"),
         "gpu_memory_utilization": (0.9, "share of HBM the engine may use (--gpu-memory-utilization)"),
+        "kv_cache_memory_bytes": (None, "KV cache size per GPU in bytes, instead of what gpu_memory_utilization "
+                                        "leaves (--kv-cache-memory-bytes)"),
         "block_size": (16, "paged KV block size in tokens (--block-size)"),
         "enable_prefix_caching": (True, "reuse KV blocks of shared prompt prefixes (--enable-prefix-caching)"),
+        "async_scheduling": (False, "schedule step n+1 while step n runs (--async-scheduling; on by default in the "
+                                    "vLLM 0.25.0 measured on the H200, off in 0.11)"),
+        "quantization": ("checkpoint", "fp8 only: checkpoint (pre-quantised fp8 weights, static activation scales) | "
+                                       "online (--quantization fp8 on a 16-bit checkpoint: weights quantised at load, "
+                                       "dynamic activation scales, KV cache 16-bit unless kv_cache_dtype=fp8)"),
+        "kv_cache_dtype": ("auto", "auto (fp8 KV with an fp8 checkpoint, 16-bit with online fp8 and 16-bit "
+                                   "precisions) | fp8 | bf16 | fp16 (--kv-cache-dtype)"),
         "stream_interval": (1, "least tokens per SSE event"),
         "power_limit_w": (None, "per-GPU power limit (default: TDP)"),
         "served_model_name": (None, "extra model name accepted by the API"),
@@ -125,7 +142,8 @@ class EngineSetup:
             "block_size": self.block_size, "kv_tokens": self.kv_tokens, "max_model_len": self.max_model_len,
             "weights_gib_per_gpu": round(d.weight_bytes_per_gpu / 2**30, 2),
             "hbm_used_mib_per_gpu": round(self.hbm_used_bytes / 2**20, 1),
-            "kv_bytes_per_token": d.kv_bytes_per_token, "power_limit_w": d.power_limit_w,
+            "kv_bytes_per_token": d.kv_bytes_per_token, "kv_bytes_per_element": d.kv_bytes_elem,
+            "online_fp8": d.online_fp8, "power_limit_w": d.power_limit_w,
             "emulator_version": EMULATOR_VERSION, "source": "emulated",
         }
 
@@ -169,8 +187,27 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
               "tokens_per_block", "max_input_len", "max_seq_len", "stream_interval"):
         if k in opts and opts[k] is not None and opts[k] < 1:
             raise ConfigError(f"config key {k!r} must be >= 1, got {opts[k]!r}")
-    dep = Deployment(model=m, gpu=g, precision=p, tp=tp, kf=FACTORS[profile],
-                     power_limit_w=float(opts["power_limit_w"]) if opts.get("power_limit_w") else None)
+    quant = str(opts.get("quantization") or "checkpoint")
+    if quant not in ("checkpoint", "online"):
+        raise ConfigError(f"config key 'quantization' expects checkpoint or online, got {quant!r}")
+    if quant == "online" and p.id != "fp8":
+        raise ConfigError(f"quantization=online quantises a 16-bit checkpoint to fp8 at load: it needs precision fp8, "
+                          f"got {p.id}")
+    kvd = str(opts.get("kv_cache_dtype") or "auto").lower()
+    if kvd == "auto":
+        kv_elem = 2.0 if quant == "online" else p.kv_bytes
+    elif kvd == "fp8":
+        kv_elem = 1.0
+    elif kvd in ("bf16", "fp16"):
+        kv_elem = 2.0
+    else:
+        raise ConfigError(f"config key 'kv_cache_dtype' expects auto, fp8, bf16 or fp16, got {kvd!r}")
+    kf = FACTORS[profile]
+    if opts.get("async_scheduling"):
+        kf = replace(kf, host_overlap=1.0)
+    dep = Deployment(model=m, gpu=g, precision=p, tp=tp, kf=kf,
+                     power_limit_w=float(opts["power_limit_w"]) if opts.get("power_limit_w") else None,
+                     online_fp8=quant == "online", kv_bytes_elem=kv_elem)
     hbm = g.hbm_bytes
     w = dep.weight_bytes_per_gpu
     kvt = dep.kv_bytes_per_token_gpu
@@ -222,6 +259,9 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
             f"{p.id}. Use more GPUs (--tensor-parallel-size) or a smaller dtype")
     act = dep.activation_reserve_bytes(int(opts["max_num_batched_tokens"]))
     kv_bytes = budget - w - act
+    if opts.get("kv_cache_memory_bytes"):
+        kv_bytes = float(opts["kv_cache_memory_bytes"])
+        budget = w + act + kv_bytes
     if kv_bytes <= 0:
         raise EngineStartupError(
             "ValueError", "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "

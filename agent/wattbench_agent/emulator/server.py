@@ -142,7 +142,7 @@ class EmulatorServer:
     def __init__(self, st: EngineSetup, host: str = "127.0.0.1", port: int = 8000, seed: int = 0):
         self.st = st
         self.dep = st.dep
-        self.sched = Scheduler(st)
+        self.sched = Scheduler(st, seed)
         self.host = host
         self.port = port
         self.seed = seed
@@ -176,12 +176,21 @@ class EmulatorServer:
         si = self.stream_interval
         emit = self._emit
         while True:
+            sched.pump(loop.time())
             if not sched.has_work():
                 tel.set_idle(time.perf_counter_ns())
                 self.wake.clear()
-                await self.wake.wait()
+                nxt = sched.next_intake()  # a request still with the (emulated) API server
+                if nxt is None:
+                    await self.wake.wait()
+                else:
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), max(0.0, nxt - loop.time()))
+                    except (asyncio.TimeoutError, TimeoutError):
+                        pass
                 deadline = loop.time()
-            batch = sched.schedule()
+                continue
+            batch = sched.schedule(loop.time())
             if batch is None:
                 self._reject_unschedulable()
                 await asyncio.sleep(0)
@@ -334,7 +343,7 @@ class EmulatorServer:
             r.finish_reason = "length"
             r.first_token_t = r.last_token_t = r.arrival
             return s
-        self.sched.add(r)
+        self.sched.submit(r, r.arrival)
         assert self.wake is not None
         self.wake.set()
         return s

@@ -27,15 +27,20 @@ class Workload:
     input_tokens / output_tokens: an int, a list of ints (drawn uniformly), or
     {"dist": "lognormal", "mean": m, "sigma": s, "min": a, "max": b}.
     shared_prefix_tokens: that many leading prompt tokens are identical in every request (prefix caching).
+    ramp_s: closed loop only: stream k of N starts at k * ramp_s / N (as wattbench's load generator ramps), not
+    all at t = 0.
+    arrivals: shape "trace" only: the send times (s from the start) to replay, e.g. a measured run's.
     """
 
-    shape: str = "concurrency"  # concurrency | poisson | gamma
+    shape: str = "concurrency"  # concurrency | poisson | gamma | trace
     concurrency: int = 8
     rate: float | None = None  # requests/s for poisson | gamma
     burstiness: float = 1.0  # gamma shape (1 = Poisson; < 1 burstier), as in `vllm bench serve`
     input_tokens: LengthSpec = 512
     output_tokens: LengthSpec = 128
     shared_prefix_tokens: int = 0
+    ramp_s: float = 0.0
+    arrivals: Sequence[float] | None = None
 
 
 def _draw(spec: LengthSpec, rng: random.Random) -> int:
@@ -115,13 +120,14 @@ def step_time(profile: str, model: str, gpu: str, tp: int = 1, precision: str = 
 def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16",
              config: dict[str, Any] | None = None, workload: Workload | None = None, *,
              duration_s: float = 60.0, warmup_s: float = 10.0, seed: int = 0,
-             setup_: EngineSetup | None = None, **workload_kw: Any) -> SimResult:
+             setup_: EngineSetup | None = None, record: bool = False, **workload_kw: Any) -> SimResult:
     """Run a workload through the emulated engine in virtual time (no sleeping) and report what a load generator
-    and an energy counter would have measured in the window [warmup_s, warmup_s + duration_s]."""
+    and an energy counter would have measured in the window [warmup_s, warmup_s + duration_s]. `record`: also
+    return every completed request (send, token times, lengths) in extra["requests"]."""
     wl = workload or Workload(**workload_kw)
     st = setup_ or setup(profile, model, gpu, tp, precision, config)
     dep = st.dep
-    sched = Scheduler(st)
+    sched = Scheduler(st, seed)
     rng = random.Random(seed)
     n_gpu = dep.tp
     t0, t1 = warmup_s, warmup_s + duration_s
@@ -139,7 +145,7 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
             nfull = pl // bs
             hashes = [hash(("shared", i)) if i < prefix_blocks else hash((counter[0], i)) for i in range(nfull)]
         target, _trunc, err = sched.validate(pl, ol)
-        r = Request(f"sim-{counter[0]}", pl, ol, arrival, hashes)
+        r = Request(f"sim-{counter[0]}", pl, ol, arrival, hashes, meta=[] if record else None)
         if err:
             r.target = 0
             r.finish_reason = "error"
@@ -156,22 +162,35 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
         while t < t1:
             t += rng.gammavariate(shape_k, 1.0 / (wl.rate * shape_k))
             arrivals.append(t)
-    elif wl.shape != "concurrency":
-        raise ValueError(f"unknown workload shape {wl.shape!r}; expected concurrency, poisson or gamma")
+    elif wl.shape == "trace":
+        arrivals = sorted(float(a) for a in (wl.arrivals or []) if a < t1)
+    elif wl.shape == "concurrency":
+        n = max(1, wl.concurrency)
+        ramp = max(0.0, float(wl.ramp_s or 0.0))
+        arrivals = [ramp * k / n for k in range(n)]
+    else:
+        raise ValueError(f"unknown workload shape {wl.shape!r}; expected concurrency, poisson, gamma or trace")
 
     ttft: list[float] = []
     tpot: list[float] = []
     e2e: list[float] = []
     itl_w: list[tuple[float, int]] = []
     stats = {"tokens": 0, "completed": 0, "energy": 0.0, "batch_time": 0.0, "kv_time": 0.0, "capped": 0.0,
-             "events": 0, "ev_tokens": 0, "busy": 0.0, "umem": 0.0, "ucmp": 0.0}
+             "events": 0, "ev_tokens": 0, "busy": 0.0, "umem": 0.0, "ucmp": 0.0, "clk_busy": 0.0, "run_time": 0.0}
     now = [0.0]
 
     def overlap(a: float, b: float) -> float:
         return max(0.0, min(b, t1) - max(a, t0))
 
+    records: list[dict[str, Any]] = []
+
     def emit(r: Request, n: int, done: bool) -> None:
         t = now[0]
+        if record:
+            r.meta.append(t)
+            if done:
+                records.append({"id": r.rid, "sent": r.arrival, "tokens_at": r.meta, "prompt_tokens": r.prompt_len,
+                                "completion_tokens": r.generated, "max_tokens": r.max_tokens})
         if r.generated == 1 and r.arrival >= t0:
             ttft.append((t - r.arrival) * 1e3)
         if t0 <= t <= t1:
@@ -184,11 +203,8 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
                 if r.generated > 1:
                     tpot.append((t - r.first_token_t) * 1e3 / (r.generated - 1))
             if wl.shape == "concurrency" and t < t1:
-                sched.add(make(t))
+                sched.submit(make(t), t)
 
-    if wl.shape == "concurrency":
-        for _ in range(max(1, wl.concurrency)):
-            sched.add(make(0.0))
     ai = 0
     t = 0.0
     fe = dep.kf.frontend_event_s
@@ -196,14 +212,18 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
     idle_p = dep.idle_power()
     while t < t1:
         while ai < len(arrivals) and arrivals[ai] <= t:
-            sched.add(make(arrivals[ai]))
+            sched.submit(make(arrivals[ai]), arrivals[ai])
             ai += 1
+        sched.pump(t)
         if not sched.has_work():
             nxt = arrivals[ai] if ai < len(arrivals) else t1
+            intake = sched.next_intake()
+            if intake is not None and intake < nxt:
+                nxt = intake
             stats["energy"] += idle_p * n_gpu * overlap(t, nxt)
             t = nxt
             continue
-        b = sched.schedule()
+        b = sched.schedule(t)
         if b is None:  # the head of the queue can never fit
             sched.waiting.popleft()
             continue
@@ -213,11 +233,13 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
             stats["energy"] += c.power_w * n_gpu * ov
             stats["batch_time"] += b.load.seqs * ov
             stats["kv_time"] += sched.kv_usage() * ov
+            stats["run_time"] += ov
             if c.reasons & 0x4:
                 stats["capped"] += ov
             stats["busy"] += c.util_gpu * ov
             stats["umem"] += c.util_mem * ov
             stats["ucmp"] += c.util_cmp * c.clk ** dep.pf.clk_exp * ov
+            stats["clk_busy"] += c.clk * ov
             k = max(si, math.ceil(len(sched.running) * fe / c.dt))
             n_dec = b.load.sampled
             stats["events"] += n_dec / k * ov / c.dt
@@ -248,5 +270,9 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
         tokens_per_event=(stats["ev_tokens"] / stats["events"]) if stats["events"] else 1.0,
         power_capped_share=stats["capped"] / win, steps=sched.steps, kv_tokens=st.kv_tokens,
         extra={"util_gpu_mean": stats["busy"] / win, "util_mem_mean": stats["umem"] / win,
-               "util_cmp_mean": stats["ucmp"] / win},
+               "util_cmp_mean": stats["ucmp"] / win,
+               # SM clock as NVML reports it, time-averaged over the window (idle: the GPU's idle clock)
+               "sm_clock_mean_mhz": (dep.gpu.sm_clock_max_mhz * stats["clk_busy"]
+                                     + dep.gpu.sm_clock_idle_mhz * (win - stats["run_time"])) / win,
+               **({"requests": records} if record else {})},
     )

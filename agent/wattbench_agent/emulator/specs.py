@@ -76,6 +76,7 @@ class GPUSpec:
     sm_clock_idle_mhz: float
     mem_clock_mhz: float
     source: str
+    mem_power_scale: float = 1.0  # memory-system power at full bandwidth, relative to the power model's k_mem x TDP
 
     @property
     def hbm_bytes(self) -> float:
@@ -136,7 +137,8 @@ def gpu_spec(name: str) -> GPUSpec:
                    flops=dict(g["flops"]), tdp_w=float(g["tdp_w"]), idle_w=float(g["idle_w"]),
                    nvlink_bw=float(g["nvlink_bw"]), compute_capability=g["compute_capability"],
                    sm_clock_max_mhz=float(g["sm_clock_max_mhz"]), sm_clock_idle_mhz=float(g["sm_clock_idle_mhz"]),
-                   mem_clock_mhz=float(g["mem_clock_mhz"]), source=g["source"])
+                   mem_clock_mhz=float(g["mem_clock_mhz"]), source=g["source"],
+                   mem_power_scale=float(g.get("mem_power_scale", 1.0)))
 
 
 def precision_spec(name: str) -> PrecisionSpec:

@@ -1,0 +1,120 @@
+"""The mechanisms the real H200 vLLM runs showed: prefill token budget, the API server in front of the engine, the
+scheduler running one step ahead, closed-loop ramps, online fp8, memory power and the power cap; the twin mapping."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from wattbench_agent.emulator import ConfigError, Workload, setup, simulate, step_time
+from wattbench_agent.emulator.engine import Frontend, Request, Scheduler
+from wattbench_agent.emulator.twin import NoTwin, twin_engine
+
+H200_8B = ("llama-3.1-8b", "h200", 1)
+
+
+def test_prefill_token_budget_admits_prompts_in_waves():
+    st = setup("vllm-like", *H200_8B, "bf16", {"max_num_seqs": 256})
+    s = Scheduler(st)
+    for i in range(256):
+        s.add(Request(f"r{i}", 513, 128))
+    b = s.schedule()
+    # 8192 tokens per step: 15 whole 513-token prompts and a chunk of the 16th, the other 240 wait
+    assert b.load.tokens == 8192 and len(b.items) == 16 and b.items[-1][1] == 8192 - 15 * 513
+    assert len(s.waiting) == 240
+    small = Scheduler(setup("vllm-like", *H200_8B, "bf16", {"max_num_batched_tokens": 2048}))
+    for i in range(8):
+        small.add(Request(f"r{i}", 513, 128))
+    assert small.schedule().load.tokens == 2048
+
+
+def test_frontend_takes_requests_in_serially_after_finishing_work():
+    fe = Frontend(intake_s=1e-3, finish_s=2e-3, seed=1)
+    fe.finished(0.0, 5)  # five requests finish at t=0: 10 ms of API-server work first
+    reqs = [Request(f"r{i}", 10, 10, arrival=0.0) for i in range(4)]
+    fe.queue.extend(reqs)
+    assert fe.release(0.0099) == []
+    out = fe.release(1.0)
+    assert out == reqs
+    ready = [r.ready_t for r in out]
+    assert ready == sorted(ready) and ready[0] > 0.010
+    assert 0.010 + 4 * 0.5e-3 <= ready[-1] <= 0.010 + 4 * 1.5e-3  # each intake 0.5-1.5 x intake_s
+
+
+def test_run_ahead_scheduler_admits_a_request_one_step_later():
+    def admitted_at_second_step(async_on: bool) -> bool:
+        st = setup("vllm-like", *H200_8B, "bf16", {"async_scheduling": async_on})
+        st.dep = replace(st.dep, kf=replace(st.dep.kf, intake_s=0.0, finish_s=0.0, intake_latency_s=0.0))
+        s = Scheduler(st)
+        s.submit(Request("a", 100, 50, arrival=0.0), 0.0)
+        b = s.schedule(0.0)
+        s.submit(Request("b", 100, 50, arrival=0.005), 0.005)  # arrives while step 1 runs
+        s.complete(b, 0.010)
+        b2 = s.schedule(0.010)
+        return any(r.rid == "b" for r, _q in b2.items)
+
+    assert admitted_at_second_step(False)
+    assert not admitted_at_second_step(True)  # it joins step 3: step 2 was scheduled while step 1 ran
+
+
+def test_closed_loop_ramp_breaks_lockstep():
+    kw = dict(duration_s=10, warmup_s=5)
+    together = simulate("vllm-like", *H200_8B, "bf16", {"async_scheduling": True},
+                        Workload(concurrency=16, input_tokens=512, output_tokens=128), **kw)
+    ramped = simulate("vllm-like", *H200_8B, "bf16", {"async_scheduling": True},
+                      Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2.0), **kw)
+    # started together, 16 prompts are prefilled in one 8K-token step again and again; ramped, one at a time
+    assert ramped.ttft_ms["p50"] < 0.5 * together.ttft_ms["p50"]
+
+
+def test_heavy_closed_loop_queues_behind_the_budget():
+    cfg = {"async_scheduling": True, "max_num_seqs": 256}
+    light = simulate("vllm-like", *H200_8B, "bf16", cfg,
+                     Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2), duration_s=12,
+                     warmup_s=5)
+    heavy = simulate("vllm-like", *H200_8B, "bf16", cfg,
+                     Workload(concurrency=256, input_tokens=512, output_tokens=128, ramp_s=2), duration_s=12,
+                     warmup_s=5)
+    prefill_step = step_time("vllm-like", *H200_8B, "bf16", batch=0, prefill_tokens=8192).dt * 1e3
+    # 256 x 512 prompt tokens need ~16 full-budget steps: the median request waits several of them
+    assert heavy.ttft_ms["p50"] > 4 * prefill_step > light.ttft_ms["p50"]
+
+
+def test_online_fp8_keeps_a_16bit_kv_cache_and_costs_time():
+    ckpt = setup("vllm-like", *H200_8B, "fp8")
+    online = setup("vllm-like", *H200_8B, "fp8", {"quantization": "online"})
+    assert online.dep.kv_bytes_per_token == 2 * ckpt.dep.kv_bytes_per_token
+    assert online.kv_tokens < ckpt.kv_tokens
+    assert setup("vllm-like", *H200_8B, "fp8", {"quantization": "online", "kv_cache_dtype": "fp8"}) \
+        .dep.kv_bytes_per_token == ckpt.dep.kv_bytes_per_token
+    for batch, prefill in ((16, 0), (0, 4096)):
+        t_ckpt = step_time("vllm-like", *H200_8B, "fp8", batch=batch, context=600, prefill_tokens=prefill).dt
+        t_online = step_time("vllm-like", *H200_8B, "fp8", batch=batch, context=600, prefill_tokens=prefill,
+                             config={"quantization": "online"}).dt
+        t_bf16 = step_time("vllm-like", *H200_8B, "bf16", batch=batch, context=600, prefill_tokens=prefill).dt
+        assert t_ckpt < t_online < t_bf16
+    with pytest.raises(ConfigError, match="needs precision fp8"):
+        setup("vllm-like", *H200_8B, "bf16", {"quantization": "online"})
+
+
+def test_h200_decode_power_near_the_cap_and_capping_slows_memory_bound_steps():
+    idle = step_time("vllm-like", *H200_8B, "bf16", batch=0, context=0)
+    assert idle.power_w == pytest.approx(132)  # measured with vLLM loaded (specs.json cites it)
+    h200 = step_time("vllm-like", *H200_8B, "bf16", batch=16, context=600)
+    h100 = step_time("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", batch=16, context=600)
+    assert h200.util_mem > 0.5 and h200.power_w > h100.power_w and h200.power_w > 0.75 * 700
+    capped = step_time("vllm-like", *H200_8B, "bf16", batch=16, context=600, config={"power_limit_w": 300})
+    assert capped.power_w == pytest.approx(300) and capped.reasons & 0x4 and capped.dt > 1.2 * h200.dt
+
+
+def test_twin_engine_mapping():
+    prof, cfg, _ = twin_engine("vllm", "fp8", {"max_num_seqs": 128, "gpu_memory_utilization": 0.8},
+                               model="meta-llama/Llama-3.1-70B-Instruct")
+    assert prof == "vllm-like" and cfg["quantization"] == "online" and cfg["kv_cache_dtype"] == "bf16"
+    assert cfg["async_scheduling"] is True and cfg["max_num_seqs"] == 128
+    _, cfg, _ = twin_engine("vllm", "fp8", {"kv_cache_dtype": "fp8"}, model="meta-llama/Llama-3.1-405B-Instruct-FP8")
+    assert cfg["quantization"] == "checkpoint" and cfg["kv_cache_dtype"] == "fp8"
+    assert twin_engine("trtllm", "fp8", {"max_batch_size": 64})[:2] == ("trtllm-like", {"max_batch_size": 64})
+    with pytest.raises(NoTwin):
+        twin_engine("sglang", "fp8", {})
