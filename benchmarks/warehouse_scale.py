@@ -124,7 +124,7 @@ def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
                {BASE_NS} + (t * 1e9 / {SAMPLE_HZ})::BIGINT AS t_ns, 600.0 + hash(g, t) % 1000 / 10.0 AS power_w,
                650.0 AS power_avg_w, 1e6 + t * 65.0 AS energy_mj, 60000.0 AS hbm_used_mib, 81559.0 AS hbm_total_mib,
                (hash(t, g) % 100)::DOUBLE AS util_gpu_pct, 40.0 AS util_mem_pct, 1980.0 AS sm_clock_mhz,
-               2619.0 AS mem_clock_mhz, 60.0 AS temp_c, 70.0 AS power_limit_w, 0 AS clock_event_reasons,
+               2619.0 AS mem_clock_mhz, 60.0 AS temp_c, 700.0 AS power_limit_w, 0 AS clock_event_reasons,
                CASE WHEN hash(t, g) % 50 = 0 THEN 'sw_power_cap' ELSE '' END AS clock_events
         FROM range({2 * GPUS}) a(g), range({int(total_s * SAMPLE_HZ)}) b(t)
     ) TO '{folder / "gpu_samples.jsonl"}' (FORMAT json)""")
@@ -161,7 +161,12 @@ QUERY_PARAMS = {"steady_qps": 40, "peak_qps": 100, "input_tokens": 512, "output_
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's peak resident memory (VmHWM: its own address space since exec; ru_maxrss would also count
+    the parent's memory at fork)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child_ingest(db: str, bundle: str) -> dict:
@@ -218,8 +223,8 @@ from resources.warehouse import connect, ingest_bundle
 t0 = time.perf_counter()
 with connect(sys.argv[2]) as con:
     counts = ingest_bundle(con, sys.argv[3])
-print(json.dumps({"ingest_s": time.perf_counter() - t0, "rows": counts,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")][0]
+print(json.dumps({"ingest_s": time.perf_counter() - t0, "rows": counts, "peak_rss_mb": hwm / 1024}))
 """
 
 

@@ -326,7 +326,15 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> i
     transaction. Returns the rows written."""
     where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
     for name, sql in _POINT_STATS_PARTS.items():
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _ps_{name} AS " + sql.format(where=where), params)
+        if name != "t":
+            con.execute(f"CREATE OR REPLACE TEMP TABLE _ps_{name} AS " + sql.format(where=where), params)
+    # token events load point by load point: the exact ITL percentiles hold a point's gaps in memory, never a run's
+    points = con.execute(f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} ORDER BY ALL",
+                         params).fetchall()
+    one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
+    con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
+    for rid, lp in points:
+        con.execute("INSERT INTO _ps_t " + one, {"run_id": rid, "lp": lp})
     try:
         con.execute(f"DELETE FROM point_stats WHERE {where}", params)
         con.execute("INSERT INTO point_stats BY NAME " + _POINT_STATS)
