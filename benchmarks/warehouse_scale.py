@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
                     help="comma-separated sizes to run: " + ", ".join(SIZES) + f" (default {','.join(DEFAULT_SIZES)}; "
-                         "10m needs about 35 GB of disk and an hour)")
+                         "10m: ten runs of 1M, about 10 GB of disk and 20-30 min here)")
     ap.add_argument("--no-validation", action="store_true", help="skip the GX suites")
     ap.add_argument("--before", metavar="CHECKOUT",
                     help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after")
