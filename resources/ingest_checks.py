@@ -1,7 +1,11 @@
-"""What a bundle's table files must be before any of them is loaded, checked line by line.
+"""What a bundle's table files must be before any of their rows stays in the warehouse.
 
-`check_bundle_files(con, files, columns)` (called by warehouse.ingest_bundle before its transaction) refuses the whole
-bundle, with the file, the line and the reason, when:
+`warehouse.ingest_bundle` loads each table file with DuckDB (read_json, the columns and types of sql/schema.sql),
+inside the ingest's one transaction, and runs these rules on the rows just loaded, in SQL (`suspect_rows`,
+`scan_lines`): no Python touches a row of a good bundle, so a million requests load in seconds. Where DuckDB
+refuses a file or a rule finds a row, the file is read again line by line (`check_table_file`, the slow path, run
+only then) for the message: the file, the line and the reason; the transaction is rolled back, so nothing of the
+bundle stays. The whole bundle is refused when:
 - a table file is not a regular file (a FIFO would be waited on forever, /dev/zero read until memory runs out), or a
   line is longer than MAX_LINE_BYTES, not UTF-8, not a JSON object, or names a column the table does not have;
 - a value anywhere in a row is NaN or +-Infinity (`NaN`, `Infinity`, or a number too large for a double, like 1e400):
@@ -9,6 +13,8 @@ bundle, with the file, the line and the reason, when:
 - a value that reaches a figure is out of its range (RANGES: durations, counts, energies, powers and token counts
   are >= 0; utilisation is 0-100 %; an HTTP status is 100-599), or a window ends before it starts;
 - a row's natural key (NATURAL_KEYS) appears twice in one file (the lines of both are named).
+
+A table file may be gzip-compressed (`<table>.jsonl.gz`): DuckDB reads it as it is.
 
 The same rules run again, after ingest, as Great Expectations suites (resources/validation.py), and the warehouse's
 natural keys (`ensure_natural_keys`, unique indexes where a table has no primary key) refuse a row twice whatever
@@ -159,7 +165,7 @@ def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
     lines: array = array("Q")
     first: str | None = None
     problems = rows = 0
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         lineno = 0
         while True:
             raw = fh.readline(MAX_LINE_BYTES + 1)
@@ -223,7 +229,7 @@ def _first_duplicate(path: Path, key_columns: tuple[str, ...], hashes: array, li
         return None
     wanted = {int(n) for n, v in zip(lines, hashes) if v in suspects}
     keys: dict[tuple, int] = {}
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         for lineno, raw in enumerate(fh, 1):
             if lineno not in wanted:
                 continue
@@ -233,6 +239,62 @@ def _first_duplicate(path: Path, key_columns: tuple[str, ...], hashes: array, li
                         f"{', '.join(map(str, key))}); expected each row once")
             keys[key] = lineno
     return None
+
+
+def _open(path: Path):
+    if path.name.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _double(sql_type: str) -> bool:
+    return sql_type in ("DOUBLE", "FLOAT", "REAL")
+
+
+def suspect_rows(table: str, columns: dict[str, str]) -> str:
+    """A SQL condition true for a row any rule here would refuse (non-finite, out of range, a window that ends
+    before it starts). Over JSON columns it is wider than the rules (a string that spells Infinity): a hit only
+    sends the file to `check_table_file`, which decides."""
+    terms = []
+    for c, t in columns.items():
+        if _double(t):
+            terms.append(f"NOT isfinite({c})")
+        elif t in ("DOUBLE[]", "FLOAT[]"):
+            terms.append(f"list_bool_or(list_transform({c}, lambda v: NOT isfinite(v)))")
+        elif t == "JSON":
+            terms.append(f"regexp_matches({c}::VARCHAR, '(?i)(^|[^a-z])(nan|inf)')")
+    for c, (lo, hi) in RANGES.get(table, {}).items():
+        if c not in columns:
+            continue
+        if lo is not None:
+            terms.append(f"{c} < {lo!r}")
+        if hi is not None:
+            terms.append(f"{c} > {hi!r}")
+    for c, (lo, hi) in LIST_RANGES.get(table, {}).items():
+        if c not in columns:
+            continue
+        if lo is not None:
+            terms.append(f"list_min({c}) < {lo!r}")
+        if hi is not None:
+            terms.append(f"list_max({c}) > {hi!r}")
+    for start, end in ORDERED.get(table, []):
+        terms.append(f"{end} < {start}")
+    return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
+
+
+def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) -> tuple[bool, dict[str, list]]:
+    """One pass of DuckDB over a table file: whether a line is not a JSON object or names a column the table does
+    not have (DuckDB reads a file with named columns and would drop an unknown one silently), and the distinct
+    values of the `ids` columns (what rows of the warehouse the file replaces)."""
+    known = "[" + ", ".join("'" + c.replace("'", "''") + "'" for c in sorted(allowed)) + "]"
+    distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
+    row = con.execute(
+        f"SELECT count(*) FILTER (WHERE json_type(json) <> 'OBJECT' OR NOT list_has_all({known}, json_keys(json)))"
+        f"{distinct} FROM read_json_objects(?, format='newline_delimited')", [str(path)]
+    ).fetchone()
+    return bool(row[0]), {c: sorted(row[1 + i] or []) for i, c in enumerate(ids)}
 
 
 def check_bundle_files(files: dict[str, Path], columns: dict[str, dict[str, str]]) -> dict[str, int]:

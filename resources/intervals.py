@@ -14,6 +14,13 @@ Inter-token latency pools every gap of every request; requests, not gaps, are re
 are not independent), each request carrying a histogram of its gaps on log-spaced bins 0.5% wide, so a resample is
 one matrix product; its interval is read off the resampled histograms.
 
+Points of more than EXACT_MAX_REQUESTS requests (an hour at 300 req/s is a million) are bootstrapped on the same
+0.5% log-spaced bins, in memory and time that do not grow with the requests: the estimate is still the exact
+percentile of the pooled requests; a resample draws the repeats, then from each drawn repeat its share of requests as
+one multinomial draw over that repeat's histogram (the same distribution as drawing its requests one by one), so the
+interval's ends are exact to within a bin (0.5%). ITL: the gaps' histogram of each request is made in DuckDB (no
+gap reaches Python) and a resample is a sparse product; the method text says "binned".
+
 Rows go to the `latency_intervals` table (sql/schema.sql), replaced per run and deployment.
 """
 
@@ -28,6 +35,8 @@ ITL_BOOTSTRAP_SAMPLES = 400  # each ITL resample is a (requests x bins) product;
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 PER_REQUEST = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("e2e", "e2e_ms"))
 _ITL_STEP = np.log(1.005)  # histogram bins of inter-token gaps: 0.5% wide
+EXACT_MAX_REQUESTS = 20_000  # a point with more requests is bootstrapped on 0.5% bins (see above)
+_BOOT_BATCH = 50  # resamples per sparse product of a large point's ITL (bounds memory: batch x requests floats)
 
 
 def _seed(*parts: Any) -> int:
@@ -49,10 +58,46 @@ def two_stage_indices(groups: np.ndarray, rng: np.random.Generator, n_boot: int)
     return idx.reshape(n_boot, k * per)
 
 
-def method_text(repeats: int, n_boot: int) -> str:
+def method_text(repeats: int, n_boot: int, binned: bool = False) -> str:
+    tail = "; on 0.5% bins" if binned else ""
     if repeats > 1:
-        return f"two-stage bootstrap: {repeats} repeats, then requests within each; {n_boot} resamples"
-    return f"bootstrap over requests (one repeat: run-to-run variation not captured); {n_boot} resamples"
+        return f"two-stage bootstrap: {repeats} repeats, then requests within each; {n_boot} resamples{tail}"
+    return f"bootstrap over requests (one repeat: run-to-run variation not captured); {n_boot} resamples{tail}"
+
+
+def _log_edges(lo: float, hi: float) -> np.ndarray:
+    lo_edge, hi_edge = max(float(lo), 1e-6), max(float(hi), 1e-6)
+    return np.exp(np.arange(np.log(lo_edge) - _ITL_STEP, np.log(hi_edge) + 2 * _ITL_STEP, _ITL_STEP))
+
+
+def _drawn_counts(k: int, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """(n_boot, k): how often each of k repeats is drawn in each resample (one repeat: always once)."""
+    if k == 1:
+        return np.ones((n_boot, 1), dtype=np.int64)
+    drawn = rng.integers(0, k, size=(n_boot, k))
+    return np.stack([np.bincount(row, minlength=k) for row in drawn])
+
+
+def binned_percentile_intervals(values: np.ndarray, groups: np.ndarray, qs: dict[str, float],
+                                rng: np.random.Generator, n_boot: int = BOOTSTRAP_SAMPLES
+                                ) -> dict[str, tuple[float, float, float]]:
+    """{name: (estimate, lo, hi)} like percentile_interval for each quantile, for many values: resamples are
+    multinomial draws over each repeat's histogram on 0.5% log bins (memory: repeats x bins)."""
+    edges = _log_edges(values.min(), values.max())
+    clipped = np.clip(values, edges[0], edges[-1])
+    labels, inverse = np.unique(groups, return_inverse=True)
+    k = len(labels)
+    per = max(len(values) // k, 1)
+    hists = np.stack([np.histogram(clipped[inverse == r], bins=edges)[0] for r in range(k)]).astype(float)
+    m = _drawn_counts(k, rng, n_boot)
+    boot = np.zeros((n_boot, len(edges) - 1))
+    for r in range(k):
+        boot += rng.multinomial(m[:, r] * per, hists[r] / hists[r].sum())
+    out = {}
+    for name, q in qs.items():
+        lo, hi = np.quantile(_hist_quantile(boot, edges, q), [0.025, 0.975])
+        out[name] = (float(np.quantile(values, q)), float(lo), float(hi))
+    return out
 
 
 def percentile_interval(values: np.ndarray, groups: np.ndarray, q: float, rng: np.random.Generator,
@@ -106,16 +151,132 @@ SELECT l.deployment_id, l.source, l.workload,
        coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
        coalesce(l.repeat, 1) AS repeat, q.ttft_ms, q.tpot_ms, q.e2e_ms,
        CASE WHEN len(q.chunk_ns) > 1
-            THEN list_transform(range(1, len(q.chunk_ns)), lambda i: (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6) END AS gaps
+            THEN list_transform(range(1, least(len(q.chunk_ns), coalesce(q.chunks_exact, len(q.chunk_ns)))),
+                                lambda i: (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6) END AS gaps
 FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 WHERE q.run_id = $run_id AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
 ORDER BY 1, 2, 3, 4
 """
 
 
+_LARGE_POINT_CHUNKS = """
+WITH q AS (
+    SELECT coalesce(l.repeat, 1) AS repeat,
+           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END AS chunk_ns,
+           row_number() OVER (ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id) - 1 AS req
+    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload
+      AND coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) = $point_label
+      AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok' AND len(q.chunk_ns) > 1)
+SELECT req, repeat, unnest(chunk_ns) AS t FROM q
+"""
+
+
+def large_point_itl(con, run_id: str, dep: str, workload: str, label: str, rng: np.random.Generator,
+                    n_boot: int) -> tuple[dict[str, tuple[float, float, float]], int]:
+    """itl_intervals for a point of many requests: the point's chunk times arrive flat (no Python object per
+    request), gaps, exact pooled percentiles and each request's gap histogram (a sparse matrix) are numpy work, and
+    resamples are sparse products in batches. ({pXX: (estimate, lo, hi)}, gaps)."""
+    from scipy import sparse
+
+    where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
+    cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
+    req, t = np.asarray(cols["req"], dtype=np.int64), np.asarray(cols["t"], dtype=np.int64)
+    if len(req) and np.any(np.diff(req) < 0):  # rows came back out of order: a stable sort keeps each list's order
+        order = np.argsort(req, kind="stable")
+        req, t = req[order], t[order]
+    same = req[1:] == req[:-1]
+    gaps, gap_req = (np.diff(t) / 1e6)[same], req[1:][same]
+    del t
+    if gaps.size == 0:
+        return {}, 0
+    edges = _log_edges(gaps.min(), gaps.max())
+    bins = np.clip(np.searchsorted(edges, np.maximum(gaps, edges[0]), side="right") - 1, 0, len(edges) - 2)
+    n_req = int(req.max()) + 1
+    hists = sparse.csr_matrix((np.ones(len(gaps), dtype=np.float32), (gap_req, bins)), shape=(n_req, len(edges) - 1))
+    del bins, gap_req
+    first = np.unique(req, return_index=True)[1]
+    groups = np.asarray(cols["repeat"])[first]  # requests are numbered by repeat: groups sorted (two_stage_indices)
+    exact = np.quantile(gaps, list(QUANTILES.values()))
+    n_gaps = int(gaps.size)
+    del gaps
+    boot_rows = []
+    for start in range(0, n_boot, _BOOT_BATCH):
+        idx = two_stage_indices(groups, rng, min(_BOOT_BATCH, n_boot - start))
+        flat = (np.arange(len(idx))[:, None] * n_req + idx).ravel()
+        counts = np.bincount(flat, minlength=len(idx) * n_req).reshape(len(idx), n_req).astype(np.float32)
+        boot_rows.append(np.asarray(hists.T @ counts.T).T)
+    boot_hists = np.vstack(boot_rows)
+    out = {}
+    for (name, q), estimate in zip(QUANTILES.items(), exact):
+        if n_req < 2:
+            out[name] = (float(estimate), float("nan"), float("nan"))
+            continue
+        lo, hi = np.quantile(_hist_quantile(boot_hists, edges, q), [0.025, 0.975])
+        out[name] = (float(estimate), float(lo), float(hi))
+    return out, n_gaps
+
+
+_POINT_SIZES = """
+SELECT q.deployment_id, l.workload,
+       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label, count(*) AS n
+FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+WHERE q.run_id = $run_id AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
+GROUP BY ALL
+"""
+_LARGE_POINT_REQUESTS = """
+SELECT l.source, coalesce(l.repeat, 1) AS repeat, q.ttft_ms, q.tpot_ms, q.e2e_ms
+FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload
+  AND coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) = $point_label
+  AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
+ORDER BY 2
+"""
+
+
+def compute_large(con, run_id: str, dep: str, workload: str, label: str,
+                  n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str, Any]]:
+    """latency_intervals rows of one point of more than EXACT_MAX_REQUESTS requests (binned bootstrap)."""
+    where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
+    cols = con.execute(_LARGE_POINT_REQUESTS, where).fetchnumpy()
+    rng = np.random.default_rng(_seed(run_id, dep, workload, label))
+    repeat = np.asarray(cols["repeat"])
+    repeats = int(len(np.unique(repeat)))
+    base = {"run_id": run_id, "source": str(cols["source"][0]), "deployment_id": dep, "workload": workload,
+            "point_label": label, "repeats": repeats, "method": method_text(repeats, n_boot, binned=True)}
+    rows: list[dict[str, Any]] = []
+    for name, column in PER_REQUEST:
+        values = np.asarray(cols[column], dtype=float)
+        ok = ~np.isnan(values)
+        if not ok.any():
+            continue
+        for qname, (est, lo, hi) in binned_percentile_intervals(values[ok], repeat[ok], QUANTILES, rng, n_boot).items():
+            rows.append({**base, "metric": f"{name}_{qname}_ms", "estimate": est, "lo": _finite(lo), "hi": _finite(hi),
+                         "samples": int(ok.sum())})
+    n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
+    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl)
+    for qname, (est, lo, hi) in itl.items():
+        rows.append({**base, "metric": f"itl_{qname}_ms", "method": method_text(repeats, n_itl, binned=True),
+                     "estimate": est, "lo": _finite(lo), "hi": _finite(hi), "samples": n_gaps})
+    return rows
+
+
 def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str, Any]]:
     """latency_intervals rows of one run (every point, every engine)."""
-    df = con.execute(_REQUESTS, {"run_id": run_id}).df()
+    sizes = con.execute(_POINT_SIZES, {"run_id": run_id}).fetchall()
+    large = [(d, w, p) for d, w, p, n in sizes if n > EXACT_MAX_REQUESTS]
+    rows: list[dict[str, Any]] = []
+    for dep, workload, label in sorted(large):
+        rows += compute_large(con, run_id, dep, workload, label, n_boot)
+    if len(large) == len(sizes):
+        return rows
+    text = _REQUESTS
+    if large:  # only the small points go through pandas
+        keys = ", ".join("'" + "\x1f".join(map(str, k)).replace("'", "''") + "'" for k in large)
+        text = text.replace("ORDER BY 1, 2, 3, 4", f"""AND concat_ws(chr(31), l.deployment_id, l.workload,
+            coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1))) NOT IN ({keys})
+            ORDER BY 1, 2, 3, 4""")
+    df = con.execute(text, {"run_id": run_id}).df()
     rows: list[dict[str, Any]] = []
     for (dep, workload, label), g in df.groupby(["deployment_id", "workload", "point_label"], sort=True):
         rng = np.random.default_rng(_seed(run_id, dep, workload, label))

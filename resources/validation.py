@@ -143,14 +143,19 @@ _FRAME_JOINS = {
 
 
 def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
-    """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL."""
-    doubles = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall() if r[1] in ("DOUBLE", "FLOAT", "REAL")]
+    """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL. List columns
+    (requests.chunk_ns, chunk_tokens: every token's time) are left in DuckDB: no rule reads them (ingest checked
+    their elements), and a million requests' token times would be gigabytes of Python objects."""
+    described = con.execute(f"DESCRIBE {table}").fetchall()
+    doubles = [r[0] for r in described if r[1] in ("DOUBLE", "FLOAT", "REAL")]
+    lists = [r[0] for r in described if r[1].endswith("]")]
+    star = f"* EXCLUDE ({', '.join('t.' + c for c in lists)})" if lists else "*"
     if doubles:
         names = ", ".join(f"CASE WHEN isnan(t.{c}) OR isinf(t.{c}) THEN '{c}' END" for c in doubles)
         extra = f", nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
     else:
         extra = f", NULL::VARCHAR AS {NONFINITE}"
-    return con.execute(f"SELECT *{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?",
+    return con.execute(f"SELECT {star}{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?",
                        [run_id]).df()
 
 

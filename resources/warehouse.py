@@ -16,12 +16,15 @@ from typing import Any, Iterator
 
 import duckdb
 
-from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest
-from resources.ingest_checks import check_bundle_files, ensure_natural_keys, mark_run, run_status
+from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
+from resources.ingest_checks import (check_table_file, ensure_natural_keys, mark_run, run_status, scan_lines,
+                                    suspect_rows)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
+# DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
+INGEST_MEMORY = os.environ.get("WATTBENCH_INGEST_MEMORY", "1GB")
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
                        "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
@@ -96,6 +99,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
+        refresh_point_stats(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -151,11 +156,21 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
     folder = Path(bundle)
     manifest = read_manifest(folder)
     run_id = run_id or manifest["run_id"]
-    files = {t: folder / f"{t}.jsonl" for t in BUNDLE_TABLES if (folder / f"{t}.jsonl").exists()}
+    files = table_files(folder)
+    for table, path in files.items():  # before DuckDB opens any: a FIFO or a device would hang or never end
+        regular_file(path, f"a JSON-lines file of table {table}")
     types = {t: table_columns(con, t) for t in files}
-    check_bundle_files(files, types)  # file, line and reason for anything not loadable; nothing loaded then
 
     counts: dict[str, int] = {}
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY}'")  # DuckDB spills to disk past it: a big bundle stays bounded
+    try:
+        return _ingest(con, folder, manifest, run_id, files, types, counts)
+    finally:
+        con.execute(f"SET memory_limit = '{limit}'")
+
+
+def _ingest(con, folder, manifest, run_id, files, types, counts) -> dict[str, int]:
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(
@@ -165,61 +180,182 @@ def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run
              manifest.get("clock_anchor_unix_ns"), run_status(manifest)],
         )
         mark_run(con, run_id, manifest)
-        deployment_ids: set[str] = set()
+        # One pass of DuckDB over each file: lines that are not objects or name unknown columns, and the ids of the
+        # rows it replaces (every table of a deployment the bundle carries, and its builds)
+        scans = {t: _checked(con, t, p, types[t], lambda t=t, p=p: scan_lines(
+            con, p, set(types[t]), ("deployment_id",) if t in _DEPLOYMENT_TABLES else
+            ("build_id",) if t == "engine_builds" else ())) for t, p in files.items()}
+        for table, (suspect, _) in scans.items():
+            if suspect:
+                check_table_file(files[table], table, set(types[table]))  # file, line and reason
+        deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
         for table, path in files.items():
-            if table in _DEPLOYMENT_TABLES:
-                ids = con.execute(
-                    "SELECT DISTINCT deployment_id FROM read_json(?, format='newline_delimited', columns={'deployment_id': 'VARCHAR'})",
-                    [str(path)],
-                ).fetchall()
-                deployment_ids |= {r[0] for r in ids if r[0] is not None}
-        for table, path in files.items():
-            cols = types[table]
-            if table in _DEPLOYMENT_TABLES:
-                if deployment_ids:
-                    con.execute(
-                        f"DELETE FROM {table} WHERE run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [run_id, sorted(deployment_ids)],
-                    )
-            elif table == "engine_builds":
-                con.execute(
-                    "DELETE FROM engine_builds WHERE run_id = ? AND build_id IN (SELECT build_id FROM "
-                    "read_json(?, format='newline_delimited', columns={'build_id': 'VARCHAR'}))",
-                    [run_id, str(path)],
-                )
-            read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
-            columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
-            converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
-            before = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-            if path.stat().st_size:
-                try:
-                    con.execute(
-                        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-                        f"read_json(?, format='newline_delimited', columns={columns_literal})",
-                        [run_id, str(path)],
-                    )
-                except duckdb.ConstraintException as exc:
-                    raise BundleError(
-                        f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
-                        "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
-                        "nothing was loaded"
-                    ) from None
-                except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
-                    raise BundleError(
-                        f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
-                        f"(table {table}); nothing was loaded"
-                    ) from None
-            after = con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [run_id]).fetchone()[0]
-            counts[table] = after - before
+            counts[table] = _load_table(con, table, path, types[table], run_id, deployment_ids,
+                                        scans[table][1].get("build_id", []))
         _derive_deployment_hbm(con, run_id)
         from resources import intervals
 
         counts["latency_intervals"] = intervals.refresh(con, run_id)
+        refresh_point_stats(con, run_id)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
         raise
     return counts
+
+
+def table_files(folder: Path) -> dict[str, Path]:
+    """The table files of a bundle folder: <table>.jsonl, or <table>.jsonl.gz (DuckDB reads gzip as it is)."""
+    files = {}
+    for t in BUNDLE_TABLES:
+        for name in (f"{t}.jsonl", f"{t}.jsonl.gz"):
+            if (folder / name).exists() or (folder / name).is_symlink():
+                files[t] = folder / name
+                break
+    return files
+
+
+def _checked(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], read):
+    """Run `read` (DuckDB reading the file); where DuckDB refuses it, the line-by-line check names file, line and
+    reason (BundleError), and otherwise DuckDB's own message is said as a BundleError."""
+    try:
+        return read()
+    except duckdb.ConstraintException as exc:
+        check_table_file(path, table, set(cols))
+        raise BundleError(
+            f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
+            "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
+            "nothing was loaded"
+        ) from None
+    except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
+        check_table_file(path, table, set(cols))
+        raise BundleError(
+            f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
+            f"(table {table}); nothing was loaded"
+        ) from None
+
+
+def _load_table(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], run_id: str,
+                deployment_ids: list[str], build_ids: list[str]) -> int:
+    """Replace this bundle's rows of one table by the file's (inside the ingest's transaction); rows loaded. The
+    rules of resources/ingest_checks.py run in SQL on the rows just loaded."""
+    if table in _DEPLOYMENT_TABLES:
+        mine, params = "run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, deployment_ids]
+    elif table == "engine_builds":
+        mine, params = "run_id = ? AND build_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, build_ids]
+    else:
+        mine, params = "run_id = ?", [run_id]
+    if table in _DEPLOYMENT_TABLES or table == "engine_builds":
+        con.execute(f"DELETE FROM {table} WHERE {mine}", params)
+    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
+    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
+    if not path.stat().st_size:
+        return 0
+    _checked(con, table, path, cols, lambda: con.execute(
+        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"read_json(?, format='newline_delimited', columns={columns_literal})",
+        [run_id, str(path)],
+    ))
+    loaded, suspect = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
+    ).fetchone()
+    if suspect:
+        check_table_file(path, table, set(cols))  # names file, line and reason; a JSON text that only looked odd passes
+    return loaded
+
+
+# The per-request parts of point_stats (no token arrays read): v_request_stats_live, v_request_slo_counts and the
+# client's TTFT/E2E of v_client_stats_live.
+_POINT_STATS_PARTS = {
+    "q": "SELECT * FROM v_request_stats_live WHERE {where}",
+    "c": "SELECT * FROM v_request_slo_counts WHERE {where}",
+    "r": """SELECT q.run_id, q.deployment_id, q.load_point_id,
+           avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
+           count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
+    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    WHERE q.error_kind IS NULL AND q.{where}
+    GROUP BY ALL""",
+    # Every token event read once for v_itl_stats_live, v_window_steadiness_live and the client's ITL of
+    # v_client_stats_live (their definitions in sql/views.sql; tests/test_point_stats.py checks they agree).
+    "t": """WITH ev AS (
+        SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws, l.window_end_ns AS we,
+               l.run_id IS NOT NULL AS has_load_run,
+               unnest(q.chunk_ns) AS t, unnest(q.chunk_tokens) AS n,
+               unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
+                           ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
+                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END) AS prev
+        FROM requests q LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+        WHERE q.error_kind IS NULL AND q.{where})
+    SELECT run_id, deployment_id, load_point_id,
+           quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999]) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_q,
+           avg((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_mean_ms,
+           stddev_pop((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_stdev_ms,
+           count(*) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_samples,
+           count(*) FILTER (WHERE has_load_run AND we > ws) AS steady_events,
+           sum(n) FILTER (WHERE we > ws AND t >= ws AND t < (ws + we) / 2) AS first_half_tokens,
+           sum(n) FILTER (WHERE we > ws AND t >= (ws + we) / 2 AND t <= we) AS second_half_tokens,
+           avg((t - prev) / 1e6) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_ms,
+           count(*) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_n
+    FROM ev GROUP BY ALL""",
+}
+_POINT_STATS = """
+WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
+              UNION SELECT run_id, deployment_id, load_point_id FROM _ps_t
+                    WHERE itl_samples > 0 OR steady_events > 0 OR client_itl_n > 0
+              UNION SELECT run_id, deployment_id, load_point_id FROM _ps_r)
+SELECT k.run_id, coalesce(lr.source, r.source, 'unknown') AS source, k.deployment_id, k.load_point_id,
+       q.run_id IS NOT NULL AS has_requests, q.* EXCLUDE (run_id, deployment_id, load_point_id),
+       r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, c.meeting_slo_completed_in_window, c.meeting_slo_in_window,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[1] END AS itl_p50_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[2] END AS itl_p90_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[3] END AS itl_p95_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[4] END AS itl_p99_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[5] END AS itl_p999_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_mean_ms END AS itl_mean_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_stdev_ms END AS itl_stdev_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_samples END AS itl_samples,
+       coalesce(t.steady_events > 0, false) AS has_steadiness,
+       CASE WHEN t.steady_events > 0 THEN t.first_half_tokens END AS first_half_tokens,
+       CASE WHEN t.steady_events > 0 THEN t.second_half_tokens END AS second_half_tokens,
+       CASE WHEN t.steady_events > 0 THEN abs(t.second_half_tokens - t.first_half_tokens)
+            / nullif((t.second_half_tokens + t.first_half_tokens) / 2, 0) END AS window_drift,
+       x.run_id IS NOT NULL AS has_client, x.ttft_ms AS client_ttft_ms, x.ttft_n AS client_ttft_n,
+       x.e2e_ms AS client_e2e_ms, x.e2e_n AS client_e2e_n,
+       CASE WHEN x.run_id IS NOT NULL AND t.client_itl_n > 0 THEN t.client_itl_ms END AS client_itl_ms,
+       CASE WHEN x.run_id IS NOT NULL AND t.client_itl_n > 0 THEN t.client_itl_n END AS client_itl_n
+FROM keys k
+LEFT JOIN _ps_q q USING (run_id, deployment_id, load_point_id)
+LEFT JOIN _ps_c c USING (run_id, deployment_id, load_point_id)
+LEFT JOIN _ps_t t USING (run_id, deployment_id, load_point_id)
+LEFT JOIN _ps_r x USING (run_id, deployment_id, load_point_id)
+LEFT JOIN runs r USING (run_id)
+LEFT JOIN load_runs lr USING (run_id, deployment_id, load_point_id)
+"""
+
+
+def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+    """Recompute the kept per-load-point figures (point_stats) of one run (every run: None) from the requests, as
+    the *_live definitions of sql/views.sql compute them, every token event read once; inside the caller's
+    transaction. Returns the rows written."""
+    where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
+    for name, sql in _POINT_STATS_PARTS.items():
+        if name != "t":
+            con.execute(f"CREATE OR REPLACE TEMP TABLE _ps_{name} AS " + sql.format(where=where), params)
+    # token events load point by load point: the exact ITL percentiles hold a point's gaps in memory, never a run's
+    points = con.execute(f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} ORDER BY ALL",
+                         params).fetchall()
+    one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
+    con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
+    for rid, lp in points:
+        con.execute("INSERT INTO _ps_t " + one, {"run_id": rid, "lp": lp})
+    try:
+        con.execute(f"DELETE FROM point_stats WHERE {where}", params)
+        con.execute("INSERT INTO point_stats BY NAME " + _POINT_STATS)
+    finally:
+        for name in _POINT_STATS_PARTS:
+            con.execute(f"DROP TABLE IF EXISTS _ps_{name}")
+    return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

@@ -156,6 +156,7 @@ CREATE TABLE IF NOT EXISTS requests (
     error_text              VARCHAR,
     chunk_ns                BIGINT[],           -- arrival of each content-bearing SSE event
     chunk_tokens            INTEGER[],          -- tokens carried by each of those events
+    chunks_exact            INTEGER,            -- NULL: one entry per event; n: the first n are, the rest one per second (the last event's time, all their tokens): inter-token gaps from the first n only
     in_window               BOOLEAN,            -- sent inside the steady-state window
     PRIMARY KEY (run_id, load_point_id, request_id)
 );
@@ -229,6 +230,47 @@ CREATE TABLE IF NOT EXISTS latency_intervals (
     PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
 );
 
+-- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
+-- filled at ingest (resources/warehouse.refresh_point_stats) from the *_live views of sql/views.sql, whose columns
+-- these are (v_request_stats_live, v_itl_stats_live, v_window_steadiness_live, v_client_stats_live as client_*);
+-- has_* say which of them had a row. meeting_slo_*: counted against slo_* (the run's SLO then; v_request_stats
+-- counts again, live, when the run's SLO changed since). Views v_request_stats, v_itl_stats, v_window_steadiness
+-- and v_client_vs_server read it.
+CREATE TABLE IF NOT EXISTS point_stats (
+    run_id                  VARCHAR NOT NULL,
+    source                  VARCHAR NOT NULL,   -- the load point's (load_runs.source)
+    deployment_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,
+    has_requests            BOOLEAN NOT NULL,
+    requests_in_window      BIGINT,
+    ok_in_window            BIGINT,
+    completed_in_window     BIGINT,
+    errors                  BIGINT,
+    ttft_p50_ms DOUBLE, ttft_p90_ms DOUBLE, ttft_p95_ms DOUBLE, ttft_p99_ms DOUBLE, ttft_p999_ms DOUBLE,
+    ttft_mean_ms DOUBLE, ttft_stdev_ms DOUBLE,
+    tpot_p50_ms DOUBLE, tpot_p90_ms DOUBLE, tpot_p95_ms DOUBLE, tpot_p99_ms DOUBLE, tpot_p999_ms DOUBLE,
+    tpot_mean_ms DOUBLE, tpot_stdev_ms DOUBLE,
+    e2e_p50_ms DOUBLE, e2e_p90_ms DOUBLE, e2e_p95_ms DOUBLE, e2e_p99_ms DOUBLE, e2e_p999_ms DOUBLE,
+    e2e_mean_ms DOUBLE, e2e_stdev_ms DOUBLE,
+    tpot_samples            BIGINT,
+    longest_context_tokens  INTEGER,
+    vllm_output_throughput  DOUBLE,
+    slo_ttft_ms DOUBLE, slo_tpot_ms DOUBLE, slo_e2e_ms DOUBLE,
+    meeting_slo_completed_in_window BIGINT,
+    meeting_slo_in_window   BIGINT,
+    itl_p50_ms DOUBLE, itl_p90_ms DOUBLE, itl_p95_ms DOUBLE, itl_p99_ms DOUBLE, itl_p999_ms DOUBLE,
+    itl_mean_ms DOUBLE, itl_stdev_ms DOUBLE,
+    itl_samples             BIGINT,             -- NULL: no inter-token gap (no v_itl_stats row)
+    has_steadiness          BOOLEAN NOT NULL,
+    first_half_tokens       HUGEINT,
+    second_half_tokens      HUGEINT,
+    window_drift            DOUBLE,
+    has_client              BOOLEAN NOT NULL,
+    client_ttft_ms DOUBLE, client_ttft_n BIGINT, client_e2e_ms DOUBLE, client_e2e_n BIGINT,
+    client_itl_ms DOUBLE, client_itl_n BIGINT,
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,
@@ -289,3 +331,6 @@ ALTER TABLE server_metrics ADD COLUMN IF NOT EXISTS scrape VARCHAR;
 -- which meant "its reports were made", is now 'complete': its six blocking checks passed)
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS partition_key VARCHAR;
 UPDATE runs SET status = 'complete' WHERE status = 'succeeded';
+-- version 3 also: requests.chunks_exact (a long stream's coalesced tail), table point_stats (created above; filled for
+-- every run by warehouse.apply_schema)
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;

@@ -2,13 +2,14 @@
 -- latency percentiles over successful requests sent inside the steady-state window; throughput over the
 -- window; energy from the GPU energy counter over the same window, summed over the deployment's GPUs.
 
--- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests.
+-- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests (of a long
+-- stream's recorded events, the exact part: requests.chunks_exact).
 CREATE OR REPLACE VIEW v_itl AS
 SELECT run_id, deployment_id, load_point_id,
        (chunk_ns[i + 1] - chunk_ns[i]) / 1e6 AS itl_ms
 FROM (
     SELECT run_id, deployment_id, load_point_id, chunk_ns,
-           unnest(range(1, len(chunk_ns))) AS i
+           unnest(range(1, least(len(chunk_ns), coalesce(chunks_exact, len(chunk_ns))))) AS i
     FROM requests
     WHERE in_window AND error_kind IS NULL AND len(chunk_ns) > 1
 );
@@ -69,7 +70,7 @@ WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
 -- token arrived inside the window (the same rule as output tokens: what the engine delivered in the window); a
 -- load point with no recorded window bounds (imported from a tool that reports only a duration) counts them all.
 -- Stdev: population, as vllm bench serve reports it (a description of the observed requests).
-CREATE OR REPLACE VIEW v_request_stats AS
+CREATE OR REPLACE VIEW v_request_stats_live AS
 SELECT q.run_id, q.deployment_id, q.load_point_id,
        count(*) FILTER (WHERE q.in_window)                              AS requests_in_window,
        count(*) FILTER (WHERE q.in_window AND q.error_kind IS NULL)     AS ok_in_window,
@@ -97,6 +98,22 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
        quantile_cont(q.e2e_ms, 0.999)  FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_p999_ms,
        avg(q.e2e_ms)                   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_mean_ms,
        stddev_pop(q.e2e_ms)            FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
+       count(q.tpot_ms) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_samples,
+       max(q.prompt_tokens + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens,
+       -- vllm bench serve's whole-run figure: output tokens of every successful request / first send to last token
+       sum(q.completion_tokens) FILTER (WHERE q.error_kind IS NULL)
+         / nullif((max(q.last_token_ns) FILTER (WHERE q.error_kind IS NULL) - min(q.sent_ns)) / 1e9, 0)
+                                                                        AS vllm_output_throughput
+FROM requests q
+LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+GROUP BY ALL;
+
+
+-- Requests meeting every SLO of the run (goodput). Kept in point_stats with the SLO they were counted against; a
+-- run whose SLO changed since (wattbench ingest --plan sets it after the rows are in) is counted again, live, from
+-- scalar columns (v_point_stale_slo).
+CREATE OR REPLACE VIEW v_request_slo_counts AS
+SELECT q.run_id, q.deployment_id, q.load_point_id,
        count(*) FILTER (
            WHERE q.error_kind IS NULL AND q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)
              AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
@@ -108,21 +125,56 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
              AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
              AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
              AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
-       )                                                                AS meeting_slo_in_window,
-       count(q.tpot_ms) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_samples,
-       max(q.prompt_tokens + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens,
-       -- vllm bench serve's whole-run figure: output tokens of every successful request / first send to last token
-       sum(q.completion_tokens) FILTER (WHERE q.error_kind IS NULL)
-         / nullif((max(q.last_token_ns) FILTER (WHERE q.error_kind IS NULL) - min(q.sent_ns)) / 1e9, 0)
-                                                                        AS vllm_output_throughput
+       )                                                                AS meeting_slo_in_window
 FROM requests q
 LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 LEFT JOIN runs r USING (run_id)
-GROUP BY ALL
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_point_stale_slo AS
+SELECT DISTINCT p.run_id
+FROM point_stats p JOIN runs r USING (run_id)
+WHERE p.slo_ttft_ms IS DISTINCT FROM r.slo_ttft_ms OR p.slo_tpot_ms IS DISTINCT FROM r.slo_tpot_ms
+   OR p.slo_e2e_ms IS DISTINCT FROM r.slo_e2e_ms;
+
+-- The per-load-point figures reports read: kept in point_stats (filled at ingest from the *_live definitions by
+-- resources/warehouse.refresh_point_stats; tests/test_point_stats.py checks they agree), and imported points from
+-- the tool's own statistics.
+CREATE OR REPLACE VIEW v_request_stats AS
+WITH recount AS (
+    SELECT q.run_id, q.deployment_id, q.load_point_id,
+       count(*) FILTER (
+               WHERE q.error_kind IS NULL AND q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)
+                 AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
+                 AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
+                 AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
+           )                                                                AS meeting_slo_completed_in_window,
+           count(*) FILTER (
+               WHERE q.in_window AND q.error_kind IS NULL
+                 AND (r.slo_ttft_ms IS NULL OR q.ttft_ms <= r.slo_ttft_ms)
+                 AND (r.slo_tpot_ms IS NULL OR q.tpot_ms IS NULL OR q.tpot_ms <= r.slo_tpot_ms)
+                 AND (r.slo_e2e_ms IS NULL OR q.e2e_ms <= r.slo_e2e_ms)
+           )                                                                AS meeting_slo_in_window
+    FROM requests q
+    LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    LEFT JOIN runs r USING (run_id)
+    WHERE q.run_id IN (SELECT run_id FROM v_point_stale_slo)
+    GROUP BY ALL)
+SELECT p.run_id, p.deployment_id, p.load_point_id, p.requests_in_window, p.ok_in_window, p.completed_in_window,
+       p.errors, p.ttft_p50_ms, p.ttft_p90_ms, p.ttft_p95_ms, p.ttft_p99_ms, p.ttft_p999_ms, p.ttft_mean_ms,
+       p.ttft_stdev_ms, p.tpot_p50_ms, p.tpot_p90_ms, p.tpot_p95_ms, p.tpot_p99_ms, p.tpot_p999_ms, p.tpot_mean_ms,
+       p.tpot_stdev_ms, p.e2e_p50_ms, p.e2e_p90_ms, p.e2e_p95_ms, p.e2e_p99_ms, p.e2e_p999_ms, p.e2e_mean_ms,
+       p.e2e_stdev_ms,
+       coalesce(s.meeting_slo_completed_in_window, p.meeting_slo_completed_in_window) AS meeting_slo_completed_in_window,
+       coalesce(s.meeting_slo_in_window, p.meeting_slo_in_window) AS meeting_slo_in_window,
+       p.tpot_samples, p.longest_context_tokens, p.vllm_output_throughput
+FROM point_stats p
+LEFT JOIN recount s USING (run_id, deployment_id, load_point_id)
+WHERE p.has_requests
 UNION ALL BY NAME
 SELECT * FROM v_imported_request_stats;
 
-CREATE OR REPLACE VIEW v_itl_stats AS
+CREATE OR REPLACE VIEW v_itl_stats_live AS
 SELECT run_id, deployment_id, load_point_id,
        quantile_cont(itl_ms, 0.50)  AS itl_p50_ms,
        quantile_cont(itl_ms, 0.90)  AS itl_p90_ms,
@@ -132,7 +184,12 @@ SELECT run_id, deployment_id, load_point_id,
        avg(itl_ms)                  AS itl_mean_ms,
        stddev_pop(itl_ms)           AS itl_stdev_ms,
        count(*)                     AS itl_samples
-FROM v_itl GROUP BY ALL
+FROM v_itl GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_itl_stats AS
+SELECT run_id, deployment_id, load_point_id, itl_p50_ms, itl_p90_ms, itl_p95_ms, itl_p99_ms, itl_p999_ms,
+       itl_mean_ms, itl_stdev_ms, itl_samples
+FROM point_stats WHERE itl_samples IS NOT NULL
 UNION ALL BY NAME
 SELECT * FROM v_imported_itl_stats;
 
@@ -431,6 +488,31 @@ SELECT x.*, c.label, c.unit, c.better, c.ord,
 FROM (SELECT * FROM repeat_level UNION ALL BY NAME SELECT * FROM latency_level) x
 JOIN v_metric_catalog c USING (metric);
 
+-- The client's side of v_client_vs_server, per load point (kept in point_stats as client_*): TTFT of requests whose
+-- first token arrived in the window, E2E of those whose last token did, inter-token gaps whose later event did.
+CREATE OR REPLACE VIEW v_client_stats_live AS
+WITH client_req AS (
+    SELECT q.run_id, q.deployment_id, q.load_point_id,
+           avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
+           count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
+    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    WHERE q.error_kind IS NULL
+    GROUP BY ALL),
+client_itl AS (
+    SELECT run_id, deployment_id, load_point_id, avg(e.g) AS itl_ms, count(*) AS itl_n
+    FROM (SELECT q.run_id, q.deployment_id, q.load_point_id, l.window_start_ns, l.window_end_ns,
+                 unnest(list_transform(range(1, least(len(q.chunk_ns), coalesce(q.chunks_exact, len(q.chunk_ns)))),
+                        lambda i: struct_pack(t := q.chunk_ns[i + 1], g := (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6))) AS e
+          FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+          WHERE q.error_kind IS NULL AND len(q.chunk_ns) > 1)
+    WHERE e.t BETWEEN window_start_ns AND window_end_ns
+    GROUP BY ALL)
+SELECT c.run_id, c.deployment_id, c.load_point_id, c.ttft_ms AS client_ttft_ms, c.ttft_n AS client_ttft_n,
+       c.e2e_ms AS client_e2e_ms, c.e2e_n AS client_e2e_n, i.itl_ms AS client_itl_ms, i.itl_n AS client_itl_n
+FROM client_req c LEFT JOIN client_itl i USING (run_id, deployment_id, load_point_id);
+
 -- The engine's own latency histograms (its /metrics, scraped at each load point's window edges) against the
 -- client's figures over the same requests: the client's error, measured on every real run. Server: the change of a
 -- histogram's _sum and _count between the window_start and window_end scrapes, summed over label sets, so its mean is
@@ -462,30 +544,13 @@ server AS (
     SELECT run_id, deployment_id, load_point_id, family, metric AS server_metric,
            1000 * d_sum / nullif(d_count, 0) AS server_mean_ms, d_count AS server_n
     FROM edges WHERE d_count > 0),
-client_req AS (
-    SELECT q.run_id, q.deployment_id, q.load_point_id,
-           avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
-           count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
-           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
-           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
-    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-    WHERE q.error_kind IS NULL
-    GROUP BY ALL),
-client_itl AS (
-    SELECT run_id, deployment_id, load_point_id, avg(e.g) AS itl_ms, count(*) AS itl_n
-    FROM (SELECT q.run_id, q.deployment_id, q.load_point_id, l.window_start_ns, l.window_end_ns,
-                 unnest(list_transform(range(1, len(q.chunk_ns)),
-                        lambda i: struct_pack(t := q.chunk_ns[i + 1], g := (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6))) AS e
-          FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-          WHERE q.error_kind IS NULL AND len(q.chunk_ns) > 1)
-    WHERE e.t BETWEEN window_start_ns AND window_end_ns
-    GROUP BY ALL),
 client AS (
     SELECT c.run_id, c.deployment_id, c.load_point_id, f.family,
-           CASE f.family WHEN 'ttft' THEN c.ttft_ms WHEN 'e2e' THEN c.e2e_ms ELSE i.itl_ms END AS client_mean_ms,
-           CASE f.family WHEN 'ttft' THEN c.ttft_n WHEN 'e2e' THEN c.e2e_n ELSE i.itl_n END AS client_n
-    FROM client_req c LEFT JOIN client_itl i USING (run_id, deployment_id, load_point_id)
-    CROSS JOIN (VALUES ('ttft'), ('itl'), ('e2e')) f(family))
+           CASE f.family WHEN 'ttft' THEN c.client_ttft_ms WHEN 'e2e' THEN c.client_e2e_ms ELSE c.client_itl_ms END AS client_mean_ms,
+           CASE f.family WHEN 'ttft' THEN c.client_ttft_n WHEN 'e2e' THEN c.client_e2e_n ELSE c.client_itl_n END AS client_n
+    FROM point_stats c
+    CROSS JOIN (VALUES ('ttft'), ('itl'), ('e2e')) f(family)
+    WHERE c.has_client)
 SELECT s.run_id, s.deployment_id, s.load_point_id, s.family, s.server_metric, s.server_mean_ms, s.server_n,
        c.client_mean_ms, c.client_n, c.client_mean_ms - s.server_mean_ms AS client_minus_server_ms,
        (c.client_mean_ms - s.server_mean_ms) / nullif(s.server_mean_ms, 0) AS client_minus_server_rel
@@ -495,18 +560,22 @@ FROM server s JOIN client c USING (run_id, deployment_id, load_point_id, family)
 -- point's window, and their relative difference (window_drift). A window still ramping up, or draining, shows a
 -- drift; validation warns above 5% (load_runs.steady_window). warmup_lifetimes: the warm-up in median request
 -- lifetimes (E2E p50); validation warns below 2 (load_runs.warmup_two_lifetimes).
-CREATE OR REPLACE VIEW v_window_steadiness AS
+CREATE OR REPLACE VIEW v_window_steadiness_live AS
 WITH tok AS (
-    SELECT l.run_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.chunk_ns) AS t,
+    SELECT l.run_id, l.deployment_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.chunk_ns) AS t,
            unnest(q.chunk_tokens) AS n
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL AND l.window_end_ns > l.window_start_ns)
-SELECT run_id, load_point_id,
+SELECT run_id, deployment_id, load_point_id,
        sum(n) FILTER (WHERE t >= window_start_ns AND t < (window_start_ns + window_end_ns) / 2) AS first_half_tokens,
        sum(n) FILTER (WHERE t >= (window_start_ns + window_end_ns) / 2 AND t <= window_end_ns) AS second_half_tokens,
        abs(second_half_tokens - first_half_tokens) / nullif((second_half_tokens + first_half_tokens) / 2, 0)
                                                                                        AS window_drift
 FROM tok GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_window_steadiness AS
+SELECT run_id, load_point_id, first_half_tokens, second_half_tokens, window_drift
+FROM point_stats WHERE has_steadiness;
 
 -- Load points of two runs side by side, one row per (point, metric), with the band a change must leave and a flag
 -- (sql/regressions.sql, sql/compare_runs.sql; docs/REPORTS.md). A point is the same point in both runs when

@@ -206,8 +206,10 @@ def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str |
         if req_rows:
             _insert_json(con, "requests", req_rows)
         from resources import intervals
+        from resources.warehouse import refresh_point_stats
 
         intervals.refresh(con, rid)  # latency intervals from the per-request rows, as for a bundle
+        refresh_point_stats(con, rid)  # and the kept per-load-point figures
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

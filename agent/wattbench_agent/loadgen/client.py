@@ -70,6 +70,16 @@ def _retry_after(resp: httpx.Response) -> float | None:
             return None
 
 
+# A request keeps at most MAX_CHUNK_EVENTS content events one by one (chunk_ns, chunk_tokens); after that, events
+# are coalesced into one entry per TAIL_BUCKET_NS: the time of the bucket's last event, the tokens (text) of all of
+# its events. The record says where that began (chunks_exact: the leading entries that are single events, None when
+# every event was kept), so inter-token gaps are read from the exact part only, while TTFT, E2E, TPOT (first and last
+# event exact) and tokens per window (to within a bucket) stay exact. An endless stream holds ~16k events plus one
+# entry a second, never gigabytes (docs/MEASUREMENT.md).
+MAX_CHUNK_EVENTS = 16_384
+TAIL_BUCKET_NS = 1_000_000_000
+
+
 class SSEParser:
     """Incremental SSE scanner for OpenAI streaming chunks; `feed(arrival_ns, bytes)`.
 
@@ -80,7 +90,7 @@ class SSEParser:
     """
 
     __slots__ = ("buf", "chat", "key", "chunk_ns", "lens", "raw", "keep_text", "usage", "finish", "empty",
-                 "err", "errtxt", "done")
+                 "err", "errtxt", "done", "exact", "tail_counts", "tail_start", "cap")
 
     def __init__(self, chat: bool, keep_text: bool = False):
         self.buf = b""
@@ -96,6 +106,28 @@ class SSEParser:
         self.err = None
         self.errtxt = None
         self.done = False
+        self.exact: int | None = None     # entries before the coalesced tail (None: every event kept)
+        self.tail_counts: list[int] = []  # events in each tail entry
+        self.tail_start = 0
+        self.cap = MAX_CHUNK_EVENTS
+
+    def _coalesce(self, ns: int, length: int) -> None:
+        """An event past the cap: into the current one-second tail entry, or a new one."""
+        if self.exact is None:
+            self.exact = len(self.chunk_ns)
+        if self.tail_counts and ns - self.tail_start < TAIL_BUCKET_NS:
+            self.chunk_ns[-1] = ns
+            self.lens[-1] += length
+            self.tail_counts[-1] += 1
+        else:
+            self.chunk_ns.append(ns)
+            self.lens.append(length)
+            self.tail_counts.append(1)
+            self.tail_start = ns
+
+    def events(self) -> int:
+        """Content events seen (coalesced ones included)."""
+        return len(self.chunk_ns) - len(self.tail_counts) + sum(self.tail_counts)
 
     def feed(self, ns: int, data: bytes) -> None:
         if self.done:
@@ -150,8 +182,11 @@ class SSEParser:
                     if e < 0:
                         self._data(d, ns)
                         continue
-                    self.chunk_ns.append(ns)
-                    self.lens.append(e - k - 1)
+                    if self.exact is None and len(self.chunk_ns) < self.cap:
+                        self.chunk_ns.append(ns)
+                        self.lens.append(e - k - 1)
+                    else:
+                        self._coalesce(ns, e - k - 1)
                     if self.keep_text:
                         self.raw.append(_loads(d[k:e + 1]))
                 elif c != b"n":  # not null: something else, let JSON decide
@@ -189,8 +224,11 @@ class SSEParser:
                 if text is None and "delta" in c:
                     text = (c.get("delta") or {}).get("content")
             if text:
-                self.chunk_ns.append(ns)
-                self.lens.append(len(text))
+                if self.exact is None and len(self.chunk_ns) < self.cap:
+                    self.chunk_ns.append(ns)
+                    self.lens.append(len(text))
+                else:
+                    self._coalesce(ns, len(text))
                 if self.keep_text:
                     self.raw.append(text)
             fr = c.get("finish_reason")
@@ -317,7 +355,7 @@ class RequestRunner:
                 input_tokens, max_tokens, prompt) -> dict:
         usage = p.usage or {}
         chunk_ns = p.chunk_ns
-        n_events = len(chunk_ns)
+        n_events = p.events()
         ct = usage.get("completion_tokens")
         pt = usage.get("prompt_tokens")
         if ct is not None:
@@ -334,9 +372,10 @@ class RequestRunner:
             else:
                 pt = input_tokens
         if source == "estimate":
-            chunk_tokens = [1] * n_events
+            chunk_tokens = [1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts
         else:
-            chunk_tokens = distribute_tokens(int(ct or 0), p.lens) if n_events else []
+            events = ([1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts) if p.tail_counts else None
+            chunk_tokens = distribute_tokens(int(ct or 0), p.lens, events) if n_events else []
         ok = p.err is None
         ttft = e2e = None
         first = chunk_ns[0] if chunk_ns else None
@@ -369,6 +408,7 @@ class RequestRunner:
             "error_text": p.errtxt,
             "chunk_ns": chunk_ns,
             "chunk_tokens": chunk_tokens,
+            "chunks_exact": p.exact,
             "in_window": None,  # set by the runner
         }
 

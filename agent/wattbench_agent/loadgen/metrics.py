@@ -52,25 +52,36 @@ def tpot_ms(e2e: float | None, ttft: float | None, n_tokens: int | None) -> floa
     return (e2e - ttft) / (n_tokens - 1)
 
 
-def distribute_tokens(n_tokens: int, chunk_chars: Sequence[int]) -> list[int]:
+def exact_chunks(r: dict) -> list:
+    """The chunk times of a record whose entries are single events: inter-token gaps come from these only (past
+    client.MAX_CHUNK_EVENTS the record holds one coalesced entry a second; chunks_exact says where)."""
+    ch = r.get("chunk_ns") or []
+    k = r.get("chunks_exact")
+    return ch if k is None else ch[:k]
+
+
+def distribute_tokens(n_tokens: int, chunk_chars: Sequence[int], events: Sequence[int] | None = None) -> list[int]:
     """Split `n_tokens` over content events so the split sums to n_tokens.
 
     Equal counts -> 1 per event (the usual case). More tokens than events -> every event gets 1, the rest go
     to events in proportion to their text length (largest remainder). Fewer tokens than events -> in proportion
-    to text length, some events get 0.
+    to text length, some events get 0. `events`: how many events each entry stands for (a long stream's coalesced
+    tail, loadgen/client.py MAX_CHUNK_EVENTS; 1 each when None): an entry of n events counts as n of them.
     """
     k = len(chunk_chars)
     if k == 0:
         return []
-    if n_tokens == k:
-        return [1] * k
-    if n_tokens > k:
-        base = [1] * k
-        rest = n_tokens - k
+    counts = [1] * k if events is None else [int(e) for e in events]
+    total = sum(counts)
+    if n_tokens == total:
+        return counts
+    if n_tokens > total:
+        base = counts
+        rest = n_tokens - total
     else:
         base = [0] * k
         rest = n_tokens
-    weights = np.asarray([max(c, 1) for c in chunk_chars], dtype=float)
+    weights = np.asarray([max(c, n) for c, n in zip(chunk_chars, counts)], dtype=float)
     share = weights / weights.sum() * rest
     floor = np.floor(share).astype(int)
     left = rest - int(floor.sum())
@@ -118,7 +129,7 @@ def summarize(records: Iterable[dict], window_start_ns: int, window_end_ns: int,
     tpot = [r["tpot_ms"] for r in ok_win if r.get("tpot_ms") is not None]
     itl: list[np.ndarray] = []
     for r in ok_win:
-        ch = r.get("chunk_ns") or []
+        ch = exact_chunks(r)
         if len(ch) > 1:
             itl.append(np.diff(np.asarray(ch, dtype=np.int64)) / 1e6)
     itl_all = np.concatenate(itl) if itl else np.asarray([], dtype=float)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import shapes
+from .metrics import exact_chunks
 
 # vLLM's metric names -> the record field (ms) they are computed from (itl: gaps between content events).
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": None, "e2el": "e2e_ms"}
@@ -90,7 +91,7 @@ def metric_values(records: list[dict], metric: str) -> list[float]:
     if metric == "itl":
         out: list[float] = []
         for r in ok:
-            ch = r.get("chunk_ns") or []
+            ch = exact_chunks(r)
             out.extend((b - a) / 1e6 for a, b in zip(ch, ch[1:]))
         return out
     key = METRICS[metric]
@@ -179,8 +180,7 @@ def result_json(res, *, model_id: str, label: str | None = None, num_prompts: in
             "input_lens": [r.get("prompt_tokens") for r in order],
             "output_lens": [int(r.get("completion_tokens") or 0) if r.get("error_kind") is None else 0 for r in order],
             "ttfts": [r["ttft_ms"] / 1e3 if r.get("ttft_ms") is not None else None for r in order],
-            "itls": [[(b - a) / 1e9 for a, b in zip(r.get("chunk_ns") or [], (r.get("chunk_ns") or [])[1:])]
-                     for r in order],
+            "itls": [[(b - a) / 1e9 for a, b in zip(exact_chunks(r), exact_chunks(r)[1:])] for r in order],
             "latencies": [r["e2e_ms"] / 1e3 if r.get("e2e_ms") is not None else None for r in order],
             "start_times": [r["sent_ns"] / 1e9 if r.get("sent_ns") is not None else None for r in order],
             "generated_texts": [None for _ in order],  # wattbench does not keep the text

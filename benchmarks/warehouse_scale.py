@@ -1,0 +1,360 @@
+"""How the warehouse scales: ingest, every report in sql/ and the validation suites on millions of requests.
+
+Synthesizes result bundles shaped like a real run (python -m benchmarks.warehouse_scale [--sizes 100k,1m,10m]):
+load points of REQUESTS_PER_POINT requests sent at a steady rate, each request streaming OUTPUT_TOKENS tokens one
+per event (per-token arrival times with jitter around a TPOT, a TTFT spread over the point), a few failed
+requests, 8 GPUs sampled at 10 Hz over the whole run, energy windows and engine /metrics scrapes at each window's
+edges. A size of N requests is one bundle (one run) of up to RUN_REQUESTS requests; larger sizes are several runs
+ingested into one warehouse (10M: ten runs of 1M). For each size it records, in results/warehouse_scale.json and
+results/warehouse_scale.md:
+- ingest: wall seconds of `ingest_bundle` per bundle and the peak RSS of the process doing it (a fresh Python
+  process per size, so the peak is that size's; ru_maxrss of the child);
+- queries: wall seconds of every report query in sql/ and every view reports read, on the full warehouse, run in
+  a fresh process (cold: the first run after opening the file) for the latest run;
+- validation: wall seconds and peak RSS of the GX suites (resources/validation.py) on the largest run.
+Only sizes that were run are written: a size not run has no entry (never a figure).
+The synthetic bundles are data shaped like measurements, not measurements: every figure here is a time or a size of
+wattbench's own work (measured on this machine), never a figure about an engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
+DEFAULT_SIZES = ("100k", "1m")
+RUN_REQUESTS = 1_000_000          # requests of one bundle (one run); larger sizes are several runs
+REQUESTS_PER_POINT = 25_000       # requests of one load point (one repeat of one point)
+OUTPUT_TOKENS = 128               # tokens per request, one per streamed event (chunk_ns holds 128 timestamps)
+GPUS = 8
+SAMPLE_HZ = 10
+RATE_RPS = 300                    # requests sent per second: 1M requests are 55 min of load
+BASE_NS = 864_000_123_456_789     # perf_counter_ns of a host up 10 days: timestamps as long as real ones
+
+
+def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
+               requests_per_point: int = REQUESTS_PER_POINT) -> dict[str, int]:
+    """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row)."""
+    import duckdb
+
+    from wattbench_agent.bundle import BundleWriter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    points = max(1, -(-n_requests // requests_per_point))
+    per_point = -(-n_requests // points)
+    with BundleWriter(folder, run_id=run_id, source="emulated") as w:
+        w.write("deployments", [{
+            "deployment_id": f"{run_id}-d{e}", "model": "llama-3-70b", "engine": "emulator:vllm-like",
+            "config_name": f"engine{e}", "status": "healthy", "tp": GPUS, "n_gpus": GPUS, "gpu_name": "H100",
+            "gpu_uuids": [f"GPU-{e}-{g}" for g in range(GPUS)], "idle_power_w_before": 800.0,
+            "idle_power_w_after": 820.0, "config": {"synthetic": True}} for e in range(2)])
+        point_s = per_point / RATE_RPS
+        load_runs = []
+        for p in range(points):
+            dep = f"{run_id}-d{p % 2}"
+            start = BASE_NS + p * int((point_s + 5) * 1e9)
+            load_runs.append({
+                "deployment_id": dep, "load_point_id": f"{dep}:steady:c{64 * (1 + p // 6)}#{1 + (p // 2) % 3}",
+                "point_label": f"c{64 * (1 + p // 6)}", "repeat": 1 + (p // 2) % 3, "workload": "steady",
+                "shape": "concurrency", "api": "chat", "concurrency": 64 * (1 + p // 6), "input_tokens": 512,
+                "output_tokens": OUTPUT_TOKENS, "warmup_s": 2.0, "duration_s": point_s,
+                "window_start_ns": start + 2_000_000_000, "window_end_ns": start + int(point_s * 1e9),
+                "window_s": point_s - 2.0, "achieved_rate": float(RATE_RPS), "sent": per_point,
+                "completed": per_point, "failed": 0,
+                "output_tokens_in_window": int((point_s - 2.0) * RATE_RPS * OUTPUT_TOKENS),
+                "energy_j": (point_s - 2.0) * 5200.0 * (1 + 0.01 * (p % 3)), "energy_trace_j": (point_s - 2.0) * 5180.0,
+                "status": "ok", "summary": {"synthetic": True}})
+        w.write("load_runs", load_runs)
+    con = duckdb.connect()
+    con.execute(f"SET threads = {os.cpu_count() or 2}")
+    con.execute("SET enable_progress_bar = false")
+    lr = json.dumps([[r["load_point_id"], r["deployment_id"], r["window_start_ns"] - 2_000_000_000] for r in load_runs])
+    con.execute(f"""CREATE TEMP TABLE pts AS
+        SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns, row_number() OVER () - 1 AS p
+        FROM (SELECT unnest(json_extract('{lr}', '$[*]')) AS j)""")
+    # TTFT 40-400 ms (a log-uniform spread), TPOT 18-30 ms per point, per-gap jitter +-40% (never negative)
+    con.execute(f"""COPY (
+        WITH r AS (
+            SELECT p.load_point_id, p.deployment_id, p.p, i,
+                   p.start_ns + (i * 1e9 / {RATE_RPS})::BIGINT AS sent_ns,
+                   (40 * pow(10, hash(p.p, i, {seed}) % 1000 / 1000.0))::DOUBLE AS ttft_ms,
+                   18 + (p.p % 7) * 2.0 AS tpot_base_ms,
+                   hash(p.p, i, {seed}, 'e') % 1000 = 0 AS failed
+            FROM pts p, range({per_point}) t(i)
+            WHERE p.p * {per_point} + i < {n_requests}),
+        c AS (
+            SELECT *, sent_ns + (ttft_ms * 1e6)::BIGINT AS first_ns,
+                   list_transform(range({OUTPUT_TOKENS}), lambda k: (k * tpot_base_ms * 1e6
+                        + ((hash(i, k, p) % 800)::BIGINT - 400) * tpot_base_ms * 1e3 * (k > 0)::INT)::BIGINT) AS offs
+            FROM r)
+        SELECT '{run_id}' AS run_id, 'emulated' AS source, deployment_id, load_point_id, i::VARCHAR AS request_id,
+               sent_ns AS scheduled_ns, sent_ns,
+               CASE WHEN failed THEN NULL ELSE first_ns END AS first_token_ns,
+               CASE WHEN failed THEN NULL ELSE first_ns + offs[-1] END AS last_token_ns,
+               CASE WHEN failed THEN NULL ELSE ttft_ms END AS ttft_ms,
+               CASE WHEN failed THEN NULL ELSE ttft_ms + offs[-1] / 1e6 END AS e2e_ms,
+               CASE WHEN failed THEN NULL ELSE offs[-1] / 1e6 / {OUTPUT_TOKENS - 1} END AS tpot_ms,
+               512 AS prompt_tokens, CASE WHEN failed THEN NULL ELSE {OUTPUT_TOKENS} END AS completion_tokens,
+               'usage' AS token_count_source, 512 AS input_tokens_requested, {OUTPUT_TOKENS} AS max_tokens,
+               CASE WHEN failed THEN NULL ELSE 'length' END AS finish_reason,
+               CASE WHEN failed THEN 503 ELSE 200 END AS http_status,
+               CASE WHEN failed THEN 'http_503' END AS error_kind,
+               CASE WHEN failed THEN 'Service Unavailable' END AS error_text,
+               CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: first_ns + o) END AS chunk_ns,
+               CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: 1) END AS chunk_tokens,
+               sent_ns >= start_ns + 2000000000 AS in_window
+        FROM c JOIN pts USING (load_point_id, deployment_id, p) ORDER BY p, i
+    ) TO '{folder / "requests.jsonl"}' (FORMAT json)""")
+    total_s = (max(r["window_end_ns"] for r in load_runs) - BASE_NS) / 1e9 + 5
+    con.execute(f"""COPY (
+        SELECT '{run_id}' AS run_id, 'emulated' AS source, '{run_id}-d' || (g // {GPUS}) AS deployment_id,
+               'GPU-' || (g // {GPUS}) || '-' || (g % {GPUS}) AS gpu_uuid, g % {GPUS} AS gpu_index,
+               {BASE_NS} + (t * 1e9 / {SAMPLE_HZ})::BIGINT AS t_ns, 600.0 + hash(g, t) % 1000 / 10.0 AS power_w,
+               650.0 AS power_avg_w, 1e6 + t * 65.0 AS energy_mj, 60000.0 AS hbm_used_mib, 81559.0 AS hbm_total_mib,
+               (hash(t, g) % 100)::DOUBLE AS util_gpu_pct, 40.0 AS util_mem_pct, 1980.0 AS sm_clock_mhz,
+               2619.0 AS mem_clock_mhz, 60.0 AS temp_c, 700.0 AS power_limit_w, 0 AS clock_event_reasons,
+               CASE WHEN hash(t, g) % 50 = 0 THEN 'sw_power_cap' ELSE '' END AS clock_events
+        FROM range({2 * GPUS}) a(g), range({int(total_s * SAMPLE_HZ)}) b(t)
+    ) TO '{folder / "gpu_samples.jsonl"}' (FORMAT json)""")
+    con.close()
+    windows, metrics = [], []
+    for r in load_runs:
+        for g in range(GPUS):
+            windows.append({"run_id": run_id, "source": "emulated", "deployment_id": r["deployment_id"],
+                            "window_name": r["load_point_id"], "gpu_uuid": f"GPU-{r['deployment_id'][-1]}-{g}",
+                            "start_ns": r["window_start_ns"], "end_ns": r["window_end_ns"], "energy_j": r["energy_j"] / GPUS})
+        for edge, k in (("window_start", 0), ("window_end", 1)):
+            for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                         "vllm:e2e_request_latency_seconds"):
+                for suffix, value in (("_sum", k * 900.0), ("_count", k * 4500.0)):
+                    metrics.append({"run_id": run_id, "source": "emulated", "deployment_id": r["deployment_id"],
+                                    "load_point_id": r["load_point_id"],
+                                    "t_ns": r["window_start_ns"] if k == 0 else r["window_end_ns"],
+                                    "metric": name + suffix, "labels": {"model_name": "m"}, "value": value,
+                                    "scrape": edge})
+    for table, rows in (("energy_windows", windows), ("server_metrics", metrics)):
+        with open(folder / f"{table}.jsonl", "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["complete"] = True
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return {"requests": n_requests, "load_points": points, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+VIEWS = ("v_load_points", "v_point_figures", "v_repeat_figures", "v_engine_contrasts", "v_request_stats",
+         "v_itl_stats", "v_window_gpu", "v_window_steadiness", "v_client_vs_server", "latency_intervals")
+QUERY_PARAMS = {"steady_qps": 40, "peak_qps": 100, "input_tokens": 512, "output_tokens": 128, "burst_hours_per_day": 4,
+                "elastic_gpu_hour_usd": None}
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: its own address space since exec; ru_maxrss would also count
+    the parent's memory at fork)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_ingest(db: str, bundle: str) -> dict:
+    from resources.warehouse import connect, ingest_bundle
+
+    t0 = time.perf_counter()
+    with connect(db) as con:
+        counts = ingest_bundle(con, bundle)
+    return {"ingest_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "rows": counts}
+
+
+def child_queries(db: str) -> dict:
+    """Every report query in sql/ (parameters as `wattbench sql` fills them for the latest run) and every view
+    reports read, each timed once on a freshly opened warehouse, then once more (warm)."""
+    from resources.warehouse import SQL_DIR, connect, run_sql
+
+    out: dict[str, dict] = {}
+    with connect(db, read_only=True) as con:
+        runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+        params = {**QUERY_PARAMS, "run_id": runs[-1], "run_a": runs[0], "run_b": runs[-1], "runs": None}
+        jobs = [(p.stem, p.read_text()) for p in sorted(SQL_DIR.glob("*.sql"))
+                if p.stem not in ("schema", "views", "derive_deployment_hbm")]
+        jobs += [(v, f"SELECT * FROM {v}") for v in VIEWS]
+        jobs += [(f"{v} (latest run)", f"SELECT * FROM {v} WHERE run_id = $run_id") for v in VIEWS]
+        for name, text in jobs:
+            times, n = [], None
+            for _ in range(2):
+                t0 = time.perf_counter()
+                n = len(run_sql(con, text, params))
+                times.append(time.perf_counter() - t0)
+            out[name] = {"cold_s": times[0], "warm_s": times[1], "rows": n}
+    return {"queries": out, "peak_rss_mb": _peak_rss_mb()}
+
+
+def child_validation(db: str) -> dict:
+    """The GX suites of every table on the latest run (as assets/checks.py runs them)."""
+    from resources.validation import suites, table_frame, validate_table
+    from resources.warehouse import connect
+
+    t0 = time.perf_counter()
+    failed = []
+    with connect(db, read_only=True) as con:
+        run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
+        for table in suites():
+            result = validate_table(table, table_frame(con, table, run_id))
+            failed += [o.rule for o in result.outcomes if not o.success and o.severity == "error"]
+    return {"validation_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "errors": failed}
+
+
+_BEFORE = """
+import json, resource, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
+from resources.warehouse import connect, ingest_bundle
+t0 = time.perf_counter()
+with connect(sys.argv[2]) as con:
+    counts = ingest_bundle(con, sys.argv[3])
+hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:")][0]
+print(json.dumps({"ingest_s": time.perf_counter() - t0, "rows": counts, "peak_rss_mb": hwm / 1024}))
+"""
+
+
+def _child(what: str, *args: str, timeout: float = 3600) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.warehouse_scale", "--child", what, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
+    db = work / f"w-{label}.duckdb"
+    runs = max(1, -(-n // RUN_REQUESTS))
+    ingests = []
+    for k in range(runs):
+        bundle = work / f"bundle-{label}-{k}"
+        t0 = time.perf_counter()
+        made = synthesize(bundle, f"scale-{label}-{k:03d}", min(RUN_REQUESTS, n - k * RUN_REQUESTS), seed=k)
+        made["synthesize_s"] = time.perf_counter() - t0
+        load_before = os.getloadavg()[0]
+        result = _child("ingest", str(db), str(bundle))
+        ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
+        print(f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
+              f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+              f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}", flush=True)
+        shutil.rmtree(bundle)
+    entry = {"requests": n, "runs": runs, "warehouse_mb": db.stat().st_size / 1e6, "ingest": ingests}
+    entry.update(_child("queries", str(db)))
+    entry["load_average_1min_after_queries"] = os.getloadavg()[0]
+    slow = {k: v["cold_s"] for k, v in entry.get("queries", {}).items() if v["cold_s"] >= 1}
+    print(f"  {label}: {len(entry.get('queries', {}))} queries, slowest cold "
+          f"{max((v['cold_s'] for v in entry.get('queries', {}).values()), default=float('nan')):.2f} s; "
+          f"1 s or more: {slow or 'none'}", flush=True)
+    if validation:
+        entry["validation"] = _child("validation", str(db))
+        print(f"  {label}: validation {entry['validation']}", flush=True)
+    db.unlink()
+    return entry
+
+
+def write_results(results: dict, out: Path) -> None:
+    (out / "warehouse_scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = ["# Warehouse at scale (benchmarks/warehouse_scale.py)", "",
+             f"Measured {results['measured_at']} on {results['machine']}; synthetic bundles (shaped like a run, not "
+             "measurements: every figure here is wattbench's own time or memory). Sizes run: "
+             + ", ".join(results["sizes_run"]) + ". Wall seconds of one timing each (no repeats); the machine is "
+             "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
+             "means other work competed and the times are upper bounds).",
+             "", "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+             "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label in results["sizes_run"]:
+        e = results["sizes"][label]
+        ing = e["ingest"]
+        secs = [i.get("ingest_s") for i in ing if "ingest_s" in i]
+        rss = [i.get("peak_rss_mb") for i in ing if "peak_rss_mb" in i]
+        q = e.get("queries", {})
+        reports = {k: v for k, v in q.items() if not k.startswith("v_") and not k.startswith("latency_")}
+        worst = max(reports.items(), key=lambda kv: kv[1]["cold_s"]) if reports else None
+        val = e.get("validation", {})
+        lines.append(
+            f"| {e['requests']:,} | {e['runs']} | {sum(i['bytes'] for i in ing) / 1e6:,.0f} | "
+            f"{', '.join(f'{s:.1f}' for s in secs) or 'failed'} | {max(rss, default=float('nan')):,.0f} | "
+            f"{e['warehouse_mb']:,.0f} | " + (f"{worst[1]['cold_s']:.2f} ({worst[0]})" if worst else "-") + " | "
+            + (f"{val['validation_s']:.1f}" if "validation_s" in val else val.get("error", "not run")) + " | "
+            + (f"{val['peak_rss_mb']:,.0f}" if "peak_rss_mb" in val else "-") + " |")
+    lines += ["", "Every query (cold, then warm, seconds) on the largest warehouse run:", "",
+              "| query | cold (s) | warm (s) | rows |", "|---|---:|---:|---:|"]
+    largest = results["sizes"][results["sizes_run"][-1]]
+    for name, v in largest.get("queries", {}).items():
+        lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
+    if results.get("before"):
+        b = results["before"]
+        lines += ["", f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
+                  f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB."]
+    (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
+                    help="comma-separated sizes to run: " + ", ".join(SIZES) + f" (default {','.join(DEFAULT_SIZES)}; "
+                         "10m: ten runs of 1M, about 10 GB of disk and 20-30 min here)")
+    ap.add_argument("--no-validation", action="store_true", help="skip the GX suites")
+    ap.add_argument("--before", metavar="CHECKOUT",
+                    help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after")
+    ap.add_argument("--work", help="folder for bundles and warehouses (default: a temporary folder)")
+    ap.add_argument("--out", default=str(RESULTS), help="where warehouse_scale.json/.md go (default results/)")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        fn = {"ingest": child_ingest, "queries": child_queries, "validation": child_validation}[args.child[0]]
+        print(json.dumps(fn(*args.child[1:])))
+        return 0
+    labels = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
+    unknown = [s for s in labels if s not in SIZES]
+    if unknown:
+        ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+               "shape": {"run_requests": RUN_REQUESTS, "requests_per_point": REQUESTS_PER_POINT,
+                         "output_tokens": OUTPUT_TOKENS, "gpus": GPUS, "sample_hz": SAMPLE_HZ},
+               "sizes_run": [], "sizes": {}}
+    try:
+        if args.before:
+            bundle = work / "bundle-before"
+            synthesize(bundle, "scale-before", SIZES[labels[0]])
+            code = Path(args.before).resolve()
+            env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
+            proc = subprocess.run([sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
+                                  cwd=code, env=env, capture_output=True, text=True)
+            if proc.returncode == 0:
+                results["before"] = {"code": str(code), "requests": SIZES[labels[0]],
+                                     **json.loads(proc.stdout.strip().splitlines()[-1])}
+                print(f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
+                      f"{results['before']['peak_rss_mb']:,.0f} MB", flush=True)
+            shutil.rmtree(bundle)
+            (work / "before.duckdb").unlink(missing_ok=True)
+        for label in labels:
+            results["sizes"][label] = run_size(label, SIZES[label], work, not args.no_validation)
+            results["sizes_run"].append(label)
+            write_results(results, Path(args.out))  # after every size: a later size that fails loses nothing
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
