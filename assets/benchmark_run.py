@@ -20,9 +20,10 @@ This module imports no Dagster at module level: the CLI's read-only commands use
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 OPENED, RESUMED, REPORTED = "opened", "resumed", "reported"
 # Statuses of a benchmark whose tables are whole and validated: a Dagster run's (every blocking check passed) or a
@@ -33,7 +34,7 @@ _ENDED = ("failed", "interrupted")
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 # --- what a step knows about its Dagster run -------------------------------------------------------------------
@@ -75,8 +76,11 @@ def partition_of(context: Any) -> str | None:
 def benchmarks_of_dagster_run(con, run_id: str, roles: tuple[str, ...] = (OPENED, RESUMED)) -> list[str]:
     """The benchmarks a Dagster run opened or resumed (by default); a Dagster run unknown to `dagster_runs` (a
     warehouse written before schema version 3) stands for the benchmark of the same id, if there is one."""
-    rows = con.execute(f"SELECT run_id FROM dagster_runs WHERE dagster_run_id = ? AND role IN "
-                       f"({', '.join('?' for _ in roles)}) ORDER BY recorded_at", [run_id, *roles]).fetchall()
+    rows = con.execute(
+        f"SELECT run_id FROM dagster_runs WHERE dagster_run_id = ? AND role IN "
+        f"({', '.join('?' for _ in roles)}) ORDER BY recorded_at",
+        [run_id, *roles],
+    ).fetchall()
     if rows:
         return [r[0] for r in rows]
     known = con.execute("SELECT count(*) FROM dagster_runs WHERE dagster_run_id = ?", [run_id]).fetchone()[0]
@@ -91,14 +95,18 @@ def latest_of_partition(con, partition: str | None, statuses: tuple[str, ...] = 
     row = con.execute(
         f"SELECT run_id, status FROM runs WHERE {where} AND status IN ({', '.join('?' for _ in statuses)}) "
         "ORDER BY coalesce(started_at, make_timestamp(clock_anchor_unix_ns // 1000)) DESC NULLS LAST, run_id DESC "
-        "LIMIT 1", [*([partition] if partition is not None else []), *statuses]).fetchone()
+        "LIMIT 1",
+        [*([partition] if partition is not None else []), *statuses],
+    ).fetchone()
     return (row[0], row[1]) if row else None
 
 
 def record(con, dagster_run: str, run_id: str, role: str, job_name: str | None, partition: str | None) -> None:
-    con.execute("INSERT INTO dagster_runs (dagster_run_id, run_id, role, job_name, partition_key, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [dagster_run, run_id, role, job_name, partition, _now()])
+    con.execute(
+        "INSERT INTO dagster_runs (dagster_run_id, run_id, role, job_name, partition_key, recorded_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        [dagster_run, run_id, role, job_name, partition, _now()],
+    )
 
 
 def set_status(con, run_id: str, status: str, from_statuses: tuple[str, ...] = UNFINISHED) -> bool:
@@ -108,12 +116,14 @@ def set_status(con, run_id: str, status: str, from_statuses: tuple[str, ...] = U
     moved = con.execute(
         f"UPDATE runs SET status = ?, finished_at = {ended} WHERE run_id = ? AND (status IS NULL OR status IN "
         f"({', '.join('?' for _ in from_statuses)})) RETURNING run_id",
-        [status, *([] if status == "running" else [_now()]), run_id, *from_statuses]).fetchall()
+        [status, *([] if status == "running" else [_now()]), run_id, *from_statuses],
+    ).fetchall()
     return bool(moved)
 
 
-def mark_ended(con, dagster_run: str, status: str, error: str, job_name: str | None = None,
-               partition: str | None = None) -> list[str]:
+def mark_ended(
+    con, dagster_run: str, status: str, error: str, job_name: str | None = None, partition: str | None = None
+) -> list[str]:
     """A Dagster run ended `status` ('failed' or 'interrupted'): the benchmarks it opened or resumed that are
     still running take that status; a failure is also a `failed_runs` row (one per Dagster run). Returns the
     benchmarks moved."""
@@ -122,20 +132,35 @@ def mark_ended(con, dagster_run: str, status: str, error: str, job_name: str | N
         bench = (benchmarks_of_dagster_run(con, dagster_run) or [dagster_run])[0]
         source = con.execute("SELECT source FROM runs WHERE run_id = ?", [bench]).fetchone()
         con.execute("DELETE FROM failed_runs WHERE run_id = ?", [dagster_run])
-        con.execute("INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
-                    "VALUES (?, ?, ?, ?, ?, ?)", [dagster_run, source[0] if source else None,
-                                                  job_name or "unknown", partition, _now(), error])
+        con.execute(
+            "INSERT INTO failed_runs (run_id, source, job_name, partition_key, failed_at, error) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [dagster_run, source[0] if source else None, job_name or "unknown", partition, _now(), error],
+        )
     return moved
 
 
-def record_check(con, run_id: str, check_name: str, passed: bool, severity: str | None, dagster_run: str | None,
-                 required: tuple[str, ...]) -> str | None:
+def record_check(
+    con,
+    run_id: str,
+    check_name: str,
+    passed: bool,
+    severity: str | None,
+    dagster_run: str | None,
+    required: tuple[str, ...],
+) -> str | None:
     """Record a blocking check's outcome on a benchmark and move its status: 'blocked' when any check failed at
     error level, 'complete' once every check of `required` passed (or only warned). Returns the new status."""
-    con.execute("INSERT OR REPLACE INTO run_checks (run_id, check_name, passed, severity, dagster_run_id, checked_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)", [run_id, check_name, passed, severity, dagster_run, _now()])
-    outcomes = dict(con.execute("SELECT check_name, passed OR coalesce(severity, '') <> 'ERROR' FROM run_checks "
-                                "WHERE run_id = ?", [run_id]).fetchall())
+    con.execute(
+        "INSERT OR REPLACE INTO run_checks (run_id, check_name, passed, severity, dagster_run_id, checked_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [run_id, check_name, passed, severity, dagster_run, _now()],
+    )
+    outcomes = dict(
+        con.execute(
+            "SELECT check_name, passed OR coalesce(severity, '') <> 'ERROR' FROM run_checks WHERE run_id = ?", [run_id]
+        ).fetchall()
+    )
     movable = ("running", "blocked", "complete")
     if not all(outcomes.values()):
         return "blocked" if set_status(con, run_id, "blocked", movable) else None
@@ -153,8 +178,12 @@ def open_benchmark(con, context: Any, row: dict[str, Any], replace_rows: Callabl
     """`engine_builds`: open a new benchmark, named by this Dagster run, with status 'running'."""
     run_id = dagster_run_id(context)
     partition = partition_of(context)
-    replace_rows(con, "runs", [{**row, "run_id": run_id, "partition_key": partition, "status": "running",
-                                "finished_at": None}], key=("run_id",))
+    replace_rows(
+        con,
+        "runs",
+        [{**row, "run_id": run_id, "partition_key": partition, "status": "running", "finished_at": None}],
+        key=("run_id",),
+    )
     con.execute("DELETE FROM run_checks WHERE run_id = ?", [run_id])
     record(con, run_id, run_id, OPENED, _job_name(context), partition)
     return run_id
@@ -194,15 +223,17 @@ def resolve(con, context: Any, step: str, log: Callable[[str], None] | None = No
     where = f"partition {partition}" if partition else "the warehouse"
     if step == "stage":
         raise NoBenchmark(
-            f"no benchmark open in this Dagster run: the bench stages fill the benchmark that engine_builds opens; "
-            f"materialize them with engine_builds (the `benchmark` job, or `wattbench run`), or re-execute the run "
-            f"that opened it")
+            "no benchmark open in this Dagster run: the bench stages fill the benchmark that engine_builds opens; "
+            "materialize them with engine_builds (the `benchmark` job, or `wattbench run`), or re-execute the run "
+            "that opened it"
+        )
     statuses = COMPLETE + (("blocked",) if step == "check" else ())
     latest = latest_of_partition(con, partition, statuses)
     if latest is None:
         raise NoBenchmark(
             f"no complete benchmark of {where} to {'check' if step == 'check' else 'report on'}: materialize the "
-            f"whole `benchmark` job for it first (`wattbench run --plan PLAN`, or Materialize all in the UI)")
+            f"whole `benchmark` job for it first (`wattbench run --plan PLAN`, or Materialize all in the UI)"
+        )
     bench, status = latest
     record(con, here, bench, REPORTED, _job_name(context), partition)
     if log:
@@ -227,8 +258,12 @@ def benchmark_for_step(warehouse: Any, context: Any, step: str) -> str:
 
 
 def roles(con, context: Any, run_id: str) -> set[str]:
-    return {r[0] for r in con.execute("SELECT role FROM dagster_runs WHERE dagster_run_id = ? AND run_id = ?",
-                                      [dagster_run_id(context), run_id]).fetchall()}
+    return {
+        r[0]
+        for r in con.execute(
+            "SELECT role FROM dagster_runs WHERE dagster_run_id = ? AND run_id = ?", [dagster_run_id(context), run_id]
+        ).fetchall()
+    }
 
 
 @contextmanager
@@ -244,9 +279,14 @@ def ends_with_step(connect: Callable, context: Any) -> Iterator[None]:
         text = (str(exc).strip().splitlines() or [""])[0]
         try:
             with connect() as con:
-                mark_ended(con, dagster_run_id(context), "interrupted" if interrupted else "failed",
-                           f"{_step_name(context)}: {type(exc).__name__}: {text}"[:20000], _job_name(context),
-                           partition_of(context))
+                mark_ended(
+                    con,
+                    dagster_run_id(context),
+                    "interrupted" if interrupted else "failed",
+                    f"{_step_name(context)}: {type(exc).__name__}: {text}"[:20000],
+                    _job_name(context),
+                    partition_of(context),
+                )
         except Exception:  # noqa: BLE001 - the step's own error is what the user must see
             pass
         raise

@@ -21,14 +21,26 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from assets.pictures import (CLOSED_LOOP, engine_colors, interval_note, load_order, pareto_frontier, point_colors,
-                             point_name, point_names, power_series)
+from assets.pictures import (
+    CLOSED_LOOP,
+    engine_colors,
+    interval_note,
+    load_order,
+    pareto_frontier,
+    point_colors,
+    point_name,
+    point_names,
+    power_series,
+)
 
 WIDTH = 820
 # fixed concurrency: filled circles; open-loop arrivals (Poisson, gamma, surge, trace): hollow diamonds
-_LOOP_SHAPE = alt.Shape("loop:N", title="load", scale=alt.Scale(domain=["fixed concurrency", "open-loop arrivals"],
-                                                                range=["circle", "diamond"]),
-                        legend=alt.Legend(symbolStrokeColor="#555", symbolFillColor="#fff", symbolStrokeWidth=1.5))
+_LOOP_SHAPE = alt.Shape(
+    "loop:N",
+    title="load",
+    scale=alt.Scale(domain=["fixed concurrency", "open-loop arrivals"], range=["circle", "diamond"]),
+    legend=alt.Legend(symbolStrokeColor="#555", symbolFillColor="#fff", symbolStrokeWidth=1.5),
+)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -86,45 +98,87 @@ def power_chart(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> dic
     if series.empty:
         return None
     t0 = samples["t_ns"].min()
-    engine_of = ({d: e for d, e in zip(windows["deployment_id"], windows["engine"])}
-                 if not windows.empty and "engine" in windows else {})
+    engine_of = (
+        {d: e for d, e in zip(windows["deployment_id"], windows["engine"])}
+        if not windows.empty and "engine" in windows
+        else {}
+    )
     series = series.assign(engine=series["deployment_id"].map(lambda d: engine_of.get(d, d)))
     scale = _engine_scale(series["engine"].unique())
     zoom = alt.selection_interval(name="zoom", bind="scales", encodings=["x"])
     x = alt.X("t_s:Q", title="seconds since the run's first sample")
-    lines = alt.Chart(_data(series)).mark_line(strokeWidth=1).encode(
-        x=x, y=alt.Y("power_w:Q", title="W, all GPUs of the deployment (sampled instant power)"),
-        color=alt.Color("engine:N", scale=scale, title="engine config"), detail="deployment_id:N",
-        tooltip=[alt.Tooltip("deployment_id:N", title="deployment"), alt.Tooltip("t_s:Q", title="t (s)", format=".1f"),
-                 alt.Tooltip("power_w:Q", title="power (W)", format=".0f")],
-    ).add_params(zoom)
+    lines = (
+        alt.Chart(_data(series))
+        .mark_line(strokeWidth=1)
+        .encode(
+            x=x,
+            y=alt.Y("power_w:Q", title="W, all GPUs of the deployment (sampled instant power)"),
+            color=alt.Color("engine:N", scale=scale, title="engine config"),
+            detail="deployment_id:N",
+            tooltip=[
+                alt.Tooltip("deployment_id:N", title="deployment"),
+                alt.Tooltip("t_s:Q", title="t (s)", format=".1f"),
+                alt.Tooltip("power_w:Q", title="power (W)", format=".0f"),
+            ],
+        )
+        .add_params(zoom)
+    )
     layers = [lines]
     gpus = power_series(samples, per_gpu=True)
     many = gpus.groupby("deployment_id")["gpu"].nunique()
     gpus = gpus[gpus["deployment_id"].isin(many[many > 1].index)]
-    if not gpus.empty:   # tensor parallel: each GPU's own trace, dashed, under its deployment's total
+    if not gpus.empty:  # tensor parallel: each GPU's own trace, dashed, under its deployment's total
         gpus = gpus.assign(engine=gpus["deployment_id"].map(lambda d: engine_of.get(d, d)))
-        layers.append(alt.Chart(_data(gpus)).mark_line(strokeWidth=0.7, opacity=0.75, strokeDash=[4, 2]).encode(
-            x=x, y="power_w:Q", color=alt.Color("engine:N", scale=scale, title="engine config"),
-            detail="gpu:N",
-            tooltip=[alt.Tooltip("deployment_id:N", title="deployment"), alt.Tooltip("gpu:N", title="GPU"),
-                     alt.Tooltip("t_s:Q", title="t (s)", format=".1f"),
-                     alt.Tooltip("power_w:Q", title="power of this GPU (W)", format=".0f")]))
+        layers.append(
+            alt.Chart(_data(gpus))
+            .mark_line(strokeWidth=0.7, opacity=0.75, strokeDash=[4, 2])
+            .encode(
+                x=x,
+                y="power_w:Q",
+                color=alt.Color("engine:N", scale=scale, title="engine config"),
+                detail="gpu:N",
+                tooltip=[
+                    alt.Tooltip("deployment_id:N", title="deployment"),
+                    alt.Tooltip("gpu:N", title="GPU"),
+                    alt.Tooltip("t_s:Q", title="t (s)", format=".1f"),
+                    alt.Tooltip("power_w:Q", title="power of this GPU (W)", format=".0f"),
+                ],
+            )
+        )
     if not windows.empty:
-        w = windows.assign(start_s=(windows["window_start_ns"] - t0) / 1e9, end_s=(windows["window_end_ns"] - t0) / 1e9,
-                           point=[point_name(r) for _, r in windows.iterrows()])
-        rects = alt.Chart(_data(w[["deployment_id", "engine", "point", "repeat", "start_s", "end_s", "window_s",
-                                   "mean_power_w"]])).mark_rect(opacity=0.13).encode(
-            x="start_s:Q", x2="end_s:Q", color=alt.Color("engine:N", scale=scale, title="engine config"),
-            tooltip=[alt.Tooltip("deployment_id:N", title="deployment"), alt.Tooltip("point:N", title="load point"),
-                     alt.Tooltip("repeat:Q", title="repeat"), alt.Tooltip("window_s:Q", title="window (s)", format=".1f"),
-                     alt.Tooltip("mean_power_w:Q", title="W over the window (energy counter)", format=".0f")])
+        w = windows.assign(
+            start_s=(windows["window_start_ns"] - t0) / 1e9,
+            end_s=(windows["window_end_ns"] - t0) / 1e9,
+            point=[point_name(r) for _, r in windows.iterrows()],
+        )
+        rects = (
+            alt.Chart(
+                _data(w[["deployment_id", "engine", "point", "repeat", "start_s", "end_s", "window_s", "mean_power_w"]])
+            )
+            .mark_rect(opacity=0.13)
+            .encode(
+                x="start_s:Q",
+                x2="end_s:Q",
+                color=alt.Color("engine:N", scale=scale, title="engine config"),
+                tooltip=[
+                    alt.Tooltip("deployment_id:N", title="deployment"),
+                    alt.Tooltip("point:N", title="load point"),
+                    alt.Tooltip("repeat:Q", title="repeat"),
+                    alt.Tooltip("window_s:Q", title="window (s)", format=".1f"),
+                    alt.Tooltip("mean_power_w:Q", title="W over the window (energy counter)", format=".0f"),
+                ],
+            )
+        )
         layers.insert(0, rects)
     chart = alt.layer(*layers).properties(
-        width=WIDTH, height=280,
-        title=alt.Title(f"GPU power over the run ({label})",
-                        subtitle="shaded: steady-state windows (hover for the energy-counter W); wheel zooms, drag pans; "
-                                 "the trace is diagnosis, the energy counter is the figure of record"))
+        width=WIDTH,
+        height=280,
+        title=alt.Title(
+            f"GPU power over the run ({label})",
+            subtitle="shaded: steady-state windows (hover for the energy-counter W); wheel zooms, drag pans; "
+            "the trace is diagnosis, the energy counter is the figure of record",
+        ),
+    )
     return _spec(chart)
 
 
@@ -160,36 +214,63 @@ def cdf_chart(requests: pd.DataFrame, label: str, metric: str = "ttft_ms") -> di
     scale = alt.Scale(domain=names, range=point_colors(len(names)))
     title = {"ttft_ms": "time to first token, TTFT", "e2e_ms": "end-to-end latency, E2E"}.get(metric, metric)
     key = metric.split("_")[0]
-    hover = alt.selection_point(name=f"hover_{key}", on="pointerover", nearest=True, fields=["engine", "point", "ms"],
-                                empty=False, clear="pointerout")
+    hover = alt.selection_point(
+        name=f"hover_{key}",
+        on="pointerover",
+        nearest=True,
+        fields=["engine", "point", "ms"],
+        empty=False,
+        clear="pointerout",
+    )
     pick = alt.selection_point(name=f"legend_{key}", fields=["point"], bind="legend")
-    x = alt.X("ms:Q", scale=alt.Scale(type="log", nice=False), title=f"{title} (ms, log scale)",
-              axis=alt.Axis(format="~g"))
+    x = alt.X(
+        "ms:Q", scale=alt.Scale(type="log", nice=False), title=f"{title} (ms, log scale)", axis=alt.Axis(format="~g")
+    )
     y = alt.Y("share:Q", title="share of requests", axis=alt.Axis(format="%"))
     color = alt.Color("point:N", scale=scale, sort=names, title="load point")
     base = alt.Chart()
     line = base.mark_line(interpolate="step-after", strokeWidth=1.4).encode(
-        x=x, y=y, color=color, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15)))
+        x=x, y=y, color=color, opacity=alt.condition(pick, alt.value(1.0), alt.value(0.15))
+    )
     # Vega-Lite 6.4's nearest-point (voronoi) tooltips drop nominal fields, so the hovered point's name and values
     # are written beside it (text layer) and the tooltip carries the numbers.
-    dots = base.mark_point(filled=True, size=45).encode(
-        x=x, y=y, color=color,
-        opacity=alt.condition(hover, alt.value(1.0), alt.value(0.0)),
-        tooltip=[alt.Tooltip("ms:Q", title=f"{key.upper()} (ms)", format=".1f"),
-                 alt.Tooltip("share:Q", title="share of requests at or below", format=".1%"),
-                 alt.Tooltip("n:Q", title="requests (all repeats)")],
-    ).add_params(hover)
+    dots = (
+        base.mark_point(filled=True, size=45)
+        .encode(
+            x=x,
+            y=y,
+            color=color,
+            opacity=alt.condition(hover, alt.value(1.0), alt.value(0.0)),
+            tooltip=[
+                alt.Tooltip("ms:Q", title=f"{key.upper()} (ms)", format=".1f"),
+                alt.Tooltip("share:Q", title="share of requests at or below", format=".1%"),
+                alt.Tooltip("n:Q", title="requests (all repeats)"),
+            ],
+        )
+        .add_params(hover)
+    )
     text = base.mark_text(align="left", dx=8, dy=-8, fontSize=11, fontWeight="bold").encode(
-        x=x, y=y, color=color, text="label:N", opacity=alt.condition(hover, alt.value(1.0), alt.value(0.0)))
-    rows["label"] = [f"{p}: {m:.1f} ms, {s:.1%} at or below" for p, m, s in zip(rows["point"], rows["ms"],
-                                                                             rows["share"])]
+        x=x, y=y, color=color, text="label:N", opacity=alt.condition(hover, alt.value(1.0), alt.value(0.0))
+    )
+    rows["label"] = [
+        f"{p}: {m:.1f} ms, {s:.1%} at or below" for p, m, s in zip(rows["point"], rows["ms"], rows["share"])
+    ]
     engines = sorted(rows["engine"].unique())
-    chart = alt.layer(line.add_params(pick), dots, text, data=_data(rows)).properties(
-        width=max(240, int(WIDTH / max(1, len(engines))) - 40), height=240,
-    ).facet(column=alt.Column("engine:N", title=None, sort=engines)).properties(
-        title=alt.Title(f"{title} CDF per load point ({label})",
-                        subtitle="successful requests sent inside the window, repeats pooled; hover for the nearest "
-                                 "quantile, click a legend entry to highlight a point"))
+    chart = (
+        alt.layer(line.add_params(pick), dots, text, data=_data(rows))
+        .properties(
+            width=max(240, int(WIDTH / max(1, len(engines))) - 40),
+            height=240,
+        )
+        .facet(column=alt.Column("engine:N", title=None, sort=engines))
+        .properties(
+            title=alt.Title(
+                f"{title} CDF per load point ({label})",
+                subtitle="successful requests sent inside the window, repeats pooled; hover for the nearest "
+                "quantile, click a legend entry to highlight a point",
+            )
+        )
+    )
     return _spec(chart)
 
 
@@ -209,38 +290,71 @@ def throughput_latency_chart(points: pd.DataFrame, label: str) -> dict[str, Any]
     if data.empty:
         return None
     df = _point_rows(data)
-    df["tok_s_text"] = [with_interval(r["output_tok_s"], r.get("output_tok_s_lo"), r.get("output_tok_s_hi"))
-                        for _, r in df.iterrows()]
-    df["e2e_text"] = [with_interval(r["e2e_p50_ms"], r.get("e2e_p50_ms_lo"), r.get("e2e_p50_ms_hi"))
-                      for _, r in df.iterrows()]
+    df["tok_s_text"] = [
+        with_interval(r["output_tok_s"], r.get("output_tok_s_lo"), r.get("output_tok_s_hi")) for _, r in df.iterrows()
+    ]
+    df["e2e_text"] = [
+        with_interval(r["e2e_p50_ms"], r.get("e2e_p50_ms_lo"), r.get("e2e_p50_ms_hi")) for _, r in df.iterrows()
+    ]
     front = pd.concat([pareto_frontier(g[g["closed"]]) for _, g in df.groupby("engine")], ignore_index=True)
-    cols = ["engine", "point", "loop", "closed", "repeats", "e2e_p50_ms", "e2e_p50_ms_lo", "e2e_p50_ms_hi",
-            "output_tok_s", "output_tok_s_lo", "output_tok_s_hi", "tok_s_text", "e2e_text"]
+    cols = [
+        "engine",
+        "point",
+        "loop",
+        "closed",
+        "repeats",
+        "e2e_p50_ms",
+        "e2e_p50_ms_lo",
+        "e2e_p50_ms_hi",
+        "output_tok_s",
+        "output_tok_s_lo",
+        "output_tok_s_hi",
+        "tok_s_text",
+        "e2e_text",
+    ]
     scale = _engine_scale(df["engine"].unique())
     x = alt.X("e2e_p50_ms:Q", title="median end-to-end latency, E2E p50 (ms)", scale=alt.Scale(zero=False, padding=40))
     y = alt.Y("output_tok_s:Q", title="output throughput (tokens/s)", scale=alt.Scale(zero=False, padding=20))
     color = alt.Color("engine:N", scale=scale, title="engine config")
     zoom = alt.selection_interval(name="zoom_tl", bind="scales")
     pts = alt.Chart(_data(df[cols]))
-    tooltip = [alt.Tooltip("engine:N", title="engine config"), alt.Tooltip("point:N", title="load point"),
-               alt.Tooltip("loop:N", title="load"), alt.Tooltip("tok_s_text:N", title="output tok/s [95% interval]"),
-               alt.Tooltip("e2e_text:N", title="E2E p50 ms [95% interval]"), alt.Tooltip("repeats:Q", title="repeats")]
+    tooltip = [
+        alt.Tooltip("engine:N", title="engine config"),
+        alt.Tooltip("point:N", title="load point"),
+        alt.Tooltip("loop:N", title="load"),
+        alt.Tooltip("tok_s_text:N", title="output tok/s [95% interval]"),
+        alt.Tooltip("e2e_text:N", title="E2E p50 ms [95% interval]"),
+        alt.Tooltip("repeats:Q", title="repeats"),
+    ]
     layers = [
-        alt.Chart(_data(front[["engine", "e2e_p50_ms", "output_tok_s"]] if not front.empty else
-                        pd.DataFrame(columns=["engine", "e2e_p50_ms", "output_tok_s"]))).mark_line(
-            interpolate="step-after", opacity=0.55).encode(x=x, y=y, color=color, detail="engine:N"),
+        alt.Chart(
+            _data(
+                front[["engine", "e2e_p50_ms", "output_tok_s"]]
+                if not front.empty
+                else pd.DataFrame(columns=["engine", "e2e_p50_ms", "output_tok_s"])
+            )
+        )
+        .mark_line(interpolate="step-after", opacity=0.55)
+        .encode(x=x, y=y, color=color, detail="engine:N"),
         pts.mark_rule().encode(x=alt.X("e2e_p50_ms_lo:Q"), x2="e2e_p50_ms_hi:Q", y=y, color=color),
         pts.mark_rule().encode(x=x, y=alt.Y("output_tok_s_lo:Q"), y2="output_tok_s_hi:Q", color=color),
-        pts.mark_point(size=70, strokeWidth=1.6, opacity=1, filled=True).encode(
-            x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip).transform_filter("datum.closed").add_params(zoom),
-        pts.mark_point(size=70, strokeWidth=1.6, opacity=1, fill="white").encode(
-            x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip).transform_filter("!datum.closed"),
+        pts.mark_point(size=70, strokeWidth=1.6, opacity=1, filled=True)
+        .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
+        .transform_filter("datum.closed")
+        .add_params(zoom),
+        pts.mark_point(size=70, strokeWidth=1.6, opacity=1, fill="white")
+        .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
+        .transform_filter("!datum.closed"),
     ]
     chart = alt.layer(*layers).properties(
-        width=WIDTH, height=380,
-        title=alt.Title(f"Throughput against latency, Pareto frontier per config ({label})",
-                        subtitle=f"{interval_note(points)}; line: Pareto frontier over fixed concurrency; hollow: "
-                                 "open-loop arrivals; hover a point for its name and figures; wheel zooms, drag pans"))
+        width=WIDTH,
+        height=380,
+        title=alt.Title(
+            f"Throughput against latency, Pareto frontier per config ({label})",
+            subtitle=f"{interval_note(points)}; line: Pareto frontier over fixed concurrency; hollow: "
+            "open-loop arrivals; hover a point for its name and figures; wheel zooms, drag pans",
+        ),
+    )
     return _spec(chart)
 
 
@@ -251,8 +365,10 @@ def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] |
         return None
     df = _point_rows(points)
     parts = []
-    for col, measure in (("output_tokens_per_j", "total (GPU energy counter)"),
-                         ("output_tokens_per_j_above_idle", "above idle (idle W with the model loaded subtracted)")):
+    for col, measure in (
+        ("output_tokens_per_j", "total (GPU energy counter)"),
+        ("output_tokens_per_j_above_idle", "above idle (idle W with the model loaded subtracted)"),
+    ):
         if col not in df:
             continue
         p = df.dropna(subset=[col]).copy()
@@ -268,28 +384,46 @@ def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] |
     xs = sorted({round(float(v), 1) if v < 10 else round(float(v)) for v in data["x"]})
     scale = _engine_scale(df["engine"].unique())
     closed_x = sorted({float(v) for v in data.loc[data["closed"], "x"]})
-    x = alt.X("x:Q", scale=alt.Scale(type="log", base=2, nice=False, domain=[min(xs) / 1.4, max(xs) * 1.4]),
-              title="concurrent requests (open-loop: achieved)", axis=alt.Axis(values=closed_x or xs, format="~g"))
+    x = alt.X(
+        "x:Q",
+        scale=alt.Scale(type="log", base=2, nice=False, domain=[min(xs) / 1.4, max(xs) * 1.4]),
+        title="concurrent requests (open-loop: achieved)",
+        axis=alt.Axis(values=closed_x or xs, format="~g"),
+    )
     y = alt.Y("tok_j:Q", title="output tokens per joule (tok/J)")
     color = alt.Color("engine:N", scale=scale, title="engine config")
-    tooltip = [alt.Tooltip("engine:N", title="engine config"), alt.Tooltip("point:N", title="load point"),
-               alt.Tooltip("measure:N", title="tokens per joule"), alt.Tooltip("text:N", title="tok/J [95% interval]"),
-               alt.Tooltip("x:Q", title="concurrency", format=".1f"), alt.Tooltip("repeats:Q", title="repeats")]
+    tooltip = [
+        alt.Tooltip("engine:N", title="engine config"),
+        alt.Tooltip("point:N", title="load point"),
+        alt.Tooltip("measure:N", title="tokens per joule"),
+        alt.Tooltip("text:N", title="tok/J [95% interval]"),
+        alt.Tooltip("x:Q", title="concurrency", format=".1f"),
+        alt.Tooltip("repeats:Q", title="repeats"),
+    ]
     base = alt.Chart()
     layers = [
         base.mark_line().encode(x=x, y=y, color=color, detail="engine:N").transform_filter("datum.closed"),
         base.mark_rule().encode(x=x, y=alt.Y("lo:Q"), y2="hi:Q", color=color),
-        base.mark_point(size=60, strokeWidth=1.6, opacity=1, filled=True).encode(
-            x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip).transform_filter("datum.closed"),
-        base.mark_point(size=60, strokeWidth=1.6, opacity=1, fill="white").encode(
-            x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip).transform_filter("!datum.closed"),
+        base.mark_point(size=60, strokeWidth=1.6, opacity=1, filled=True)
+        .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
+        .transform_filter("datum.closed"),
+        base.mark_point(size=60, strokeWidth=1.6, opacity=1, fill="white")
+        .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
+        .transform_filter("!datum.closed"),
     ]
     cols = ["engine", "point", "loop", "closed", "measure", "x", "tok_j", "lo", "hi", "text", "repeats"]
-    chart = alt.layer(*layers, data=_data(data[cols])).properties(width=int(WIDTH / 2) - 40, height=300).facet(
-        column=alt.Column("measure:N", title=None, sort=measures)).properties(
-        title=alt.Title(f"Energy efficiency against load ({label})",
-                        subtitle=f"{interval_note(points)}; hollow: open-loop arrivals at their achieved concurrency; "
-                                 "hover a point for its name and figures"))
+    chart = (
+        alt.layer(*layers, data=_data(data[cols]))
+        .properties(width=int(WIDTH / 2) - 40, height=300)
+        .facet(column=alt.Column("measure:N", title=None, sort=measures))
+        .properties(
+            title=alt.Title(
+                f"Energy efficiency against load ({label})",
+                subtitle=f"{interval_note(points)}; hollow: open-loop arrivals at their achieved concurrency; "
+                "hover a point for its name and figures",
+            )
+        )
+    )
     return _spec(chart)
 
 
@@ -301,11 +435,18 @@ def javascript_bundle() -> tuple[str, str]:
 
     vl_version = "_".join(alt.SCHEMA_VERSION.split(".")[:2])
     script = vlc.javascript_bundle(vl_version=vl_version)
-    return script, (f"Vega {vlc.get_vega_version()}, Vega-Lite {alt.SCHEMA_VERSION}, vega-embed "
-                    f"{vlc.get_vega_embed_version()} (vl-convert-python bundle, Altair {alt.__version__})")
+    return script, (
+        f"Vega {vlc.get_vega_version()}, Vega-Lite {alt.SCHEMA_VERSION}, vega-embed "
+        f"{vlc.get_vega_embed_version()} (vl-convert-python bundle, Altair {alt.__version__})"
+    )
 
 
 def script_json(obj: Any) -> str:
     """JSON safe inside a <script> element: '</' and the HTML comment openers cannot end or alter it."""
-    return (json.dumps(obj, allow_nan=False).replace("</", "<\\/").replace("<!--", "<\\!--")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        json.dumps(obj, allow_nan=False)
+        .replace("</", "<\\/")
+        .replace("<!--", "<\\!--")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )

@@ -7,7 +7,6 @@ six have passed, the benchmark is 'complete' (assets/benchmark_run.py). Material
 re-validates the partition's latest complete or blocked benchmark.
 """
 
-
 import dagster as dg
 from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
@@ -44,8 +43,9 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
             return _validate(context, plan, warehouse, run_id)
 
-    def _validate(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource,
-                  run_id: str) -> dg.AssetCheckResult:
+    def _validate(
+        context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource, run_id: str
+    ) -> dg.AssetCheckResult:
         bench_plan, _ = plan.load(partition_key_of(context))
         pv = bench_plan.validation.model_dump()
         results = []
@@ -68,8 +68,15 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
             errors = [o for r in results for o in r.errors]
             warnings = [o for r in results for o in r.warnings]
             severity = "ERROR" if errors else "WARN" if warnings else None
-            status = benchmark_run.record_check(con, run_id, check_name, not errors and not warnings, severity,
-                                                benchmark_run.dagster_run_id(context), BLOCKING_CHECKS)
+            status = benchmark_run.record_check(
+                con,
+                run_id,
+                check_name,
+                not errors and not warnings,
+                severity,
+                benchmark_run.dagster_run_id(context),
+                BLOCKING_CHECKS,
+            )
         metadata = {
             "run_id": run_id,
             "expectations": sum(len(r.outcomes) for r in results),

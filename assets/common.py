@@ -1,8 +1,9 @@
 """What every stage asset shares: owners, the writer pool, partitions. Which benchmark a step works on (the run id
 the warehouse keys rows by): assets/benchmark_run.py."""
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from dagster import AssetCheckExecutionContext, AssetExecutionContext
 

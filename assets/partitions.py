@@ -7,7 +7,7 @@ and a backfill over many cells launches one run per cell. pipelines/partitions.p
 register partitions for `wattbench run`, the sensors and the schedules.
 """
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import dagster as dg
@@ -19,7 +19,7 @@ SCENARIOS = dg.StaticPartitionsDefinition(list(plan_file_scenarios()))
 BENCH_PARTITIONS = dg.MultiPartitionsDefinition({"model": MODELS, "scenario": SCENARIOS})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _with_scenario(scenario: str) -> dg.MultiPartitionsDefinition:
     keys = sorted({*SCENARIOS.get_partition_keys(), scenario})
     return dg.MultiPartitionsDefinition({"model": MODELS, "scenario": dg.StaticPartitionsDefinition(keys)})

@@ -35,6 +35,7 @@ CLOSED_LOOP = "concurrency"
 
 # --- order, names and colours ------------------------------------------------------------------------------------
 
+
 def engine_colors(engines: Iterable[str]) -> dict[str, str]:
     """A distinct colour per engine config, in sorted order: Tableau 10, Tableau 20 beyond 10, evenly spaced hues
     beyond 20. The same engine gets the same colour in every picture and chart of a report."""
@@ -60,13 +61,16 @@ def load_order(df: pd.DataFrame) -> pd.DataFrame:
     workload and point label. Works on point summaries and on per-request frames alike."""
     if df.empty:
         return df
-    key = pd.DataFrame({
-        "_shape": df.get("shape", pd.Series(CLOSED_LOOP, index=df.index)).map(SHAPE_ORDER).fillna(9),
-        "_conc": pd.to_numeric(df.get("concurrency", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
-        "_rate": pd.to_numeric(df.get("rate", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
-        "_wl": df.get("workload", pd.Series("", index=df.index)).astype(str),
-        "_pl": df.get("point_label", pd.Series("", index=df.index)).astype(str),
-    }, index=df.index)
+    key = pd.DataFrame(
+        {
+            "_shape": df.get("shape", pd.Series(CLOSED_LOOP, index=df.index)).map(SHAPE_ORDER).fillna(9),
+            "_conc": pd.to_numeric(df.get("concurrency", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
+            "_rate": pd.to_numeric(df.get("rate", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
+            "_wl": df.get("workload", pd.Series("", index=df.index)).astype(str),
+            "_pl": df.get("point_label", pd.Series("", index=df.index)).astype(str),
+        },
+        index=df.index,
+    )
     return df.loc[key.sort_values(["_shape", "_conc", "_rate", "_wl", "_pl"], kind="stable").index]
 
 
@@ -138,8 +142,13 @@ def plain_log_axis(axis, values: Iterable[float] | None = None) -> None:
     else:
         lo, hi = sorted(axis.get_view_interval())
         decades = np.log10(hi / lo) if lo > 0 and hi > lo else 3.0
-        subs = ((1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0) if decades < 1 else
-                (1.0, 2.0, 3.0, 5.0) if decades < 2 else (1.0, 2.0, 5.0))
+        subs = (
+            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0)
+            if decades < 1
+            else (1.0, 2.0, 3.0, 5.0)
+            if decades < 2
+            else (1.0, 2.0, 5.0)
+        )
         axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=40))
         axis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10) * 1.0, numticks=40))
     axis.set_major_formatter(FuncFormatter(_plain))
@@ -184,9 +193,10 @@ def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float
     for x, y, _, _ in items:
         if np.isfinite(x) and np.isfinite(y):
             px, py = ax.transData.transform((x, y))
-            markers.append(matplotlib.transforms.Bbox.from_extents(px - marker_px, py - marker_px,
-                                                                   px + marker_px, py + marker_px))
-    for coll in ax.collections:   # error bars (LineCollections)
+            markers.append(
+                matplotlib.transforms.Bbox.from_extents(px - marker_px, py - marker_px, px + marker_px, py + marker_px)
+            )
+    for coll in ax.collections:  # error bars (LineCollections)
         for seg in getattr(coll, "get_segments", lambda: [])():
             pts = ax.transData.transform(np.asarray(seg, dtype=float))
             if np.isfinite(pts).all():
@@ -197,8 +207,12 @@ def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float
 
     def free(box, avoid_bars: bool) -> bool:
         inside = box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0 and box.y1 <= frame.y1
-        return (inside and not any(box.overlaps(b) for b in placed) and not any(box.overlaps(m) for m in markers)
-                and not (avoid_bars and any(box.overlaps(b) for b in bars)))
+        return (
+            inside
+            and not any(box.overlaps(b) for b in placed)
+            and not any(box.overlaps(m) for m in markers)
+            and not (avoid_bars and any(box.overlaps(b) for b in bars))
+        )
 
     for x, y, text, color in items:
         if not (np.isfinite(x) and np.isfinite(y)):
@@ -209,10 +223,17 @@ def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float
                 for dx, dy in _DIRS:
                     ha = "left" if dx > 0 else "right" if dx < 0 else "center"
                     va = "bottom" if dy > 0 else "top" if dy < 0 else "center"
-                    ann = ax.annotate(text, (x, y), xytext=(dx * dist, dy * dist), textcoords="offset points",
-                                      fontsize=fontsize, color=color, ha=ha, va=va,
-                                      arrowprops=(dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if ring
-                                                  else None))
+                    ann = ax.annotate(
+                        text,
+                        (x, y),
+                        xytext=(dx * dist, dy * dist),
+                        textcoords="offset points",
+                        fontsize=fontsize,
+                        color=color,
+                        ha=ha,
+                        va=va,
+                        arrowprops=(dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6) if ring else None),
+                    )
                     box = ann.get_window_extent(renderer).expanded(1.05, 1.1)
                     if free(box, avoid_bars):
                         spot = (ann, box)
@@ -232,14 +253,17 @@ def place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float
 
 # --- pictures ----------------------------------------------------------------------------------------------------
 
+
 def _legend_below(ax, handles=None, ncol: int = 2) -> None:
     kw = {"handles": handles} if handles is not None else {}
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False, **kw)
 
 
 def _style_handles() -> list:
-    return [Line2D([], [], color="#555", marker="o", lw=1.2, label="fixed concurrency (filled)"),
-            Line2D([], [], color="#555", marker="o", mfc="none", lw=0, label="open-loop arrivals (hollow, not joined)")]
+    return [
+        Line2D([], [], color="#555", marker="o", lw=1.2, label="fixed concurrency (filled)"),
+        Line2D([], [], color="#555", marker="o", mfc="none", lw=0, label="open-loop arrivals (hollow, not joined)"),
+    ]
 
 
 def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_tok_s") -> pd.DataFrame:
@@ -270,21 +294,41 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
         open_ = df[df["shape"] != CLOSED_LOOP]
         front = pareto_frontier(closed)
         if len(front) > 1:
-            ax.step(front["e2e_p50_ms"], front["output_tok_s"], where="post", color=c, alpha=0.55, lw=1.2,
-                    gid=f"frontier:{engine}")
+            ax.step(
+                front["e2e_p50_ms"],
+                front["output_tok_s"],
+                where="post",
+                color=c,
+                alpha=0.55,
+                lw=1.2,
+                gid=f"frontier:{engine}",
+            )
         for part, filled in ((closed, True), (open_, False)):
             if part.empty:
                 continue
-            ax.errorbar(part["e2e_p50_ms"], part["output_tok_s"], xerr=_err(part, "e2e_p50_ms"),
-                        yerr=_err(part, "output_tok_s"), fmt="o", ms=5, color=c, mfc=c if filled else "white",
-                        mec=c, ecolor=c, elinewidth=0.9, capsize=2.5, zorder=3,
-                        label=config_label(engine, df) if filled or closed.empty else None,
-                        gid=f"points:{engine}:{'closed' if filled else 'open'}")
+            ax.errorbar(
+                part["e2e_p50_ms"],
+                part["output_tok_s"],
+                xerr=_err(part, "e2e_p50_ms"),
+                yerr=_err(part, "output_tok_s"),
+                fmt="o",
+                ms=5,
+                color=c,
+                mfc=c if filled else "white",
+                mec=c,
+                ecolor=c,
+                elinewidth=0.9,
+                capsize=2.5,
+                zorder=3,
+                label=config_label(engine, df) if filled or closed.empty else None,
+                gid=f"points:{engine}:{'closed' if filled else 'open'}",
+            )
         labels += [(r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one), c) for _, r in df.iterrows()]
     ax.set_xlabel("median end-to-end latency, E2E p50 (ms)")
     ax.set_ylabel("output throughput (tokens/s)")
-    ax.set_title(f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points)}",
-                 fontsize=9)
+    ax.set_title(
+        f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points)}", fontsize=9
+    )
     ax.grid(alpha=0.3)
     if data.empty:
         ax.text(0.5, 0.5, "no load point measured", ha="center", transform=ax.transAxes)
@@ -308,12 +352,35 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
         closed = df[df["shape"] == CLOSED_LOOP].sort_values("concurrency")
         open_ = df[(df["shape"] != CLOSED_LOOP) & df["achieved_concurrency"].notna()]
         if not closed.empty:
-            ax.errorbar(closed["concurrency"], closed[col], yerr=_err(closed, col), fmt="-o", ms=5, color=c,
-                        elinewidth=0.9, capsize=2.5, label=config_label(engine, df), gid=f"sweep:{engine}")
+            ax.errorbar(
+                closed["concurrency"],
+                closed[col],
+                yerr=_err(closed, col),
+                fmt="-o",
+                ms=5,
+                color=c,
+                elinewidth=0.9,
+                capsize=2.5,
+                label=config_label(engine, df),
+                gid=f"sweep:{engine}",
+            )
         if not open_.empty:
-            ax.errorbar(open_["achieved_concurrency"], open_[col], yerr=_err(open_, col), fmt="o", ms=5, color=c,
-                        mfc="white", mec=c, ecolor=c, elinewidth=0.9, capsize=2.5, zorder=3,
-                        label=None if not closed.empty else config_label(engine, df), gid=f"open:{engine}")
+            ax.errorbar(
+                open_["achieved_concurrency"],
+                open_[col],
+                yerr=_err(open_, col),
+                fmt="o",
+                ms=5,
+                color=c,
+                mfc="white",
+                mec=c,
+                ecolor=c,
+                elinewidth=0.9,
+                capsize=2.5,
+                zorder=3,
+                label=None if not closed.empty else config_label(engine, df),
+                gid=f"open:{engine}",
+            )
             labels += [(r["achieved_concurrency"], r[col], point_name(r, one), c) for _, r in open_.iterrows()]
     return labels
 
@@ -325,10 +392,9 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
     one = points["workload"].nunique() == 1 if not points.empty else True
-    xs: list[float] = []     # every x drawn (axis limits)
+    xs: list[float] = []  # every x drawn (axis limits)
     ticks: list[float] = []  # the fixed concurrencies swept (tick labels); open-loop points carry their own labels
-    titles = ("total: output tokens / GPU energy (counter)",
-              "above idle: output tokens / (energy - idle W x window)")
+    titles = ("total: output tokens / GPU energy (counter)", "above idle: output tokens / (energy - idle W x window)")
     for ax, col, title in zip(axes, ("output_tokens_per_j", "output_tokens_per_j_above_idle"), titles):
         data = points.dropna(subset=[col]) if col in points else points.iloc[0:0]
         labels = _tpj_panel(ax, data, col, colors, one) if not data.empty else []
@@ -339,8 +405,11 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
         ax.set_xlabel("concurrent requests (open-loop: achieved)")
         ax.grid(alpha=0.3)
         if data.empty:
-            why = ("no load point with energy measured" if col == "output_tokens_per_j"
-                   else "no idle baseline measured: above-idle needs the deployment's idle power")
+            why = (
+                "no load point with energy measured"
+                if col == "output_tokens_per_j"
+                else "no idle baseline measured: above-idle needs the deployment's idle power"
+            )
             ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=8, transform=ax.transAxes)
         ax._wb_labels = labels
     axes[0].set_ylabel("output tokens per joule (tok/J)")
@@ -355,8 +424,15 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
     if not handles:
         handles, names = axes[1].get_legend_handles_labels()
     if handles:
-        fig.legend(handles + _style_handles(), names + [h.get_label() for h in _style_handles()], fontsize=7,
-                   loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.08))
+        fig.legend(
+            handles + _style_handles(),
+            names + [h.get_label() for h in _style_handles()],
+            fontsize=7,
+            loc="lower center",
+            ncol=3,
+            frameon=False,
+            bbox_to_anchor=(0.5, -0.08),
+        )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     for ax in axes:
         thin_tick_labels(ax)
@@ -390,11 +466,22 @@ def power_series(samples: pd.DataFrame, max_points: int = 4000, per_gpu: bool = 
         filled = per_bin.reindex(range(int(b.min()), int(b.max()) + 1)).ffill(limit=1).dropna()
         t_s = (filled.index.to_numpy() + 0.5) * bin_s
         if per_gpu:
-            index = (d.groupby("gpu_uuid")["gpu_index"].first() if "gpu_index" in d
-                     else pd.Series(None, index=filled.columns, dtype=object))
+            index = (
+                d.groupby("gpu_uuid")["gpu_index"].first()
+                if "gpu_index" in d
+                else pd.Series(None, index=filled.columns, dtype=object)
+            )
             for uuid in filled.columns:
-                out.append(pd.DataFrame({"deployment_id": dep, "gpu": _gpu_name(uuid, index.get(uuid)), "t_s": t_s,
-                                         "power_w": filled[uuid].to_numpy()}))
+                out.append(
+                    pd.DataFrame(
+                        {
+                            "deployment_id": dep,
+                            "gpu": _gpu_name(uuid, index.get(uuid)),
+                            "t_s": t_s,
+                            "power_w": filled[uuid].to_numpy(),
+                        }
+                    )
+                )
         else:
             out.append(pd.DataFrame({"deployment_id": dep, "t_s": t_s, "power_w": filled.sum(axis=1).to_numpy()}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
@@ -422,7 +509,7 @@ def fig_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) ->
         color = colors.get(engine, "#333")
         ax.plot(s["t_s"], s["power_w"], lw=0.9, color=color, label="all its GPUs")
         parts = gpus[gpus["deployment_id"] == dep]
-        if parts["gpu"].nunique() > 1:   # tensor parallel: each GPU's share under the total
+        if parts["gpu"].nunique() > 1:  # tensor parallel: each GPU's share under the total
             for (name, g), dash in zip(parts.groupby("gpu"), _GPU_DASHES * 4):
                 ax.plot(g["t_s"], g["power_w"], lw=0.6, alpha=0.75, color=color, linestyle=dash, label=name)
             ax.legend(fontsize=6, loc="lower left", ncol=min(5, 1 + parts["gpu"].nunique()), frameon=False)
@@ -432,8 +519,17 @@ def fig_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) ->
             a, b = (r["window_start_ns"] - t0) / 1e9, (r["window_end_ns"] - t0) / 1e9
             ax.axvspan(a, b, alpha=0.13, color=color, lw=0)
             rep = f" #{int(r['repeat'])}" if repeated and pd.notna(r["repeat"]) else ""
-            ax.text((a + b) / 2, top * 1.27, f"{r['point_label']}{rep}", fontsize=6, rotation=90, ha="center",
-                    va="top", color="#333", gid="window-label")
+            ax.text(
+                (a + b) / 2,
+                top * 1.27,
+                f"{r['point_label']}{rep}",
+                fontsize=6,
+                rotation=90,
+                ha="center",
+                va="top",
+                color="#333",
+                gid="window-label",
+            )
         ax.set_ylabel(f"{dep}\nW (all its GPUs)", fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("seconds since the run's first sample (shaded: steady-state windows)")
@@ -504,8 +600,9 @@ def plot_capacity(topologies: pd.DataFrame, label: str, note: str | None = None)
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(4, len(topologies)) + 1.2))
     rows = topologies.dropna(subset=["monthly_gpu_usd"]) if not topologies.empty else topologies
     if rows.empty:
-        ax.text(0.5, 0.5, note or "no topology could be sized", ha="center", va="center", wrap=True,
-                transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, note or "no topology could be sized", ha="center", va="center", wrap=True, transform=ax.transAxes
+        )
         ax.set_axis_off()
     else:
         rows = rows.iloc[::-1]

@@ -7,11 +7,18 @@ pivot, and the engine-contrast lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-CAPACITY_PARAMS = ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
-                   "elastic_gpu_hour_usd")
+CAPACITY_PARAMS = (
+    "steady_qps",
+    "peak_qps",
+    "burst_hours_per_day",
+    "input_tokens",
+    "output_tokens",
+    "elastic_gpu_hour_usd",
+)
 NOT_MEASURED = "NULL (not measured)"
 
 
@@ -55,7 +62,7 @@ def query_params(con, text: str, run_id: str | None, overrides: dict[str, Any] |
         params.setdefault(key, None)
     missing = sorted(k for k in wanted if k not in params or (params[k] is None and k not in optional))
     if missing:
-        hint = (" (or add a `capacity:` section to the plan)" if set(missing) & set(CAPACITY_PARAMS) else "")
+        hint = " (or add a `capacity:` section to the plan)" if set(missing) & set(CAPACITY_PARAMS) else ""
         raise ValueError("query needs " + ", ".join(f"${m}" for m in missing) + "; pass --param NAME=VALUE" + hint)
     return {k: v for k, v in params.items() if k in wanted}
 
@@ -125,8 +132,14 @@ def head_to_head_text(con, run_id: str) -> str:
 
 
 # The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
-CONTRAST_FIGURES = ("output_tok_s", "output_tokens_per_j", "output_tokens_per_j_above_idle", "ttft_p50_ms",
-                    "tpot_p50_ms", "e2e_p50_ms")
+CONTRAST_FIGURES = (
+    "output_tok_s",
+    "output_tokens_per_j",
+    "output_tokens_per_j_above_idle",
+    "ttft_p50_ms",
+    "tpot_p50_ms",
+    "e2e_p50_ms",
+)
 
 
 def contrasts_text(con, run_id: str) -> str:
@@ -142,10 +155,17 @@ def contrasts_text(con, run_id: str) -> str:
             return f"x{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
         return f"x{r['ratio']:.3f}"
 
-    rows = [[f"{r['workload']}:{r['point_label']}", f"{r['engine']} / {r['other']}", f"{r['figure']} ({r['unit']})",
-             ratio(r), r["finding"]]
-            for r in records(*query_rows(con, "engine_contrasts", {"run_id": run_id}))
-            if r["metric"] in CONTRAST_FIGURES]
+    rows = [
+        [
+            f"{r['workload']}:{r['point_label']}",
+            f"{r['engine']} / {r['other']}",
+            f"{r['figure']} ({r['unit']})",
+            ratio(r),
+            r["finding"],
+        ]
+        for r in records(*query_rows(con, "engine_contrasts", {"run_id": run_id}))
+        if r["metric"] in CONTRAST_FIGURES
+    ]
     if not rows:
         return ""
     return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")

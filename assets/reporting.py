@@ -12,11 +12,18 @@ from typing import Any
 import pandas as pd
 
 from assets import charts
-from assets.report_text import (CAPACITY_PARAMS, capacity_params, head_to_head_rows, query_params,  # noqa: F401
-                                run_capacity_profile)
-from assets.pictures import (engine_colors, fig_latency_cdf, fig_power_trace, fig_throughput_latency,  # noqa: F401
-                             fig_tokens_per_joule, load_order, plot_capacity, plot_latency_cdf, plot_power_trace,
-                             plot_throughput_latency, plot_tokens_per_joule)
+from assets.pictures import (
+    fig_throughput_latency,  # noqa: F401
+    load_order,
+    plot_latency_cdf,
+    plot_power_trace,
+    plot_throughput_latency,
+    plot_tokens_per_joule,
+)
+from assets.report_text import (
+    head_to_head_rows,
+    query_params,  # noqa: F401
+    )
 
 
 def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
@@ -31,23 +38,30 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     per_run = con.execute(
         "SELECT engine, workload, point_label, avg(achieved_concurrency) AS achieved_concurrency, "
         "any_value(precision) AS precision, any_value(tp) AS tp, any_value(n_gpus) AS n_gpus "
-        "FROM v_load_points WHERE run_id = ? GROUP BY ALL", [run_id]).df()
+        "FROM v_load_points WHERE run_id = ? GROUP BY ALL",
+        [run_id],
+    ).df()
     if not points.empty:
         points = points.merge(per_run, on=["engine", "workload", "point_label"], how="left")
     return {
         "points": points,
         "samples": con.execute(
             "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
-            [run_id]).df(),
+            [run_id],
+        ).df(),
         "windows": con.execute(
             "SELECT l.deployment_id, v.engine, v.workload, v.point_label, v.repeat, v.shape, v.concurrency, v.rate, "
             "l.window_start_ns, l.window_end_ns, v.window_s, v.mean_power_w "
             "FROM load_runs l JOIN v_load_points v USING (run_id, deployment_id, load_point_id) "
-            "WHERE l.run_id = ? AND l.window_start_ns IS NOT NULL ORDER BY l.window_start_ns", [run_id]).df(),
+            "WHERE l.run_id = ? AND l.window_start_ns IS NOT NULL ORDER BY l.window_start_ns",
+            [run_id],
+        ).df(),
         "requests": con.execute(
             "SELECT v.engine, v.workload, v.point_label, v.shape, v.concurrency, v.rate, q.ttft_ms, q.e2e_ms "
             "FROM requests q JOIN v_load_points v USING (run_id, deployment_id, load_point_id) "
-            "WHERE q.run_id = ? AND q.in_window AND q.error_kind IS NULL", [run_id]).df(),
+            "WHERE q.run_id = ? AND q.in_window AND q.error_kind IS NULL",
+            [run_id],
+        ).df(),
     }
 
 
@@ -99,14 +113,26 @@ POINT_FIGURES = [
     ("counter_w_per_gpu", "power per GPU, energy counter (W)"),
     ("usd_per_1m_output_tokens", "$ per 1M output tokens, GPU-hours ($)"),
     ("energy_usd_per_1m_output_tokens", "energy $ per 1M output tokens ($)"),
-    ("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p99_ms", "TTFT p99 (ms)"),
-    ("tpot_p50_ms", "TPOT p50 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
-    ("e2e_p50_ms", "E2E p50 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)"),
+    ("ttft_p50_ms", "TTFT p50 (ms)"),
+    ("ttft_p99_ms", "TTFT p99 (ms)"),
+    ("tpot_p50_ms", "TPOT p50 (ms)"),
+    ("tpot_p99_ms", "TPOT p99 (ms)"),
+    ("e2e_p50_ms", "E2E p50 (ms)"),
+    ("e2e_p99_ms", "E2E p99 (ms)"),
 ]
 
 # The figures the engine-contrast table shows first (every figure is in the full table).
-CONTRAST_HEADLINES = ("output_tok_s", "goodput_requests_s", "output_tokens_per_j", "output_tokens_per_j_above_idle",
-                      "usd_per_1m_output_tokens", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p50_ms")
+CONTRAST_HEADLINES = (
+    "output_tok_s",
+    "goodput_requests_s",
+    "output_tokens_per_j",
+    "output_tokens_per_j_above_idle",
+    "usd_per_1m_output_tokens",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "e2e_p50_ms",
+)
 
 
 def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
@@ -133,8 +159,9 @@ def interval_methods(figures: pd.DataFrame) -> list[str]:
     return sorted({str(m) for m in figures["method"].dropna()})
 
 
-def contrasts_table(contrasts: pd.DataFrame, points: pd.DataFrame | None = None,
-                    headlines: bool = True) -> pd.DataFrame:
+def contrasts_table(
+    contrasts: pd.DataFrame, points: pd.DataFrame | None = None, headlines: bool = True
+) -> pd.DataFrame:
     """Engines compared at each point they share (sql/engine_contrasts.sql): the ratio first / second with its 95%
     interval where repeats pair up, and the finding ('<engine> better' or 'no significant difference'); points in
     load order, figures in catalogue order."""
@@ -156,14 +183,16 @@ def contrasts_table(contrasts: pd.DataFrame, points: pd.DataFrame | None = None,
             return f"x{r['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
         return f"x{r['ratio']:.3f}" if r["ratio"] == r["ratio"] and r["ratio"] is not None else "NULL"
 
-    return pd.DataFrame({
-        "workload:point": c["workload"].astype(str) + ":" + c["point_label"].astype(str),
-        "engines (first / second)": c["engine"].astype(str) + " / " + c["other"].astype(str),
-        "figure": [f"{f} ({u})" if u else f for f, u in zip(c["figure"], c["unit"])],
-        "ratio [95% interval]": [ratio(r) for _, r in c.iterrows()],
-        "finding": c["finding"].astype(str),
-        "how": c["method"].astype(str) + ", " + c["pairs"].astype(str) + " repeat(s)",
-    }).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "workload:point": c["workload"].astype(str) + ":" + c["point_label"].astype(str),
+            "engines (first / second)": c["engine"].astype(str) + " / " + c["other"].astype(str),
+            "figure": [f"{f} ({u})" if u else f for f, u in zip(c["figure"], c["unit"])],
+            "ratio [95% interval]": [ratio(r) for _, r in c.iterrows()],
+            "finding": c["finding"].astype(str),
+            "how": c["method"].astype(str) + ", " + c["pairs"].astype(str) + " repeat(s)",
+        }
+    ).reset_index(drop=True)
 
 
 def table_metadata(df: pd.DataFrame):
@@ -176,9 +205,15 @@ def table_metadata(df: pd.DataFrame):
     df = df.reset_index() if df.index.name else df
     cols = []
     for name in df.columns:
-        kind = ("int" if pd.api.types.is_integer_dtype(df[name]) else
-                "float" if pd.api.types.is_float_dtype(df[name]) else
-                "bool" if pd.api.types.is_bool_dtype(df[name]) else "string")
+        kind = (
+            "int"
+            if pd.api.types.is_integer_dtype(df[name])
+            else "float"
+            if pd.api.types.is_float_dtype(df[name])
+            else "bool"
+            if pd.api.types.is_bool_dtype(df[name])
+            else "string"
+        )
         cols.append(dg.TableColumn(str(name), kind))
     records = []
     for row in df.itertuples(index=False):
@@ -212,16 +247,26 @@ def b64(png: bytes) -> str:
     return base64.b64encode(png).decode()
 
 
-def write_html(path: Path, title: str, source: str, run_id: str, sections: list[tuple[str, str]],
-               plots: dict[str, bytes], notes: list[str],
-               interactive: dict[str, dict[str, Any] | None] | None = None) -> Path:
+def write_html(
+    path: Path,
+    title: str,
+    source: str,
+    run_id: str,
+    sections: list[tuple[str, str]],
+    plots: dict[str, bytes],
+    notes: list[str],
+    interactive: dict[str, dict[str, Any] | None] | None = None,
+) -> Path:
     """One self-contained HTML file that opens offline and fetches nothing: inline CSS; `interactive` Vega-Lite
     specs rendered by vega-embed, whose JavaScript (with Vega and Vega-Lite) is inlined in the page; `plots` (PNG)
     as data: URIs. `sections`: (heading, HTML body) in order; the interactive charts follow them, then the static
     pictures (folded), then the notes. Each chart's view is kept in window.wattbenchCharts[<div id>]."""
-    banner = ("<div class='banner emulated'>EMULATED: every figure below comes from wattbench's built-in engine "
-              "emulator and its modelled GPU telemetry, not from real GPUs.</div>" if source == "emulated"
-              else "<div class='banner measured'>MEASURED on real engines and GPUs.</div>")
+    banner = (
+        "<div class='banner emulated'>EMULATED: every figure below comes from wattbench's built-in engine "
+        "emulator and its modelled GPU telemetry, not from real GPUs.</div>"
+        if source == "emulated"
+        else "<div class='banner measured'>MEASURED on real engines and GPUs.</div>"
+    )
     css = """
     body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1280px}
     h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd} h3{font-size:1.05em}
@@ -236,7 +281,8 @@ def write_html(path: Path, title: str, source: str, run_id: str, sections: list[
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{css}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>", banner,
+        f"<h1>{html.escape(title)}</h1>",
+        banner,
         f"<p class='meta'>run {html.escape(run_id)} &middot; source: {html.escape(source)}</p>",
     ]
     for heading, body in sections:
@@ -244,8 +290,10 @@ def write_html(path: Path, title: str, source: str, run_id: str, sections: list[
     specs = {}
     if interactive:
         parts.append("<h2>Interactive charts</h2>")
-        parts.append("<noscript><p>The interactive charts need JavaScript; the static pictures below show the same "
-                     "figures.</p></noscript>")
+        parts.append(
+            "<noscript><p>The interactive charts need JavaScript; the static pictures below show the same "
+            "figures.</p></noscript>"
+        )
         for i, (name, spec) in enumerate(interactive.items()):
             div = f"chart-{i}"
             if spec is None:
@@ -255,13 +303,21 @@ def write_html(path: Path, title: str, source: str, run_id: str, sections: list[
             parts.append(f"<div class='chart' id='{div}' data-chart='{html.escape(name, quote=True)}'></div>")
     parts += [
         "<h2>Pictures</h2>",
-        ("<details><summary>the same figures as static pictures (PNG, as in the Dagster UI)</summary>"
-         if specs else "<div>"),
+        (
+            "<details><summary>the same figures as static pictures (PNG, as in the Dagster UI)</summary>"
+            if specs
+            else "<div>"
+        ),
         "<div class='plots'>",
-        *[f"<img alt='{html.escape(name)}' title='{html.escape(name)}' src='data:image/png;base64,{b64(png)}'>"
-          for name, png in plots.items()],
-        "</div>", "</details>" if specs else "</div>",
-        "<h2>Notes</h2><ul>", *[f"<li>{html.escape(n)}</li>" for n in notes], "</ul>",
+        *[
+            f"<img alt='{html.escape(name)}' title='{html.escape(name)}' src='data:image/png;base64,{b64(png)}'>"
+            for name, png in plots.items()
+        ],
+        "</div>",
+        "</details>" if specs else "</div>",
+        "<h2>Notes</h2><ul>",
+        *[f"<li>{html.escape(n)}</li>" for n in notes],
+        "</ul>",
     ]
     if specs:
         script, versions = charts.javascript_bundle()
@@ -303,7 +359,9 @@ def summarize_notes(source: str, plan_label: str, prices_label: str, min_window_
     if source == "emulated":
         notes.insert(0, "Emulated run: timing, power and energy come from the emulator's performance and power model.")
     if min_window_s is not None and min_window_s < 20:
-        notes.append(f"Shortest steady-state window {min_window_s:.1f} s: energy claims want >= 20 s (flagged by validation).")
+        notes.append(
+            f"Shortest steady-state window {min_window_s:.1f} s: energy claims want >= 20 s (flagged by validation)."
+        )
     notes.append(f"Plan: {plan_label}.")
     return notes
 
@@ -323,63 +381,3 @@ CAPACITY_ASSUMPTIONS = [
     "Hybrid rule: baseline engine = highest capacity per GPU; elastic engine = lowest worst p99 TTFT under gamma/surge "
     "arrivals among configs meeting the SLO there (the baseline engine when none was measured under bursts).",
 ]
-
-
-def capacity_params(profile: Any) -> dict[str, Any] | None:
-    """The $parameters of sql/capacity_plan.sql and sql/hybrid_plan.sql from a plan's `capacity` section
-    (resources.plan.CapacityProfile, or a dict of its fields); None when there is none."""
-    if profile is None:
-        return None
-    data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
-    return {k: data.get(k) for k in CAPACITY_PARAMS}
-
-
-def run_capacity_profile(con, run_id: str) -> dict[str, Any] | None:
-    """The capacity section of the plan a run recorded (runs.plan_path), if the file is still there and has one."""
-    row = con.execute("SELECT plan_path FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    if not row or not row[0] or not Path(row[0]).exists():
-        return None
-    from resources.plan import PlanError, load_plan
-
-    try:
-        plan, _ = load_plan(row[0])
-    except PlanError:
-        return None
-    return capacity_params(plan.capacity)
-
-
-def query_params(con, text: str, run_id: str | None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The $parameters a report query in sql/ uses: $run_id, the capacity profile from the run's plan, and
-    `overrides` (NAME=VALUE from the command line, values parsed as numbers where they are numbers).
-    Raises ValueError naming the parameters still missing."""
-    import re
-
-    wanted = set(re.findall(r"\$([A-Za-z_]\w*)", text))
-    params: dict[str, Any] = {}
-    if "run_id" in wanted and run_id is not None:
-        params["run_id"] = run_id
-    if wanted & set(CAPACITY_PARAMS) and run_id is not None:
-        params.update(run_capacity_profile(con, run_id) or {})
-    for key, value in (overrides or {}).items():
-        params[key] = _number(value)
-    optional = {"input_tokens", "output_tokens", "elastic_gpu_hour_usd"}
-    for key in wanted & optional:
-        params.setdefault(key, None)
-    missing = sorted(k for k in wanted if k not in params or (params[k] is None and k not in optional))
-    if missing:
-        hint = (" (or add a `capacity:` section to the plan)" if set(missing) & set(CAPACITY_PARAMS) else "")
-        raise ValueError("query needs " + ", ".join(f"${m}" for m in missing) + "; pass --param NAME=VALUE" + hint)
-    return {k: v for k, v in params.items() if k in wanted}
-
-
-def _number(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    if value.lower() in ("null", "none", ""):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value

@@ -6,7 +6,6 @@ Every report asset depends on every stage asset, so the blocking Great Expectati
 `REPORT_ASSETS` is the list pipelines/definitions.py wires in.
 """
 
-
 import html
 from typing import Any
 
@@ -15,12 +14,19 @@ import pandas as pd
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
+from assets import benchmark_run, report_text, reporting
 from assets.bench import STAGE_TABLES
-from assets import benchmark_run
-from assets.common import (BENCH_PARTITIONS, GROUP, OWNERS, TABLE_KINDS, WRITER_POOL, partition_key_of, partition_metadata,
-                           warehouse_connection)
+from assets.common import (
+    BENCH_PARTITIONS,
+    GROUP,
+    OWNERS,
+    TABLE_KINDS,
+    WRITER_POOL,
+    partition_key_of,
+    partition_metadata,
+    warehouse_connection,
+)
 from resources.bench_plan import BenchPlan
-from assets import reporting
 from resources.warehouse import run_sql
 
 STAGES = ["engine_builds", *STAGE_TABLES]
@@ -61,8 +67,9 @@ def _source(con, run_id: str) -> str:
     return row[0] if row else "unknown"
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
-          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
+@dg.asset(
+    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL
+)  # DuckDBResource opens read-write, which takes the file lock
 def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Per load point, its repeats summarised with 95% intervals: output tokens/s, requests/s, goodput at the SLO,
     tokens per joule (total and above idle), power from the energy counter (deployment, above idle, per GPU),
@@ -78,13 +85,17 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     summary = reporting.point_summary_table(frames["figures"])
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
-        "run_id": run_id, "source": source, **partition_metadata(context), "load_points": len(summary),
+        "run_id": run_id,
+        "source": source,
+        **partition_metadata(context),
+        "load_points": len(summary),
         "load_runs": len(per_repeat),
         "dagster/row_count": dg.MetadataValue.int(len(summary)),
         "load_points_meeting_slo": int(full["meets_slo_p99"].fillna(False).sum()) if not full.empty else 0,
         "summary": reporting.table_metadata(summary),
-        "intervals": dg.MetadataValue.md("\n".join(f"- {m}" for m in reporting.interval_methods(frames["figures"]))
-                                         or "_no figures_"),
+        "intervals": dg.MetadataValue.md(
+            "\n".join(f"- {m}" for m in reporting.interval_methods(frames["figures"])) or "_no figures_"
+        ),
         "every_repeat": dg.MetadataValue.md(reporting.markdown_table(per_repeat)),
         "plots": dg.MetadataValue.md("\n\n".join(reporting.md_image(p, n) for n, p in plots.items())),
     }
@@ -93,18 +104,24 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
         if not best.empty:
             meta["best_tokens_per_j_at"] = str(best["load_point_id"].iloc[0])
         slo = full[full["meets_slo_p99"].fillna(False).astype(bool)]
-        _floats(meta, {
-            "best_output_tokens_per_j": full["output_tokens_per_j"].max(),
-            "best_output_tokens_per_j_above_idle": full["output_tokens_per_j_above_idle"].max(),
-            "peak_output_tok_s": full["output_tok_s"].max(),
-            "best_usd_per_1m_output_tokens_at_slo": slo["usd_per_1m_output_tokens"].min() if not slo.empty else None,
-            "max_capped_share": full["capped_share"].max(),
-        })
+        _floats(
+            meta,
+            {
+                "best_output_tokens_per_j": full["output_tokens_per_j"].max(),
+                "best_output_tokens_per_j_above_idle": full["output_tokens_per_j_above_idle"].max(),
+                "peak_output_tok_s": full["output_tok_s"].max(),
+                "best_usd_per_1m_output_tokens_at_slo": slo["usd_per_1m_output_tokens"].min()
+                if not slo.empty
+                else None,
+                "max_capped_share": full["capped_share"].max(),
+            },
+        )
     return dg.MaterializeResult(metadata=meta)
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
-          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
+@dg.asset(
+    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL
+)  # DuckDBResource opens read-write, which takes the file lock
 def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """The head-to-head table the seed article announces and leaves empty: rows are capabilities and measured
     figures (engine and version, peak tokens/s, goodput, tokens per joule and $ per 1M tokens at the SLO, p99
@@ -116,14 +133,19 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     table = reporting.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
     meta: dict[str, Any] = {
-        "run_id": run_id, **partition_metadata(context),
+        "run_id": run_id,
+        **partition_metadata(context),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(table, index=True)),
         "head_to_head_table": reporting.table_metadata(table),
         "cell_origins": dg.MetadataValue.md(reporting.markdown_table(origin)),
     }
-    keys = {3: "peak_output_tok_s", 5: "tokens_per_j_at_slo", 6: "usd_per_1m_output_tokens_at_slo",
-            8: "surge_ttft_p99_ms"}
+    keys = {
+        3: "peak_output_tok_s",
+        5: "tokens_per_j_at_slo",
+        6: "usd_per_1m_output_tokens_at_slo",
+        8: "surge_ttft_p99_ms",
+    }
     for _, row in long[long["ord"].isin(list(keys))].iterrows():  # a cell reads 'value [lo, hi]': its value
         value = str(row["value"]).split(" ")[0] if row["value"] is not None else None
         _floats(meta, {f"{row['engine']}/{keys[int(row['ord'])]}": value})
@@ -137,19 +159,24 @@ def _capacity_frames(con, run_id: str, params: dict[str, Any] | None) -> tuple[p
     return run_sql(con, "capacity_plan", full), run_sql(con, "hybrid_plan", full)
 
 
-_NO_PROFILE = ("no traffic profile: add a `capacity:` section to the plan (steady_qps, peak_qps, "
-               "burst_hours_per_day, input_tokens, output_tokens) to size GPUs and cost")
+_NO_PROFILE = (
+    "no traffic profile: add a `capacity:` section to the plan (steady_qps, peak_qps, "
+    "burst_hours_per_day, input_tokens, output_tokens) to size GPUs and cost"
+)
 
 
 def _profile_text(params: dict[str, Any]) -> str:
-    lengths = (f"{params['input_tokens'] or 'any'}/{params['output_tokens'] or 'any'} tokens in/out")
-    elastic = (f", elastic GPU-hour ${params['elastic_gpu_hour_usd']:g}" if params.get("elastic_gpu_hour_usd") else "")
-    return (f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s for "
-            f"{params['burst_hours_per_day']:g} h/day, {lengths}{elastic}")
+    lengths = f"{params['input_tokens'] or 'any'}/{params['output_tokens'] or 'any'} tokens in/out"
+    elastic = f", elastic GPU-hour ${params['elastic_gpu_hour_usd']:g}" if params.get("elastic_gpu_hour_usd") else ""
+    return (
+        f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s for "
+        f"{params['burst_hours_per_day']:g} h/day, {lengths}{elastic}"
+    )
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS,
-          pool=WRITER_POOL)  # DuckDBResource opens read-write, which takes the file lock
+@dg.asset(
+    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL
+)  # DuckDBResource opens read-write, which takes the file lock
 def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Capacity plan for the plan's traffic profile (`capacity:`) at its SLO: the fewest GPUs per engine config
     and their monthly cost (sql/capacity_plan.sql), and the seed article's hybrid topology (steady baseline on
@@ -157,7 +184,7 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     NULL with a reason where no load point meets the SLO; the assumptions are listed with the tables."""
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    params = reporting.capacity_params(bench_plan.capacity)
+    params = report_text.capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
         source = _source(con, run_id)
@@ -166,25 +193,35 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
         meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
         return dg.MaterializeResult(metadata=meta)
     picture = reporting.plot_capacity(topologies, source, note=_topology_note(topologies))
-    meta.update({
-        "traffic_profile": _profile_text(params),
-        "per_engine_config": dg.MetadataValue.md(reporting.markdown_table(per_config)),
-        "topologies": dg.MetadataValue.md(reporting.markdown_table(topologies)),
-        "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in reporting.CAPACITY_ASSUMPTIONS)),
-        "picture": dg.MetadataValue.md(reporting.md_image(picture, "monthly cost per topology")),
-    })
+    meta.update(
+        {
+            "traffic_profile": _profile_text(params),
+            "per_engine_config": dg.MetadataValue.md(reporting.markdown_table(per_config)),
+            "topologies": dg.MetadataValue.md(reporting.markdown_table(topologies)),
+            "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in reporting.CAPACITY_ASSUMPTIONS)),
+            "picture": dg.MetadataValue.md(reporting.md_image(picture, "monthly cost per topology")),
+        }
+    )
     for _, row in per_config.iterrows():
-        _floats(meta, {f"{row['engine']}/peak_gpus": row["peak_gpus"],
-                       f"{row['engine']}/monthly_gpu_usd": row["monthly_gpu_usd"]})
+        _floats(
+            meta,
+            {
+                f"{row['engine']}/peak_gpus": row["peak_gpus"],
+                f"{row['engine']}/monthly_gpu_usd": row["monthly_gpu_usd"],
+            },
+        )
     sized = topologies.dropna(subset=["monthly_gpu_usd"]) if not topologies.empty else topologies
     if not sized.empty:
         pick = sized[sized["pick"].str.contains("rule pick")]
         alone = sized[sized["topology"].str.endswith("always on for the peak")]
-        _floats(meta, {
-            "hybrid_monthly_gpu_usd": pick["monthly_gpu_usd"].iloc[0] if not pick.empty else None,
-            "best_single_pool_monthly_gpu_usd": alone["monthly_gpu_usd"].min() if not alone.empty else None,
-            "cheapest_monthly_gpu_usd": sized["monthly_gpu_usd"].min(),
-        })
+        _floats(
+            meta,
+            {
+                "hybrid_monthly_gpu_usd": pick["monthly_gpu_usd"].iloc[0] if not pick.empty else None,
+                "best_single_pool_monthly_gpu_usd": alone["monthly_gpu_usd"].min() if not alone.empty else None,
+                "cheapest_monthly_gpu_usd": sized["monthly_gpu_usd"].min(),
+            },
+        )
         if not pick.empty:
             meta["hybrid"] = str(pick["topology"].iloc[0])
     return dg.MaterializeResult(metadata=meta)
@@ -198,10 +235,21 @@ def _topology_note(topologies: pd.DataFrame) -> str | None:
 
 
 @dg.asset(
-    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL,
-    check_specs=[dg.AssetCheckSpec("no_regressions", asset="regressions", blocking=False,
-                                   description="WARN when a load point moved beyond its noise band in the worse "
-                                               "direction against the previous run of the same point.")],
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds=TABLE_KINDS,
+    deps=STAGES,
+    partitions_def=BENCH_PARTITIONS,
+    pool=WRITER_POOL,
+    check_specs=[
+        dg.AssetCheckSpec(
+            "no_regressions",
+            asset="regressions",
+            blocking=False,
+            description="WARN when a load point moved beyond its noise band in the worse "
+            "direction against the previous run of the same point.",
+        )
+    ],
 )
 def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """This run's load points against the previous run of the same point (same model, engine, config,
@@ -218,92 +266,161 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     compared = int((table["flag"] != "no baseline").sum()) if not table.empty else 0
     n_reg = int(counts.get("REGRESSION", 0))
     meta: dict[str, Any] = {
-        "run_id": run_id, **partition_metadata(context),
+        "run_id": run_id,
+        **partition_metadata(context),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
-        "rule": ("change = (this - previous) / |previous|; a change beyond the band only when the two runs' 95% "
-                 "intervals do not overlap (both repeated), else band = max(3 x robust relative stdev (1.4826 x "
-                 "MAD / |median|) over earlier runs of the point, 5%); column band_from says which"),
+        "rule": (
+            "change = (this - previous) / |previous|; a change beyond the band only when the two runs' 95% "
+            "intervals do not overlap (both repeated), else band = max(3 x robust relative stdev (1.4826 x "
+            "MAD / |median|) over earlier runs of the point, 5%); column band_from says which"
+        ),
         "regressions": dg.MetadataValue.int(n_reg),
         "improvements": dg.MetadataValue.int(int(counts.get("improvement", 0))),
         "compared_figures": dg.MetadataValue.int(compared),
         "no_baseline_figures": dg.MetadataValue.int(int(counts.get("no baseline", 0))),
-        "flagged": dg.MetadataValue.md(reporting.markdown_table(flagged) if not flagged.empty
-                                       else ("_nothing beyond the noise band_" if compared
-                                             else "_no earlier run of these load points to compare with_")),
+        "flagged": dg.MetadataValue.md(
+            reporting.markdown_table(flagged)
+            if not flagged.empty
+            else (
+                "_nothing beyond the noise band_"
+                if compared
+                else "_no earlier run of these load points to compare with_"
+            )
+        ),
     }
     previous = table["previous_run_id"].dropna().unique().tolist() if not table.empty else []
     if previous:
         meta["previous_runs"] = ", ".join(sorted(previous))
     worst = flagged[flagged["flag"] == "REGRESSION"]
     check = dg.AssetCheckResult(
-        check_name="no_regressions", passed=n_reg == 0, severity=dg.AssetCheckSeverity.WARN,
-        metadata={"regressions": n_reg,
-                  "worst": dg.MetadataValue.md(reporting.markdown_table(worst.head(20)) if n_reg else "_none_")},
+        check_name="no_regressions",
+        passed=n_reg == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "regressions": n_reg,
+            "worst": dg.MetadataValue.md(reporting.markdown_table(worst.head(20)) if n_reg else "_none_"),
+        },
     )
     return dg.MaterializeResult(metadata=meta, check_results=[check])
 
 
-def _html_sections(long: pd.DataFrame, frames: dict[str, pd.DataFrame], contrasts: pd.DataFrame,
-                   params: dict[str, Any] | None, per_config: pd.DataFrame, topologies: pd.DataFrame,
-                   regress: pd.DataFrame, run_id: str) -> list[tuple[str, str]]:
+def _html_sections(
+    long: pd.DataFrame,
+    frames: dict[str, pd.DataFrame],
+    contrasts: pd.DataFrame,
+    params: dict[str, Any] | None,
+    per_config: pd.DataFrame,
+    topologies: pd.DataFrame,
+    regress: pd.DataFrame,
+    run_id: str,
+) -> list[tuple[str, str]]:
     h2h = reporting.pivot_head_to_head(long)
     methods = reporting.interval_methods(frames["figures"])
-    how = ("<p class='meta'>[lo, hi]: the 95% interval. Throughput, power, tokens per joule and cost: the mean of the "
-           "repeats +- t x their standard deviation / sqrt(repeats) (no interval from one repeat). Latency "
-           "percentiles: the percentile of the repeats' pooled requests, with a two-stage bootstrap interval (repeats, "
-           "then requests). Intervals here: " + html.escape("; ".join(methods) or "none") + ".</p>")
-    sections = [("Head to head", (
-        f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: value [95% interval] "
-        "@ the load point (workload:point) it came from. Tokens per joule above idle (the deployment's idle power "
-        "with the model loaded subtracted) is the row after the total.</p>" + reporting.html_table(h2h, index=True)))]
+    how = (
+        "<p class='meta'>[lo, hi]: the 95% interval. Throughput, power, tokens per joule and cost: the mean of the "
+        "repeats +- t x their standard deviation / sqrt(repeats) (no interval from one repeat). Latency "
+        "percentiles: the percentile of the repeats' pooled requests, with a two-stage bootstrap interval (repeats, "
+        "then requests). Intervals here: " + html.escape("; ".join(methods) or "none") + ".</p>"
+    )
+    sections = [
+        (
+            "Head to head",
+            (
+                f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: value [95% interval] "
+                "@ the load point (workload:point) it came from. Tokens per joule above idle (the deployment's idle power "
+                "with the model loaded subtracted) is the row after the total.</p>"
+                + reporting.html_table(h2h, index=True)
+            ),
+        )
+    ]
     summary = reporting.point_summary_table(frames["figures"])
-    sections.append(("Every load point, summarised over its repeats", (
-        how + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
-        "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is energy-counter "
-        "energy over the window.</p>" + reporting.html_table(summary, empty="no load points"))))
+    sections.append(
+        (
+            "Every load point, summarised over its repeats",
+            (
+                how
+                + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
+                "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is energy-counter "
+                "energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
+            ),
+        )
+    )
     headline = reporting.contrasts_table(contrasts, frames["points"], headlines=True)
     every = reporting.contrasts_table(contrasts, frames["points"], headlines=False)
-    sections.append(("Engines compared at each point", (
-        "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair up "
-        "(the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A difference "
-        "is called only when the interval excludes 1 (latency percentiles: when the two engines' intervals do not "
-        "overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
-        + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
-        + (f"<details><summary>every figure ({len(every)} rows)</summary>{reporting.html_table(every)}</details>"
-           if len(every) > len(headline) else ""))))
+    sections.append(
+        (
+            "Engines compared at each point",
+            (
+                "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair up "
+                "(the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A difference "
+                "is called only when the interval excludes 1 (latency percentiles: when the two engines' intervals do not "
+                "overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
+                + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
+                + (
+                    f"<details><summary>every figure ({len(every)} rows)</summary>{reporting.html_table(every)}</details>"
+                    if len(every) > len(headline)
+                    else ""
+                )
+            ),
+        )
+    )
     if params is None:
         sections.append(("Capacity plan", f"<p>{_NO_PROFILE}.</p>"))
     else:
         assumptions = "".join(f"<li>{a}</li>" for a in reporting.CAPACITY_ASSUMPTIONS)
-        sections.append(("Capacity plan", (
-            f"<p>Traffic profile: {_profile_text(params)}; SLO and prices from the plan.</p>"
-            + reporting.html_table(per_config, empty="no engine config")
-            + "<h3>Hybrid topology against each engine alone</h3>"
-            + reporting.html_table(topologies, empty="no topology")
-            + f"<p>Assumptions:</p><ul>{assumptions}</ul>")))
+        sections.append(
+            (
+                "Capacity plan",
+                (
+                    f"<p>Traffic profile: {_profile_text(params)}; SLO and prices from the plan.</p>"
+                    + reporting.html_table(per_config, empty="no engine config")
+                    + "<h3>Hybrid topology against each engine alone</h3>"
+                    + reporting.html_table(topologies, empty="no topology")
+                    + f"<p>Assumptions:</p><ul>{assumptions}</ul>"
+                ),
+            )
+        )
     if regress.empty:
         body = "<p>no load points</p>"
     else:
         flagged = regress[regress["flag"].isin(["REGRESSION", "improvement"])]
         compared = int((regress["flag"] != "no baseline").sum())
         counts = regress["flag"].value_counts().to_dict()
-        body = (f"<p>{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s) "
-                f"among {compared} compared figures; rule: change = (this - previous) / |previous|, flagged when "
-                "the two runs' 95% intervals do not overlap (both repeated), else beyond max(3 x robust relative "
-                "stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%); band_from says which.</p>"
-                + (reporting.html_table(flagged) if not flagged.empty else
-                   "<p>nothing beyond the noise band</p>" if compared else
-                   "<p>no earlier run of these load points to compare with</p>"))
+        body = (
+            f"<p>{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s) "
+            f"among {compared} compared figures; rule: change = (this - previous) / |previous|, flagged when "
+            "the two runs' 95% intervals do not overlap (both repeated), else beyond max(3 x robust relative "
+            "stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%); band_from says which.</p>"
+            + (
+                reporting.html_table(flagged)
+                if not flagged.empty
+                else "<p>nothing beyond the noise band</p>"
+                if compared
+                else "<p>no earlier run of these load points to compare with</p>"
+            )
+        )
     sections.append(("Against the previous run", body))
-    sections.append(("Every load run (each repeat)", (
-        "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come from the "
-        "sampled power trace (diagnosis), every other W from the energy counter.</p>"
-        + reporting.html_table(frames["per_repeat"], empty="no load runs"))))
+    sections.append(
+        (
+            "Every load run (each repeat)",
+            (
+                "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come from the "
+                "sampled power trace (diagnosis), every other W from the energy counter.</p>"
+                + reporting.html_table(frames["per_repeat"], empty="no load runs")
+            ),
+        )
+    )
     return sections
 
 
-@dg.asset(group_name=GROUP, owners=OWNERS, kinds={"python", "duckdb", "html"}, partitions_def=BENCH_PARTITIONS,
-          deps=[load_point_report, head_to_head, capacity_plan, regressions], pool=WRITER_POOL)
+@dg.asset(
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds={"python", "duckdb", "html"},
+    partitions_def=BENCH_PARTITIONS,
+    deps=[load_point_report, head_to_head, capacity_plan, regressions],
+    pool=WRITER_POOL,
+)
 def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """A self-contained HTML report that opens offline (inline CSS; Vega-Lite charts with their JavaScript inlined;
     PNGs as data URIs; nothing fetched): the head-to-head table, every point summarised over its repeats with 95%
@@ -314,7 +431,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     Written into the benchmark's run folder (materialized alone: the partition's latest complete benchmark's)."""
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    params = reporting.capacity_params(bench_plan.capacity)
+    params = report_text.capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         frames = _run_frames(con, run_id)
@@ -325,32 +442,49 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         source = _source(con, run_id)
     plots = _load_point_plots(frames, source)
     plots["capacity plan"] = reporting.plot_capacity(
-        topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies))
+        topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies)
+    )
     interactive = reporting.interactive_charts(frames, source)
     full = frames["runs"]
     min_window = float(full["window_s"].min()) if not full.empty else None
-    notes = reporting.summarize_notes(source, f"{bench_plan.name} ({plan.plan_path(partition_key_of(context))})", bench_plan.prices.label, min_window)
+    notes = reporting.summarize_notes(
+        source, f"{bench_plan.name} ({plan.plan_path(partition_key_of(context))})", bench_plan.prices.label, min_window
+    )
     path = reporting.write_html(
-        plan.run_dir(run_id) / "report.html", f"wattbench: {bench_plan.name}", source, run_id,
-        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id), plots, notes,
+        plan.run_dir(run_id) / "report.html",
+        f"wattbench: {bench_plan.name}",
+        source,
+        run_id,
+        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id),
+        plots,
+        notes,
         interactive=interactive,
     )
     context.log.info(f"HTML report: {path}")
     meta: dict[str, Any] = {
-        "run_id": run_id, "source": source, **partition_metadata(context), "path": dg.MetadataValue.path(str(path)),
+        "run_id": run_id,
+        "source": source,
+        **partition_metadata(context),
+        "path": dg.MetadataValue.path(str(path)),
         "pictures": dg.MetadataValue.int(len(plots)),
         "interactive_charts": dg.MetadataValue.int(sum(spec is not None for spec in interactive.values())),
         "load_points": dg.MetadataValue.int(len(frames["points"])),
         "head_to_head": dg.MetadataValue.md(reporting.markdown_table(reporting.pivot_head_to_head(long), index=True)),
         "power_trace": dg.MetadataValue.md(reporting.md_image(plots["power trace"], "power trace")),
         "throughput_vs_latency": dg.MetadataValue.md(
-            reporting.md_image(plots["throughput vs latency"], "throughput vs latency")),
+            reporting.md_image(plots["throughput vs latency"], "throughput vs latency")
+        ),
     }
     if min_window is not None:
         meta["shortest_window_s"] = dg.MetadataValue.float(min_window)
     if not full.empty:
-        _floats(meta, {"peak_output_tok_s": full["output_tok_s"].max(),
-                       "best_output_tokens_per_j": full["output_tokens_per_j"].max()})
+        _floats(
+            meta,
+            {
+                "peak_output_tok_s": full["output_tok_s"].max(),
+                "best_output_tokens_per_j": full["output_tokens_per_j"].max(),
+            },
+        )
     return dg.MaterializeResult(metadata=meta)
 
 

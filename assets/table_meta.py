@@ -14,8 +14,10 @@ import dagster as dg
 from resources.warehouse import SQL_DIR
 
 _CREATE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)\s*\((.*?)\n\);", re.S)
-_COLUMN = re.compile(r"^\s{2,}(\w+)\s+([A-Z][A-Z0-9_\[\](), ]*?)\s*(?:NOT NULL|PRIMARY KEY|DEFAULT [^,-]+|,|\s)*"
-                     r"(?:--\s*(.*))?$")
+_COLUMN = re.compile(
+    r"^\s{2,}(\w+)\s+([A-Z][A-Z0-9_\[\](), ]*?)\s*(?:NOT NULL|PRIMARY KEY|DEFAULT [^,-]+|,|\s)*"
+    r"(?:--\s*(.*))?$"
+)
 _ALTER = re.compile(r"^ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+) [^;]+;\s*(?:--\s*(.*))?$", re.M)
 
 
@@ -26,10 +28,24 @@ COMMON = {
     "deployment_id": "the engine server of the run the row belongs to",
 }
 # Units by column-name suffix, for columns without a comment of their own.
-UNITS = (("_ns", "ns, CLOCK_MONOTONIC of the measuring host"), ("_ms", "ms"), ("_s", "s"), ("_w", "W"), ("_j", "J"),
-         ("_mj", "mJ"), ("_mib", "MiB"), ("_mhz", "MHz"), ("_c", "degrees C"), ("_hz", "Hz"), ("_usd", "$"),
-         ("_per_hour", "$ per GPU-hour"), ("_per_kwh", "$ per kWh"), ("_bytes", "bytes"), ("_pct", "%"),
-         ("_tokens", "tokens"))
+UNITS = (
+    ("_ns", "ns, CLOCK_MONOTONIC of the measuring host"),
+    ("_ms", "ms"),
+    ("_s", "s"),
+    ("_w", "W"),
+    ("_j", "J"),
+    ("_mj", "mJ"),
+    ("_mib", "MiB"),
+    ("_mhz", "MHz"),
+    ("_c", "degrees C"),
+    ("_hz", "Hz"),
+    ("_usd", "$"),
+    ("_per_hour", "$ per GPU-hour"),
+    ("_per_kwh", "$ per kWh"),
+    ("_bytes", "bytes"),
+    ("_pct", "%"),
+    ("_tokens", "tokens"),
+)
 
 
 def describe(table: str, column: str) -> str | None:
@@ -79,17 +95,26 @@ def column_schema(con, table: str) -> dg.TableSchema:
     rows = con.execute(
         "SELECT column_name, data_type, is_nullable, comment FROM duckdb_columns() "
         "WHERE table_name = ? AND schema_name = current_schema() AND database_name = current_database() "
-        "ORDER BY column_index", [table]).fetchall()
+        "ORDER BY column_index",
+        [table],
+    ).fetchall()
     keys = con.execute(
         "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY' "
-        "AND schema_name = current_schema() AND database_name = current_database()", [table]).fetchall()
+        "AND schema_name = current_schema() AND database_name = current_database()",
+        [table],
+    ).fetchall()
     primary = [c for (names,) in keys for c in names]
     columns = []
     for name, dtype, nullable, comment in rows:
         other = ["part of the primary key"] if name in primary and len(primary) > 1 else []
-        columns.append(dg.TableColumn(
-            name=name, type=str(dtype), description=comment or describe(table, name),
-            constraints=dg.TableColumnConstraints(nullable=bool(nullable), unique=primary == [name], other=other)))
+        columns.append(
+            dg.TableColumn(
+                name=name,
+                type=str(dtype),
+                description=comment or describe(table, name),
+                constraints=dg.TableColumnConstraints(nullable=bool(nullable), unique=primary == [name], other=other),
+            )
+        )
     constraints = dg.TableConstraints(other=[f"PRIMARY KEY ({', '.join(primary)})"]) if primary else None
     return dg.TableSchema(columns=columns, constraints=constraints)
 
@@ -97,5 +122,7 @@ def column_schema(con, table: str) -> dg.TableSchema:
 def table_metadata(con, table: str) -> dict[str, Any]:
     """`dagster/table_name` (<database>.<schema>.<table>) and `dagster/column_schema` of a warehouse table."""
     database, schema = con.execute("SELECT current_database(), current_schema()").fetchone()
-    return {"dagster/table_name": dg.MetadataValue.text(f"{database}.{schema}.{table}"),
-            "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(con, table))}
+    return {
+        "dagster/table_name": dg.MetadataValue.text(f"{database}.{schema}.{table}"),
+        "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(con, table)),
+    }

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,10 +40,16 @@ def make_warehouse(folder: Path) -> Path:
     from tests.reports.synth import Deployment, simple_point, started, write_run
 
     db = folder / "cli.duckdb"
-    write_run(db, folder, "cli-bench", [
-        Deployment("alpha", tp=2, points=[simple_point("c8", 5.0 + 0.1 * r, repeat=r + 1) for r in range(3)]),
-        Deployment("beta", points=[simple_point("c8", 6.0 + 0.2 * r, repeat=r + 1) for r in range(3)]),
-    ], started=started(0))
+    write_run(
+        db,
+        folder,
+        "cli-bench",
+        [
+            Deployment("alpha", tp=2, points=[simple_point("c8", 5.0 + 0.1 * r, repeat=r + 1) for r in range(3)]),
+            Deployment("beta", points=[simple_point("c8", 6.0 + 0.2 * r, repeat=r + 1) for r in range(3)]),
+        ],
+        started=started(0),
+    )
     return db
 
 
@@ -60,8 +66,14 @@ def time_command(exe: str, cmd: list[str], db: Path, repeats: int, cwd: Path) ->
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(_argv(exe, cmd, db))}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return {"runs": repeats, "median_s": round(statistics.median(times), 4), "min_s": round(min(times), 4),
-            "max_s": round(max(times), 4), "iqr_s": round(q[2] - q[0], 4), "times_s": [round(t, 4) for t in times]}
+    return {
+        "runs": repeats,
+        "median_s": round(statistics.median(times), 4),
+        "min_s": round(min(times), 4),
+        "max_s": round(max(times), 4),
+        "iqr_s": round(q[2] - q[0], 4),
+        "times_s": [round(t, 4) for t in times],
+    }
 
 
 def heavy_imports(exe: str, cmd: list[str], db: Path, cwd: Path) -> list[str]:
@@ -69,8 +81,13 @@ def heavy_imports(exe: str, cmd: list[str], db: Path, cwd: Path) -> list[str]:
     python = Path(exe).with_name("python")
     script = "import sys; from pipelines.cli import main; main(sys.argv[1:])"
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    proc = subprocess.run([str(python), "-X", "importtime", "-c", script, *_argv(exe, cmd, db)[1:]], cwd=cwd,
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [str(python), "-X", "importtime", "-c", script, *_argv(exe, cmd, db)[1:]],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     seen = set()
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -85,18 +102,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cli_startup")
     ap.add_argument("--repeats", type=int, default=9, help="fresh processes per command")
     ap.add_argument("--exe", default=str(Path(sys.executable).with_name("wattbench")), help="the wattbench to time")
-    ap.add_argument("--compare", metavar="EXE",
-                    help="another wattbench to time the same way (e.g. an older checkout's)")
+    ap.add_argument(
+        "--compare", metavar="EXE", help="another wattbench to time the same way (e.g. an older checkout's)"
+    )
     ap.add_argument("--out", default=str(ROOT / "results"))
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         db = make_warehouse(Path(tmp))
         result = {
             "what": "wall time of one `wattbench COMMAND` process, start to exit, on a warehouse of one synthetic run",
-            "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                        "load_average_1_5_15_before": [round(x, 2) for x in os.getloadavg()]},
-            "target_s": TARGET_S, "commands": {},
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "load_average_1_5_15_before": [round(x, 2) for x in os.getloadavg()],
+            },
+            "target_s": TARGET_S,
+            "commands": {},
         }
         for name, cmd in COMMANDS.items():
             row = time_command(args.exe, cmd, db, args.repeats, ROOT)
@@ -104,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             row["target_met"] = row["median_s"] < TARGET_S
             if args.compare:
                 compare_cwd = Path(args.compare).resolve().parents[2]  # <checkout>/.venv/bin/wattbench
-                row["compare"] = {"exe": args.compare, **time_command(args.compare, cmd, db, args.repeats,
-                                                                     compare_cwd)}
+                row["compare"] = {"exe": args.compare, **time_command(args.compare, cmd, db, args.repeats, compare_cwd)}
             result["commands"][name] = row
     result["machine"]["load_average_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.out)
@@ -114,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for name, row in result["commands"].items():
         ok &= row["target_met"] and not row["heavy_modules_imported"]
-        other = (f"; compared: {row['compare']['median_s']:.3f} s" if "compare" in row else "")
-        print(f"wattbench {name}: median {row['median_s']:.3f} s (min {row['min_s']:.3f}, max {row['max_s']:.3f}, "
-              f"IQR {row['iqr_s']:.3f}) over {row['runs']} processes; heavy imports: "
-              f"{', '.join(row['heavy_modules_imported']) or 'none'}{other}; target {TARGET_S} s: "
-              f"{'met' if row['target_met'] else 'NOT met'}")
+        other = f"; compared: {row['compare']['median_s']:.3f} s" if "compare" in row else ""
+        print(
+            f"wattbench {name}: median {row['median_s']:.3f} s (min {row['min_s']:.3f}, max {row['max_s']:.3f}, "
+            f"IQR {row['iqr_s']:.3f}) over {row['runs']} processes; heavy imports: "
+            f"{', '.join(row['heavy_modules_imported']) or 'none'}{other}; target {TARGET_S} s: "
+            f"{'met' if row['target_met'] else 'NOT met'}"
+        )
     return 0 if ok else 1
 
 

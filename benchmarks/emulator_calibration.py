@@ -51,9 +51,18 @@ ML_ENERGY = {
 
 
 def run_point(model: str, tp: int, batch: int, duration_s: float = 60.0, warmup_s: float = 30.0, seed: int = 0):
-    return simulate("vllm-like", model, "h100-sxm", tp, "bf16", {"max_num_seqs": batch},
-                    Workload(concurrency=batch, **ML_ENERGY_WORKLOAD), duration_s=duration_s, warmup_s=warmup_s,
-                    seed=seed)
+    return simulate(
+        "vllm-like",
+        model,
+        "h100-sxm",
+        tp,
+        "bf16",
+        {"max_num_seqs": batch},
+        Workload(concurrency=batch, **ML_ENERGY_WORKLOAD),
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        seed=seed,
+    )
 
 
 def ml_energy_rows(duration_s: float = 60.0, warmup_s: float = 30.0) -> list[dict[str, Any]]:
@@ -65,13 +74,24 @@ def ml_energy_rows(duration_s: float = 60.0, warmup_s: float = 30.0) -> list[dic
         for metric in ("J/token", "W", "tok/s"):
             if pub[metric] is None:
                 continue
-            rows.append({"source": ML_ENERGY_SRC, "point": f"{model} {tp}xH100 batch {batch}", "metric": metric,
-                         "emulated": emu[metric], "public": pub[metric],
-                         "diff_pct": 100.0 * (emu[metric] / pub[metric] - 1.0),
-                         "within": abs(emu[metric] / pub[metric] - 1.0) <= TOLERANCE,
-                         "detail": {"mean_batch": r.mean_batch, "kv_usage": r.kv_usage_mean,
-                                    "preemptions": r.preemptions, "power_capped_share": r.power_capped_share,
-                                    **r.extra}})
+            rows.append(
+                {
+                    "source": ML_ENERGY_SRC,
+                    "point": f"{model} {tp}xH100 batch {batch}",
+                    "metric": metric,
+                    "emulated": emu[metric],
+                    "public": pub[metric],
+                    "diff_pct": 100.0 * (emu[metric] / pub[metric] - 1.0),
+                    "within": abs(emu[metric] / pub[metric] - 1.0) <= TOLERANCE,
+                    "detail": {
+                        "mean_batch": r.mean_batch,
+                        "kv_usage": r.kv_usage_mean,
+                        "preemptions": r.preemptions,
+                        "power_capped_share": r.power_capped_share,
+                        **r.extra,
+                    },
+                }
+            )
     return rows
 
 
@@ -86,9 +106,9 @@ DEP = ("llama-3-70b", "h100-sxm")
 # TensorRT-LLM-like factors: assumptions (no TensorRT-LLM measurement here), each with where it comes from
 TRT_ASSUMPTIONS = {
     "gemm_eff": "vLLM-like's fitted share x 1.10 (TRT_RELATIVE): TensorRT-LLM's fused GEMM epilogues and tuned tactics "
-                "taken ~10% better; no TensorRT-LLM measurement",
+    "taken ~10% better; no TensorRT-LLM measurement",
     "attn_eff": "vLLM-like's fitted share x 1.20: fp8 context FMHA (fp8 math with an fp8 KV cache) taken ~20% better "
-                "than FlashAttention's bf16 math; no measurement",
+    "than FlashAttention's bf16 math; no measurement",
     "mem_eff": "= vLLM-like's fitted share (x 1.0): decode GEMMs stream weights with the same class of kernels",
     "layer_overhead_s": "fused kernels, fewer launches per layer than vLLM-like's 2.5 us (ML.ENERGY fit); guessed",
     "allreduce_latency_s": "custom one-/two-shot NVLink all-reduce, as vLLM's",
@@ -107,16 +127,35 @@ SENSITIVITY = 0.20
 _SIMS: dict[tuple, Any] = {}
 
 
-def _sim(profile: str, tp: int, precision: str, wl: Workload, window_s: float, warmup_s: float, seed: int = 0,
-         trt: dict[str, float] | None = None):
+def _sim(
+    profile: str,
+    tp: int,
+    precision: str,
+    wl: Workload,
+    window_s: float,
+    warmup_s: float,
+    seed: int = 0,
+    trt: dict[str, float] | None = None,
+):
     trt = trt if profile == "trtllm-like" else None
     key = (profile, tp, precision, repr(wl), window_s, warmup_s, seed, tuple(sorted((trt or {}).items())))
     if key not in _SIMS:  # the runs a sensitivity row shares with the claim itself are not repeated
         st = setup(profile, DEP[0], DEP[1], tp, precision, None)
         if trt:
             st.dep = replace(st.dep, kf=replace(st.dep.kf, **trt))
-        _SIMS[key] = simulate(profile, DEP[0], DEP[1], tp, precision, None, wl, duration_s=window_s,
-                              warmup_s=warmup_s, seed=seed, setup_=st)
+        _SIMS[key] = simulate(
+            profile,
+            DEP[0],
+            DEP[1],
+            tp,
+            precision,
+            None,
+            wl,
+            duration_s=window_s,
+            warmup_s=warmup_s,
+            seed=seed,
+            setup_=st,
+        )
     return _SIMS[key]
 
 
@@ -126,6 +165,7 @@ def _claim_fp8(profile: str, tp: int):
         r16 = _sim(profile, tp, "fp16", wl, window_s, 10, seed, trt)
         r8 = _sim(profile, tp, "fp8", wl, window_s, 10, seed, trt)
         return r8.output_tok_s / r16.output_tok_s, {"fp16_tok_s": r16.output_tok_s, "fp8_tok_s": r8.output_tok_s}
+
     return value
 
 
@@ -135,9 +175,14 @@ def _claim_tokj(conc: int):
         t = _sim("trtllm-like", 8, "fp8", wl, window_s, 10, seed, trt)
         v = _sim("vllm-like", 8, "fp8", wl, window_s, 10, seed, None)
         return 100 * (t.tokens_per_joule / v.tokens_per_joule - 1.0), {
-            "trtllm_tok_per_j": t.tokens_per_joule, "vllm_tok_per_j": v.tokens_per_joule,
-            "trtllm_tok_s": t.output_tok_s, "vllm_tok_s": v.output_tok_s,
-            "trtllm_w_per_gpu": t.avg_power_w, "vllm_w_per_gpu": v.avg_power_w}
+            "trtllm_tok_per_j": t.tokens_per_joule,
+            "vllm_tok_per_j": v.tokens_per_joule,
+            "trtllm_tok_s": t.output_tok_s,
+            "vllm_tok_s": v.output_tok_s,
+            "trtllm_w_per_gpu": t.avg_power_w,
+            "vllm_w_per_gpu": v.avg_power_w,
+        }
+
     return value
 
 
@@ -146,26 +191,65 @@ def _claim_2k(which: str):
         wl = Workload(concurrency=32, input_tokens=2048, output_tokens=256, ramp_s=RAMP_S)
         t = _sim("trtllm-like", 8, "fp8", wl, window_s, 15, seed, trt)
         v = _sim("vllm-like", 8, "fp8", wl, window_s, 15, seed, None)
-        detail = {"trtllm_ttft_p50_ms": t.ttft_ms["p50"], "vllm_ttft_p50_ms": v.ttft_ms["p50"],
-                  "trtllm_e2e_p50_ms": t.e2e_ms["p50"], "vllm_e2e_p50_ms": v.e2e_ms["p50"]}
+        detail = {
+            "trtllm_ttft_p50_ms": t.ttft_ms["p50"],
+            "vllm_ttft_p50_ms": v.ttft_ms["p50"],
+            "trtllm_e2e_p50_ms": t.e2e_ms["p50"],
+            "vllm_e2e_p50_ms": v.e2e_ms["p50"],
+        }
         if which == "ttft":
             return v.ttft_ms["p50"] / t.ttft_ms["p50"], detail
         return 100 * (v.e2e_ms["p50"] / t.e2e_ms["p50"] - 1.0), detail
+
     return value
 
 
 # id, claim, unit, expected, pass(value), value function, does it involve trtllm-like factors
 CLAIMS = [
-    *[(f"fp8-{p}-{tp}", f"fp8 gives 1.8-2.1x the fp16 decode throughput ({p}, Llama-3-70B {tp}xH100, 32 streams "
-       "128 in / 1024 out)", "x", "1.8-2.1", lambda v: 1.8 <= v <= 2.1, _claim_fp8(p, tp), p == "trtllm-like")
-      for p in ("trtllm-like", "vllm-like") for tp in (4, 8)],
-    *[(f"tokj-{c}", "TensorRT-LLM-like gets 10-30% more tokens per joule on a steady workload (Llama-3-70B fp8 "
-       f"8xH100, {c} streams 512/128)", "%", "10-30", lambda v: 10.0 <= v <= 30.0, _claim_tokj(c), True)
-      for c in (8, 32, 128)],
-    ("ttft-2k", "32 concurrent 2K-context requests: TensorRT-LLM-like has the lowest TTFT (p50)",
-     "x (vllm/trtllm TTFT p50)", "> 1", lambda v: v > 1.0, _claim_2k("ttft"), True),
-    ("e2e-2k", "...and vLLM-like stays within a few percent (<= 5%) on median end-to-end latency", "%", "0-5",
-     lambda v: abs(v) <= 5.0, _claim_2k("e2e"), True),
+    *[
+        (
+            f"fp8-{p}-{tp}",
+            f"fp8 gives 1.8-2.1x the fp16 decode throughput ({p}, Llama-3-70B {tp}xH100, 32 streams 128 in / 1024 out)",
+            "x",
+            "1.8-2.1",
+            lambda v: 1.8 <= v <= 2.1,
+            _claim_fp8(p, tp),
+            p == "trtllm-like",
+        )
+        for p in ("trtllm-like", "vllm-like")
+        for tp in (4, 8)
+    ],
+    *[
+        (
+            f"tokj-{c}",
+            "TensorRT-LLM-like gets 10-30% more tokens per joule on a steady workload (Llama-3-70B fp8 "
+            f"8xH100, {c} streams 512/128)",
+            "%",
+            "10-30",
+            lambda v: 10.0 <= v <= 30.0,
+            _claim_tokj(c),
+            True,
+        )
+        for c in (8, 32, 128)
+    ],
+    (
+        "ttft-2k",
+        "32 concurrent 2K-context requests: TensorRT-LLM-like has the lowest TTFT (p50)",
+        "x (vllm/trtllm TTFT p50)",
+        "> 1",
+        lambda v: v > 1.0,
+        _claim_2k("ttft"),
+        True,
+    ),
+    (
+        "e2e-2k",
+        "...and vLLM-like stays within a few percent (<= 5%) on median end-to-end latency",
+        "%",
+        "0-5",
+        lambda v: abs(v) <= 5.0,
+        _claim_2k("e2e"),
+        True,
+    ),
 ]
 
 
@@ -192,9 +276,21 @@ def seed_checks(sensitivity: bool = True) -> list[dict[str, Any]]:
         value, window, detail, trail = converge(fn, unit)
         converged = len(trail) > 1 and abs(trail[-1][1] - trail[-2][1]) < _point(unit)
         spread = [value] + [fn(window, seed)[0] for seed in SEEDS[1:]]
-        row = {"id": cid, "claim": claim, "value": value, "unit": unit, "expected": expected, "pass": ok(value),
-               "window_s": window, "converged": converged, "trail": trail, "spread": [min(spread), max(spread)],
-               "seeds": list(SEEDS), "detail": detail, "depends_on": []}
+        row = {
+            "id": cid,
+            "claim": claim,
+            "value": value,
+            "unit": unit,
+            "expected": expected,
+            "pass": ok(value),
+            "window_s": window,
+            "converged": converged,
+            "trail": trail,
+            "spread": [min(spread), max(spread)],
+            "seeds": list(SEEDS),
+            "detail": detail,
+            "depends_on": [],
+        }
         if sensitivity and uses_trt:
             sens = {}
             base = FACTORS["trtllm-like"]
@@ -212,23 +308,36 @@ def seed_checks(sensitivity: bool = True) -> list[dict[str, Any]]:
                 if flips:
                     row["depends_on"].append(factor)
             row["sensitivity"] = sens
-        row["verdict"] = ("depends on assumption " + ", ".join(row["depends_on"]) if row["depends_on"]
-                          else ("holds" if row["pass"] else "does not hold"))
+        row["verdict"] = (
+            "depends on assumption " + ", ".join(row["depends_on"])
+            if row["depends_on"]
+            else ("holds" if row["pass"] else "does not hold")
+        )
         out.append(row)
-        print(f"  {cid}: {value:.3f} {unit} at {window:.0f} s ({'converged' if converged else 'NOT converged'}), "
-              f"seeds {min(spread):.3f}-{max(spread):.3f}: {row['verdict']}", file=sys.stderr, flush=True)
+        print(
+            f"  {cid}: {value:.3f} {unit} at {window:.0f} s ({'converged' if converged else 'NOT converged'}), "
+            f"seeds {min(spread):.3f}-{max(spread):.3f}: {row['verdict']}",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
 # The project's DEFAULT plan (Llama-3-70B, 8xH100 SXM, fp8, the seed's build and serve options)
 DEFAULT_PLAN = {
-    "model": "llama-3-70b", "gpu": "h100-sxm", "tp": 8, "precision": "fp8",
-    "options": {"trtllm-like": {"max_batch_size": 128, "max_input_len": 2048, "max_seq_len": 4096},
-                "vllm-like": {"max_num_seqs": 256, "gpu_memory_utilization": 0.9, "block_size": 16}},
-    "points": [("steady c=8", Workload(concurrency=8, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
-               ("steady c=32", Workload(concurrency=32, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
-               ("gamma 6 req/s b=0.25", Workload(shape="gamma", rate=6, burstiness=0.25, input_tokens=512,
-                                                 output_tokens=128))],
+    "model": "llama-3-70b",
+    "gpu": "h100-sxm",
+    "tp": 8,
+    "precision": "fp8",
+    "options": {
+        "trtllm-like": {"max_batch_size": 128, "max_input_len": 2048, "max_seq_len": 4096},
+        "vllm-like": {"max_num_seqs": 256, "gpu_memory_utilization": 0.9, "block_size": 16},
+    },
+    "points": [
+        ("steady c=8", Workload(concurrency=8, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
+        ("steady c=32", Workload(concurrency=32, input_tokens=512, output_tokens=128, ramp_s=RAMP_S)),
+        ("gamma 6 req/s b=0.25", Workload(shape="gamma", rate=6, burstiness=0.25, input_tokens=512, output_tokens=128)),
+    ],
 }
 
 
@@ -237,15 +346,39 @@ def default_plan_rows(duration_s: float = 60.0, warmup_s: float = 15.0) -> list[
     d = DEFAULT_PLAN
     rows = []
     for name, wl in d["points"]:
-        res = {p: simulate(p, d["model"], d["gpu"], d["tp"], d["precision"], d["options"][p], wl,
-                           duration_s=duration_s, warmup_s=warmup_s) for p in ("trtllm-like", "vllm-like")}
-        row: dict[str, Any] = {"point": name, "workload": {"shape": wl.shape, "concurrency": wl.concurrency,
-                                                           "rate": wl.rate, "burstiness": wl.burstiness,
-                                                           "input_tokens": wl.input_tokens,
-                                                           "output_tokens": wl.output_tokens}}
+        res = {
+            p: simulate(
+                p,
+                d["model"],
+                d["gpu"],
+                d["tp"],
+                d["precision"],
+                d["options"][p],
+                wl,
+                duration_s=duration_s,
+                warmup_s=warmup_s,
+            )
+            for p in ("trtllm-like", "vllm-like")
+        }
+        row: dict[str, Any] = {
+            "point": name,
+            "workload": {
+                "shape": wl.shape,
+                "concurrency": wl.concurrency,
+                "rate": wl.rate,
+                "burstiness": wl.burstiness,
+                "input_tokens": wl.input_tokens,
+                "output_tokens": wl.output_tokens,
+            },
+        }
         for p, r in res.items():
-            row[p] = {"tok_s": r.output_tok_s, "ttft_p50_ms": r.ttft_ms["p50"], "e2e_p50_ms": r.e2e_ms["p50"],
-                      "tok_per_j": r.tokens_per_joule, "w_per_gpu": r.avg_power_w}
+            row[p] = {
+                "tok_s": r.output_tok_s,
+                "ttft_p50_ms": r.ttft_ms["p50"],
+                "e2e_p50_ms": r.e2e_ms["p50"],
+                "tok_per_j": r.tokens_per_joule,
+                "w_per_gpu": r.avg_power_w,
+            }
         row["trt_over_vllm_tok_per_j"] = res["trtllm-like"].tokens_per_joule / res["vllm-like"].tokens_per_joule
         rows.append(row)
     return rows
@@ -255,50 +388,78 @@ def real_hardware_md() -> list[str]:
     """The real-hardware section, from benchmarks/twin_fit.py's results (results/h200-vllm/twin_fit.json)."""
     fit_path = ROOT / "results" / "h200-vllm" / "twin_fit.json"
     if not fit_path.exists():
-        return ["## Real hardware", "", "(results/h200-vllm/twin_fit.json missing: run python -m benchmarks.twin_fit)",
-                ""]
+        return [
+            "## Real hardware",
+            "",
+            "(results/h200-vllm/twin_fit.json missing: run python -m benchmarks.twin_fit)",
+            "",
+        ]
     fit = json.loads(fit_path.read_text())
-    label = {"output_tok_s": "tok/s", "ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99", "tpot_p50_ms": "TPOT p50",
-             "counter_w_per_gpu": "W", "output_tokens_per_j": "tok/J"}
-    lines = ["## Real hardware (emulated vs measured, held out)", "",
-             "Measured (source measured): real vLLM 0.25.0 on one H200 (results/h200-vllm, bundles "
-             + ", ".join(fit.get("bundles", [])) + "), Llama-3.1-8B shape, bf16 and online fp8; closed loop 1 / 4 "
-             "streams (light) and 16 / 64 / 256 streams (steady) of 512 in / 128 out, 1 / 4 (light-long) and 32 "
-             "(long-prompt) streams of 2K-token prompts, ramped over 2 s; gamma arrivals 8 req/s burstiness 0.25 "
-             "(bursty); each figure the mean of three repeats (latency: pooled requests). Predicted (source "
-             "emulated): the twin with each protocol's fitted knobs. Fitted on: each protocol's training points plus "
-             "the 18 public ML.ENERGY figures above; tested on: points that fit never saw (benchmarks/twin_fit.py). "
-             "Goal on held-out points: tok/s, TPOT, W, tok/J within 10%; TTFT p50/p99 within 25%.", ""]
+    label = {
+        "output_tok_s": "tok/s",
+        "ttft_p50_ms": "TTFT p50",
+        "ttft_p99_ms": "TTFT p99",
+        "tpot_p50_ms": "TPOT p50",
+        "counter_w_per_gpu": "W",
+        "output_tokens_per_j": "tok/J",
+    }
+    lines = [
+        "## Real hardware (emulated vs measured, held out)",
+        "",
+        "Measured (source measured): real vLLM 0.25.0 on one H200 (results/h200-vllm, bundles "
+        + ", ".join(fit.get("bundles", []))
+        + "), Llama-3.1-8B shape, bf16 and online fp8; closed loop 1 / 4 "
+        "streams (light) and 16 / 64 / 256 streams (steady) of 512 in / 128 out, 1 / 4 (light-long) and 32 "
+        "(long-prompt) streams of 2K-token prompts, ramped over 2 s; gamma arrivals 8 req/s burstiness 0.25 "
+        "(bursty); each figure the mean of three repeats (latency: pooled requests). Predicted (source "
+        "emulated): the twin with each protocol's fitted knobs. Fitted on: each protocol's training points plus "
+        "the 18 public ML.ENERGY figures above; tested on: points that fit never saw (benchmarks/twin_fit.py). "
+        "Goal on held-out points: tok/s, TPOT, W, tok/J within 10%; TTFT p50/p99 within 25%.",
+        "",
+    ]
     what = {
         "before light data (the 10 earlier points)": "the 8 light-load points (1 and 4 streams, 512 and 2K-token "
         "prompts, bf16 and fp8) predicted by the fit made before they were measured (fitted on the 10 steady, "
         "long-prompt and bursty points): held out first, before any refit",
         "leave-one-workload-out": "every point predicted by a fit on the other workloads (five folds: steady, "
         "long-prompt, bursty, light, light-long; both precisions)",
-        "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their "
-        "prior)",
+        "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their prior)",
         "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 KV "
         "cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit and "
-        "predicted by it"}
+        "predicted by it",
+    }
     for proto, per_fig in fit["summary"].items():
-        lines += [f"**{proto}**: {what.get(proto, proto)}.", "",
-                  "| figure | held-out | median abs error | largest abs error | within goal | misses (engine point error) |",
-                  "|---|---:|---:|---:|---:|---|"]
+        lines += [
+            f"**{proto}**: {what.get(proto, proto)}.",
+            "",
+            "| figure | held-out | median abs error | largest abs error | within goal | misses (engine point error) |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
         for f, x in per_fig.items():
-            lines.append(f"| {label[f]} (goal {int(100 * x['goal'])}%) | {x['n']} | "
-                         f"{100 * x['median_abs_error']:.1f}% | {100 * x['max_abs_error']:.1f}% | "
-                         f"{x['within_goal']}/{x['n']} | {'; '.join(x['misses']) or '-'} |")
+            lines.append(
+                f"| {label[f]} (goal {int(100 * x['goal'])}%) | {x['n']} | "
+                f"{100 * x['median_abs_error']:.1f}% | {100 * x['max_abs_error']:.1f}% | "
+                f"{x['within_goal']}/{x['n']} | {'; '.join(x['misses']) or '-'} |"
+            )
         lines.append("")
     rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
     if rows:
         figs = list(label)
-        slices = [("light load", lambda r: r["load"] == "light"), ("heavy load", lambda r: r["load"] == "heavy"),
-                  ("bf16", lambda r: r["precision"] == "bf16"), ("fp8", lambda r: r["precision"] == "fp8"),
-                  ("512-token prompts", lambda r: r["prompts"] == "short"),
-                  ("2K-token prompts", lambda r: r["prompts"] == "2K")]
-        lines += ["The goal, slice by slice (leave-one-workload-out: held-out figures within the goal / held out; "
-                  "**met** only where every one is):", "",
-                  "| slice | " + " | ".join(label[f] for f in figs) + " |", "|---|" + "---:|" * len(figs)]
+        slices = [
+            ("light load", lambda r: r["load"] == "light"),
+            ("heavy load", lambda r: r["load"] == "heavy"),
+            ("bf16", lambda r: r["precision"] == "bf16"),
+            ("fp8", lambda r: r["precision"] == "fp8"),
+            ("512-token prompts", lambda r: r["prompts"] == "short"),
+            ("2K-token prompts", lambda r: r["prompts"] == "2K"),
+        ]
+        lines += [
+            "The goal, slice by slice (leave-one-workload-out: held-out figures within the goal / held out; "
+            "**met** only where every one is):",
+            "",
+            "| slice | " + " | ".join(label[f] for f in figs) + " |",
+            "|---|" + "---:|" * len(figs),
+        ]
         for name, pick in slices:
             cells = []
             for f in figs:
@@ -306,87 +467,132 @@ def real_hardware_md() -> list[str]:
                 ok = sum(r["meets_goal"] for r in xs)
                 cells.append("n/a" if not xs else f"{'**met**' if ok == len(xs) else 'not met'} {ok}/{len(xs)}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines += ["", "Leave-one-workload-out, every held-out figure (error = predicted / measured - 1; * misses the "
-                  "goal):", "", "| engine | point | load | prompts | " + " | ".join(label[f] for f in figs) + " |",
-                  "|---|---|---|---|" + "---:|" * len(figs)]
+        lines += [
+            "",
+            "Leave-one-workload-out, every held-out figure (error = predicted / measured - 1; * misses the goal):",
+            "",
+            "| engine | point | load | prompts | " + " | ".join(label[f] for f in figs) + " |",
+            "|---|---|---|---|" + "---:|" * len(figs),
+        ]
         by: dict[tuple, dict] = {}
         for r in rows:
             by.setdefault((r["engine"], r["point"], r["load"], r["prompts"]), {})[r["figure"]] = r
         for (eng, pt, load, prompts), fr in sorted(by.items()):
-            cells = [f"{100 * fr[f]['error']:+.1f}%{'' if fr[f]['meets_goal'] else '*'}" if f in fr else "n/a"
-                     for f in figs]
+            cells = [
+                f"{100 * fr[f]['error']:+.1f}%{'' if fr[f]['meets_goal'] else '*'}" if f in fr else "n/a" for f in figs
+            ]
             lines.append(f"| {eng} | {pt} | {load} | {prompts} | " + " | ".join(cells) + " |")
         lines.append("")
     stopped = [n for n, f in fit["fits"].items() if f.get("stopped_early")]
     if stopped:
-        lines += [f"Fits stopped at their time limit with the best values so far (coordinate descent, not converged): "
-                  f"{', '.join(stopped)}.", ""]
+        lines += [
+            f"Fits stopped at their time limit with the best values so far (coordinate descent, not converged): "
+            f"{', '.join(stopped)}.",
+            "",
+        ]
     final = fit["fits"].get("final (all points)", {}).get("params", {})
     if final:
-        lines += ["Final fit (all points + ML.ENERGY; shipped rounded in the emulator): "
-                  + ", ".join(f"{k} {v:.4g}" for k, v in final.items()) + ". `wattbench predict` prints, beside each "
-                  "figure, the largest leave-one-workload-out error as its band: "
-                  + ", ".join(f"{label.get(k, k)} +-{100 * v:.0f}%" for k, v in fit.get("error_bands", {}).items())
-                  + ".", ""]
+        lines += [
+            "Final fit (all points + ML.ENERGY; shipped rounded in the emulator): "
+            + ", ".join(f"{k} {v:.4g}" for k, v in final.items())
+            + ". `wattbench predict` prints, beside each "
+            "figure, the largest leave-one-workload-out error as its band: "
+            + ", ".join(f"{label.get(k, k)} +-{100 * v:.0f}%" for k, v in fit.get("error_bands", {}).items())
+            + ".",
+            "",
+        ]
     return lines
 
 
-def render_md(rows: list[dict[str, Any]], checks: list[dict[str, Any]],
-              plan: list[dict[str, Any]] | None = None) -> str:
+def render_md(
+    rows: list[dict[str, Any]], checks: list[dict[str, Any]], plan: list[dict[str, Any]] | None = None
+) -> str:
     def fmt(x: float) -> str:
         return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.0f}"
 
-    lines = ["# Emulator calibration (source: emulated vs public and measured figures)", "",
-             "## Public figures (ML.ENERGY, H100)", "",
-             f"Workload assumption for ML.ENERGY points: lognormal input (mean {WORKLOAD_INPUT_MEAN} tokens), "
-             "lognormal output (mean 717 tokens, as published), closed loop at concurrency = max_num_seqs. "
-             f"Tolerance +-{int(TOLERANCE * 100)}%. These figures are in every fit (never held out).", "",
-             "| point | metric | emulated | public | diff | within +-25% |", "|---|---|---:|---:|---:|:---:|"]
+    lines = [
+        "# Emulator calibration (source: emulated vs public and measured figures)",
+        "",
+        "## Public figures (ML.ENERGY, H100)",
+        "",
+        f"Workload assumption for ML.ENERGY points: lognormal input (mean {WORKLOAD_INPUT_MEAN} tokens), "
+        "lognormal output (mean 717 tokens, as published), closed loop at concurrency = max_num_seqs. "
+        f"Tolerance +-{int(TOLERANCE * 100)}%. These figures are in every fit (never held out).",
+        "",
+        "| point | metric | emulated | public | diff | within +-25% |",
+        "|---|---|---:|---:|---:|:---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['point']} | {r['metric']} | {fmt(r['emulated'])} | {fmt(r['public'])} | "
-                     f"{r['diff_pct']:+.1f}% | {'yes' if r['within'] else 'NO'} |")
+        lines.append(
+            f"| {r['point']} | {r['metric']} | {fmt(r['emulated'])} | {fmt(r['public'])} | "
+            f"{r['diff_pct']:+.1f}% | {'yes' if r['within'] else 'NO'} |"
+        )
     lines += [""] + real_hardware_md()
-    lines += ["## Seed claims", "",
-              f"Closed-loop streams ramped in over {RAMP_S:g} s; each claim's window doubled from "
-              f"{WINDOWS[0]:g} s until it moves < 1 point (1 percentage point, or 0.01 for x ratios); spread = min-max "
-              f"over seeds {', '.join(map(str, SEEDS))} at that window. A claim that changes verdict when one "
-              f"TensorRT-LLM-like assumption moves +-{int(SENSITIVITY * 100)}% is reported as depending on it.", "",
-              "| seed claim | emulated | spread | window | expected | verdict |", "|---|---:|---:|---:|---:|---|"]
+    lines += [
+        "## Seed claims",
+        "",
+        f"Closed-loop streams ramped in over {RAMP_S:g} s; each claim's window doubled from "
+        f"{WINDOWS[0]:g} s until it moves < 1 point (1 percentage point, or 0.01 for x ratios); spread = min-max "
+        f"over seeds {', '.join(map(str, SEEDS))} at that window. A claim that changes verdict when one "
+        f"TensorRT-LLM-like assumption moves +-{int(SENSITIVITY * 100)}% is reported as depending on it.",
+        "",
+        "| seed claim | emulated | spread | window | expected | verdict |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for c in checks:
         conv = "" if c["converged"] else " (not converged)"
-        lines.append(f"| {c['claim']} | {c['value']:.2f} {c['unit']} | {c['spread'][0]:.2f}-{c['spread'][1]:.2f} | "
-                     f"{c['window_s']:.0f} s{conv} | {c['expected']} | {c['verdict']} |")
+        lines.append(
+            f"| {c['claim']} | {c['value']:.2f} {c['unit']} | {c['spread'][0]:.2f}-{c['spread'][1]:.2f} | "
+            f"{c['window_s']:.0f} s{conv} | {c['expected']} | {c['verdict']} |"
+        )
     sens = [c for c in checks if c.get("sensitivity")]
     if sens:
         factors = list(TRT_ASSUMPTIONS)
-        lines += ["", f"Sensitivity: each claim at -{int(SENSITIVITY * 100)}% / +{int(SENSITIVITY * 100)}% of one "
-                  "TensorRT-LLM-like assumption (the others as shipped); **bold** = the verdict flips.", "",
-                  "| claim | " + " | ".join(factors) + " |", "|---|" + "---:|" * len(factors)]
+        lines += [
+            "",
+            f"Sensitivity: each claim at -{int(SENSITIVITY * 100)}% / +{int(SENSITIVITY * 100)}% of one "
+            "TensorRT-LLM-like assumption (the others as shipped); **bold** = the verdict flips.",
+            "",
+            "| claim | " + " | ".join(factors) + " |",
+            "|---|" + "---:|" * len(factors),
+        ]
         for c in sens:
             cells = []
             for f in factors:
                 x = c["sensitivity"][f]
-                cells.append(" / ".join(f"**{v:.2f}**" if k in x["flips"] else f"{v:.2f}"
-                                        for k, v in x["values"].items()))
+                cells.append(
+                    " / ".join(f"**{v:.2f}**" if k in x["flips"] else f"{v:.2f}" for k, v in x["values"].items())
+                )
             lines.append(f"| {c['id']} ({c['unit']}) | " + " | ".join(cells) + " |")
-        lines += ["", "(gemm_eff column: -20% / +20% / fp8 FMHA off.) The TensorRT-LLM-like factors are assumptions, "
-                  "each with its source:", ""]
+        lines += [
+            "",
+            "(gemm_eff column: -20% / +20% / fp8 FMHA off.) The TensorRT-LLM-like factors are assumptions, "
+            "each with its source:",
+            "",
+        ]
         trt = FACTORS["trtllm-like"]
         lines += [f"- {k} = {getattr(trt, k):.4g}: {v}" for k, v in TRT_ASSUMPTIONS.items()]
     if plan:
         d = DEFAULT_PLAN
-        lines += ["", "## Default plan", "",
-                  f"{d['model']} on {d['tp']}x{d['gpu']} at {d['precision']}; trtllm-like "
-                  f"{d['options']['trtllm-like']}, vllm-like {d['options']['vllm-like']}; chat 512 in / 128 out, "
-                  f"closed-loop streams ramped over {RAMP_S:g} s.", "",
-                  "| point | profile | tok/s | TTFT p50 ms | E2E p50 ms | W/GPU | tok/J | TRT/vLLM tok/J |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "## Default plan",
+            "",
+            f"{d['model']} on {d['tp']}x{d['gpu']} at {d['precision']}; trtllm-like "
+            f"{d['options']['trtllm-like']}, vllm-like {d['options']['vllm-like']}; chat 512 in / 128 out, "
+            f"closed-loop streams ramped over {RAMP_S:g} s.",
+            "",
+            "| point | profile | tok/s | TTFT p50 ms | E2E p50 ms | W/GPU | tok/J | TRT/vLLM tok/J |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in plan:
             for p in ("trtllm-like", "vllm-like"):
                 x = r[p]
                 ratio = f"{r['trt_over_vllm_tok_per_j']:.3f}" if p == "trtllm-like" else ""
-                lines.append(f"| {r['point']} | {p} | {x['tok_s']:,.0f} | {x['ttft_p50_ms']:,.1f} | "
-                             f"{x['e2e_p50_ms']:,.0f} | {x['w_per_gpu']:.0f} | {x['tok_per_j']:.3f} | {ratio} |")
+                lines.append(
+                    f"| {r['point']} | {p} | {x['tok_s']:,.0f} | {x['ttft_p50_ms']:,.1f} | "
+                    f"{x['e2e_p50_ms']:,.0f} | {x['w_per_gpu']:.0f} | {x['tok_per_j']:.3f} | {ratio} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -410,16 +616,28 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     factors = {p: vars(f) for p, f in prof_mod.FACTORS.items()}
-    (out / "emulator_calibration.json").write_text(json.dumps({
-        "source": "emulated", "tolerance": TOLERANCE, "workload_assumption": ML_ENERGY_WORKLOAD,
-        "kernel_factors": factors, "power_factors": vars(perf_mod.POWER), "trtllm_assumptions": TRT_ASSUMPTIONS,
-        "rows": rows, "seed_checks": checks, "default_plan": plan,
-        "all_within": all(r["within"] for r in rows), "all_claims_converged": all(c["converged"] for c in checks),
-        "runtime_s": time.time() - t0}, indent=2))
+    (out / "emulator_calibration.json").write_text(
+        json.dumps(
+            {
+                "source": "emulated",
+                "tolerance": TOLERANCE,
+                "workload_assumption": ML_ENERGY_WORKLOAD,
+                "kernel_factors": factors,
+                "power_factors": vars(perf_mod.POWER),
+                "trtllm_assumptions": TRT_ASSUMPTIONS,
+                "rows": rows,
+                "seed_checks": checks,
+                "default_plan": plan,
+                "all_within": all(r["within"] for r in rows),
+                "all_claims_converged": all(c["converged"] for c in checks),
+                "runtime_s": time.time() - t0,
+            },
+            indent=2,
+        )
+    )
     (out / "emulator_calibration.md").write_text(md)
     print(md)
-    print(f"wrote {out / 'emulator_calibration.json'} and {out / 'emulator_calibration.md'} "
-          f"({time.time() - t0:.1f} s)")
+    print(f"wrote {out / 'emulator_calibration.json'} and {out / 'emulator_calibration.md'} ({time.time() - t0:.1f} s)")
     # the benchmark fails when the model leaves the public figures' tolerance or a claim does not converge; a claim
     # that does not hold is a finding, reported, not a failure
     return 0 if all(r["within"] for r in rows) and all(c["converged"] for c in checks) else 1

@@ -30,8 +30,12 @@ def _cpu_s(pid: int) -> float:
 
 async def _worker(host: str, port: int, body: bytes, stop_at: float, stats: dict) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    req = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
-           + str(len(body)).encode() + b"\r\n\r\n" + body)
+    req = (
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     usage_re = re.compile(rb'"completion_tokens":(\d+)')
     try:
         while time.perf_counter() < stop_at:
@@ -57,8 +61,16 @@ async def _worker(host: str, port: int, body: bytes, stop_at: float, stats: dict
 
 
 async def _drive(host: str, port: int, concurrency: int, duration_s: float, max_tokens: int) -> dict:
-    body = json.dumps({"model": "llama-3.1-8b", "prompt": "benchmark the emulator please", "max_tokens": max_tokens,
-                       "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "model": "llama-3.1-8b",
+            "prompt": "benchmark the emulator please",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     stats = {"tokens": 0, "requests": 0, "events": 0, "last_done": 0.0}
     t0 = time.perf_counter()
     await asyncio.gather(*[_worker(host, port, body, t0 + duration_s, stats) for _ in range(concurrency)])
@@ -66,16 +78,40 @@ async def _drive(host: str, port: int, concurrency: int, duration_s: float, max_
     return stats
 
 
-def run(concurrency: int = 256, duration_s: float = 10.0, max_tokens: int = 256, core: int | None = None,
-        profile: str = "vllm-like", extra: list[str] | None = None) -> dict:
+def run(
+    concurrency: int = 256,
+    duration_s: float = 10.0,
+    max_tokens: int = 256,
+    core: int | None = None,
+    profile: str = "vllm-like",
+    extra: list[str] | None = None,
+) -> dict:
     ncpu = os.cpu_count() or 1
     server_core = core if core is not None else 0
-    cmd = [sys.executable, "-m", "pipelines.cli", "emulate", "--profile", profile, "--model", "llama-3.1-8b",
-           "--gpu", "h200", "--tp", "8", "--precision", "fp8", "--port", "0",
-           "--config", f"{'max_num_seqs' if profile == 'vllm-like' else 'max_batch_size'}={concurrency}",
-           *(extra or [])]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {server_core}))
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.cli",
+        "emulate",
+        "--profile",
+        profile,
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "--precision",
+        "fp8",
+        "--port",
+        "0",
+        "--config",
+        f"{'max_num_seqs' if profile == 'vllm-like' else 'max_batch_size'}={concurrency}",
+        *(extra or []),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {server_core})
+    )
     try:
         seen = []  # `wattbench emulate` prints what it emulates first, then where it listens
         m = None
@@ -109,12 +145,22 @@ def run(concurrency: int = 256, duration_s: float = 10.0, max_tokens: int = 256,
         proc.wait(timeout=10)
     wall = stats["wall_s"]
     cpu = cpu1 - cpu0
-    return {"source": "emulated", "profile": f"{profile} llama-3.1-8b 8x h200 fp8", "concurrency": concurrency,
-            "max_tokens": max_tokens, "server_core": server_core, "requests": stats["requests"],
-            "streamed_tokens": stats["tokens"], "wall_s": wall, "tok_s": stats["tokens"] / wall if wall else 0.0,
-            "server_cpu_s": cpu, "server_cpu_share": cpu / wall if wall else None,
-            "tok_per_server_cpu_s": stats["tokens"] / cpu if cpu else None,
-            "engine_lag_max_s": float(lag.group(1)) if lag else None, "target_tok_s": TARGET_TOK_S}
+    return {
+        "source": "emulated",
+        "profile": f"{profile} llama-3.1-8b 8x h200 fp8",
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "server_core": server_core,
+        "requests": stats["requests"],
+        "streamed_tokens": stats["tokens"],
+        "wall_s": wall,
+        "tok_s": stats["tokens"] / wall if wall else 0.0,
+        "server_cpu_s": cpu,
+        "server_cpu_share": cpu / wall if wall else None,
+        "tok_per_server_cpu_s": stats["tokens"] / cpu if cpu else None,
+        "engine_lag_max_s": float(lag.group(1)) if lag else None,
+        "target_tok_s": TARGET_TOK_S,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "emulator_speed.json").write_text(json.dumps(r, indent=2))
-    print(f"emulator speed ({r['profile']}, server pinned to core {r['server_core']}): "
-          f"{r['tok_s']:,.0f} streamed tokens/s over {r['wall_s']:.1f} s, {r['requests']} requests; server CPU "
-          f"{r['server_cpu_s']:.2f} s ({100 * (r['server_cpu_share'] or 0):.0f}% of one core), "
-          f"{(r['tok_per_server_cpu_s'] or 0):,.0f} tokens per server CPU-second; target {TARGET_TOK_S:,} tok/s: "
-          f"{'met' if r['tok_s'] >= TARGET_TOK_S else 'NOT met'}")
+    print(
+        f"emulator speed ({r['profile']}, server pinned to core {r['server_core']}): "
+        f"{r['tok_s']:,.0f} streamed tokens/s over {r['wall_s']:.1f} s, {r['requests']} requests; server CPU "
+        f"{r['server_cpu_s']:.2f} s ({100 * (r['server_cpu_share'] or 0):.0f}% of one core), "
+        f"{(r['tok_per_server_cpu_s'] or 0):,.0f} tokens per server CPU-second; target {TARGET_TOK_S:,} tok/s: "
+        f"{'met' if r['tok_s'] >= TARGET_TOK_S else 'NOT met'}"
+    )
     return 0 if r["tok_s"] >= TARGET_TOK_S else 1
 
 

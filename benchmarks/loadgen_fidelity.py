@@ -38,12 +38,21 @@ BARS = {128: {"ttft_p50": 5.0, "itl_p50": 1.0, "rate": 0.97}, 512: {"ttft_p50": 
 # ------------------------------------------------------------------------------ the baseline client
 async def _aiohttp_run(url: str, streams: int, warmup_s: float, duration_s: float, timeout_s: float = 60.0):
     import aiohttp
+
     api = url.rstrip("/") + "/v1/chat/completions"
     records: list[dict] = []
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, use_dns_cache=True,
-                                     keepalive_timeout=60, enable_cleanup_closed=True, force_close=False)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector,
-                                     trust_env=True) as session:
+    connector = aiohttp.TCPConnector(
+        limit=0,
+        limit_per_host=0,
+        ttl_dns_cache=300,
+        use_dns_cache=True,
+        keepalive_timeout=60,
+        enable_cleanup_closed=True,
+        force_close=False,
+    )
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout_s), connector=connector, trust_env=True
+    ) as session:
         t0 = time.perf_counter_ns()
         end = t0 + int((warmup_s + duration_s) * 1e9)
         counter = [0]
@@ -51,9 +60,14 @@ async def _aiohttp_run(url: str, streams: int, warmup_s: float, duration_s: floa
         async def one():
             i = counter[0]
             counter[0] += 1
-            payload = {"model": "model", "messages": [{"role": "user", "content": f"request {i} " + "word " * 32}],
-                       "max_tokens": TOKENS, "stream": True, "stream_options": {"include_usage": True},
-                       "ignore_eos": True}
+            payload = {
+                "model": "model",
+                "messages": [{"role": "user", "content": f"request {i} " + "word " * 32}],
+                "max_tokens": TOKENS,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "ignore_eos": True,
+            }
             chunk_ns = []
             st = time.perf_counter_ns()
             err = None
@@ -79,12 +93,20 @@ async def _aiohttp_run(url: str, streams: int, warmup_s: float, duration_s: floa
             except Exception as exc:  # noqa: BLE001
                 err = repr(exc)
             ok = err is None and bool(chunk_ns)
-            records.append({"sent_ns": st, "scheduled_ns": st, "error_kind": None if ok else "error",
-                            "ttft_ms": (chunk_ns[0] - st) / 1e6 if chunk_ns else None,
-                            "e2e_ms": (chunk_ns[-1] - st) / 1e6 if chunk_ns else None,
-                            "last_token_ns": chunk_ns[-1] if chunk_ns else None,
-                            "completion_tokens": n_out, "chunk_ns": chunk_ns,
-                            "chunk_tokens": [1] * len(chunk_ns), "tpot_ms": None})
+            records.append(
+                {
+                    "sent_ns": st,
+                    "scheduled_ns": st,
+                    "error_kind": None if ok else "error",
+                    "ttft_ms": (chunk_ns[0] - st) / 1e6 if chunk_ns else None,
+                    "e2e_ms": (chunk_ns[-1] - st) / 1e6 if chunk_ns else None,
+                    "last_token_ns": chunk_ns[-1] if chunk_ns else None,
+                    "completion_tokens": n_out,
+                    "chunk_ns": chunk_ns,
+                    "chunk_tokens": [1] * len(chunk_ns),
+                    "tpot_ms": None,
+                }
+            )
 
         async def worker():
             while time.perf_counter_ns() < end:
@@ -101,6 +123,7 @@ async def _aiohttp_run(url: str, streams: int, warmup_s: float, duration_s: floa
 def run_aiohttp(url, streams, warmup_s, duration_s):
     try:
         import uvloop
+
         factory = uvloop.new_event_loop
     except ImportError:  # pragma: no cover
         factory = asyncio.new_event_loop
@@ -110,8 +133,18 @@ def run_aiohttp(url, streams, warmup_s, duration_s):
 
 
 def run_wattbench(url, streams, warmup_s, duration_s, workers=None):
-    spec = LoadSpec(url=url, model="model", api="chat", shape="concurrency", concurrency=streams,
-                    input_tokens=32, output_tokens=TOKENS, warmup_s=warmup_s, duration_s=duration_s, timeout_s=60)
+    spec = LoadSpec(
+        url=url,
+        model="model",
+        api="chat",
+        shape="concurrency",
+        concurrency=streams,
+        input_tokens=32,
+        output_tokens=TOKENS,
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        timeout_s=60,
+    )
     res = run_load(spec, workers=workers)
     return res.summary, res.window_start_ns, res.window_end_ns
 
@@ -123,11 +156,14 @@ def _server_view(url: str, ws: int, we: int) -> dict:
     ttft = np.asarray([r["ttft_ms"] for r in reqs])
     req = np.asarray([r["req_ms"] for r in reqs])
     gaps = np.asarray(st["gaps_us"], dtype=float) / 1e3
-    return {"n": len(reqs), "ttft_p50": float(np.percentile(ttft, 50)) if len(ttft) else None,
-            "ttft_p99": float(np.percentile(ttft, 99)) if len(ttft) else None,
-            "req_mean_ms": float(req.mean()) if len(req) else None,
-            "itl_p50": float(np.percentile(gaps, 50)) if len(gaps) else None,
-            "itl_mean": float(gaps.mean()) if len(gaps) else None}
+    return {
+        "n": len(reqs),
+        "ttft_p50": float(np.percentile(ttft, 50)) if len(ttft) else None,
+        "ttft_p99": float(np.percentile(ttft, 99)) if len(ttft) else None,
+        "req_mean_ms": float(req.mean()) if len(req) else None,
+        "itl_p50": float(np.percentile(gaps, 50)) if len(gaps) else None,
+        "itl_mean": float(gaps.mean()) if len(gaps) else None,
+    }
 
 
 def measure(url: str, client: str, streams: int, warmup_s: float, duration_s: float) -> dict:
@@ -145,20 +181,29 @@ def measure(url: str, client: str, streams: int, warmup_s: float, duration_s: fl
     # count is reported too).
     rate = summary["output_token_throughput"] / TOKENS
     row = {
-        "streams": streams, "client": client,
-        "client_ttft_p50_ms": summary["ttft_ms"]["p50"], "client_ttft_p99_ms": summary["ttft_ms"]["p99"],
+        "streams": streams,
+        "client": client,
+        "client_ttft_p50_ms": summary["ttft_ms"]["p50"],
+        "client_ttft_p99_ms": summary["ttft_ms"]["p99"],
         "client_itl_p50_ms": summary["itl_ms"]["p50"],
-        "server_ttft_p50_ms": sv["ttft_p50"], "server_ttft_p99_ms": sv["ttft_p99"], "server_itl_p50_ms": sv["itl_p50"],
-        "server_itl_mean_ms": sv["itl_mean"], "server_request_mean_ms": sv["req_mean_ms"],
+        "server_ttft_p50_ms": sv["ttft_p50"],
+        "server_ttft_p99_ms": sv["ttft_p99"],
+        "server_itl_p50_ms": sv["itl_p50"],
+        "server_itl_mean_ms": sv["itl_mean"],
+        "server_request_mean_ms": sv["req_mean_ms"],
         "ttft_err_p50_ms": summary["ttft_ms"]["p50"] - sv["ttft_p50"],
         "ttft_err_p99_ms": summary["ttft_ms"]["p99"] - sv["ttft_p99"],
         "itl_err_p50_ms": summary["itl_ms"]["p50"] - sv["itl_p50"],
-        "achieved_rate_per_s": rate, "ideal_rate_per_s": ideal,
+        "achieved_rate_per_s": rate,
+        "ideal_rate_per_s": ideal,
         "rate_ratio": (rate / ideal) if (rate and ideal) else None,
         "completions_per_s": summary["request_throughput"],
-        "send_lateness_p50_ms": summary["send_lateness_ms"]["p50"], "send_lateness_p99_ms": summary["send_lateness_ms"]["p99"],
+        "send_lateness_p50_ms": summary["send_lateness_ms"]["p50"],
+        "send_lateness_p99_ms": summary["send_lateness_ms"]["p99"],
         "workers": summary.get("workers"),
-        "completed": summary["completed"], "failed": summary["failed"], "window_s": summary["window_s"],
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "window_s": summary["window_s"],
     }
     return row
 
@@ -171,20 +216,42 @@ def verdicts(rows: list[dict]) -> list[dict]:
         if not w:
             continue
         if "ttft_p50" in bar:
-            out.append({"bar": f"{n} streams TTFT err p50 <= {bar['ttft_p50']} ms", "value": w["ttft_err_p50_ms"],
-                        "met": w["ttft_err_p50_ms"] <= bar["ttft_p50"]})
+            out.append(
+                {
+                    "bar": f"{n} streams TTFT err p50 <= {bar['ttft_p50']} ms",
+                    "value": w["ttft_err_p50_ms"],
+                    "met": w["ttft_err_p50_ms"] <= bar["ttft_p50"],
+                }
+            )
         if "itl_p50" in bar:
-            out.append({"bar": f"{n} streams ITL err p50 <= {bar['itl_p50']} ms", "value": w["itl_err_p50_ms"],
-                        "met": w["itl_err_p50_ms"] <= bar["itl_p50"]})
-        out.append({"bar": f"{n} streams rate >= {bar['rate']:.0%} of ideal", "value": w["rate_ratio"],
-                    "met": (w["rate_ratio"] or 0) >= bar["rate"]})
+            out.append(
+                {
+                    "bar": f"{n} streams ITL err p50 <= {bar['itl_p50']} ms",
+                    "value": w["itl_err_p50_ms"],
+                    "met": w["itl_err_p50_ms"] <= bar["itl_p50"],
+                }
+            )
+        out.append(
+            {
+                "bar": f"{n} streams rate >= {bar['rate']:.0%} of ideal",
+                "value": w["rate_ratio"],
+                "met": (w["rate_ratio"] or 0) >= bar["rate"],
+            }
+        )
     for n in sorted({r["streams"] for r in rows}):
         w, b = by.get((n, "wattbench")), by.get((n, "aiohttp-vllm"))
         if w and b:
-            ok = (w["ttft_err_p50_ms"] <= b["ttft_err_p50_ms"] + 0.5 and (w["rate_ratio"] or 0) >= (b["rate_ratio"] or 0) - 0.005)
-            out.append({"bar": f"{n} streams not worse than aiohttp-vllm (TTFT err p50 within 0.5 ms, rate within 0.5 pt)",
-                        "value": [w["ttft_err_p50_ms"], b["ttft_err_p50_ms"], w["rate_ratio"], b["rate_ratio"]],
-                        "met": ok})
+            ok = (
+                w["ttft_err_p50_ms"] <= b["ttft_err_p50_ms"] + 0.5
+                and (w["rate_ratio"] or 0) >= (b["rate_ratio"] or 0) - 0.005
+            )
+            out.append(
+                {
+                    "bar": f"{n} streams not worse than aiohttp-vllm (TTFT err p50 within 0.5 ms, rate within 0.5 pt)",
+                    "value": [w["ttft_err_p50_ms"], b["ttft_err_p50_ms"], w["rate_ratio"], b["rate_ratio"]],
+                    "met": ok,
+                }
+            )
     return out
 
 
@@ -192,8 +259,10 @@ def table(rows: list[dict]) -> str:
     head = f"{'streams':>7} | {'client':<13} | {'TTFT err p50/p99 ms':>20} | {'ITL err p50 ms':>14} | {'achieved/ideal rate':>26}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['streams']:>7} | {r['client']:<13} | {r['ttft_err_p50_ms']:>+8.2f} / {r['ttft_err_p99_ms']:>+8.2f} | "
-                     f"{r['itl_err_p50_ms']:>+14.3f} | {r['rate_ratio']:>6.1%} ({r['achieved_rate_per_s']:.0f}/{r['ideal_rate_per_s']:.0f} /s)")
+        lines.append(
+            f"{r['streams']:>7} | {r['client']:<13} | {r['ttft_err_p50_ms']:>+8.2f} / {r['ttft_err_p99_ms']:>+8.2f} | "
+            f"{r['itl_err_p50_ms']:>+14.3f} | {r['rate_ratio']:>6.1%} ({r['achieved_rate_per_s']:.0f}/{r['ideal_rate_per_s']:.0f} /s)"
+        )
     return "\n".join(lines)
 
 
@@ -213,19 +282,37 @@ def main(argv: list[str] | None = None) -> int:
             for c in clients:
                 row = measure(url, c, n, a.warmup, a.duration)
                 rows.append(row)
-                print(f"  {n:>4} streams {c:<13} TTFT err p50 {row['ttft_err_p50_ms']:+.2f} ms, p99 {row['ttft_err_p99_ms']:+.2f} ms, "
-                      f"ITL err p50 {row['itl_err_p50_ms']:+.3f} ms, rate {row['rate_ratio']:.1%}", file=sys.stderr, flush=True)
-    print(f"Load generator fidelity ({_dt.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs; "
-          f"server: TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {TOKENS} tokens)")
+                print(
+                    f"  {n:>4} streams {c:<13} TTFT err p50 {row['ttft_err_p50_ms']:+.2f} ms, p99 {row['ttft_err_p99_ms']:+.2f} ms, "
+                    f"ITL err p50 {row['itl_err_p50_ms']:+.3f} ms, rate {row['rate_ratio']:.1%}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        f"Load generator fidelity ({_dt.datetime.now().isoformat(timespec='seconds')}, {os.cpu_count()} CPUs; "
+        f"server: TTFT {TTFT_MS:g} ms, ITL {ITL_MS:g} ms, {TOKENS} tokens)"
+    )
     print(table(rows))
     v = verdicts(rows)
     for x in v:
         print(f"  [{'met' if x['met'] else 'MISSED'}] {x['bar']}: {x['value']}")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": _dt.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
-                               "cpus": os.cpu_count(), "server": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS},
-                               "warmup_s": a.warmup, "duration_s": a.duration, "rows": rows, "bars": v}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "server": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS},
+                "warmup_s": a.warmup,
+                "duration_s": a.duration,
+                "rows": rows,
+                "bars": v,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from wattbench_agent.metrics_scrape import parse_prometheus
 from wattbench_agent.deploy.local import start_server
 from wattbench_agent.engines.base import EngineConfig, adapter_for
+from wattbench_agent.metrics_scrape import parse_prometheus
 
 ROOT = Path(__file__).resolve().parents[1]
 AIPERF_VERSION = "0.13.0"
@@ -39,13 +39,24 @@ PEER_VENV = ROOT / ".venv-peers" / f"aiperf-{AIPERF_VERSION}"
 # A deployment slow enough per token (~17 ms at low batch) that client overhead on a 2-core machine is small.
 # Prefix caching off: AIPerf's synthetic prompts share prefixes (38% of prompt blocks hit the cache at 32 streams,
 # against 0% for wattbench's), which would compare two workloads instead of two clients.
-ENGINE = EngineConfig(engine="emulator", profile="vllm-like", model="llama-3-70b", gpu="h100-sxm", tp=4,
-                      precision="bf16", config_name="peer", options={"enable_prefix_caching": False})
+ENGINE = EngineConfig(
+    engine="emulator",
+    profile="vllm-like",
+    model="llama-3-70b",
+    gpu="h100-sxm",
+    tp=4,
+    precision="bf16",
+    config_name="peer",
+    options={"enable_prefix_caching": False},
+)
 MODEL = ENGINE.model
 INPUT_TOKENS, OUTPUT_TOKENS = 512, 128
 # (wattbench summary key, AIPerf metric tag, label)
-METRICS = [("ttft_ms", "time_to_first_token", "TTFT (ms)"), ("tpot_ms", "inter_token_latency", "TPOT (ms)"),
-           ("e2e_ms", "request_latency", "E2E (ms)")]
+METRICS = [
+    ("ttft_ms", "time_to_first_token", "TTFT (ms)"),
+    ("tpot_ms", "inter_token_latency", "TPOT (ms)"),
+    ("e2e_ms", "request_latency", "E2E (ms)"),
+]
 
 
 def ramp_s(warmup_s: float) -> float:
@@ -67,20 +78,29 @@ def ensure_aiperf() -> Path:
 
 def make_tokenizer(folder: Path) -> Path:
     """The word-level tokenizer of make-tiny-model, saved with the peer venv's transformers."""
-    code = ("import sys; from wattbench_agent.engines.tiny_model import build_tokenizer; "
-            "build_tokenizer(32000).save_pretrained(sys.argv[1])")
-    subprocess.run([str(PEER_VENV / "bin" / "python"), "-c", code, str(folder)], cwd=ROOT, check=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT / "agent"), "TRANSFORMERS_VERBOSITY": "error"})
+    code = (
+        "import sys; from wattbench_agent.engines.tiny_model import build_tokenizer; "
+        "build_tokenizer(32000).save_pretrained(sys.argv[1])"
+    )
+    subprocess.run(
+        [str(PEER_VENV / "bin" / "python"), "-c", code, str(folder)],
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "agent"), "TRANSFORMERS_VERBOSITY": "error"},
+    )
     return folder
 
 
 class Emulator:
     """The emulated engine, started the way the bench agent starts it (its adapter's command, start_server)."""
 
-    def __enter__(self) -> "Emulator":
+    def __enter__(self) -> Emulator:
         self.log = Path(tempfile.mkstemp(prefix="wattbench-peer-emulator-", suffix=".log")[1])
-        self.server, _ = start_server(lambda port: adapter_for("emulator").serve_command(ENGINE, "127.0.0.1", port),
-                                      log_path=self.log, health_timeout_s=60)
+        self.server, _ = start_server(
+            lambda port: adapter_for("emulator").serve_command(ENGINE, "127.0.0.1", port),
+            log_path=self.log,
+            health_timeout_s=60,
+        )
         self.url = self.server.url
         return self
 
@@ -94,14 +114,17 @@ class Emulator:
             return samples.get(name, float("nan"))
 
         n = value("vllm:e2e_request_latency_seconds_count")
-        return {"requests": n,
-                "ttft_mean_ms": 1e3 * value("vllm:time_to_first_token_seconds_sum")
-                / value("vllm:time_to_first_token_seconds_count"),
-                "e2e_mean_ms": 1e3 * value("vllm:e2e_request_latency_seconds_sum") / n,
-                "generation_tokens": value("vllm:generation_tokens_total"),
-                "prompt_tokens_per_request": value("vllm:prompt_tokens_total") / n,
-                "prefix_cache_hit_rate": value("vllm:prefix_cache_hits_total")
-                / max(value("vllm:prefix_cache_queries_total"), 1.0)}
+        return {
+            "requests": n,
+            "ttft_mean_ms": 1e3
+            * value("vllm:time_to_first_token_seconds_sum")
+            / value("vllm:time_to_first_token_seconds_count"),
+            "e2e_mean_ms": 1e3 * value("vllm:e2e_request_latency_seconds_sum") / n,
+            "generation_tokens": value("vllm:generation_tokens_total"),
+            "prompt_tokens_per_request": value("vllm:prompt_tokens_total") / n,
+            "prefix_cache_hit_rate": value("vllm:prefix_cache_hits_total")
+            / max(value("vllm:prefix_cache_queries_total"), 1.0),
+        }
 
     def __exit__(self, *exc) -> None:
         self.server.stop()
@@ -116,10 +139,21 @@ def run_wattbench(url: str, load: dict, warmup_s: float, duration_s: float) -> d
     from wattbench_agent.loadgen.runner import run_load
     from wattbench_agent.loadgen.spec import LoadSpec
 
-    shape = ({"shape": "concurrency", "concurrency": load["concurrency"], "ramp_s": ramp_s(warmup_s)}
-             if "concurrency" in load else {"shape": "poisson", "rate": load["rate"]})
-    spec = LoadSpec(url=url, model=MODEL, api="chat", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS,
-                    warmup_s=warmup_s, duration_s=duration_s, **shape)
+    shape = (
+        {"shape": "concurrency", "concurrency": load["concurrency"], "ramp_s": ramp_s(warmup_s)}
+        if "concurrency" in load
+        else {"shape": "poisson", "rate": load["rate"]}
+    )
+    spec = LoadSpec(
+        url=url,
+        model=MODEL,
+        api="chat",
+        input_tokens=INPUT_TOKENS,
+        output_tokens=OUTPUT_TOKENS,
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        **shape,
+    )
     res = run_load(spec)
     s = res.summary
     out = {key: s[key] for key, _, _ in METRICS}
@@ -137,23 +171,70 @@ def run_wattbench(url: str, load: dict, warmup_s: float, duration_s: float) -> d
     return out
 
 
-def run_aiperf(exe: Path, tokenizer: Path, url: str, load: dict, warmup_s: float, duration_s: float,
-               artifacts: Path) -> dict:
-    shape = (["--concurrency", str(load["concurrency"]), "--concurrency-ramp-duration", str(ramp_s(warmup_s)),
-              "--warmup-concurrency-ramp-duration", str(ramp_s(warmup_s))] if "concurrency" in load else
-             ["--request-rate", str(load["rate"]), "--arrival-pattern", "poisson"])
-    cmd = [str(exe), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "chat", "--streaming",
-           "--tokenizer", str(tokenizer), "--use-server-token-count", *shape,
-           "--warmup-duration", str(warmup_s), "--benchmark-duration", str(duration_s),
-           "--benchmark-grace-period", "30",
-           "--prompt-input-tokens-mean", str(INPUT_TOKENS), "--prompt-input-tokens-stddev", "0",
-           "--prompt-output-tokens-mean", str(OUTPUT_TOKENS), "--prompt-output-tokens-stddev", "0",
-           "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OUTPUT_TOKENS}",
-           "--random-seed", "0", "--output-artifact-dir", str(artifacts), "--ui-type", "none"]
+def run_aiperf(
+    exe: Path, tokenizer: Path, url: str, load: dict, warmup_s: float, duration_s: float, artifacts: Path
+) -> dict:
+    shape = (
+        [
+            "--concurrency",
+            str(load["concurrency"]),
+            "--concurrency-ramp-duration",
+            str(ramp_s(warmup_s)),
+            "--warmup-concurrency-ramp-duration",
+            str(ramp_s(warmup_s)),
+        ]
+        if "concurrency" in load
+        else ["--request-rate", str(load["rate"]), "--arrival-pattern", "poisson"]
+    )
+    cmd = [
+        str(exe),
+        "profile",
+        "--model",
+        MODEL,
+        "--url",
+        url,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--tokenizer",
+        str(tokenizer),
+        "--use-server-token-count",
+        *shape,
+        "--warmup-duration",
+        str(warmup_s),
+        "--benchmark-duration",
+        str(duration_s),
+        "--benchmark-grace-period",
+        "30",
+        "--prompt-input-tokens-mean",
+        str(INPUT_TOKENS),
+        "--prompt-input-tokens-stddev",
+        "0",
+        "--prompt-output-tokens-mean",
+        str(OUTPUT_TOKENS),
+        "--prompt-output-tokens-stddev",
+        "0",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--extra-inputs",
+        f"min_tokens:{OUTPUT_TOKENS}",
+        "--random-seed",
+        "0",
+        "--output-artifact-dir",
+        str(artifacts),
+        "--ui-type",
+        "none",
+    ]
     artifacts.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(cmd, cwd=artifacts, capture_output=True, text=True, timeout=600,
-                          # not HF_HUB_OFFLINE: aiperf 0.13's offline path looks a local folder up in the Hub cache
-                          env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+    proc = subprocess.run(
+        cmd,
+        cwd=artifacts,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # not HF_HUB_OFFLINE: aiperf 0.13's offline path looks a local folder up in the Hub cache
+        env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"},
+    )
     exports = list(artifacts.rglob("profile_export_aiperf.json"))
     if proc.returncode != 0 or not exports:
         raise RuntimeError(f"aiperf failed (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-3000:]}")
@@ -168,7 +249,8 @@ def run_aiperf(exe: Path, tokenizer: Path, url: str, load: dict, warmup_s: float
     out["output_token_throughput"] = (records.get("output_token_throughput") or {}).get("avg")
     out["output_token_throughput_aiperf_definition"] = out["output_token_throughput"]
     out["window_s"] = ((records.get("benchmark_duration") or {}).get("avg") or float("nan")) / (
-        1.0 if (records.get("benchmark_duration") or {}).get("unit") == "sec" else 1e9)
+        1.0 if (records.get("benchmark_duration") or {}).get("unit") == "sec" else 1e9
+    )
     out["request_throughput"] = (records.get("request_throughput") or {}).get("avg")
     # every request of the profiling phase is sent within --benchmark-duration (the grace period only drains)
     out["sent_rate"] = ((records.get("request_count") or {}).get("avg") or 0) / duration_s
@@ -177,15 +259,23 @@ def run_aiperf(exe: Path, tokenizer: Path, url: str, load: dict, warmup_s: float
     return out
 
 
-def measure(client: str, load: dict, warmup_s: float, duration_s: float, exe: Path | None,
-            tokenizer: Path | None, tmp: Path) -> dict:
+def measure(
+    client: str, load: dict, warmup_s: float, duration_s: float, exe: Path | None, tokenizer: Path | None, tmp: Path
+) -> dict:
     with Emulator() as emu:
         t0 = time.monotonic()
         if client == "wattbench":
             res = run_wattbench(emu.url, load, warmup_s, duration_s)
         else:
-            res = run_aiperf(exe, tokenizer, emu.url, load, warmup_s, duration_s,
-                             tmp / f"aiperf-{load_label(load).replace(' ', '-').replace('/', '')}")
+            res = run_aiperf(
+                exe,
+                tokenizer,
+                emu.url,
+                load,
+                warmup_s,
+                duration_s,
+                tmp / f"aiperf-{load_label(load).replace(' ', '-').replace('/', '')}",
+            )
         res["server"] = emu.server_view()
         res["wall_s"] = time.monotonic() - t0
     # what the client adds to TTFT: its mean over the requests it measured against the server's mean over every
@@ -196,17 +286,21 @@ def measure(client: str, load: dict, warmup_s: float, duration_s: float, exe: Pa
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| load | client | TTFT p50 / p99 (ms) | TPOT p50 (ms) | E2E p50 (ms) | output tok/s "
-             "(own / AIPerf's definition) | req/s | "
-             "TTFT mean: client / server (ms) | client-induced TTFT (ms) | prompt tokens / request |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| load | client | TTFT p50 / p99 (ms) | TPOT p50 (ms) | E2E p50 (ms) | output tok/s "
+        "(own / AIPerf's definition) | req/s | "
+        "TTFT mean: client / server (ms) | client-induced TTFT (ms) | prompt tokens / request |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         sv = r["server"]
-        lines.append(f"| {r['load']} | {r['client']} | {r['ttft_ms']['p50']:.1f} / {r['ttft_ms']['p99']:.1f} | "
-                     f"{r['tpot_ms']['p50']:.2f} | {r['e2e_ms']['p50']:.0f} | {r['output_token_throughput']:,.0f} / "
-                     f"{r['output_token_throughput_aiperf_definition']:,.0f} | "
-                     f"{r['request_throughput']:.2f} | {r['ttft_ms']['mean']:.1f} / {sv['ttft_mean_ms']:.1f} | "
-                     f"{r['client_ttft_error_ms']:+.2f} | {sv['prompt_tokens_per_request']:.0f} |")
+        lines.append(
+            f"| {r['load']} | {r['client']} | {r['ttft_ms']['p50']:.1f} / {r['ttft_ms']['p99']:.1f} | "
+            f"{r['tpot_ms']['p50']:.2f} | {r['e2e_ms']['p50']:.0f} | {r['output_token_throughput']:,.0f} / "
+            f"{r['output_token_throughput_aiperf_definition']:,.0f} | "
+            f"{r['request_throughput']:.2f} | {r['ttft_ms']['mean']:.1f} / {sv['ttft_mean_ms']:.1f} | "
+            f"{r['client_ttft_error_ms']:+.2f} | {sv['prompt_tokens_per_request']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -236,29 +330,43 @@ def main(argv: list[str] | None = None) -> int:
     try:
         exe = ensure_aiperf()
     except (subprocess.CalledProcessError, OSError) as exc:
-        print(f"peer_aiperf: skipped, AIPerf could not be installed into {PEER_VENV} ({exc}); it needs PyPI",
-              file=sys.stderr)
+        print(
+            f"peer_aiperf: skipped, AIPerf could not be installed into {PEER_VENV} ({exc}); it needs PyPI",
+            file=sys.stderr,
+        )
         return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="wattbench-aiperf-") as tmpdir:
         tmp = Path(tmpdir)
         tokenizer = make_tokenizer(tmp / "tokenizer")
-        loads = ([{"concurrency": int(x)} for x in args.concurrency.split(",") if x.strip()]
-                 + [{"rate": float(x)} for x in args.rates.split(",") if x.strip()])
+        loads = [{"concurrency": int(x)} for x in args.concurrency.split(",") if x.strip()] + [
+            {"rate": float(x)} for x in args.rates.split(",") if x.strip()
+        ]
         for load in loads:
             for client in ("wattbench", "aiperf"):
                 print(f"peer_aiperf: {client} at {load_label(load)} ...", file=sys.stderr, flush=True)
                 rows.append(measure(client, load, args.warmup, args.duration, exe, tokenizer, tmp))
     agree = agreement(rows)
-    out = {"source": "emulated engine, measured clients", "engine": asdict(ENGINE), "aiperf": AIPERF_VERSION,
-           "input_tokens": INPUT_TOKENS, "output_tokens": OUTPUT_TOKENS, "warmup_s": args.warmup,
-           "duration_s": args.duration, "rows": rows, "agreement": agree,
-           "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count()}
+    out = {
+        "source": "emulated engine, measured clients",
+        "engine": asdict(ENGINE),
+        "aiperf": AIPERF_VERSION,
+        "input_tokens": INPUT_TOKENS,
+        "output_tokens": OUTPUT_TOKENS,
+        "warmup_s": args.warmup,
+        "duration_s": args.duration,
+        "rows": rows,
+        "agreement": agree,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpus": os.cpu_count(),
+    }
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(table(rows))
     for a in agree:
-        print(f"{a['load']}, wattbench vs AIPerf: "
-              + ", ".join(f"{k} {v:+.1f}%" for k, v in a["wattbench_vs_aiperf_pct"].items()))
+        print(
+            f"{a['load']}, wattbench vs AIPerf: "
+            + ", ".join(f"{k} {v:+.1f}%" for k, v in a["wattbench_vs_aiperf_pct"].items())
+        )
     print(f"wrote {args.out}")
     return 0
 

@@ -62,6 +62,8 @@ def plan_for(bundle: str) -> Path:
     """bundle-<name>.tar.xz was run with plans/h200-vllm-<name>.yaml where that exists, else plans/h200-vllm.yaml."""
     own = ROOT / "plans" / f"h200-vllm-{bundle.removeprefix('bundle-').removesuffix('.tar.xz')}.yaml"
     return own if own.exists() else PLAN
+
+
 OUT = RESULTS / "twin_fit.json"
 MODEL, GPU = "llama-3.1-8b", "h200"
 SEEDS = (0, 1, 2)  # reported predictions: the mean of three seeds
@@ -82,14 +84,32 @@ FIGURES = {
     "itl_p50_ms": ("itl_ms", "p50"),
     "e2e_p50_ms": ("e2e_ms", "p50"),
 }
-GOAL = {"output_tok_s": 0.10, "tpot_p50_ms": 0.10, "counter_w_per_gpu": 0.10, "output_tokens_per_j": 0.10,
-        "ttft_p50_ms": 0.25, "ttft_p99_ms": 0.25}
-LABEL = {"output_tok_s": "tok/s", "ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99", "tpot_p50_ms": "TPOT p50",
-         "counter_w_per_gpu": "W", "output_tokens_per_j": "tok/J"}
+GOAL = {
+    "output_tok_s": 0.10,
+    "tpot_p50_ms": 0.10,
+    "counter_w_per_gpu": 0.10,
+    "output_tokens_per_j": 0.10,
+    "ttft_p50_ms": 0.25,
+    "ttft_p99_ms": 0.25,
+}
+LABEL = {
+    "output_tok_s": "tok/s",
+    "ttft_p50_ms": "TTFT p50",
+    "ttft_p99_ms": "TTFT p99",
+    "tpot_p50_ms": "TPOT p50",
+    "counter_w_per_gpu": "W",
+    "output_tokens_per_j": "tok/J",
+}
 # tok/J = tok/s / W is implied by the two; TTFT is the noisiest figure (waves; three repeats spread 0.8-2.1 s at
 # 256 streams), so it weighs less; the mean SM clock (NVML samples) pins how deep power capping goes
-LOSS_WEIGHTS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "counter_w_per_gpu": 1.0, "ttft_p50_ms": 0.5,
-                "ttft_p99_ms": 0.25, "mean_sm_clock_mhz": 1.0}
+LOSS_WEIGHTS = {
+    "output_tok_s": 1.0,
+    "tpot_p50_ms": 1.0,
+    "counter_w_per_gpu": 1.0,
+    "ttft_p50_ms": 0.5,
+    "ttft_p99_ms": 0.25,
+    "mean_sm_clock_mhz": 1.0,
+}
 # The power split (static, memory, tensor math) is not pinned by average W alone. Anchor, measured on this H200
 # (docs/MEASUREMENT.md; tests/telemetry/traces/h200_trace.json): a bf16 matmul loop draws 686-691 W against the
 # 700 W limit with the clock-event reason power cap, i.e. a dense compute-bound step at full clock asks for more
@@ -122,9 +142,23 @@ H100_ONLY: set[str] = set()
 # Host times (layer_overhead_s 2.5 us, step_overhead_s 0.15 ms, seq_overhead_s 3 us) keep their ML.ENERGY-fitted
 # values: with async scheduling on (vLLM 0.25) the H200 points hide host time and cannot pin them.
 # the pre-H200 twin (emulator 0.2.0): fitted on ML.ENERGY only, none of the new mechanisms
-PRIOR = {"gemm_eff": 0.64, "attn_eff": 0.45, "mem_eff": 0.70, "fp8_gemm_scale": 0.95, "online_fp8_layer_s": 0.0, "online_fp8_bytes": 0.0,
-         "intake_s": 0.0, "finish_s": 0.0, "intake_latency_s": 0.0, "k_busy": 0.05, "k_mem": 0.68, "k_cmp": 1.44,
-         "clk_exp": 2.0, "h200_mem_power_scale": 1.0, "h200_mem_eff_scale": 1.0}
+PRIOR = {
+    "gemm_eff": 0.64,
+    "attn_eff": 0.45,
+    "mem_eff": 0.70,
+    "fp8_gemm_scale": 0.95,
+    "online_fp8_layer_s": 0.0,
+    "online_fp8_bytes": 0.0,
+    "intake_s": 0.0,
+    "finish_s": 0.0,
+    "intake_latency_s": 0.0,
+    "k_busy": 0.05,
+    "k_mem": 0.68,
+    "k_cmp": 1.44,
+    "clk_exp": 2.0,
+    "h200_mem_power_scale": 1.0,
+    "h200_mem_eff_scale": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -174,27 +208,50 @@ def refresh_measured() -> dict[str, Any]:
             with unpacked(RESULTS / name) as folder:
                 ingest_bundle(con, folder)
                 run_id = read_manifest(folder)["run_id"]
-            con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
-                        [*fields.values(), run_id])
+            con.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?", [*fields.values(), run_id]
+            )
         figs = con.execute(
             "SELECT engine, precision, workload, point_label, shape, concurrency, rate, burstiness, input_tokens, "
             "output_tokens, metric, estimate, lo, hi, repeats, per_repeat FROM v_point_figures WHERE metric IN "
             f"({', '.join('?' for _ in FIGURES)}) ORDER BY engine, workload, point_label, metric",
-            list(FIGURES)).fetchall()
-        cols = ["engine", "precision", "workload", "point_label", "shape", "concurrency", "rate", "burstiness",
-                "input_tokens", "output_tokens", "metric", "estimate", "lo", "hi", "repeats", "per_repeat"]
-        prompts = dict(((e, w, p), v) for e, w, p, v in con.execute(
-            "SELECT d.config_name, l.workload, l.point_label, avg(q.prompt_tokens) FROM requests q "
-            "JOIN load_runs l ON l.run_id = q.run_id AND l.load_point_id = q.load_point_id "
-            "JOIN deployments d ON d.run_id = l.run_id AND d.deployment_id = l.deployment_id "
-            "WHERE q.prompt_tokens IS NOT NULL GROUP BY ALL").fetchall())
+            list(FIGURES),
+        ).fetchall()
+        cols = [
+            "engine",
+            "precision",
+            "workload",
+            "point_label",
+            "shape",
+            "concurrency",
+            "rate",
+            "burstiness",
+            "input_tokens",
+            "output_tokens",
+            "metric",
+            "estimate",
+            "lo",
+            "hi",
+            "repeats",
+            "per_repeat",
+        ]
+        prompts = dict(
+            ((e, w, p), v)
+            for e, w, p, v in con.execute(
+                "SELECT d.config_name, l.workload, l.point_label, avg(q.prompt_tokens) FROM requests q "
+                "JOIN load_runs l ON l.run_id = q.run_id AND l.load_point_id = q.load_point_id "
+                "JOIN deployments d ON d.run_id = l.run_id AND d.deployment_id = l.deployment_id "
+                "WHERE q.prompt_tokens IS NOT NULL GROUP BY ALL"
+            ).fetchall()
+        )
         # the mean SM clock and the share of samples flagged power capped (NVML samples in the window), mean over
         # repeats: not in v_point_figures
         for row in con.execute(
-                "SELECT engine, precision, workload, point_label, any_value(shape), any_value(concurrency), "
-                "any_value(rate), any_value(burstiness), any_value(input_tokens), any_value(output_tokens), "
-                "avg(mean_sm_clock_mhz), avg(power_capped_share), count(*), list(mean_sm_clock_mhz ORDER BY repeat), "
-                "list(power_capped_share ORDER BY repeat) FROM v_load_points GROUP BY ALL").fetchall():
+            "SELECT engine, precision, workload, point_label, any_value(shape), any_value(concurrency), "
+            "any_value(rate), any_value(burstiness), any_value(input_tokens), any_value(output_tokens), "
+            "avg(mean_sm_clock_mhz), avg(power_capped_share), count(*), list(mean_sm_clock_mhz ORDER BY repeat), "
+            "list(power_capped_share ORDER BY repeat) FROM v_load_points GROUP BY ALL"
+        ).fetchall():
             base = list(row[:10])
             figs.append(tuple(base + ["mean_sm_clock_mhz", row[10], None, None, row[12], row[13]]))
             figs.append(tuple(base + ["power_capped_share", row[11], None, None, row[12], row[14]]))
@@ -204,7 +261,8 @@ def refresh_measured() -> dict[str, Any]:
             "- l.warmup_s * 1e9)) / 1e9 ORDER BY q.scheduled_ns) FROM requests q "
             "JOIN load_runs l ON l.run_id = q.run_id AND l.load_point_id = q.load_point_id "
             "JOIN deployments d ON d.run_id = l.run_id AND d.deployment_id = l.deployment_id "
-            "WHERE l.shape NOT IN ('concurrency') AND q.scheduled_ns IS NOT NULL GROUP BY ALL ORDER BY ALL").fetchall()
+            "WHERE l.shape NOT IN ('concurrency') AND q.scheduled_ns IS NOT NULL GROUP BY ALL ORDER BY ALL"
+        ).fetchall()
     arrivals: dict[tuple, list] = {}
     for e, w, p, _rep, xs in sched:
         arrivals.setdefault((e, w, p), []).append([round(x, 6) for x in xs])
@@ -217,9 +275,13 @@ def refresh_measured() -> dict[str, Any]:
         d["prompt_tokens_mean"] = prompts.get((d["engine"], d["workload"], d["point_label"]))
         d["arrivals_per_repeat"] = arrivals.get((d["engine"], d["workload"], d["point_label"]))
         rows.append(d)
-    out = {"source": "measured", "what": "real vLLM 0.25.0 on one H200 (results/h200-vllm bundles), per point: the "
-           "mean over repeats (throughput, power, tok/J) or the pooled percentile (latency), as v_point_figures",
-           "bundles": {n: hashlib.sha256((RESULTS / n).read_bytes()).hexdigest() for n in BUNDLES}, "rows": rows}
+    out = {
+        "source": "measured",
+        "what": "real vLLM 0.25.0 on one H200 (results/h200-vllm bundles), per point: the "
+        "mean over repeats (throughput, power, tok/J) or the pooled percentile (latency), as v_point_figures",
+        "bundles": {n: hashlib.sha256((RESULTS / n).read_bytes()).hexdigest() for n in BUNDLES},
+        "rows": rows,
+    }
     MEASURED_CACHE.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
@@ -243,11 +305,23 @@ def load_points() -> tuple[list[Point], dict[tuple[str, str], float]]:
         e, w = engines[(r["workload"], r["engine"])], wls[r["workload"]]
         plan_model = models[r["workload"]]
         _prof, cfg, _ = twin_engine(e.engine, e.precision, e.options, model=plan_model)
-        p = Point(r["engine"], r["precision"], r["workload"], r["point_label"], r["shape"],
-                  int(r["concurrency"]) if r["concurrency"] else None, r["rate"], r["burstiness"],
-                  float(r["prompt_tokens_mean"] or r["input_tokens"]), int(r["output_tokens"]), w.warmup_s,
-                  w.duration_s, float(w.load_options.get("ramp_s", 0.0)), tuple(sorted(cfg.items())),
-                  tuple(tuple(a) for a in (r.get("arrivals_per_repeat") or ())))
+        p = Point(
+            r["engine"],
+            r["precision"],
+            r["workload"],
+            r["point_label"],
+            r["shape"],
+            int(r["concurrency"]) if r["concurrency"] else None,
+            r["rate"],
+            r["burstiness"],
+            float(r["prompt_tokens_mean"] or r["input_tokens"]),
+            int(r["output_tokens"]),
+            w.warmup_s,
+            w.duration_s,
+            float(w.load_options.get("ramp_s", 0.0)),
+            tuple(sorted(cfg.items())),
+            tuple(tuple(a) for a in (r.get("arrivals_per_repeat") or ())),
+        )
         points[p.key] = p
         meas[(p.key, r["metric"])] = float(r["estimate"])
     return sorted(points.values(), key=lambda p: (p.precision, p.workload, p.label)), meas
@@ -283,16 +357,28 @@ def predict_point(p: Point, params: dict[str, float], seeds: tuple[int, ...] = S
     if p.shape == "concurrency":
         wl = Workload(concurrency=p.concurrency, input_tokens=n_in, output_tokens=p.output_tokens, ramp_s=p.ramp_s)
     else:
-        wl = Workload(shape=p.shape, rate=p.rate, burstiness=p.burstiness or 1.0, input_tokens=n_in,
-                      output_tokens=p.output_tokens)
+        wl = Workload(
+            shape=p.shape, rate=p.rate, burstiness=p.burstiness or 1.0, input_tokens=n_in, output_tokens=p.output_tokens
+        )
     runs = [(seed, wl) for seed in seeds]
     if p.arrivals:  # replay each measured repeat's send schedule (same seed otherwise)
         runs = [(seed, replace(wl, shape="trace", arrivals=list(a))) for seed, a in zip(seeds, p.arrivals)]
     acc: dict[str, list[float]] = {f: [] for f in FIGURES}
     for seed, wl in runs:
         st = _setup("vllm-like", MODEL, GPU, 1, p.precision, cfg, params)
-        r = simulate("vllm-like", MODEL, GPU, 1, p.precision, cfg, wl, duration_s=p.window_s, warmup_s=p.warmup_s,
-                     seed=seed, setup_=st)
+        r = simulate(
+            "vllm-like",
+            MODEL,
+            GPU,
+            1,
+            p.precision,
+            cfg,
+            wl,
+            duration_s=p.window_s,
+            warmup_s=p.warmup_s,
+            seed=seed,
+            setup_=st,
+        )
         for f, (attr, key) in FIGURES.items():
             v = getattr(r, attr)
             v = v.get(key) if key else v
@@ -309,14 +395,32 @@ def ml_energy_errors(params: dict[str, float], duration_s: float = 30.0, warmup_
     for (model, tp, batch), (jpt, watts, tps) in ML_ENERGY.items():
         cfg = {"max_num_seqs": batch}
         st = _setup("vllm-like", model, "h100-sxm", tp, "bf16", cfg, params)
-        r = simulate("vllm-like", model, "h100-sxm", tp, "bf16", cfg, Workload(concurrency=batch, **ML_ENERGY_WORKLOAD),
-                     duration_s=duration_s, warmup_s=warmup_s, seed=0, setup_=st)
+        r = simulate(
+            "vllm-like",
+            model,
+            "h100-sxm",
+            tp,
+            "bf16",
+            cfg,
+            Workload(concurrency=batch, **ML_ENERGY_WORKLOAD),
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            seed=0,
+            setup_=st,
+        )
         emu = {"tok/s": r.output_tok_s, "W": r.avg_power_w * tp, "J/token": r.j_per_token}
         pub = {"tok/s": tps, "W": watts, "J/token": jpt if watts is None else None}  # J/token = W / tok/s else
         for m, v in pub.items():
             if v is not None:
-                out.append({"point": f"{model} {tp}xH100 batch {batch}", "metric": m, "public": v,
-                            "emulated": emu[m], "error": emu[m] / v - 1.0})
+                out.append(
+                    {
+                        "point": f"{model} {tp}xH100 batch {batch}",
+                        "metric": m,
+                        "public": v,
+                        "emulated": emu[m],
+                        "error": emu[m] / v - 1.0,
+                    }
+                )
     return out
 
 
@@ -383,8 +487,14 @@ def enforce_anchor(params: dict[str, float]) -> dict[str, float]:
     return {**params, "k_cmp": params["k_cmp"] + extra}
 
 
-def fit(train: list[Point], meas: dict, frozen: set[str] = frozenset(), passes: int = 5, log=None,
-        max_s: float | None = None) -> dict[str, Any]:
+def fit(
+    train: list[Point],
+    meas: dict,
+    frozen: set[str] = frozenset(),
+    passes: int = 5,
+    log=None,
+    max_s: float | None = None,
+) -> dict[str, Any]:
     """Coordinate descent from PRIOR: each knob tries +-step (a quarter of its range, halved after a pass without a
     gain), clipped to its bounds; `frozen` knobs keep their prior. With max_s, it stops at the first knob after
     max_s seconds with the best values so far (`stopped_early` says so)."""
@@ -434,8 +544,11 @@ def folds(points: list[Point], with_fp8_transfer: bool = False) -> dict[str, tup
         test = [p for p in points if p.workload == wl]
         out[f"leave out {wl}"] = ([p for p in points if p not in test], test, set())
     if with_fp8_transfer:
-        out["bf16 -> fp8"] = ([p for p in points if p.precision == "bf16"],
-                              [p for p in points if p.precision == "fp8"], set(FP8_ONLY))
+        out["bf16 -> fp8"] = (
+            [p for p in points if p.precision == "bf16"],
+            [p for p in points if p.precision == "fp8"],
+            set(FP8_ONLY),
+        )
     out["final (all points)"] = (points, [], set())
     return out
 
@@ -449,8 +562,7 @@ def _run_fold(args: tuple) -> tuple[str, dict]:
     points, meas = load_points()
     train = [p for p in points if p.key in train_keys]
     t0 = time.time()
-    res = fit(train, meas, frozen=frozen, log=lambda s: print(f"[{name}]{s}", file=sys.stderr, flush=True),
-              max_s=max_s)
+    res = fit(train, meas, frozen=frozen, log=lambda s: print(f"[{name}]{s}", file=sys.stderr, flush=True), max_s=max_s)
     res["trained_on"] = sorted(train_keys)
     res["fit_s"] = time.time() - t0
     print(f"[{name}] done: loss {res['train_loss']:.4f} in {res['fit_s']:.0f} s", file=sys.stderr, flush=True)
@@ -484,10 +596,23 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
                 if m is None or v is None:
                     continue
                 err = v / m - 1.0
-                rows.append({"protocol": protocol_name(name), "fold": name,
-                             "engine": p.engine, "precision": p.precision, "point": f"{p.workload}:{p.label}",
-                             "load": p.load, "prompts": p.prompts, "figure": f, "measured": m, "predicted": v,
-                             "error": err, "goal": GOAL[f], "meets_goal": abs(err) <= GOAL[f]})
+                rows.append(
+                    {
+                        "protocol": protocol_name(name),
+                        "fold": name,
+                        "engine": p.engine,
+                        "precision": p.precision,
+                        "point": f"{p.workload}:{p.label}",
+                        "load": p.load,
+                        "prompts": p.prompts,
+                        "figure": f,
+                        "measured": m,
+                        "predicted": v,
+                        "error": err,
+                        "goal": GOAL[f],
+                        "meets_goal": abs(err) <= GOAL[f],
+                    }
+                )
     return {"rows": rows, "summary": summarise(rows)}
 
 
@@ -501,10 +626,14 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
             if not fr:
                 continue
             errs = sorted(abs(r["error"]) for r in fr)
-            per_fig[f] = {"n": len(fr), "median_abs_error": errs[len(errs) // 2], "max_abs_error": errs[-1],
-                          "within_goal": sum(r["meets_goal"] for r in fr), "goal": GOAL[f],
-                          "misses": [f"{r['engine']} {r['point']} {100 * r['error']:+.1f}%" for r in fr
-                                     if not r["meets_goal"]]}
+            per_fig[f] = {
+                "n": len(fr),
+                "median_abs_error": errs[len(errs) // 2],
+                "max_abs_error": errs[-1],
+                "within_goal": sum(r["meets_goal"] for r in fr),
+                "goal": GOAL[f],
+                "misses": [f"{r['engine']} {r['point']} {100 * r['error']:+.1f}%" for r in fr if not r["meets_goal"]],
+            }
         out[proto] = per_fig
     return out
 
@@ -519,29 +648,43 @@ def error_bands(summary: dict) -> dict[str, float]:
 def markdown(ev: dict, fits: dict[str, dict], ml: list[dict]) -> str:
     lines = []
     for proto, per_fig in ev["summary"].items():
-        lines += [f"**{proto}** (held-out points; goal: tok/s, TPOT, W, tok/J within 10%, TTFT within 25%)", "",
-                  "| figure | held-out points | median abs error | largest abs error | within goal | misses |",
-                  "|---|---:|---:|---:|---:|---|"]
+        lines += [
+            f"**{proto}** (held-out points; goal: tok/s, TPOT, W, tok/J within 10%, TTFT within 25%)",
+            "",
+            "| figure | held-out points | median abs error | largest abs error | within goal | misses |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
         for f, s in per_fig.items():
-            lines.append(f"| {LABEL[f]} | {s['n']} | {100 * s['median_abs_error']:.1f}% | "
-                         f"{100 * s['max_abs_error']:.1f}% | {s['within_goal']}/{s['n']} | "
-                         f"{'; '.join(s['misses']) or '-'} |")
+            lines.append(
+                f"| {LABEL[f]} | {s['n']} | {100 * s['median_abs_error']:.1f}% | "
+                f"{100 * s['max_abs_error']:.1f}% | {s['within_goal']}/{s['n']} | "
+                f"{'; '.join(s['misses']) or '-'} |"
+            )
         lines.append("")
-    lines += ["| protocol | engine | point | load | prompts | figure | measured | predicted | error |",
-              "|---|---|---|---|---|---|---:|---:|---:|"]
+    lines += [
+        "| protocol | engine | point | load | prompts | figure | measured | predicted | error |",
+        "|---|---|---|---|---|---|---:|---:|---:|",
+    ]
     for r in ev["rows"]:
-        lines.append(f"| {r['protocol']} | {r['engine']} | {r['point']} | {r['load']} | {r['prompts']} | "
-                     f"{LABEL[r['figure']]} | {r['measured']:.4g} | {r['predicted']:.4g} | {100 * r['error']:+.1f}%"
-                     f"{'' if r['meets_goal'] else ' (misses)'} |")
+        lines.append(
+            f"| {r['protocol']} | {r['engine']} | {r['point']} | {r['load']} | {r['prompts']} | "
+            f"{LABEL[r['figure']]} | {r['measured']:.4g} | {r['predicted']:.4g} | {100 * r['error']:+.1f}%"
+            f"{'' if r['meets_goal'] else ' (misses)'} |"
+        )
     lines += ["", "| knob | prior (0.2.0) | " + " | ".join(fits) + " |", "|---|---:|" + "---:|" * len(fits)]
     for name, _w, _lo, _hi in PARAMS:
-        lines.append(f"| {name} | {PRIOR[name]:.4g} | " + " | ".join(f"{f['params'].get(name, PRIOR[name]):.4g}"
-                                                                    for f in fits.values())
-                     + " |")
+        lines.append(
+            f"| {name} | {PRIOR[name]:.4g} | "
+            + " | ".join(f"{f['params'].get(name, PRIOR[name]):.4g}" for f in fits.values())
+            + " |"
+        )
     if ml:
         worst = max(ml, key=lambda e: abs(e["error"]))
-        lines += ["", f"ML.ENERGY figures with the final fit: {sum(abs(e['error']) <= 0.25 for e in ml)}/{len(ml)} "
-                  f"within +-25% (largest: {worst['point']} {worst['metric']} {100 * worst['error']:+.1f}%)."]
+        lines += [
+            "",
+            f"ML.ENERGY figures with the final fit: {sum(abs(e['error']) <= 0.25 for e in ml)}/{len(ml)} "
+            f"within +-25% (largest: {worst['point']} {worst['metric']} {100 * worst['error']:+.1f}%).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -566,8 +709,11 @@ def main(argv: list[str] | None = None) -> int:
             fits[BEFORE_LIGHT] = old[BEFORE_LIGHT]
         elif "final (all points)" in old and "bundle-light.tar.xz" not in stored.get("bundles", []):
             # the fit shipped before the light-load bundles existed: it never saw them, so it predicts them held out
-            fits[BEFORE_LIGHT] = {**old["final (all points)"], "note": "the final fit made before the light-load "
-                                  "bundles were measured (10 points: steady, long-prompt, bursty + ML.ENERGY)"}
+            fits[BEFORE_LIGHT] = {
+                **old["final (all points)"],
+                "note": "the final fit made before the light-load "
+                "bundles were measured (10 points: steady, long-prompt, bursty + ML.ENERGY)",
+            }
     else:
         fits = stored["fits"]
     for name, f in fits.items():  # the anchor as a hard bound, the same rule for every fit (the shipped one too)
@@ -577,11 +723,26 @@ def main(argv: list[str] | None = None) -> int:
     ev = evaluate(points, meas, fits)
     ml = ml_energy_errors(fits["final (all points)"]["params"], 60.0, 30.0)
     md = markdown(ev, fits, ml)
-    OUT.write_text(json.dumps({
-        "source": "emulated vs measured", "measured": "results/h200-vllm (real vLLM 0.25.0, one H200)",
-        "bundles": list(BUNDLES), "goal": GOAL, "loss_weights": LOSS_WEIGHTS, "params": [list(p) for p in PARAMS], "prior": PRIOR,
-        "fits": fits, "held_out": ev["rows"], "summary": ev["summary"], "error_bands": error_bands(ev["summary"]),
-        "ml_energy_final": ml}, indent=1) + "\n")
+    OUT.write_text(
+        json.dumps(
+            {
+                "source": "emulated vs measured",
+                "measured": "results/h200-vllm (real vLLM 0.25.0, one H200)",
+                "bundles": list(BUNDLES),
+                "goal": GOAL,
+                "loss_weights": LOSS_WEIGHTS,
+                "params": [list(p) for p in PARAMS],
+                "prior": PRIOR,
+                "fits": fits,
+                "held_out": ev["rows"],
+                "summary": ev["summary"],
+                "error_bands": error_bands(ev["summary"]),
+                "ml_energy_final": ml,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     (RESULTS / "twin_fit.md").write_text(md)
     print(md)
     print(f"wrote {OUT} and {RESULTS / 'twin_fit.md'}")

@@ -43,17 +43,29 @@ def measured() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             with unpacked(b) as folder:
                 ingest_bundle(con, folder)
                 run_id = read_manifest(folder)["run_id"]
-            con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
-                        [*fields.values(), run_id])
+            con.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?", [*fields.values(), run_id]
+            )
         q = ", ".join("?" for _ in FIGS)
-        figs = con.execute(
-            "SELECT engine, workload, point_label, metric, estimate, lo, hi, repeats FROM v_point_figures "
-            f"WHERE metric IN ({q}) ORDER BY workload, point_label, engine", FIGS).df().to_dict("records")
+        figs = (
+            con.execute(
+                "SELECT engine, workload, point_label, metric, estimate, lo, hi, repeats FROM v_point_figures "
+                f"WHERE metric IN ({q}) ORDER BY workload, point_label, engine",
+                FIGS,
+            )
+            .df()
+            .to_dict("records")
+        )
         q = ", ".join("?" for _ in RATIOS)
-        ratios = con.execute(
-            "SELECT workload, point_label, metric, ratio, ratio_lo, ratio_hi, pairs, finding FROM v_engine_contrasts "
-            f"WHERE engine = 'vllm-fp8' AND other = 'vllm-bf16' AND metric IN ({q}) ORDER BY workload, point_label",
-            RATIOS).df().to_dict("records")
+        ratios = (
+            con.execute(
+                "SELECT workload, point_label, metric, ratio, ratio_lo, ratio_hi, pairs, finding FROM v_engine_contrasts "
+                f"WHERE engine = 'vllm-fp8' AND other = 'vllm-bf16' AND metric IN ({q}) ORDER BY workload, point_label",
+                RATIOS,
+            )
+            .df()
+            .to_dict("records")
+        )
     clean = lambda x: None if x is None or x != x else float(x)  # noqa: E731 (NaN -> None)
     for r in figs + ratios:
         for k, v in list(r.items()):
@@ -105,10 +117,14 @@ def markdown(figs: list[dict], ratios: list[dict], emu: dict) -> str:
             if held is not None:
                 pred += f" / {_fmt(held)} ({100 * (held / r['estimate'] - 1):+.0f}%)"
             cells.append(f"{_fmt(r['estimate'])}{ci}{pred}")
-        lines.append(f"| {engine} | {'2K' if wl == 'light-long' else '512'} | {label.lstrip('c')} | "
-                     + " | ".join(cells) + " |")
-    lines += ["", "| prompts | streams | output tok/s fp8 / bf16 | tok/J fp8 / bf16 | W fp8 / bf16 | twin: tok/s, tok/J |",
-              "|---|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {engine} | {'2K' if wl == 'light-long' else '512'} | {label.lstrip('c')} | " + " | ".join(cells) + " |"
+        )
+    lines += [
+        "",
+        "| prompts | streams | output tok/s fp8 / bf16 | tok/J fp8 / bf16 | W fp8 / bf16 | twin: tok/s, tok/J |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     rb: dict[tuple, dict] = {}
     for r in ratios:
         rb.setdefault((r["workload"], r["point_label"]), {})[r["metric"]] = r
@@ -116,14 +132,27 @@ def markdown(figs: list[dict], ratios: list[dict], emu: dict) -> str:
         cells = []
         for f in RATIOS:
             r = m.get(f)
-            cells.append("n/a" if r is None else f"{r['ratio']:.2f} [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]"
-                         + ("" if r["finding"] != "no significant difference" else ": no significant difference"))
-        e8, e16 = emu.get(f"vllm-fp8:{wl}:{label}", {}).get("shipped"), emu.get(f"vllm-bf16:{wl}:{label}", {}).get(
-            "shipped")
-        twin = (f"{e8['output_tok_s'] / e16['output_tok_s']:.2f}, "
-                f"{e8['output_tokens_per_j'] / e16['output_tokens_per_j']:.2f}") if e8 and e16 else "n/a"
-        lines.append(f"| {'2K' if wl == 'light-long' else '512'} | {label.lstrip('c')} | " + " | ".join(cells)
-                     + f" | {twin} |")
+            cells.append(
+                "n/a"
+                if r is None
+                else f"{r['ratio']:.2f} [{r['ratio_lo']:.2f}, {r['ratio_hi']:.2f}]"
+                + ("" if r["finding"] != "no significant difference" else ": no significant difference")
+            )
+        e8, e16 = (
+            emu.get(f"vllm-fp8:{wl}:{label}", {}).get("shipped"),
+            emu.get(f"vllm-bf16:{wl}:{label}", {}).get("shipped"),
+        )
+        twin = (
+            (
+                f"{e8['output_tok_s'] / e16['output_tok_s']:.2f}, "
+                f"{e8['output_tokens_per_j'] / e16['output_tokens_per_j']:.2f}"
+            )
+            if e8 and e16
+            else "n/a"
+        )
+        lines.append(
+            f"| {'2K' if wl == 'light-long' else '512'} | {label.lstrip('c')} | " + " | ".join(cells) + f" | {twin} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -133,10 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv or [])
     figs, ratios = measured()
     emu = emulated()
-    Path(args.out).write_text(json.dumps({
-        "measured": {"source": "measured", "figures": figs, "fp8_over_bf16": ratios},
-        "emulated": {"source": "emulated", "what": "shipped: the twin as shipped; held_out: the fit made before "
-                     "these points were measured", "points": emu}}, indent=1) + "\n")
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "measured": {"source": "measured", "figures": figs, "fp8_over_bf16": ratios},
+                "emulated": {
+                    "source": "emulated",
+                    "what": "shipped: the twin as shipped; held_out: the fit made before these points were measured",
+                    "points": emu,
+                },
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(markdown(figs, ratios, emu))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

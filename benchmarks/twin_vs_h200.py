@@ -32,8 +32,11 @@ RESULTS = ROOT / "results" / "h200-vllm"
 def compare() -> list[dict[str, Any]]:
     from benchmarks import twin_fit
 
-    data = json.loads(twin_fit.MEASURED_CACHE.read_text()) if twin_fit.MEASURED_CACHE.exists() \
+    data = (
+        json.loads(twin_fit.MEASURED_CACHE.read_text())
+        if twin_fit.MEASURED_CACHE.exists()
         else twin_fit.refresh_measured()
+    )
     points, _meas = twin_fit.load_points()
     by_key = {p.key: p for p in points}
     preds = {k: twin_fit.predict_point(p, {}) for k, p in by_key.items()}  # {}: the factors as shipped
@@ -44,22 +47,38 @@ def compare() -> list[dict[str, Any]]:
         m = r["estimate"]
         err = (value - m) / m if value is not None and m else None
         inside = r["lo"] is not None and r["hi"] is not None and value is not None and r["lo"] <= value <= r["hi"]
-        out.append({"engine": r["engine"], "workload": r["workload"], "point": r["point_label"], "figure": r["metric"],
-                    "measured": m, "measured_lo": r["lo"], "measured_hi": r["hi"], "repeats": int(r["repeats"]),
-                    "predicted": value, "error": err, "inside_interval": inside,
-                    "in_sample": r["workload"] not in twin_fit.LATE})
+        out.append(
+            {
+                "engine": r["engine"],
+                "workload": r["workload"],
+                "point": r["point_label"],
+                "figure": r["metric"],
+                "measured": m,
+                "measured_lo": r["lo"],
+                "measured_hi": r["hi"],
+                "repeats": int(r["repeats"]),
+                "predicted": value,
+                "error": err,
+                "inside_interval": inside,
+                "in_sample": r["workload"] not in twin_fit.LATE,
+            }
+        )
     return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| engine | point | figure | measured [95% interval] | emulator (in sample) | error |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| engine | point | figure | measured [95% interval] | emulator (in sample) | error |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     for r in rows:
-        ci = (f" [{r['measured_lo']:.4g}, {r['measured_hi']:.4g}]" if r["measured_lo"] is not None else "")
+        ci = f" [{r['measured_lo']:.4g}, {r['measured_hi']:.4g}]" if r["measured_lo"] is not None else ""
         pred = f"{r['predicted']:.4g}" if r["predicted"] is not None else "n/a"
         err = f"{100 * r['error']:+.1f}%" if r["error"] is not None else "n/a"
-        lines.append(f"| {r['engine']} | {r['workload']}:{r['point']} | {r['figure']} | {r['measured']:.4g}{ci} | "
-                     f"{pred} | {err}{' (inside)' if r['inside_interval'] else ''} |")
+        lines.append(
+            f"| {r['engine']} | {r['workload']}:{r['point']} | {r['figure']} | {r['measured']:.4g}{ci} | "
+            f"{pred} | {err}{' (inside)' if r['inside_interval'] else ''} |"
+        )
     return "\n".join(lines)
 
 
@@ -69,16 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv or [])
     rows = compare()
     errors = sorted(abs(r["error"]) for r in rows if r["error"] is not None)
-    summary = {"points": len({(r["engine"], r["workload"], r["point"]) for r in rows}), "figures": len(rows),
-               "median_abs_error": errors[len(errors) // 2] if errors else None,
-               "inside_interval": sum(r["inside_interval"] for r in rows),
-               "note": "in sample except rows with in_sample false (workloads kv8, kv8-long: measured after the "
-                       "final fit); held-out errors are in twin_fit.json"}
+    summary = {
+        "points": len({(r["engine"], r["workload"], r["point"]) for r in rows}),
+        "figures": len(rows),
+        "median_abs_error": errors[len(errors) // 2] if errors else None,
+        "inside_interval": sum(r["inside_interval"] for r in rows),
+        "note": "in sample except rows with in_sample false (workloads kv8, kv8-long: measured after the "
+        "final fit); held-out errors are in twin_fit.json",
+    }
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
     print(markdown(rows))
-    print(f"\n{summary['figures']} figures at {summary['points']} points; median |error| "
-          f"{100 * (summary['median_abs_error'] or 0):.1f}% (in sample); {summary['inside_interval']} predictions "
-          f"inside the measured 95% interval -> {args.out}")
+    print(
+        f"\n{summary['figures']} figures at {summary['points']} points; median |error| "
+        f"{100 * (summary['median_abs_error'] or 0):.1f}% (in sample); {summary['inside_interval']} predictions "
+        f"inside the measured 95% interval -> {args.out}"
+    )
     return 0
 
 

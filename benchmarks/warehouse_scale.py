@@ -35,17 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
 DEFAULT_SIZES = ("100k", "1m")
-RUN_REQUESTS = 1_000_000          # requests of one bundle (one run); larger sizes are several runs
-REQUESTS_PER_POINT = 25_000       # requests of one load point (one repeat of one point)
-OUTPUT_TOKENS = 128               # tokens per request, one per streamed event (chunk_ns holds 128 timestamps)
+RUN_REQUESTS = 1_000_000  # requests of one bundle (one run); larger sizes are several runs
+REQUESTS_PER_POINT = 25_000  # requests of one load point (one repeat of one point)
+OUTPUT_TOKENS = 128  # tokens per request, one per streamed event (chunk_ns holds 128 timestamps)
 GPUS = 8
 SAMPLE_HZ = 10
-RATE_RPS = 300                    # requests sent per second: 1M requests are 55 min of load
-BASE_NS = 864_000_123_456_789     # perf_counter_ns of a host up 10 days: timestamps as long as real ones
+RATE_RPS = 300  # requests sent per second: 1M requests are 55 min of load
+BASE_NS = 864_000_123_456_789  # perf_counter_ns of a host up 10 days: timestamps as long as real ones
 
 
-def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
-               requests_per_point: int = REQUESTS_PER_POINT) -> dict[str, int]:
+def synthesize(
+    folder: Path, run_id: str, n_requests: int, seed: int = 0, requests_per_point: int = REQUESTS_PER_POINT
+) -> dict[str, int]:
     """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row)."""
     import duckdb
 
@@ -55,27 +56,59 @@ def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
     points = max(1, -(-n_requests // requests_per_point))
     per_point = -(-n_requests // points)
     with BundleWriter(folder, run_id=run_id, source="emulated") as w:
-        w.write("deployments", [{
-            "deployment_id": f"{run_id}-d{e}", "model": "llama-3-70b", "engine": "emulator:vllm-like",
-            "config_name": f"engine{e}", "status": "healthy", "tp": GPUS, "n_gpus": GPUS, "gpu_name": "H100",
-            "gpu_uuids": [f"GPU-{e}-{g}" for g in range(GPUS)], "idle_power_w_before": 800.0,
-            "idle_power_w_after": 820.0, "config": {"synthetic": True}} for e in range(2)])
+        w.write(
+            "deployments",
+            [
+                {
+                    "deployment_id": f"{run_id}-d{e}",
+                    "model": "llama-3-70b",
+                    "engine": "emulator:vllm-like",
+                    "config_name": f"engine{e}",
+                    "status": "healthy",
+                    "tp": GPUS,
+                    "n_gpus": GPUS,
+                    "gpu_name": "H100",
+                    "gpu_uuids": [f"GPU-{e}-{g}" for g in range(GPUS)],
+                    "idle_power_w_before": 800.0,
+                    "idle_power_w_after": 820.0,
+                    "config": {"synthetic": True},
+                }
+                for e in range(2)
+            ],
+        )
         point_s = per_point / RATE_RPS
         load_runs = []
         for p in range(points):
             dep = f"{run_id}-d{p % 2}"
             start = BASE_NS + p * int((point_s + 5) * 1e9)
-            load_runs.append({
-                "deployment_id": dep, "load_point_id": f"{dep}:steady:c{64 * (1 + p // 6)}#{1 + (p // 2) % 3}",
-                "point_label": f"c{64 * (1 + p // 6)}", "repeat": 1 + (p // 2) % 3, "workload": "steady",
-                "shape": "concurrency", "api": "chat", "concurrency": 64 * (1 + p // 6), "input_tokens": 512,
-                "output_tokens": OUTPUT_TOKENS, "warmup_s": 2.0, "duration_s": point_s,
-                "window_start_ns": start + 2_000_000_000, "window_end_ns": start + int(point_s * 1e9),
-                "window_s": point_s - 2.0, "achieved_rate": float(RATE_RPS), "sent": per_point,
-                "completed": per_point, "failed": 0,
-                "output_tokens_in_window": int((point_s - 2.0) * RATE_RPS * OUTPUT_TOKENS),
-                "energy_j": (point_s - 2.0) * 5200.0 * (1 + 0.01 * (p % 3)), "energy_trace_j": (point_s - 2.0) * 5180.0,
-                "status": "ok", "summary": {"synthetic": True}})
+            load_runs.append(
+                {
+                    "deployment_id": dep,
+                    "load_point_id": f"{dep}:steady:c{64 * (1 + p // 6)}#{1 + (p // 2) % 3}",
+                    "point_label": f"c{64 * (1 + p // 6)}",
+                    "repeat": 1 + (p // 2) % 3,
+                    "workload": "steady",
+                    "shape": "concurrency",
+                    "api": "chat",
+                    "concurrency": 64 * (1 + p // 6),
+                    "input_tokens": 512,
+                    "output_tokens": OUTPUT_TOKENS,
+                    "warmup_s": 2.0,
+                    "duration_s": point_s,
+                    "window_start_ns": start + 2_000_000_000,
+                    "window_end_ns": start + int(point_s * 1e9),
+                    "window_s": point_s - 2.0,
+                    "achieved_rate": float(RATE_RPS),
+                    "sent": per_point,
+                    "completed": per_point,
+                    "failed": 0,
+                    "output_tokens_in_window": int((point_s - 2.0) * RATE_RPS * OUTPUT_TOKENS),
+                    "energy_j": (point_s - 2.0) * 5200.0 * (1 + 0.01 * (p % 3)),
+                    "energy_trace_j": (point_s - 2.0) * 5180.0,
+                    "status": "ok",
+                    "summary": {"synthetic": True},
+                }
+            )
         w.write("load_runs", load_runs)
     con = duckdb.connect()
     con.execute(f"SET threads = {os.cpu_count() or 2}")
@@ -132,18 +165,38 @@ def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
     windows, metrics = [], []
     for r in load_runs:
         for g in range(GPUS):
-            windows.append({"run_id": run_id, "source": "emulated", "deployment_id": r["deployment_id"],
-                            "window_name": r["load_point_id"], "gpu_uuid": f"GPU-{r['deployment_id'][-1]}-{g}",
-                            "start_ns": r["window_start_ns"], "end_ns": r["window_end_ns"], "energy_j": r["energy_j"] / GPUS})
+            windows.append(
+                {
+                    "run_id": run_id,
+                    "source": "emulated",
+                    "deployment_id": r["deployment_id"],
+                    "window_name": r["load_point_id"],
+                    "gpu_uuid": f"GPU-{r['deployment_id'][-1]}-{g}",
+                    "start_ns": r["window_start_ns"],
+                    "end_ns": r["window_end_ns"],
+                    "energy_j": r["energy_j"] / GPUS,
+                }
+            )
         for edge, k in (("window_start", 0), ("window_end", 1)):
-            for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                         "vllm:e2e_request_latency_seconds"):
+            for name in (
+                "vllm:time_to_first_token_seconds",
+                "vllm:inter_token_latency_seconds",
+                "vllm:e2e_request_latency_seconds",
+            ):
                 for suffix, value in (("_sum", k * 900.0), ("_count", k * 4500.0)):
-                    metrics.append({"run_id": run_id, "source": "emulated", "deployment_id": r["deployment_id"],
-                                    "load_point_id": r["load_point_id"],
-                                    "t_ns": r["window_start_ns"] if k == 0 else r["window_end_ns"],
-                                    "metric": name + suffix, "labels": {"model_name": "m"}, "value": value,
-                                    "scrape": edge})
+                    metrics.append(
+                        {
+                            "run_id": run_id,
+                            "source": "emulated",
+                            "deployment_id": r["deployment_id"],
+                            "load_point_id": r["load_point_id"],
+                            "t_ns": r["window_start_ns"] if k == 0 else r["window_end_ns"],
+                            "metric": name + suffix,
+                            "labels": {"model_name": "m"},
+                            "value": value,
+                            "scrape": edge,
+                        }
+                    )
     for table, rows in (("energy_windows", windows), ("server_metrics", metrics)):
         with open(folder / f"{table}.jsonl", "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
@@ -154,10 +207,26 @@ def synthesize(folder: Path, run_id: str, n_requests: int, seed: int = 0,
 
 
 # ------------------------------------------------------------------------------------------------ measuring
-VIEWS = ("v_load_points", "v_point_figures", "v_repeat_figures", "v_engine_contrasts", "v_request_stats",
-         "v_itl_stats", "v_window_gpu", "v_window_steadiness", "v_client_vs_server", "latency_intervals")
-QUERY_PARAMS = {"steady_qps": 40, "peak_qps": 100, "input_tokens": 512, "output_tokens": 128, "burst_hours_per_day": 4,
-                "elastic_gpu_hour_usd": None}
+VIEWS = (
+    "v_load_points",
+    "v_point_figures",
+    "v_repeat_figures",
+    "v_engine_contrasts",
+    "v_request_stats",
+    "v_itl_stats",
+    "v_window_gpu",
+    "v_window_steadiness",
+    "v_client_vs_server",
+    "latency_intervals",
+)
+QUERY_PARAMS = {
+    "steady_qps": 40,
+    "peak_qps": 100,
+    "input_tokens": 512,
+    "output_tokens": 128,
+    "burst_hours_per_day": 4,
+    "elastic_gpu_hour_usd": None,
+}
 
 
 def _peak_rss_mb() -> float:
@@ -187,8 +256,11 @@ def child_queries(db: str) -> dict:
     with connect(db, read_only=True) as con:
         runs = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
         params = {**QUERY_PARAMS, "run_id": runs[-1], "run_a": runs[0], "run_b": runs[-1], "runs": None}
-        jobs = [(p.stem, p.read_text()) for p in sorted(SQL_DIR.glob("*.sql"))
-                if p.stem not in ("schema", "views", "derive_deployment_hbm")]
+        jobs = [
+            (p.stem, p.read_text())
+            for p in sorted(SQL_DIR.glob("*.sql"))
+            if p.stem not in ("schema", "views", "derive_deployment_hbm")
+        ]
         jobs += [(v, f"SELECT * FROM {v}") for v in VIEWS]
         jobs += [(f"{v} (latest run)", f"SELECT * FROM {v} WHERE run_id = $run_id") for v in VIEWS]
         for name, text in jobs:
@@ -229,8 +301,13 @@ print(json.dumps({"ingest_s": time.perf_counter() - t0, "rows": counts, "peak_rs
 
 
 def _child(what: str, *args: str, timeout: float = 3600) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.warehouse_scale", "--child", what, *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.warehouse_scale", "--child", what, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -248,17 +325,23 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
         load_before = os.getloadavg()[0]
         result = _child("ingest", str(db), str(bundle))
         ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
-        print(f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
-              f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
-              f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}", flush=True)
+        print(
+            f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
+            f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+            f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}",
+            flush=True,
+        )
         shutil.rmtree(bundle)
     entry = {"requests": n, "runs": runs, "warehouse_mb": db.stat().st_size / 1e6, "ingest": ingests}
     entry.update(_child("queries", str(db)))
     entry["load_average_1min_after_queries"] = os.getloadavg()[0]
     slow = {k: v["cold_s"] for k, v in entry.get("queries", {}).items() if v["cold_s"] >= 1}
-    print(f"  {label}: {len(entry.get('queries', {}))} queries, slowest cold "
-          f"{max((v['cold_s'] for v in entry.get('queries', {}).values()), default=float('nan')):.2f} s; "
-          f"1 s or more: {slow or 'none'}", flush=True)
+    print(
+        f"  {label}: {len(entry.get('queries', {}))} queries, slowest cold "
+        f"{max((v['cold_s'] for v in entry.get('queries', {}).values()), default=float('nan')):.2f} s; "
+        f"1 s or more: {slow or 'none'}",
+        flush=True,
+    )
     if validation:
         entry["validation"] = _child("validation", str(db))
         print(f"  {label}: validation {entry['validation']}", flush=True)
@@ -268,15 +351,20 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
 
 def write_results(results: dict, out: Path) -> None:
     (out / "warehouse_scale.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["# Warehouse at scale (benchmarks/warehouse_scale.py)", "",
-             f"Measured {results['measured_at']} on {results['machine']}; synthetic bundles (shaped like a run, not "
-             "measurements: every figure here is wattbench's own time or memory). Sizes run: "
-             + ", ".join(results["sizes_run"]) + ". Wall seconds of one timing each (no repeats); the machine is "
-             "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
-             "means other work competed and the times are upper bounds).",
-             "", "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
-             "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# Warehouse at scale (benchmarks/warehouse_scale.py)",
+        "",
+        f"Measured {results['measured_at']} on {results['machine']}; synthetic bundles (shaped like a run, not "
+        "measurements: every figure here is wattbench's own time or memory). Sizes run: "
+        + ", ".join(results["sizes_run"])
+        + ". Wall seconds of one timing each (no repeats); the machine is "
+        "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
+        "means other work competed and the times are upper bounds).",
+        "",
+        "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+        "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for label in results["sizes_run"]:
         e = results["sizes"][label]
         ing = e["ingest"]
@@ -289,29 +377,48 @@ def write_results(results: dict, out: Path) -> None:
         lines.append(
             f"| {e['requests']:,} | {e['runs']} | {sum(i['bytes'] for i in ing) / 1e6:,.0f} | "
             f"{', '.join(f'{s:.1f}' for s in secs) or 'failed'} | {max(rss, default=float('nan')):,.0f} | "
-            f"{e['warehouse_mb']:,.0f} | " + (f"{worst[1]['cold_s']:.2f} ({worst[0]})" if worst else "-") + " | "
-            + (f"{val['validation_s']:.1f}" if "validation_s" in val else val.get("error", "not run")) + " | "
-            + (f"{val['peak_rss_mb']:,.0f}" if "peak_rss_mb" in val else "-") + " |")
-    lines += ["", "Every query (cold, then warm, seconds) on the largest warehouse run:", "",
-              "| query | cold (s) | warm (s) | rows |", "|---|---:|---:|---:|"]
+            f"{e['warehouse_mb']:,.0f} | "
+            + (f"{worst[1]['cold_s']:.2f} ({worst[0]})" if worst else "-")
+            + " | "
+            + (f"{val['validation_s']:.1f}" if "validation_s" in val else val.get("error", "not run"))
+            + " | "
+            + (f"{val['peak_rss_mb']:,.0f}" if "peak_rss_mb" in val else "-")
+            + " |"
+        )
+    lines += [
+        "",
+        "Every query (cold, then warm, seconds) on the largest warehouse run:",
+        "",
+        "| query | cold (s) | warm (s) | rows |",
+        "|---|---:|---:|---:|",
+    ]
     largest = results["sizes"][results["sizes_run"][-1]]
     for name, v in largest.get("queries", {}).items():
         lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
     if results.get("before"):
         b = results["before"]
-        lines += ["", f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
-                  f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB."]
+        lines += [
+            "",
+            f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
+            f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB.",
+        ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default=",".join(DEFAULT_SIZES),
-                    help="comma-separated sizes to run: " + ", ".join(SIZES) + f" (default {','.join(DEFAULT_SIZES)}; "
-                         "10m: ten runs of 1M, about 10 GB of disk and 20-30 min here)")
+    ap.add_argument(
+        "--sizes",
+        default=",".join(DEFAULT_SIZES),
+        help="comma-separated sizes to run: " + ", ".join(SIZES) + f" (default {','.join(DEFAULT_SIZES)}; "
+        "10m: ten runs of 1M, about 10 GB of disk and 20-30 min here)",
+    )
     ap.add_argument("--no-validation", action="store_true", help="skip the GX suites")
-    ap.add_argument("--before", metavar="CHECKOUT",
-                    help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after")
+    ap.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after",
+    )
     ap.add_argument("--work", help="folder for bundles and warehouses (default: a temporary folder)")
     ap.add_argument("--out", default=str(RESULTS), help="where warehouse_scale.json/.md go (default results/)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -326,24 +433,43 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    results = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
-               "shape": {"run_requests": RUN_REQUESTS, "requests_per_point": REQUESTS_PER_POINT,
-                         "output_tokens": OUTPUT_TOKENS, "gpus": GPUS, "sample_hz": SAMPLE_HZ},
-               "sizes_run": [], "sizes": {}}
+    results = {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+        "shape": {
+            "run_requests": RUN_REQUESTS,
+            "requests_per_point": REQUESTS_PER_POINT,
+            "output_tokens": OUTPUT_TOKENS,
+            "gpus": GPUS,
+            "sample_hz": SAMPLE_HZ,
+        },
+        "sizes_run": [],
+        "sizes": {},
+    }
     try:
         if args.before:
             bundle = work / "bundle-before"
             synthesize(bundle, "scale-before", SIZES[labels[0]])
             code = Path(args.before).resolve()
             env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
-            proc = subprocess.run([sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
-                                  cwd=code, env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
+                cwd=code,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode == 0:
-                results["before"] = {"code": str(code), "requests": SIZES[labels[0]],
-                                     **json.loads(proc.stdout.strip().splitlines()[-1])}
-                print(f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
-                      f"{results['before']['peak_rss_mb']:,.0f} MB", flush=True)
+                results["before"] = {
+                    "code": str(code),
+                    "requests": SIZES[labels[0]],
+                    **json.loads(proc.stdout.strip().splitlines()[-1]),
+                }
+                print(
+                    f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
+                    f"{results['before']['peak_rss_mb']:,.0f} MB",
+                    flush=True,
+                )
             shutil.rmtree(bundle)
             (work / "before.duckdb").unlink(missing_ok=True)
         for label in labels:

@@ -18,10 +18,10 @@ _QUIET_ON_CLOSED_PIPE = ("sql", "report", "runs")
 # Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The
 # agent's own subcommands (agent, load, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
 _COMMAND_MODULES = (
-    "pipelines.commands",                   # run, runs, sql, ingest
-    "pipelines.report_cli",                 # report
-    "pipelines.import_cli",                 # import
-    "pipelines.predict_cli",                # predict
+    "pipelines.commands",  # run, runs, sql, ingest
+    "pipelines.report_cli",  # report
+    "pipelines.import_cli",  # import
+    "pipelines.predict_cli",  # predict
     *AGENT_COMMAND_MODULES,
 )
 
@@ -29,9 +29,16 @@ _COMMAND_MODULES = (
 # The control plane's commands and the module that registers each: `wattbench sql ...` builds its parser from that
 # module alone, so it imports neither the agent's modules nor the others' (tests/test_cli_imports.py keeps this
 # map true to what the modules register).
-OWN_COMMANDS = {"run": "pipelines.commands", "runs": "pipelines.commands", "sql": "pipelines.commands",
-                "spec": "pipelines.commands", "ingest": "pipelines.commands", "report": "pipelines.report_cli",
-                "import": "pipelines.import_cli", "predict": "pipelines.predict_cli"}
+OWN_COMMANDS = {
+    "run": "pipelines.commands",
+    "runs": "pipelines.commands",
+    "sql": "pipelines.commands",
+    "spec": "pipelines.commands",
+    "ingest": "pipelines.commands",
+    "report": "pipelines.report_cli",
+    "import": "pipelines.import_cli",
+    "predict": "pipelines.predict_cli",
+}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -59,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    quiet = (hasattr(signal, "SIGPIPE") and args.command in _QUIET_ON_CLOSED_PIPE
-             and threading.current_thread() is threading.main_thread())
+    quiet = (
+        hasattr(signal, "SIGPIPE")
+        and args.command in _QUIET_ON_CLOSED_PIPE
+        and threading.current_thread() is threading.main_thread()
+    )
     previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL) if quiet else None
     try:
         return int(args.func(args) or 0)

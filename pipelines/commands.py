@@ -74,20 +74,27 @@ def latest_run_id(con, say: bool = False) -> str | None:
     incomplete."""
     rows = con.execute(
         "SELECT run_id, coalesce(status, 'unknown') FROM runs ORDER BY coalesce(started_at, "
-        "make_timestamp(clock_anchor_unix_ns // 1000)) DESC NULLS LAST, run_id DESC").fetchall()
+        "make_timestamp(clock_anchor_unix_ns // 1000)) DESC NULLS LAST, run_id DESC"
+    ).fetchall()
     if not rows:
         return None
     finished = next((i for i, (_, status) in enumerate(rows) if status in FINISHED), None)
     if finished is None:
         run_id, status = rows[0]
         if say:
-            print(f"wattbench: note: no run has finished yet; showing the newest, run {run_id}, which is {status}: "
-                  "its tables may be partial", file=sys.stderr)
+            print(
+                f"wattbench: note: no run has finished yet; showing the newest, run {run_id}, which is {status}: "
+                "its tables may be partial",
+                file=sys.stderr,
+            )
         return run_id
     if finished and say:
         newer = ", ".join(f"{r} ({st})" for r, st in rows[:finished][:3]) + (" ..." if finished > 3 else "")
-        print(f"wattbench: note: showing run {rows[finished][0]}, the latest that finished; newer run(s) did not "
-              f"finish: {newer}. See one with --run RUN_ID (wattbench runs lists them)", file=sys.stderr)
+        print(
+            f"wattbench: note: showing run {rows[finished][0]}, the latest that finished; newer run(s) did not "
+            f"finish: {newer}. See one with --run RUN_ID (wattbench runs lists them)",
+            file=sys.stderr,
+        )
     return rows[finished][0]
 
 
@@ -145,34 +152,57 @@ def _run(args: argparse.Namespace) -> int:
     runs_dir = Path(output_dir_from_env())
     # the code location's own definitions, built for this plan, warehouse and run folder: the run is their
     # `benchmark` job, as a run launched from the UI is (a plan outside plans/ adds its stem as a scenario)
-    defs = build_definitions(dataclasses.replace(Settings.from_env(), db_path=str(db), plan_path=str(plan_file),
-                                                 output_dir=str(runs_dir), extra_plan=str(plan_file)))
+    defs = build_definitions(
+        dataclasses.replace(
+            Settings.from_env(),
+            db_path=str(db),
+            plan_path=str(plan_file),
+            output_dir=str(runs_dir),
+            extra_plan=str(plan_file),
+        )
+    )
     job = defs.resolve_job_def(BENCHMARK_JOB)
     try:
         partition = partition_for_plan(plan, plan_file, job.partitions_def)
     except PlanError as exc:
         return _fail(str(exc))
     from assets.common import WRITER_POOL
-    from pipelines.runs import (interruptible_slot_wait, mark_in_warehouse, process_tags, reap_stale_runs,
-                                slot_holders, stop_run_processes, was_interrupted)
+    from pipelines.runs import (
+        interruptible_slot_wait,
+        mark_in_warehouse,
+        process_tags,
+        reap_stale_runs,
+        slot_holders,
+        stop_run_processes,
+        was_interrupted,
+    )
 
     instance = open_instance([partition.keys_by_dimension["model"]])
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     reap_stale_runs(instance, say)  # runs a killed `wattbench run` left behind must not hold the writer slot
     for holder in slot_holders(instance, WRITER_POOL):
-        say(f"wattbench: the warehouse writer slot is held by {holder}; this run waits for it (Ctrl-C stops it; "
-            "a run whose process is gone is cleaned up by `wattbench runs --clean`)")
+        say(
+            f"wattbench: the warehouse writer slot is held by {holder}; this run waits for it (Ctrl-C stops it; "
+            "a run whose process is gone is cleaned up by `wattbench runs --clean`)"
+        )
     n_points = sum(len(w.expanded_points()) for w in plan.workloads) * len(plan.engines)
     repeats = f" x {plan.repeats} repeats, interleaved" if plan.repeats > 1 else ""
-    print(f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
-          f"partition {partition}; warehouse {db}", file=sys.stderr)
+    print(
+        f"wattbench: plan {plan.name}: {len(plan.engines)} engine(s), {n_points} load point(s){repeats}; "
+        f"partition {partition}; warehouse {db}",
+        file=sys.stderr,
+    )
     started = time.monotonic()
     with interruptible_slot_wait():  # SIGINT/SIGTERM stop the run also while it waits for the writer slot
         result = job.execute_in_process(
             instance=instance,
             partition_key=partition,
-            tags={MODEL_TAG: plan.model, SCENARIO_TAG: partition.keys_by_dimension["scenario"], TRIGGER_TAG: "cli",
-                  **process_tags(db, runs_dir)},
+            tags={
+                MODEL_TAG: plan.model,
+                SCENARIO_TAG: partition.keys_by_dimension["scenario"],
+                TRIGGER_TAG: "cli",
+                **process_tags(db, runs_dir),
+            },
             raise_on_error=False,
             run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
         )
@@ -182,30 +212,41 @@ def _run(args: argparse.Namespace) -> int:
         bundle = runs_dir / run_id / "bundle"
         stop_run_processes(bundle, say)  # an agent that did not stop within Pipes' grace period
         instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-        mark_in_warehouse(db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", BENCHMARK_JOB, str(partition),
-                          say)
-        say(f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'" + (
-            f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
-            f"(load it with `wattbench ingest {bundle}`)" if bundle.exists() else "; no engine had been started"))
+        mark_in_warehouse(
+            db, run_id, "interrupted", "interrupted by SIGINT/SIGTERM", BENCHMARK_JOB, str(partition), say
+        )
+        say(
+            f"wattbench: run {run_id} interrupted after {elapsed:.0f} s and marked 'interrupted'"
+            + (
+                f"; its agent and engines are stopped, and {bundle} keeps every load point finished before the signal "
+                f"(load it with `wattbench ingest {bundle}`)"
+                if bundle.exists()
+                else "; no engine had been started"
+            )
+        )
         return 130
     failed_checks = [
         f"{e.asset_key.to_user_string()}:{e.check_name}"
-        for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"
+        for e in result.get_asset_check_evaluations()
+        if not e.passed and e.severity.value == "ERROR"
     ]
     if not result.success:  # a step that failed marked its benchmark already; this catches what it could not
         why = [e.message or "" for e in result.get_step_failure_events()] + [f"check {c} failed" for c in failed_checks]
-        mark_in_warehouse(db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB,
-                          str(partition), say)
+        mark_in_warehouse(
+            db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
+        )
     from assets.benchmark_run import benchmarks_of_dagster_run
-
     from assets.report_text import contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
         status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or ["none"])[0]
         print()
-        print(f"Head to head (run {run_id}, {plan.name}" + (", EMULATED" if plan.is_emulated else "")
-              + "; 95% intervals in brackets):")
+        print(
+            f"Head to head (run {run_id}, {plan.name}"
+            + (", EMULATED" if plan.is_emulated else "")
+            + "; 95% intervals in brackets):"
+        )
         print(head_to_head_text(con, run_id))
 
         contrasts = contrasts_text(con, run_id)
@@ -213,8 +254,11 @@ def _run(args: argparse.Namespace) -> int:
             print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
             print(contrasts)
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
-    reports = [e.materialization.metadata["path"].value for e in result.get_asset_materialization_events()
-               if e.materialization.asset_key == dg.AssetKey("html_report") and "path" in e.materialization.metadata]
+    reports = [
+        e.materialization.metadata["path"].value
+        for e in result.get_asset_materialization_events()
+        if e.materialization.asset_key == dg.AssetKey("html_report") and "path" in e.materialization.metadata
+    ]
     print()
     for event in result.get_step_failure_events():
         error = event.event_specific_data.error if event.event_specific_data else None
@@ -222,16 +266,20 @@ def _run(args: argparse.Namespace) -> int:
         message = (cause.message.strip().splitlines() or [""])[-1] if cause else ""
         print(f"Step {event.step_key} failed: {message}")
     if failed_checks:
-        print(f"Validation failed ({', '.join(failed_checks)}): reports for this run were not produced. "
-              f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\"")
+        print(
+            f"Validation failed ({', '.join(failed_checks)}): reports for this run were not produced. "
+            f"See: wattbench sql \"SELECT * FROM validation_results WHERE run_id = '{run_id}' AND NOT success\""
+        )
     for report in reports:
         print(f"HTML report: {report}")
     print(f"Warehouse: {db}   (try: wattbench sql load_points)   run {run_id} is {status}; took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
 
 
-_READ_ONLY_HINT = ("`wattbench sql` only reads the warehouse: no files, other databases, extensions, network or "
-                   "settings; to save a result, use --format csv > FILE")
+_READ_ONLY_HINT = (
+    "`wattbench sql` only reads the warehouse: no files, other databases, extensions, network or "
+    "settings; to save a result, use --format csv > FILE"
+)
 
 
 def _query_error(exc: Exception) -> str:
@@ -241,8 +289,11 @@ def _query_error(exc: Exception) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "configuration has been locked" in first or "while database is running" in first:
         return f"query refused, the configuration is locked: {first}; {_READ_ONLY_HINT}"
-    if (isinstance(exc, (duckdb.PermissionException, duckdb.ResourceInUseException)) or "read-only" in first
-            or "read only" in first.lower()):
+    if (
+        isinstance(exc, (duckdb.PermissionException, duckdb.ResourceInUseException))
+        or "read-only" in first
+        or "read only" in first.lower()
+    ):
         return f"query refused (read-only): {first}; {_READ_ONLY_HINT}"
     return f"query failed: {first}"
 
@@ -261,7 +312,11 @@ def _sql(args: argparse.Namespace) -> int:
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
             query = args.query
-            text = sql_text(query) if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query else query
+            text = (
+                sql_text(query)
+                if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query
+                else query
+            )
             from assets.report_text import query_params
 
             run_id = None
@@ -288,14 +343,15 @@ def _sql(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     from pipelines.runs import main_runs
 
-    return main_runs(args.clean is not None, args.limit, args.clean or [],
-                     log=lambda m: print(m, file=sys.stderr, flush=True))
+    return main_runs(
+        args.clean is not None, args.limit, args.clean or [], log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from wattbench_agent.bundle import BundleError, read_manifest, unpacked
     from resources.ingest_checks import incomplete_note
     from resources.warehouse import WarehouseError, connect, ingest_bundle
+    from wattbench_agent.bundle import BundleError, read_manifest, unpacked
 
     plan_fields = None
     if args.plan:  # the plan the bundle was measured on: its prices and SLO for the reports
@@ -345,9 +401,11 @@ def _spec(args: argparse.Namespace) -> int:
     if args.write:
         Path(args.write).write_text(text + "\n")
         n = sum(len(d.load_points) for d in spec.deployments)
-        print(f"wattbench: {args.write}: run {run_id}, {len(spec.deployments)} deployment(s), {n} load point(s); "
-              f"on the GPU node: wattbench-agent --spec {Path(args.write).name}; then here: wattbench ingest BUNDLE",
-              file=sys.stderr)
+        print(
+            f"wattbench: {args.write}: run {run_id}, {len(spec.deployments)} deployment(s), {n} load point(s); "
+            f"on the GPU node: wattbench-agent --spec {Path(args.write).name}; then here: wattbench ingest BUNDLE",
+            file=sys.stderr,
+        )
     else:
         print(text)
     return 0
@@ -363,11 +421,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("runs", help="the latest runs with their process and status; --clean cleans up after runs "
-                                    "whose process is gone (frees the writer slot, stops their agent and engines)")
-    p.add_argument("--clean", nargs="*", metavar="RUN_ID", default=None,
-                   help="clean up every run whose process is gone, and the runs named (left by a wattbench that did "
-                        "not record its process)")
+    p = sub.add_parser(
+        "runs",
+        help="the latest runs with their process and status; --clean cleans up after runs "
+        "whose process is gone (frees the writer slot, stops their agent and engines)",
+    )
+    p.add_argument(
+        "--clean",
+        nargs="*",
+        metavar="RUN_ID",
+        default=None,
+        help="clean up every run whose process is gone, and the runs named (left by a wattbench that did "
+        "not record its process)",
+    )
     p.add_argument("--limit", type=int, default=20, help="how many runs to list")
     p.set_defaults(func=_runs)
 
@@ -376,12 +442,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--run", help="run id for queries that use $run_id (default: the latest run)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a $NAME parameter of the query (the capacity profile defaults to the run's plan)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a $NAME parameter of the query (the capacity profile defaults to the run's plan)",
+    )
     p.set_defaults(func=_sql)
 
-    p = sub.add_parser("spec", help="write the bench agent's spec for a plan (to run `wattbench-agent` by hand on a "
-                                     "GPU node, then `wattbench ingest` the bundle)")
+    p = sub.add_parser(
+        "spec",
+        help="write the bench agent's spec for a plan (to run `wattbench-agent` by hand on a "
+        "GPU node, then `wattbench ingest` the bundle)",
+    )
     p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
     p.add_argument("--workload", action="append", default=[], help="only this workload (repeatable)")
     p.add_argument("--run-id", help="the run id its rows will carry (default: <plan name>-<random>)")
@@ -392,6 +466,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json), or a tar archive of one (.tar.xz, .tgz)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
-    p.add_argument("--plan", help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
-                                  "goodput figures need them)")
+    p.add_argument(
+        "--plan",
+        help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
+        "goodput figures need them)",
+    )
     p.set_defaults(func=_ingest)

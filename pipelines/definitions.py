@@ -17,9 +17,10 @@ per run, so a backfill over many partitions from the UI is one run per (model, s
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
@@ -53,18 +54,22 @@ class Settings:
     plan_path: str | None = None
     output_dir: str | None = None
     replay_bundle: str | None = None
-    extra_plan: str | None = None            # a plan outside plans/: its stem becomes a scenario
-    target: str | None = None                # local | kubernetes
+    extra_plan: str | None = None  # a plan outside plans/: its stem becomes a scenario
+    target: str | None = None  # local | kubernetes
     git_url: str | None = None
     git_branch: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        return cls(extra_plan=env.get("WATTBENCH_PLAN") or None, target=env.get("WATTBENCH_TARGET") or None,
-                   git_url=env.get("WATTBENCH_GIT_URL") or None, git_branch=env.get("WATTBENCH_GIT_BRANCH") or None,
-                   env=env)
+        return cls(
+            extra_plan=env.get("WATTBENCH_PLAN") or None,
+            target=env.get("WATTBENCH_TARGET") or None,
+            git_url=env.get("WATTBENCH_GIT_URL") or None,
+            git_branch=env.get("WATTBENCH_GIT_BRANCH") or None,
+            env=env,
+        )
 
     def value(self, given: str | None, var: str, default: Path) -> Any:
         if given is not None:
@@ -72,8 +77,9 @@ class Settings:
         return dg.EnvVar(var) if self.env.get(var) else str(default)
 
 
-def make_resources(db_path: str | None = None, plan_path: str | None = None, settings: Settings | None = None,
-                   **plan_fields) -> dict:
+def make_resources(
+    db_path: str | None = None, plan_path: str | None = None, settings: Settings | None = None, **plan_fields
+) -> dict:
     """The resources of the code location. Locally the agent is a subprocess and engines build in the step; on a
     cluster (target kubernetes) the agent is a Pipes pod and a GPU-locked engine builds in one too."""
     settings = settings if settings is not None else Settings.from_env()
@@ -83,8 +89,9 @@ def make_resources(db_path: str | None = None, plan_path: str | None = None, set
         plan_fields["replay_bundle"] = settings.replay_bundle
     return {
         "warehouse": DuckDBResource(database=settings.value(db_path or settings.db_path, "WATTBENCH_DB", DEFAULT_DB)),
-        "plan": BenchPlan(path=settings.value(plan_path or settings.plan_path, "WATTBENCH_PLAN", DEFAULT_PLAN),
-                          **plan_fields),
+        "plan": BenchPlan(
+            path=settings.value(plan_path or settings.plan_path, "WATTBENCH_PLAN", DEFAULT_PLAN), **plan_fields
+        ),
         "pipes_subprocess_client": K8sAgentLauncher.from_env() if on_cluster else dg.PipesSubprocessClient(),
         "engine_builder": K8sBuildLauncher.from_env() if on_cluster else LocalEngineBuilder(),
         "hub": HubWatch.from_env(),
@@ -97,10 +104,16 @@ def _assets(settings: Settings) -> list:
     if partitions is not BENCH_PARTITIONS:  # a scenario beyond plans/: every asset gets the wider partitions
         assets = list(dg.map_asset_specs(lambda spec: spec.replace_attributes(partitions_def=partitions), assets))
     if settings.git_url:  # e.g. https://github.com/ORG/wattbench
-        assets = list(dg.link_code_references_to_git(
-            assets_defs=assets, git_url=settings.git_url, git_branch=settings.git_branch or "main",
-            file_path_mapping=dg.AnchorBasedFilePathMapping(local_file_anchor=REPO_ROOT,
-                                                            file_anchor_path_in_repository="")))
+        assets = list(
+            dg.link_code_references_to_git(
+                assets_defs=assets,
+                git_url=settings.git_url,
+                git_branch=settings.git_branch or "main",
+                file_path_mapping=dg.AnchorBasedFilePathMapping(
+                    local_file_anchor=REPO_ROOT, file_anchor_path_in_repository=""
+                ),
+            )
+        )
     return assets
 
 
@@ -113,7 +126,7 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
         selection=dg.AssetSelection.all(),
         partitions_def=bench_partitions(settings.extra_plan),
         description="Build, deploy, load, sample, validate and report one (model, scenario) partition: the "
-                    "scenario's plan with the partition's model.",
+        "scenario's plan with the partition's model.",
     )
     return dg.Definitions(
         assets=_assets(settings),

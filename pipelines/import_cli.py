@@ -10,11 +10,13 @@ import sys
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "import", help="load other tools' results (vllm bench serve, AIPerf, guidellm) as runs",
+        "import",
+        help="load other tools' results (vllm bench serve, AIPerf, guidellm) as runs",
         description="Load result files of vllm bench serve (--save-result JSON, with per-request rows when saved "
-                    "with --save-detailed), NVIDIA AIPerf (profile_export_aiperf.json with profile_export.jsonl, or "
-                    "the artifact folder) and guidellm (benchmarks JSON) into the warehouse, one run per file with "
-                    "source 'imported:<tool>'. Importing the same file again replaces its run.")
+        "with --save-detailed), NVIDIA AIPerf (profile_export_aiperf.json with profile_export.jsonl, or "
+        "the artifact folder) and guidellm (benchmarks JSON) into the warehouse, one run per file with "
+        "source 'imported:<tool>'. Importing the same file again replaces its run.",
+    )
     p.add_argument("files", nargs="+", metavar="FILE", help="result files (or AIPerf artifact folders)")
     p.add_argument("--tool", choices=("vllm", "aiperf", "guidellm"), help="the format (default: recognised)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
@@ -50,11 +52,21 @@ def main(args: argparse.Namespace) -> int:
                 if rid in seen:  # e.g. an AIPerf folder and its export file: the same run
                     continue
                 seen[rid] = str(run.path)
-                res = store_run(con, run, run_id=args.run_id, engine=args.engine, config_name=args.config_name,
-                                precision=args.precision, tp=args.tp, gpu_name=args.gpu_name)
+                res = store_run(
+                    con,
+                    run,
+                    run_id=args.run_id,
+                    engine=args.engine,
+                    config_name=args.config_name,
+                    precision=args.precision,
+                    tp=args.tp,
+                    gpu_name=args.gpu_name,
+                )
                 rows = f"{res['requests']} request rows" if res["requests"] else "the tool's statistics only"
-                print(f"imported {run.path} as run {res['run_id']} ({res['source']}, model {run.model}, "
-                      f"{res['load_points']} load point(s), {rows})")
+                print(
+                    f"imported {run.path} as run {res['run_id']} ({res['source']}, model {run.model}, "
+                    f"{res['load_points']} load point(s), {rows})"
+                )
                 for note in run.notes:
                     print(f"  note: {note}")
     except (WarehouseError, ImportFileError) as exc:

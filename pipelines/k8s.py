@@ -39,8 +39,16 @@ from dagster import AssetExecutionContext
 from dagster_k8s import PipesK8sClient, k8s_job_executor
 
 from assets.builds import LocalEngineBuilder
-from wattbench_agent.deploy.kubernetes import (BUILD_AGENT_COMMAND, DEFAULT_AGENT_IMAGE, ENGINES_DIR, K8sTarget,
-                                         agent_pod_spec, build_image_from_env, build_pod_labels, build_pod_spec)
+from wattbench_agent.deploy.kubernetes import (
+    BUILD_AGENT_COMMAND,
+    DEFAULT_AGENT_IMAGE,
+    ENGINES_DIR,
+    K8sTarget,
+    agent_pod_spec,
+    build_image_from_env,
+    build_pod_labels,
+    build_pod_spec,
+)
 from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig, adapter_for
 from wattbench_agent.engines.build_agent import BUILD_SPEC_EXTRA, build_spec, result_from_messages
 
@@ -76,12 +84,20 @@ class K8sPodLauncher(dg.ConfigurableResource):
         }
 
     def target(self) -> K8sTarget:
-        return K8sTarget(namespace=self.namespace, image=self.image, gpu_product=self.gpu_product,
-                         shm_size=self.shm_size, models_pvc=self.models_pvc)
+        return K8sTarget(
+            namespace=self.namespace,
+            image=self.image,
+            gpu_product=self.gpu_product,
+            shm_size=self.shm_size,
+            models_pvc=self.models_pvc,
+        )
 
     def client(self) -> PipesK8sClient:
-        return PipesK8sClient(load_incluster_config=self.load_incluster_config, kubeconfig_file=self.kubeconfig_file,
-                              poll_interval=self.poll_interval_s)
+        return PipesK8sClient(
+            load_incluster_config=self.load_incluster_config,
+            kubeconfig_file=self.kubeconfig_file,
+            poll_interval=self.poll_interval_s,
+        )
 
 
 class K8sAgentLauncher(K8sPodLauncher):
@@ -90,15 +106,18 @@ class K8sAgentLauncher(K8sPodLauncher):
     gpus: int | None = None
 
     @classmethod
-    def from_env(cls) -> "K8sAgentLauncher":
+    def from_env(cls) -> K8sAgentLauncher:
         gpus = os.environ.get("WATTBENCH_AGENT_GPUS")
         return cls(**cls.settings_from_env(), gpus=int(gpus) if gpus else None)
 
     def gpus_for(self, spec: dict[str, Any]) -> int:
         if self.gpus:
             return self.gpus
-        tps = [int(d.get("engine_config", {}).get("tp") or 1) for d in spec.get("deployments", [])
-               if d.get("target", "local") != "external"]
+        tps = [
+            int(d.get("engine_config", {}).get("tp") or 1)
+            for d in spec.get("deployments", [])
+            if d.get("target", "local") != "external"
+        ]
         return max(tps, default=0)
 
     def pod_request(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -107,10 +126,15 @@ class K8sAgentLauncher(K8sPodLauncher):
             "image": self.image,
             "command": list(AGENT_COMMAND),
             "namespace": self.namespace,
-            "base_pod_meta": {"labels": {"app.kubernetes.io/name": "wattbench-agent",
-                                         "wattbench/run-id": str(spec.get("run_id", ""))[:63]}},
-            "base_pod_spec": agent_pod_spec(self.gpus_for(spec), self.target(), self.service_account,
-                                            self.bundle_pvc, self.data_mount),
+            "base_pod_meta": {
+                "labels": {
+                    "app.kubernetes.io/name": "wattbench-agent",
+                    "wattbench/run-id": str(spec.get("run_id", ""))[:63],
+                }
+            },
+            "base_pod_spec": agent_pod_spec(
+                self.gpus_for(spec), self.target(), self.service_account, self.bundle_pvc, self.data_mount
+            ),
             "extras": {"spec": spec},
         }
 
@@ -127,22 +151,22 @@ class K8sBuildLauncher(K8sPodLauncher, LocalEngineBuilder):
     pod per config, GPUs = its tp); every other engine is resolved in the step, as LocalEngineBuilder does."""
 
     @classmethod
-    def from_env(cls) -> "K8sBuildLauncher":
+    def from_env(cls) -> K8sBuildLauncher:
         return cls(**{**cls.settings_from_env(), "image": build_image_from_env()})
 
     def pod_request(self, cfg: EngineConfig, run_id: str, workdir: Path | None) -> dict[str, Any]:
         """Everything PipesK8sClient.run gets besides the context: image, command, namespace, pod spec, extras."""
         # Build logs go to the run folder only where the build pod sees it (the bundle PVC, mounted at one path in
         # every pod); engines are linked at /models/engines/<build_id> for Deployments only with the models PVC.
-        spec = build_spec([cfg], workdir=workdir if self.bundle_pvc else None,
-                          engines_dir=ENGINES_DIR if self.models_pvc else None)
+        spec = build_spec(
+            [cfg], workdir=workdir if self.bundle_pvc else None, engines_dir=ENGINES_DIR if self.models_pvc else None
+        )
         return {
             "image": self.image,
             "command": list(BUILD_AGENT_COMMAND),
             "namespace": self.namespace,
             "base_pod_meta": {"labels": {**build_pod_labels(cfg), "wattbench/run-id": run_id[:63]}},
-            "base_pod_spec": build_pod_spec(cfg, self.target(), self.service_account, self.bundle_pvc,
-                                            self.data_mount),
+            "base_pod_spec": build_pod_spec(cfg, self.target(), self.service_account, self.bundle_pvc, self.data_mount),
             "extras": {BUILD_SPEC_EXTRA: spec},
         }
 
@@ -154,23 +178,33 @@ class K8sBuildLauncher(K8sPodLauncher, LocalEngineBuilder):
         if not adapter.builds_on_gpu:  # 'no build' or modelled: nothing for a GPU to do
             return super().build(context, cfg, workdir)
         if not self.models_pvc:
-            context.log.warning(f"build {cfg.config_name}: no WATTBENCH_MODELS_PVC, so the engine stays in the build "
-                                "pod's own disk and is gone with it; the bench agent will find it 'not_built'")
+            context.log.warning(
+                f"build {cfg.config_name}: no WATTBENCH_MODELS_PVC, so the engine stays in the build "
+                "pod's own disk and is gone with it; the bench agent will find it 'not_built'"
+            )
         request = self.pod_request(cfg, context.run_id, workdir)
-        context.log.info(f"build {cfg.config_name} in a pod: image {self.image}, {cfg.tp} GPU(s), "
-                         f"node selector {self.gpu_product or 'none'}")
+        context.log.info(
+            f"build {cfg.config_name} in a pod: image {self.image}, {cfg.tp} GPU(s), "
+            f"node selector {self.gpu_product or 'none'}"
+        )
         try:
             invocation = self.launch(context, request)
         except Exception as exc:  # noqa: BLE001 - the pod could not start or died: a failed row, the plan goes on
             return self._pod_failure(adapter, cfg, f"the build pod failed ({type(exc).__name__}: {exc})")
-        return (result_from_messages(cfg, invocation.get_custom_messages())
-                or self._pod_failure(adapter, cfg, "the build pod exited without reporting a result"))
+        return result_from_messages(cfg, invocation.get_custom_messages()) or self._pod_failure(
+            adapter, cfg, "the build pod exited without reporting a result"
+        )
 
     @staticmethod
     def _pod_failure(adapter: EngineAdapter, cfg: EngineConfig, text: str) -> BuildResult:
         # An engine the pod finished before it died is in the cache: the next run's build is a hit.
-        return BuildResult(status="failed", error_kind="build_failed", error_text=text,
-                           engine_version=adapter.follows_version, resolved_config=adapter.resolved_config(cfg))
+        return BuildResult(
+            status="failed",
+            error_kind="build_failed",
+            error_text=text,
+            engine_version=adapter.follows_version,
+            resolved_config=adapter.resolved_config(cfg),
+        )
 
 
 def executor_config_from_env(env: Any = None) -> dict[str, Any]:
@@ -192,8 +226,9 @@ def executor_config_from_env(env: Any = None) -> dict[str, Any]:
 def build_cluster_benchmark_job(executor_config: dict[str, Any] | None = None) -> dg.UnresolvedAssetJobDefinition:
     """The `cluster_benchmark` job on k8s_job_executor configured with `executor_config` (the defaults when None;
     the definitions pass executor_config_from_env())."""
-    executor = k8s_job_executor.configured(executor_config or {"job_namespace": "wattbench"},
-                                           name="wattbench_k8s_job_executor")
+    executor = k8s_job_executor.configured(
+        executor_config or {"job_namespace": "wattbench"}, name="wattbench_k8s_job_executor"
+    )
     return dg.define_asset_job(
         "cluster_benchmark",
         selection=dg.AssetSelection.all(),

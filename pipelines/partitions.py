@@ -16,26 +16,29 @@ from resources.bench_plan import scenario_key_for, scenario_plans
 from resources.model_registry import partition_key_for
 from resources.plan import Plan, PlanError, load_plan
 
-BENCHMARK_JOB = "benchmark"               # the partitioned job that sensors, schedules and backfills launch
-MODEL_TAG = "wattbench/model_id"          # the exact model id a run benchmarks (partition keys are sanitised)
+BENCHMARK_JOB = "benchmark"  # the partitioned job that sensors, schedules and backfills launch
+MODEL_TAG = "wattbench/model_id"  # the exact model id a run benchmarks (partition keys are sanitised)
 SCENARIO_TAG = "wattbench/scenario"
-TRIGGER_TAG = "wattbench/trigger"         # cli | hub-sensor | nightly | weekly
+TRIGGER_TAG = "wattbench/trigger"  # cli | hub-sensor | nightly | weekly
 
 
 def bench_partition(model_key: str, scenario: str) -> dg.MultiPartitionKey:
     return dg.MultiPartitionKey({"model": model_key, "scenario": scenario})
 
 
-def partition_for_plan(plan: Plan, plan_path: str | Path,
-                       partitions: dg.MultiPartitionsDefinition | None = None) -> dg.MultiPartitionKey:
+def partition_for_plan(
+    plan: Plan, plan_path: str | Path, partitions: dg.MultiPartitionsDefinition | None = None
+) -> dg.MultiPartitionKey:
     """`wattbench run --plan X`: model = the plan's model, scenario = the plan file's stem, which must be a
     scenario of `partitions` (default: the definitions built for that plan, assets/partitions.bench_partitions)."""
     scenario = scenario_key_for(plan_path)
     partitions = partitions or bench_partitions(plan_path)
     known = next(d.partitions_def for d in partitions.partitions_defs if d.name == "scenario").get_partition_keys()
     if scenario not in known:
-        raise PlanError(f"{plan_path}: scenario {scenario!r} is not a partition of these definitions "
-                        f"(known: {', '.join(known)}); build them for the plan (WATTBENCH_PLAN)")
+        raise PlanError(
+            f"{plan_path}: scenario {scenario!r} is not a partition of these definitions "
+            f"(known: {', '.join(known)}); build them for the plan (WATTBENCH_PLAN)"
+        )
     return bench_partition(partition_key_for(plan.model), scenario)
 
 
@@ -68,5 +71,17 @@ def pinned_models(scenarios: list[str] | None = None) -> dict[str, str]:
     return out
 
 
-__all__ = ["BENCH_PARTITIONS", "MODELS", "SCENARIOS", "BENCHMARK_JOB", "MODEL_TAG", "SCENARIO_TAG", "TRIGGER_TAG", "bench_partition",
-           "partition_for_plan", "ensure_models", "registered_models", "pinned_models"]
+__all__ = [
+    "BENCH_PARTITIONS",
+    "MODELS",
+    "SCENARIOS",
+    "BENCHMARK_JOB",
+    "MODEL_TAG",
+    "SCENARIO_TAG",
+    "TRIGGER_TAG",
+    "bench_partition",
+    "partition_for_plan",
+    "ensure_models",
+    "registered_models",
+    "pinned_models",
+]

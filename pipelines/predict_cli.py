@@ -23,11 +23,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FIT_RESULTS = ROOT / "results" / "h200-vllm" / "twin_fit.json"
 # where the band was validated (benchmarks/twin_fit.py)
-VALIDATED = {"profile": "vllm-like", "model": "llama-3.1-8b", "gpu": "h200", "tp": 1,
-             "precisions": ("bf16", "fp8"), "prompt_tokens": (512, 2049)}
-FIGURES = [("output_tok_s", "tok/s", "{:,.0f}"), ("ttft_p50_ms", "TTFT p50 ms", "{:,.1f}"),
-           ("ttft_p99_ms", "TTFT p99 ms", "{:,.1f}"), ("tpot_p50_ms", "TPOT p50 ms", "{:,.2f}"),
-           ("counter_w_per_gpu", "W/GPU", "{:,.0f}"), ("output_tokens_per_j", "tok/J", "{:,.3f}")]
+VALIDATED = {
+    "profile": "vllm-like",
+    "model": "llama-3.1-8b",
+    "gpu": "h200",
+    "tp": 1,
+    "precisions": ("bf16", "fp8"),
+    "prompt_tokens": (512, 2049),
+}
+FIGURES = [
+    ("output_tok_s", "tok/s", "{:,.0f}"),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:,.1f}"),
+    ("ttft_p99_ms", "TTFT p99 ms", "{:,.1f}"),
+    ("tpot_p50_ms", "TPOT p50 ms", "{:,.2f}"),
+    ("counter_w_per_gpu", "W/GPU", "{:,.0f}"),
+    ("output_tokens_per_j", "tok/J", "{:,.3f}"),
+]
 
 
 def error_bands(path: Path | None = None) -> dict[str, float]:
@@ -66,13 +77,17 @@ def _workload(load: dict[str, Any]):
     shape = load["shape"]
     common = {"input_tokens": int(load["input_tokens"]), "output_tokens": int(load["output_tokens"])}
     if shapes.get(shape).closed_loop:
-        return Workload(shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0),
-                        **common)
+        return Workload(
+            shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common
+        )
     if shapes.get(shape).ends_by_itself:
         return None  # trace: its requests' own lengths are not in the twin
     # open loop: the load generator's own schedule for the point (shape, rate, burstiness, surge)
-    fields = {k: float(load[k]) for k in ("rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s")
-              if load.get(k) is not None}
+    fields = {
+        k: float(load[k])
+        for k in ("rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s")
+        if load.get(k) is not None
+    }
     return Workload(shape=shape, **fields, **common)
 
 
@@ -98,14 +113,28 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
             dep = st.dep
             mid = model_spec(plan.model).id
             deployment = {
-                "deployment_id": spec.name, "source": "predicted", "model": plan.model, "engine": spec.engine,
-                "config_name": spec.name, "precision": spec.precision, "tp": spec.tp, "gpu_name": dep.gpu.name,
-                "n_gpus": spec.tp, "target": "twin", "engine_version": f"twin {profile} (emulator {EMULATOR_VERSION})",
-                "engine_version_source": "twin", "version_checked": False, "status": "healthy",
-                "hbm_used_mib": st.hbm_used_bytes / 2**20 * spec.tp, "hbm_total_mib": dep.gpu.hbm_mib * spec.tp,
-                "idle_power_w_before": dep.idle_power() * spec.tp, "idle_power_w_after": dep.idle_power() * spec.tp,
-                "power_limit_w": dep.power_limit_w, "telemetry_source": "emulated",
-                "config": {"profile": profile, "twin_config": config, "mapping": how, "emulator": st.summary()}}
+                "deployment_id": spec.name,
+                "source": "predicted",
+                "model": plan.model,
+                "engine": spec.engine,
+                "config_name": spec.name,
+                "precision": spec.precision,
+                "tp": spec.tp,
+                "gpu_name": dep.gpu.name,
+                "n_gpus": spec.tp,
+                "target": "twin",
+                "engine_version": f"twin {profile} (emulator {EMULATOR_VERSION})",
+                "engine_version_source": "twin",
+                "version_checked": False,
+                "status": "healthy",
+                "hbm_used_mib": st.hbm_used_bytes / 2**20 * spec.tp,
+                "hbm_total_mib": dep.gpu.hbm_mib * spec.tp,
+                "idle_power_w_before": dep.idle_power() * spec.tp,
+                "idle_power_w_after": dep.idle_power() * spec.tp,
+                "power_limit_w": dep.power_limit_w,
+                "telemetry_source": "emulated",
+                "config": {"profile": profile, "twin_config": config, "mapping": how, "emulator": st.summary()},
+            }
             bw.write("deployments", [deployment])
             extra: list[str] = []
             for repeat in range(1, plan.repeats + 1):
@@ -116,12 +145,23 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                         if wl is None:
                             log(f"  {spec.name} {workload.name}:{label}: shape {load['shape']} is not in the twin")
                             continue
-                        extra = extrapolation(profile, mid, dep.gpu.id, spec.tp, spec.precision,
-                                              int(load["input_tokens"]))
-                        r = simulate(profile, plan.model, plan.gpu, spec.tp, spec.precision, config, wl,
-                                     duration_s=float(load["duration_s"]), warmup_s=float(load["warmup_s"]),
-                                     seed=repeat - 1, setup_=setup(profile, plan.model, plan.gpu, spec.tp,
-                                                                   spec.precision, config), record=True)
+                        extra = extrapolation(
+                            profile, mid, dep.gpu.id, spec.tp, spec.precision, int(load["input_tokens"])
+                        )
+                        r = simulate(
+                            profile,
+                            plan.model,
+                            plan.gpu,
+                            spec.tp,
+                            spec.precision,
+                            config,
+                            wl,
+                            duration_s=float(load["duration_s"]),
+                            warmup_s=float(load["warmup_s"]),
+                            seed=repeat - 1,
+                            setup_=setup(profile, plan.model, plan.gpu, spec.tp, spec.precision, config),
+                            record=True,
+                        )
                         suffix = f"#{repeat}" if plan.repeats > 1 else ""
                         lp = f"{spec.name}:{workload.name}:{label}{suffix}"
                         bw.write("load_runs", [_load_run(spec.name, lp, workload, load, label, repeat, r, dep)])
@@ -138,18 +178,44 @@ def _ns(t: float) -> int:
 def _load_run(dep_id: str, lp: str, workload, load: dict, label: str, repeat: int, r, dep) -> dict[str, Any]:
     t0, t1 = float(load["warmup_s"]), float(load["warmup_s"]) + float(load["duration_s"])
     return {
-        "deployment_id": dep_id, "load_point_id": lp, "source": "predicted", "workload": workload.name,
-        "shape": load["shape"], "status": "ok", "point_label": label, "repeat": repeat, "api": load.get("api"),
-        "concurrency": load.get("concurrency"), "rate": load.get("rate"), "burstiness": load.get("burstiness"),
-        "input_tokens": load["input_tokens"], "output_tokens": load["output_tokens"], "warmup_s": t0,
-        "duration_s": float(load["duration_s"]), "window_start_ns": _ns(t0), "window_end_ns": _ns(t1),
-        "window_s": r.window_s, "sent": sum(1 for q in r.extra["requests"] if t0 <= q["sent"] < t1),
-        "completed": r.completed, "failed": 0, "output_tokens_in_window": r.output_tokens, "energy_j": r.energy_j,
+        "deployment_id": dep_id,
+        "load_point_id": lp,
+        "source": "predicted",
+        "workload": workload.name,
+        "shape": load["shape"],
+        "status": "ok",
+        "point_label": label,
+        "repeat": repeat,
+        "api": load.get("api"),
+        "concurrency": load.get("concurrency"),
+        "rate": load.get("rate"),
+        "burstiness": load.get("burstiness"),
+        "input_tokens": load["input_tokens"],
+        "output_tokens": load["output_tokens"],
+        "warmup_s": t0,
+        "duration_s": float(load["duration_s"]),
+        "window_start_ns": _ns(t0),
+        "window_end_ns": _ns(t1),
+        "window_s": r.window_s,
+        "sent": sum(1 for q in r.extra["requests"] if t0 <= q["sent"] < t1),
+        "completed": r.completed,
+        "failed": 0,
+        "output_tokens_in_window": r.output_tokens,
+        "energy_j": r.energy_j,
         "idle_power_w": dep.idle_power() * dep.tp,
-        "summary": {"source": "predicted", "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "itl_ms": r.itl_ms,
-                    "e2e_ms": r.e2e_ms, "output_token_throughput": r.output_tok_s,
-                    "request_throughput": r.request_throughput, "mean_batch": r.mean_batch,
-                    "power_capped_share": r.power_capped_share, "preemptions": r.preemptions}}
+        "summary": {
+            "source": "predicted",
+            "ttft_ms": r.ttft_ms,
+            "tpot_ms": r.tpot_ms,
+            "itl_ms": r.itl_ms,
+            "e2e_ms": r.e2e_ms,
+            "output_token_throughput": r.output_tok_s,
+            "request_throughput": r.request_throughput,
+            "mean_batch": r.mean_batch,
+            "power_capped_share": r.power_capped_share,
+            "preemptions": r.preemptions,
+        },
+    }
 
 
 def _requests(dep_id: str, lp: str, r, t0: float, t1: float) -> list[dict[str, Any]]:
@@ -158,14 +224,30 @@ def _requests(dep_id: str, lp: str, r, t0: float, t1: float) -> list[dict[str, A
         times = q["tokens_at"]
         first, last = times[0], times[-1]
         n = q["completion_tokens"]
-        rows.append({
-            "deployment_id": dep_id, "load_point_id": lp, "request_id": q["id"], "source": "predicted",
-            "scheduled_ns": _ns(q["sent"]), "sent_ns": _ns(q["sent"]), "first_token_ns": _ns(first),
-            "last_token_ns": _ns(last), "ttft_ms": (first - q["sent"]) * 1e3, "e2e_ms": (last - q["sent"]) * 1e3,
-            "tpot_ms": (last - first) * 1e3 / (n - 1) if n > 1 else None, "prompt_tokens": q["prompt_tokens"],
-            "completion_tokens": n, "token_count_source": "usage", "max_tokens": q["max_tokens"],
-            "finish_reason": "length", "http_status": 200, "chunk_ns": [_ns(t) for t in times],
-            "chunk_tokens": [1] * len(times), "in_window": t0 <= q["sent"] < t1})
+        rows.append(
+            {
+                "deployment_id": dep_id,
+                "load_point_id": lp,
+                "request_id": q["id"],
+                "source": "predicted",
+                "scheduled_ns": _ns(q["sent"]),
+                "sent_ns": _ns(q["sent"]),
+                "first_token_ns": _ns(first),
+                "last_token_ns": _ns(last),
+                "ttft_ms": (first - q["sent"]) * 1e3,
+                "e2e_ms": (last - q["sent"]) * 1e3,
+                "tpot_ms": (last - first) * 1e3 / (n - 1) if n > 1 else None,
+                "prompt_tokens": q["prompt_tokens"],
+                "completion_tokens": n,
+                "token_count_source": "usage",
+                "max_tokens": q["max_tokens"],
+                "finish_reason": "length",
+                "http_status": 200,
+                "chunk_ns": [_ns(t) for t in times],
+                "chunk_tokens": [1] * len(times),
+                "in_window": t0 <= q["sent"] < t1,
+            }
+        )
     return rows
 
 
@@ -175,7 +257,9 @@ def table(con, run_id: str, bands: dict[str, float], notes: list[dict]) -> str:
     rows = con.execute(
         "SELECT engine, workload || ':' || point_label AS point, metric, estimate FROM v_point_figures "
         "WHERE run_id = ? AND metric IN (" + ", ".join("?" for _ in FIGURES) + ") ORDER BY engine, workload, "
-        "point_label", [run_id, *[f for f, _l, _f in FIGURES]]).fetchall()
+        "point_label",
+        [run_id, *[f for f, _l, _f in FIGURES]],
+    ).fetchall()
     by: dict[tuple, dict] = {}
     for engine, point, metric, est in rows:
         by.setdefault((engine, point), {})[metric] = est
@@ -203,8 +287,11 @@ def main(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
     bands = error_bands()
-    print(f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
-          f"(the emulator in virtual time), not measured", file=sys.stderr)
+    print(
+        f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
+        f"(the emulator in virtual time), not measured",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         notes = predict_bundle(plan, Path(tmp) / "bundle", run_id, log=lambda s: print(s, file=sys.stderr))
         db = Path(tmp) / "predict.duckdb" if args.no_store else args.db
@@ -212,41 +299,62 @@ def main(args: argparse.Namespace) -> int:
             with connect(db) as con:
                 ingest_bundle(con, Path(tmp) / "bundle")
                 fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
-                con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
-                            "finished_at = ?, status = 'complete' WHERE run_id = ?",
-                            [*fields.values(), stamp.replace(tzinfo=None), dt.datetime.now(dt.UTC)
-                             .replace(tzinfo=None), run_id])
+                con.execute(
+                    f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
+                    "finished_at = ?, status = 'complete' WHERE run_id = ?",
+                    [
+                        *fields.values(),
+                        stamp.replace(tzinfo=None),
+                        dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                        run_id,
+                    ],
+                )
                 text = table(con, run_id, bands, notes)
         except WarehouseError as exc:
             print(f"wattbench predict: {exc}", file=sys.stderr)
             return 2
     if args.format == "json":
-        print(json.dumps({"run_id": None if args.no_store else run_id, "source": "predicted", "bands": bands,
-                          "notes": notes}, indent=1))
+        print(
+            json.dumps(
+                {"run_id": None if args.no_store else run_id, "source": "predicted", "bands": bands, "notes": notes},
+                indent=1,
+            )
+        )
     else:
         print(text)
     print("", file=sys.stderr)
     if bands:
-        print("± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
-              "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out)", file=sys.stderr)
+        print(
+            "± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
+            "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out)",
+            file=sys.stderr,
+        )
     else:
         print("no validated error band: results/h200-vllm/twin_fit.json is missing", file=sys.stderr)
     for n in notes:
         if n.get("skipped"):
             continue
-        where = ("; extrapolates beyond the validated domain (vLLM, Llama-3.1-8B, 1xH200): "
-                 + ", ".join(n["extrapolates"])) if n["extrapolates"] else "; inside the validated domain"
+        where = (
+            ("; extrapolates beyond the validated domain (vLLM, Llama-3.1-8B, 1xH200): " + ", ".join(n["extrapolates"]))
+            if n["extrapolates"]
+            else "; inside the validated domain"
+        )
         print(f"{n['engine']}: {n['mapping']}{where}", file=sys.stderr)
     if not args.no_store:
-        print(f"filed as run {run_id} (source predicted): wattbench report --run {run_id}; "
-              f"wattbench report --capacity --run {run_id}", file=sys.stderr)
+        print(
+            f"filed as run {run_id} (source predicted): wattbench report --run {run_id}; "
+            f"wattbench report --capacity --run {run_id}",
+            file=sys.stderr,
+        )
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "predict", help="the digital twin's figures for a plan never measured, with the validated error band",
-        description=__doc__.split("\n\n")[0])
+        "predict",
+        help="the digital twin's figures for a plan never measured, with the validated error band",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--plan", required=True, help="the plan to predict (engines, workloads, prices, SLO, capacity)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument("--run-id", help="file the predicted run under this id (default: predicted-<plan>-<time>)")

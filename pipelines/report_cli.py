@@ -1,10 +1,10 @@
 """`wattbench report`: print a run's reports from the warehouse (the same sql/ queries the report assets use).
 
-    wattbench report                         head-to-head table of the latest run
-    wattbench report --capacity              capacity plan + hybrid topology (profile from the run's plan, or flags)
-    wattbench report --regressions           this run against the previous run of each load point
-    wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
-    wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
+wattbench report                         head-to-head table of the latest run
+wattbench report --capacity              capacity plan + hybrid topology (profile from the run's plan, or flags)
+wattbench report --regressions           this run against the previous run of each load point
+wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
+wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wattbench_agent.argtypes import finite_float
-
 from assets.report_text import contrasts_text, head_to_head_text
 from pipelines.commands import _fail, _print_table, latest_run_id
+from wattbench_agent.argtypes import finite_float
 
 _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
 
@@ -27,13 +26,19 @@ def resolve_run(con, ref: str | None) -> str:
         if run_id is None:
             raise ValueError("no runs in the warehouse yet; run `make run` first")
         return run_id
-    rows = [r[0] for r in con.execute(
-        "SELECT run_id FROM runs WHERE run_id = ? OR starts_with(run_id, ?) ORDER BY run_id", [ref, ref]).fetchall()]
+    rows = [
+        r[0]
+        for r in con.execute(
+            "SELECT run_id FROM runs WHERE run_id = ? OR starts_with(run_id, ?) ORDER BY run_id", [ref, ref]
+        ).fetchall()
+    ]
     if ref in rows:
         return ref
     if not rows:
-        raise ValueError(f"no run {ref!r} in the warehouse; list them with: wattbench sql \"SELECT run_id, plan_name, "
-                         "started_at FROM runs ORDER BY started_at\"")
+        raise ValueError(
+            f'no run {ref!r} in the warehouse; list them with: wattbench sql "SELECT run_id, plan_name, '
+            'started_at FROM runs ORDER BY started_at"'
+        )
     if len(rows) > 1:
         raise ValueError(f"run prefix {ref!r} is ambiguous: {', '.join(rows[:5])}")
     return rows[0]
@@ -60,8 +65,12 @@ def compare_text(con, run_a: str, run_b: str, only_flagged: bool = False) -> tup
 
     df = run_sql(con, "compare_runs", {"run_a": run_a, "run_b": run_b})
     counts = df["flag"].value_counts().to_dict() if not df.empty else {}
-    info = {r[0]: r[1:] for r in con.execute(
-        "SELECT run_id, plan_name, started_at, source FROM runs WHERE run_id IN (?, ?)", [run_a, run_b]).fetchall()}
+    info = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT run_id, plan_name, started_at, source FROM runs WHERE run_id IN (?, ?)", [run_a, run_b]
+        ).fetchall()
+    }
     head = []
     for tag, rid in (("A", run_a), ("B", run_b)):
         plan_name, started, source = info.get(rid, (None, None, None))
@@ -74,17 +83,31 @@ def compare_text(con, run_a: str, run_b: str, only_flagged: bool = False) -> tup
     last = None
     for _, r in df.iterrows():
         point = f"{r['engine']} {r['workload']}:{r['point_label']}"
-        rows.append([point if point != last else "", r["metric"], "↑" if r["better"] == "higher" else "↓",
-                     _fmt(r["run_a"]), _fmt(r["run_b"]),
-                     "" if r["change_pct"] != r["change_pct"] else f"{r['change_pct']:+.1f}%",
-                     f"±{r['band_pct']:.1f}%", r["flag"] if r["flag"] != "within noise" else "·"])
+        rows.append(
+            [
+                point if point != last else "",
+                r["metric"],
+                "↑" if r["better"] == "higher" else "↓",
+                _fmt(r["run_a"]),
+                _fmt(r["run_b"]),
+                "" if r["change_pct"] != r["change_pct"] else f"{r['change_pct']:+.1f}%",
+                f"±{r['band_pct']:.1f}%",
+                r["flag"] if r["flag"] != "within noise" else "·",
+            ]
+        )
         last = point
-    table = tabulate(rows, headers=["load point", "metric", "better", "A", "B", "change", "band", "flag"],
-                     tablefmt="github", disable_numparse=True)
-    summary = (f"{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s), "
-               f"{counts.get('within noise', 0)} within noise, {counts.get('no baseline', 0)} not in run A. "
-               "Rule: change = (B - A) / |A|; flagged beyond max(3 x robust relative stdev (1.4826 x MAD / |median|) of "
-               "the metric over runs of the point up to A, 5%).")
+    table = tabulate(
+        rows,
+        headers=["load point", "metric", "better", "A", "B", "change", "band", "flag"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
+    summary = (
+        f"{counts.get('REGRESSION', 0)} regression(s), {counts.get('improvement', 0)} improvement(s), "
+        f"{counts.get('within noise', 0)} within noise, {counts.get('no baseline', 0)} not in run A. "
+        "Rule: change = (B - A) / |A|; flagged beyond max(3 x robust relative stdev (1.4826 x MAD / |median|) of "
+        "the metric over runs of the point up to A, 5%)."
+    )
     return "\n".join(head + ["", table if rows else "(nothing beyond the noise band)", "", summary]), counts
 
 
@@ -104,8 +127,14 @@ def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
     from assets.report_text import run_capacity_profile
 
     params = run_capacity_profile(con, run_id) or {}
-    for key in ("steady_qps", "peak_qps", "burst_hours_per_day", "input_tokens", "output_tokens",
-                "elastic_gpu_hour_usd"):
+    for key in (
+        "steady_qps",
+        "peak_qps",
+        "burst_hours_per_day",
+        "input_tokens",
+        "output_tokens",
+        "elastic_gpu_hour_usd",
+    ):
         value = getattr(args, key)
         if value is not None:
             params[key] = value
@@ -113,17 +142,20 @@ def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
     for key in ("input_tokens", "output_tokens", "elastic_gpu_hour_usd"):
         params.setdefault(key, None)
     if params.get("steady_qps") is None or params.get("peak_qps") is None:
-        raise ValueError("no traffic profile: the run's plan has no `capacity:` section; pass --steady-qps and "
-                         "--peak-qps")
+        raise ValueError(
+            "no traffic profile: the run's plan has no `capacity:` section; pass --steady-qps and --peak-qps"
+        )
     if params["peak_qps"] < params["steady_qps"]:
         raise ValueError(f"--peak-qps ({params['peak_qps']:g}) must be >= --steady-qps ({params['steady_qps']:g})")
     return params
 
 
 def _profile_line(params: dict) -> str:
-    return (f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s "
-            f"for {params['burst_hours_per_day']:g} h/day, lengths {params['input_tokens'] or 'any'}/"
-            f"{params['output_tokens'] or 'any'} tokens in/out")
+    return (
+        f"steady {params['steady_qps']:g} req/s, peak {params['peak_qps']:g} req/s "
+        f"for {params['burst_hours_per_day']:g} h/day, lengths {params['input_tokens'] or 'any'}/"
+        f"{params['output_tokens'] or 'any'} tokens in/out"
+    )
 
 
 def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
@@ -142,13 +174,16 @@ def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
 def latest_run_per_gpu(con) -> list[str]:
     """The latest run of each GPU kind among the runs of the latest run's model."""
     latest = resolve_run(con, None)
-    rows = con.execute("""
+    rows = con.execute(
+        """
         WITH per_run AS (
             SELECT d.run_id, any_value(d.model) AS model, any_value(d.gpu_name) AS gpu_name, any_value(r.started_at) AS t
             FROM deployments d JOIN runs r USING (run_id) GROUP BY d.run_id)
         SELECT arg_max(run_id, t) FROM per_run
         WHERE model = (SELECT model FROM per_run WHERE run_id = ?)
-        GROUP BY gpu_name ORDER BY gpu_name""", [latest]).fetchall()
+        GROUP BY gpu_name ORDER BY gpu_name""",
+        [latest],
+    ).fetchall()
     return [r[0] for r in rows] or [latest]
 
 
@@ -158,8 +193,10 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
 
     runs = [resolve_run(con, ref) for ref in refs] if refs else latest_run_per_gpu(con)
     params = {**_profile(con, runs[0], args), "runs": runs}
-    print(f"What to buy for {_profile_line(params)}; runs {', '.join(runs)} (cheapest first, GPUs sized for the "
-          "peak and always on, each run at its own $/GPU-hour):")
+    print(
+        f"What to buy for {_profile_line(params)}; runs {', '.join(runs)} (cheapest first, GPUs sized for the "
+        "peak and always on, each run at its own $/GPU-hour):"
+    )
     _print(run_sql(con, "what_to_buy", params), args.format)
     print("\nAssumptions:\n" + "\n".join(f"- {a}" for a in CAPACITY_ASSUMPTIONS))
     return 0
@@ -201,24 +238,38 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="print a run's reports: head-to-head (default), --capacity, --regressions, "
-                                      "--compare RUN_A RUN_B")
+    p = sub.add_parser(
+        "report", help="print a run's reports: head-to-head (default), --capacity, --regressions, --compare RUN_A RUN_B"
+    )
     p.add_argument("--run", help="run id or a unique prefix of one (default: the latest run)")
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
-                      help="two runs side by side: B against A per load point and metric, with deltas and flags")
+    mode.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="two runs side by side: B against A per load point and metric, with deltas and flags",
+    )
     mode.add_argument("--capacity", action="store_true", help="capacity plan and hybrid topology of the run")
     mode.add_argument("--regressions", action="store_true", help="the run against the previous run of each point")
-    mode.add_argument("--buy", nargs="*", metavar="RUN",
-                      help="what to buy: the traffic profile sized on these runs (default: the latest run of each GPU "
-                           "kind measured for the latest run's model), every engine config ranked by monthly cost")
+    mode.add_argument(
+        "--buy",
+        nargs="*",
+        metavar="RUN",
+        help="what to buy: the traffic profile sized on these runs (default: the latest run of each GPU "
+        "kind measured for the latest run's model), every engine config ranked by monthly cost",
+    )
     p.add_argument("--only-flagged", action="store_true", help="--compare/--regressions: only rows beyond the band")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed (for CI)")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="--capacity/--buy/--regressions output format")
-    g = p.add_argument_group("traffic profile for --capacity and --buy (default: the `capacity:` section of the "
-                                 "run's plan)")
+    p.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="--capacity/--buy/--regressions output format",
+    )
+    g = p.add_argument_group(
+        "traffic profile for --capacity and --buy (default: the `capacity:` section of the run's plan)"
+    )
     g.add_argument("--steady-qps", type=finite_float(0))
     g.add_argument("--peak-qps", type=finite_float(0, strict_minimum=True))
     g.add_argument("--burst-hours-per-day", type=finite_float(0, 24))

@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from wattbench_agent import procs
 
@@ -44,8 +44,13 @@ Log = Callable[[str], None]
 def process_tags(warehouse: str | os.PathLike, runs_dir: str | os.PathLike) -> dict[str, str]:
     """Tags of a run executed by this process: who runs it, and where its warehouse and run folders are."""
     me = procs.identity()
-    return {PID_TAG: str(me["pid"]), START_TAG: str(me["start_ticks"] or ""), HOST_TAG: me["host"],
-            WAREHOUSE_TAG: str(Path(warehouse).resolve()), RUNS_DIR_TAG: str(Path(runs_dir).resolve())}
+    return {
+        PID_TAG: str(me["pid"]),
+        START_TAG: str(me["start_ticks"] or ""),
+        HOST_TAG: me["host"],
+        WAREHOUSE_TAG: str(Path(warehouse).resolve()),
+        RUNS_DIR_TAG: str(Path(runs_dir).resolve()),
+    }
 
 
 def _unfinished_statuses():
@@ -59,9 +64,9 @@ def _unfinished_statuses():
 class RunState:
     """One unfinished run of the instance and what is known of the process that runs it."""
 
-    run: Any                                    # dagster.DagsterRun
-    owner: dict[str, Any] | None                # the identity of the process executing it (None: not tagged)
-    alive: bool | None                          # None: cannot tell (no tag, or another host)
+    run: Any  # dagster.DagsterRun
+    owner: dict[str, Any] | None  # the identity of the process executing it (None: not tagged)
+    alive: bool | None  # None: cannot tell (no tag, or another host)
 
     @property
     def run_id(self) -> str:
@@ -123,8 +128,15 @@ def stop_run_processes(bundle: Path | None, log: Log) -> list[str]:
     return stopped
 
 
-def mark_in_warehouse(db: Path | None, run_id: str, status: str, error: str, job_name: str | None = None,
-                      partition: str | None = None, log: Log = print) -> bool:
+def mark_in_warehouse(
+    db: Path | None,
+    run_id: str,
+    status: str,
+    error: str,
+    job_name: str | None = None,
+    partition: str | None = None,
+    log: Log = print,
+) -> bool:
     """A Dagster run ended `status`: the benchmarks it opened or resumed that are still running take it, and a
     failure is a `failed_runs` row (assets/benchmark_run.mark_ended). False when the warehouse could not be
     written (said on `log`); the Dagster side stands."""
@@ -138,8 +150,9 @@ def mark_in_warehouse(db: Path | None, run_id: str, status: str, error: str, job
         with connect(db, wait_s=10.0) as con:
             mark_ended(con, run_id, status, error, job_name, partition)
     except WarehouseError as exc:
-        log(f"wattbench: run {run_id}: the warehouse could not be updated ({exc}); `wattbench runs --clean` "
-            "tries again")
+        log(
+            f"wattbench: run {run_id}: the warehouse could not be updated ({exc}); `wattbench runs --clean` tries again"
+        )
         return False
     return True
 
@@ -160,10 +173,13 @@ def reap(instance: Any, state: RunState, reason: str, log: Log = print) -> Reape
     current = instance.get_run_by_id(run.run_id)
     if current is not None and current.status in _unfinished_statuses():
         instance.report_run_failed(current, message=f"wattbench: {reason}; marked failed by the stale-run reaper")
-    marked = mark_in_warehouse(state.warehouse, run.run_id, "failed", reason, run.job_name,
-                               run.tags.get("dagster/partition"), log)
-    log(f"wattbench: run {run.run_id} was left '{run.status.value}' ({reason}): marked failed, its pool slots "
-        f"freed" + (f", {', '.join(stopped)} stopped" if stopped else "") + ".")
+    marked = mark_in_warehouse(
+        state.warehouse, run.run_id, "failed", reason, run.job_name, run.tags.get("dagster/partition"), log
+    )
+    log(
+        f"wattbench: run {run.run_id} was left '{run.status.value}' ({reason}): marked failed, its pool slots "
+        f"freed" + (f", {', '.join(stopped)} stopped" if stopped else "") + "."
+    )
     return Reaped(run.run_id, reason, stopped, marked)
 
 
@@ -181,8 +197,10 @@ def free_slots_of_finished_runs(instance: Any, log: Log = print) -> list[str]:
             if run is None or run.status not in _unfinished_statuses():
                 storage.free_concurrency_slots_for_run(run_id)
                 freed.append(run_id)
-                log(f"wattbench: freed the '{key}' pool slot held by run {run_id}, which "
-                    + ("no longer exists" if run is None else f"is {run.status.value}"))
+                log(
+                    f"wattbench: freed the '{key}' pool slot held by run {run_id}, which "
+                    + ("no longer exists" if run is None else f"is {run.status.value}")
+                )
     return freed
 
 
@@ -202,8 +220,10 @@ def reap_stale_runs(instance: Any, log: Log = print, named: list[str] = ()) -> l
             run = instance.get_run_by_id(run_id)
             log(f"wattbench: run {run_id}: " + ("no such run" if run is None else f"already {run.status.value}"))
         elif state.alive:
-            log(f"wattbench: run {run_id}: its process {state.owner['pid']} is running; left alone (stop it with "
-                "Ctrl-C or kill -TERM)")
+            log(
+                f"wattbench: run {run_id}: its process {state.owner['pid']} is running; left alone (stop it with "
+                "Ctrl-C or kill -TERM)"
+            )
         elif not state.stale:
             reaped.append(reap(instance, state, "named by `wattbench runs --clean` (no process known to run it)", log))
     free_slots_of_finished_runs(instance, log)
@@ -220,9 +240,16 @@ def slot_holders(instance: Any, pool: str) -> list[str]:
         run = instance.get_run_by_id(run_id)
         owner = owner_of(run) if run is not None else None
         state = procs.alive(owner) if owner else None
-        out.append(f"run {run_id} (" + ("process unknown" if owner is None else f"process {owner['pid']}, "
-                                         + ("running" if state else "on another host" if state is None else "gone"))
-                   + ")")
+        out.append(
+            f"run {run_id} ("
+            + (
+                "process unknown"
+                if owner is None
+                else f"process {owner['pid']}, "
+                + ("running" if state else "on another host" if state is None else "gone")
+            )
+            + ")"
+        )
     return out
 
 
@@ -283,24 +310,36 @@ def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
         owner = owner_of(run)
         state = procs.alive(owner) if owner else None
         unfinished = run.status in _unfinished_statuses()
-        process = ("-" if owner is None else f"{owner['pid']} " + (
-            "running" if state else "other host" if state is None else "gone"))
+        process = (
+            "-"
+            if owner is None
+            else f"{owner['pid']} " + ("running" if state else "other host" if state is None else "gone")
+        )
         db = run.tags.get(WAREHOUSE_TAG)
         if db and db not in status_by_db:
             try:
                 with connect(db, read_only=True, wait_s=2.0) as con:  # a Dagster run's benchmark, or its own id
                     status_by_db[db] = dict(con.execute("SELECT run_id, status FROM runs").fetchall())
                     if "dagster_runs" in {r[0] for r in con.execute("SHOW TABLES").fetchall()}:
-                        status_by_db[db].update(con.execute(
-                            "SELECT d.dagster_run_id, r.status || CASE WHEN d.run_id <> d.dagster_run_id THEN "
-                            "' (' || d.role || ' ' || d.run_id || ')' ELSE '' END FROM dagster_runs d JOIN runs r "
-                            "USING (run_id) WHERE d.role <> 'reported'").fetchall())
+                        status_by_db[db].update(
+                            con.execute(
+                                "SELECT d.dagster_run_id, r.status || CASE WHEN d.run_id <> d.dagster_run_id THEN "
+                                "' (' || d.role || ' ' || d.run_id || ')' ELSE '' END FROM dagster_runs d JOIN runs r "
+                                "USING (run_id) WHERE d.role <> 'reported'"
+                            ).fetchall()
+                        )
             except WarehouseError:
                 status_by_db[db] = {}
-        rows.append({"run_id": run.run_id, "dagster": run.status.value,
-                     "partition": run.tags.get("dagster/partition", ""), "process": process,
-                     "warehouse": (status_by_db.get(db) or {}).get(run.run_id, "-") if db else "-",
-                     "stale": unfinished and owner is not None and state is False})
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "dagster": run.status.value,
+                "partition": run.tags.get("dagster/partition", ""),
+                "process": process,
+                "warehouse": (status_by_db.get(db) or {}).get(run.run_id, "-") if db else "-",
+                "stale": unfinished and owner is not None and state is False,
+            }
+        )
     return rows
 
 
@@ -325,4 +364,3 @@ def main_runs(clean: bool, limit: int, named: list[str] = (), log: Log = print) 
     shown = [{**r, "stale": "STALE (wattbench runs --clean)" if r["stale"] else ""} for r in rows]
     print(tabulate(shown, headers="keys", tablefmt="github"))
     return 0
-

@@ -16,8 +16,16 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, bench_partition,
-                                  ensure_models, pinned_models, registered_models)
+from pipelines.partitions import (
+    BENCHMARK_JOB,
+    MODEL_TAG,
+    SCENARIO_TAG,
+    TRIGGER_TAG,
+    bench_partition,
+    ensure_models,
+    pinned_models,
+    registered_models,
+)
 from resources.bench_plan import scenario_plans
 from resources.model_registry import model_id_for
 
@@ -25,7 +33,9 @@ PINNED_SCENARIO = "default"
 TZ = "UTC"
 
 
-def scheduled_run_requests(context: dg.ScheduleEvaluationContext, scenarios: list[str], trigger: str) -> list[dg.RunRequest]:
+def scheduled_run_requests(
+    context: dg.ScheduleEvaluationContext, scenarios: list[str], trigger: str
+) -> list[dg.RunRequest]:
     pinned = pinned_models([PINNED_SCENARIO])
     ensure_models(context.instance, list(pinned))
     models = registered_models(context.instance)
@@ -36,7 +46,8 @@ def scheduled_run_requests(context: dg.ScheduleEvaluationContext, scenarios: lis
             partition_key=bench_partition(model, scenario),
             tags={MODEL_TAG: pinned.get(model, model_id_for(model)), SCENARIO_TAG: scenario, TRIGGER_TAG: trigger},
         )
-        for scenario in scenarios for model in models
+        for scenario in scenarios
+        for model in models
     ]
 
 
@@ -50,7 +61,7 @@ def build_schedules(tz: str = TZ) -> list[dg.ScheduleDefinition]:
         execution_timezone=tz,
         default_status=dg.DefaultScheduleStatus.STOPPED,
         description="Every night: the pinned matrix (scenario 'default') for every registered model, so "
-                    "`regressions` compares each load point with the night before.",
+        "`regressions` compares each load point with the night before.",
     )
     def nightly_regression(context: dg.ScheduleEvaluationContext):
         if PINNED_SCENARIO not in scenario_plans():
@@ -66,8 +77,9 @@ def build_schedules(tz: str = TZ) -> list[dg.ScheduleDefinition]:
         description="Every Sunday: every scenario (plans/*.yaml) for every registered model.",
     )
     def weekly_full_sweep(context: dg.ScheduleEvaluationContext):
-        return (scheduled_run_requests(context, list(scenario_plans()), "weekly")
-                or dg.SkipReason("no registered models"))
+        return scheduled_run_requests(context, list(scenario_plans()), "weekly") or dg.SkipReason(
+            "no registered models"
+        )
 
     return [nightly_regression, weekly_full_sweep]
 

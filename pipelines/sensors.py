@@ -27,14 +27,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from pipelines.partitions import (BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG,
-                                  bench_partition)
+from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG, bench_partition
 from resources.bench_plan import scenario_plans
 from resources.model_registry import HubClient, HubModel, HubUnavailable, parse_time, partition_key_for
 
@@ -63,17 +62,22 @@ class HubWatch(dg.ConfigurableResource):
     token: str | None = None
 
     @classmethod
-    def from_env(cls) -> "HubWatch":
+    def from_env(cls) -> HubWatch:
         env = os.environ.get
         fields: dict[str, Any] = {}
-        for name, var, cast in (("base_url", "WATTBENCH_HUB_URL", str), ("orgs", "WATTBENCH_HUB_ORGS", str),
-                                ("pipeline_tag", "WATTBENCH_HUB_PIPELINE_TAG", str),
-                                ("library", "WATTBENCH_HUB_LIBRARY", str), ("filters", "WATTBENCH_HUB_FILTERS", str),
-                                ("limit", "WATTBENCH_HUB_LIMIT", int), ("scenarios", "WATTBENCH_HUB_SCENARIOS", str),
-                                ("first_poll_models", "WATTBENCH_HUB_FIRST_POLL_MODELS", int),
-                                ("timeout_s", "WATTBENCH_HUB_TIMEOUT_S", float),
-                                ("backoff_s", "WATTBENCH_HUB_BACKOFF_S", float),
-                                ("max_backoff_s", "WATTBENCH_HUB_MAX_BACKOFF_S", float)):
+        for name, var, cast in (
+            ("base_url", "WATTBENCH_HUB_URL", str),
+            ("orgs", "WATTBENCH_HUB_ORGS", str),
+            ("pipeline_tag", "WATTBENCH_HUB_PIPELINE_TAG", str),
+            ("library", "WATTBENCH_HUB_LIBRARY", str),
+            ("filters", "WATTBENCH_HUB_FILTERS", str),
+            ("limit", "WATTBENCH_HUB_LIMIT", int),
+            ("scenarios", "WATTBENCH_HUB_SCENARIOS", str),
+            ("first_poll_models", "WATTBENCH_HUB_FIRST_POLL_MODELS", int),
+            ("timeout_s", "WATTBENCH_HUB_TIMEOUT_S", float),
+            ("backoff_s", "WATTBENCH_HUB_BACKOFF_S", float),
+            ("max_backoff_s", "WATTBENCH_HUB_MAX_BACKOFF_S", float),
+        ):
             if env(var) is not None:
                 fields[name] = cast(env(var))
         if env("HF_TOKEN"):
@@ -107,16 +111,28 @@ class HubCursor:
     last_error: str | None = None
 
     @classmethod
-    def parse(cls, text: str | None) -> "HubCursor":
+    def parse(cls, text: str | None) -> HubCursor:
         if not text:
             return cls()
         data = json.loads(text)
-        return cls(orgs=dict(data.get("orgs") or {}), failures=int(data.get("failures") or 0),
-                   backoff_until=data.get("backoff_until"), last_error=data.get("last_error"))
+        return cls(
+            orgs=dict(data.get("orgs") or {}),
+            failures=int(data.get("failures") or 0),
+            backoff_until=data.get("backoff_until"),
+            last_error=data.get("last_error"),
+        )
 
     def dumps(self) -> str:
-        return json.dumps({"v": 1, "orgs": self.orgs, "failures": self.failures, "backoff_until": self.backoff_until,
-                           "last_error": self.last_error}, sort_keys=True)
+        return json.dumps(
+            {
+                "v": 1,
+                "orgs": self.orgs,
+                "failures": self.failures,
+                "backoff_until": self.backoff_until,
+                "last_error": self.last_error,
+            },
+            sort_keys=True,
+        )
 
 
 @dataclass
@@ -152,7 +168,7 @@ def _advance(mark: dict[str, Any] | None, models: list[HubModel]) -> dict[str, A
 
 def poll_hub(watch: HubWatch, cursor_text: str | None, now: datetime | None = None) -> PollOutcome:
     """One poll of every organisation. Pure apart from the HTTP calls: what is new, and the next cursor."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     cursor = HubCursor.parse(cursor_text)
     if cursor.backoff_until and parse_time(cursor.backoff_until) > now:
         return PollOutcome(cursor=cursor, new_models=[], skipped_until=parse_time(cursor.backoff_until))
@@ -163,21 +179,34 @@ def poll_hub(watch: HubWatch, cursor_text: str | None, now: datetime | None = No
     for org in watch.org_list():
         mark = orgs.get(org)
         try:
-            listed = client.list_models(org, limit=watch.limit, pipeline_tag=watch.pipeline_tag or None,
-                                        library=watch.library or None, filters=_csv(watch.filters),
-                                        stop_at=parse_time(mark["created_at"]) if mark else None)
+            listed = client.list_models(
+                org,
+                limit=watch.limit,
+                pipeline_tag=watch.pipeline_tag or None,
+                library=watch.library or None,
+                filters=_csv(watch.filters),
+                stop_at=parse_time(mark["created_at"]) if mark else None,
+            )
         except HubUnavailable as exc:
             failures = cursor.failures + 1
-            backoff = exc.retry_after_s if exc.retry_after_s is not None else min(
-                watch.max_backoff_s, watch.backoff_s * 2 ** (failures - 1))
+            backoff = (
+                exc.retry_after_s
+                if exc.retry_after_s is not None
+                else min(watch.max_backoff_s, watch.backoff_s * 2 ** (failures - 1))
+            )
             # the organisations polled before the error keep their progress: their run requests go out with it
-            next_cursor = HubCursor(orgs=orgs, failures=failures, last_error=f"{org}: {exc}",
-                                    backoff_until=(now + timedelta(seconds=backoff)).isoformat())
+            next_cursor = HubCursor(
+                orgs=orgs,
+                failures=failures,
+                last_error=f"{org}: {exc}",
+                backoff_until=(now + timedelta(seconds=backoff)).isoformat(),
+            )
             return PollOutcome(cursor=next_cursor, new_models=new_models, error=exc, backoff_s=backoff, notes=notes)
         notes += client.notes
         wanted = [m for m in listed if watch.wanted(m)]
-        new_models += [m for m in _new_since(wanted, mark, watch.first_poll_models) if m.id not in
-                       {n.id for n in new_models}]
+        new_models += [
+            m for m in _new_since(wanted, mark, watch.first_poll_models) if m.id not in {n.id for n in new_models}
+        ]
         advanced = _advance(mark, wanted)
         if advanced is not None:
             orgs[org] = advanced
@@ -189,14 +218,19 @@ def hub_run_requests(models: list[HubModel], scenarios: list[str]) -> list[dg.Ru
         dg.RunRequest(
             run_key=f"hub:{m.id}:{scenario}",
             partition_key=bench_partition(partition_key_for(m.id), scenario),
-            tags={MODEL_TAG: m.id, SCENARIO_TAG: scenario, TRIGGER_TAG: "hub-sensor",
-                  "wattbench/hub_created_at": m.created_at},
+            tags={
+                MODEL_TAG: m.id,
+                SCENARIO_TAG: scenario,
+                TRIGGER_TAG: "hub-sensor",
+                "wattbench/hub_created_at": m.created_at,
+            },
         )
-        for m in models for scenario in scenarios
+        for m in models
+        for scenario in scenarios
     ]
 
 
-DEFAULT_POLL_S = 3600   # $WATTBENCH_HUB_POLL_S, read when the definitions are built (pipelines/definitions.py)
+DEFAULT_POLL_S = 3600  # $WATTBENCH_HUB_POLL_S, read when the definitions are built (pipelines/definitions.py)
 
 
 def _model_release(context: dg.SensorEvaluationContext, hub: HubWatch):
@@ -209,8 +243,9 @@ def _model_release(context: dg.SensorEvaluationContext, hub: HubWatch):
     except ValueError as exc:  # a cursor that is not ours: keep it, say so, do nothing
         return dg.SkipReason(f"cursor not understood ({exc}); fix or reset the sensor cursor")
     if outcome.skipped_until is not None:
-        return dg.SkipReason(f"backing off until {outcome.skipped_until.isoformat()} "
-                             f"(after: {outcome.cursor.last_error})")
+        return dg.SkipReason(
+            f"backing off until {outcome.skipped_until.isoformat()} (after: {outcome.cursor.last_error})"
+        )
     for note in outcome.notes:
         context.log.warning(note)
     models = outcome.new_models
@@ -220,16 +255,19 @@ def _model_release(context: dg.SensorEvaluationContext, hub: HubWatch):
     partitions = [MODELS.build_add_request(new_keys)] if new_keys else []
     if outcome.error is not None:
         context.log.warning(f"Hub poll failed: {outcome.error}; backing off {outcome.backoff_s:.0f} s")
-        skip = (f"Hub unavailable ({outcome.cursor.last_error}); backing off {outcome.backoff_s:.0f} s until "
-                f"{outcome.cursor.backoff_until}")
+        skip = (
+            f"Hub unavailable ({outcome.cursor.last_error}); backing off {outcome.backoff_s:.0f} s until "
+            f"{outcome.cursor.backoff_until}"
+        )
     else:
         skip = f"no new models from {', '.join(hub.org_list())}"
     if models:
         context.log.info("new models: " + ", ".join(m.id for m in models))
     if not run_requests and not partitions:
         return dg.SensorResult(skip_reason=skip, cursor=outcome.cursor.dumps())
-    return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partitions,
-                           cursor=outcome.cursor.dumps())
+    return dg.SensorResult(
+        run_requests=run_requests, dynamic_partitions_requests=partitions, cursor=outcome.cursor.dumps()
+    )
 
 
 def _error_text(context: dg.RunFailureSensorContext) -> str:
@@ -250,7 +288,7 @@ def model_release_sensor_with(poll_s: int = DEFAULT_POLL_S) -> dg.SensorDefiniti
         minimum_interval_seconds=poll_s,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description="Polls the Hugging Face Hub for new models of the watched organisations; each new model becomes "
-                    "a `models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
+        "a `models` partition and a benchmark run per configured scenario (engine matrix of that plan).",
     )
     def model_release_sensor(context: dg.SensorEvaluationContext, hub: HubWatch):
         return _model_release(context, hub)
@@ -263,11 +301,11 @@ model_release_sensor = model_release_sensor_with()
 
 @dg.run_failure_sensor(
     name="record_failed_runs",
-    monitor_all_code_locations=True,   # also the runs `wattbench run` launches in-process on the same instance
+    monitor_all_code_locations=True,  # also the runs `wattbench run` launches in-process on the same instance
     default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,
     description="Writes each failed run (run id, job, partition, time, error) to the warehouse table failed_runs and "
-                "marks its row in runs failed.",
+    "marks its row in runs failed.",
 )
 def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBResource):
     from resources.warehouse import connect
@@ -275,15 +313,18 @@ def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBRes
     run = context.dagster_run
     record = context.instance.get_run_record_by_id(run.run_id)
     ended = record.end_time if record is not None and record.end_time else None
-    failed_at = (datetime.fromtimestamp(ended, timezone.utc) if ended else datetime.now(timezone.utc)).replace(tzinfo=None)
+    failed_at = (datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)).replace(tzinfo=None)
     from assets.benchmark_run import mark_ended
 
     with connect(warehouse.database) as con:
-        moved = mark_ended(con, run.run_id, "failed", _error_text(context), run.job_name,
-                           run.tags.get("dagster/partition"))
+        moved = mark_ended(
+            con, run.run_id, "failed", _error_text(context), run.job_name, run.tags.get("dagster/partition")
+        )
         con.execute("UPDATE failed_runs SET failed_at = ? WHERE run_id = ?", [failed_at, run.run_id])
-    context.log.info(f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs"
-                     + (f"; benchmark(s) {', '.join(moved)} marked failed" if moved else ""))
+    context.log.info(
+        f"recorded failed run {run.run_id} ({run.job_name}) in failed_runs"
+        + (f"; benchmark(s) {', '.join(moved)} marked failed" if moved else "")
+    )
 
 
 def build_sensors(poll_s: int = DEFAULT_POLL_S) -> list:

@@ -37,23 +37,66 @@ _NONNEG = (0, None)
 # (min, max) of each column that reaches a figure; null is always allowed (not measured).
 RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
     "engine_builds": {"tp": (1, None), "build_s": _NONNEG, "artifact_bytes": _NONNEG},
-    "deployments": {"tp": (1, None), "n_gpus": _NONNEG, "startup_s": _NONNEG, "hbm_used_mib": _NONNEG,
-                    "hbm_total_mib": _NONNEG, "idle_power_w_before": _NONNEG, "idle_power_w_after": _NONNEG,
-                    "power_limit_w": _NONNEG, "sampler_hz": _NONNEG, "sampler_cpu_share": _NONNEG,
-                    "sampler_call_ms": _NONNEG},
-    "load_runs": {"repeat": (1, None), "concurrency": _NONNEG, "rate": _NONNEG, "burstiness": _NONNEG,
-                  "input_tokens": _NONNEG, "output_tokens": _NONNEG, "warmup_s": _NONNEG, "duration_s": _NONNEG,
-                  "window_s": _NONNEG, "drain_s": _NONNEG, "achieved_rate": _NONNEG, "achieved_concurrency": _NONNEG,
-                  "sent": _NONNEG, "completed": _NONNEG, "failed": _NONNEG, "output_tokens_in_window": _NONNEG,
-                  "energy_j": _NONNEG, "energy_trace_j": _NONNEG, "energy_crosscheck_j": _NONNEG,
-                  "idle_power_w": _NONNEG},
-    "requests": {"ttft_ms": _NONNEG, "e2e_ms": _NONNEG, "tpot_ms": _NONNEG, "prompt_tokens": _NONNEG,
-                 "completion_tokens": _NONNEG, "input_tokens_requested": _NONNEG, "max_tokens": _NONNEG,
-                 "http_status": (100, 599)},
-    "gpu_samples": {"power_w": _NONNEG, "power_avg_w": _NONNEG, "energy_mj": _NONNEG, "hbm_used_mib": _NONNEG,
-                    "hbm_total_mib": _NONNEG, "util_gpu_pct": (0, 100), "util_mem_pct": (0, 100),
-                    "sm_clock_mhz": _NONNEG, "mem_clock_mhz": _NONNEG, "temp_c": (-100, 200),
-                    "hbm_temp_c": (-100, 200), "power_limit_w": _NONNEG, "clock_event_reasons": _NONNEG},
+    "deployments": {
+        "tp": (1, None),
+        "n_gpus": _NONNEG,
+        "startup_s": _NONNEG,
+        "hbm_used_mib": _NONNEG,
+        "hbm_total_mib": _NONNEG,
+        "idle_power_w_before": _NONNEG,
+        "idle_power_w_after": _NONNEG,
+        "power_limit_w": _NONNEG,
+        "sampler_hz": _NONNEG,
+        "sampler_cpu_share": _NONNEG,
+        "sampler_call_ms": _NONNEG,
+    },
+    "load_runs": {
+        "repeat": (1, None),
+        "concurrency": _NONNEG,
+        "rate": _NONNEG,
+        "burstiness": _NONNEG,
+        "input_tokens": _NONNEG,
+        "output_tokens": _NONNEG,
+        "warmup_s": _NONNEG,
+        "duration_s": _NONNEG,
+        "window_s": _NONNEG,
+        "drain_s": _NONNEG,
+        "achieved_rate": _NONNEG,
+        "achieved_concurrency": _NONNEG,
+        "sent": _NONNEG,
+        "completed": _NONNEG,
+        "failed": _NONNEG,
+        "output_tokens_in_window": _NONNEG,
+        "energy_j": _NONNEG,
+        "energy_trace_j": _NONNEG,
+        "energy_crosscheck_j": _NONNEG,
+        "idle_power_w": _NONNEG,
+    },
+    "requests": {
+        "ttft_ms": _NONNEG,
+        "e2e_ms": _NONNEG,
+        "tpot_ms": _NONNEG,
+        "prompt_tokens": _NONNEG,
+        "completion_tokens": _NONNEG,
+        "input_tokens_requested": _NONNEG,
+        "max_tokens": _NONNEG,
+        "http_status": (100, 599),
+    },
+    "gpu_samples": {
+        "power_w": _NONNEG,
+        "power_avg_w": _NONNEG,
+        "energy_mj": _NONNEG,
+        "hbm_used_mib": _NONNEG,
+        "hbm_total_mib": _NONNEG,
+        "util_gpu_pct": (0, 100),
+        "util_mem_pct": (0, 100),
+        "sm_clock_mhz": _NONNEG,
+        "mem_clock_mhz": _NONNEG,
+        "temp_c": (-100, 200),
+        "hbm_temp_c": (-100, 200),
+        "power_limit_w": _NONNEG,
+        "clock_event_reasons": _NONNEG,
+    },
     "energy_windows": {"energy_start_mj": _NONNEG, "energy_end_mj": _NONNEG, "energy_j": _NONNEG},
     "server_metrics": {},
 }
@@ -75,8 +118,10 @@ NATURAL_KEYS = {
 # Unique indexes of the tables the schema gives no primary key (a MAP cannot be an index key: its sorted entries can).
 UNIQUE_INDEXES = {
     "gpu_samples_key": ("gpu_samples", "run_id, deployment_id, gpu_uuid, t_ns"),
-    "server_metrics_key": ("server_metrics",
-                           "run_id, deployment_id, t_ns, metric, (list_sort(map_entries(labels))::VARCHAR)"),
+    "server_metrics_key": (
+        "server_metrics",
+        "run_id, deployment_id, t_ns, metric, (list_sort(map_entries(labels))::VARCHAR)",
+    ),
     "validation_results_key": ("validation_results", "run_id, check_name, table_name, expectation"),
 }
 
@@ -136,8 +181,7 @@ def _key(row: dict[str, Any], columns: tuple[str, ...]) -> tuple | None:
 def _row_problem(table: str, row: dict[str, Any], allowed: set[str]) -> str | None:
     unknown = set(row) - allowed
     if unknown:
-        return (f"unknown column(s) {', '.join(sorted(unknown))}; expected columns of table {table} in "
-                "sql/schema.sql")
+        return f"unknown column(s) {', '.join(sorted(unknown))}; expected columns of table {table} in sql/schema.sql"
     for column, bounds in RANGES.get(table, {}).items():
         problem = _range_problem(row.get(column), bounds)
         if problem:
@@ -161,7 +205,7 @@ def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
     lines have one) otherwise."""
     regular_file(path, f"a JSON-lines file of table {table}")
     key_columns = NATURAL_KEYS.get(table)
-    hashes: array = array("Q")      # 8 bytes a row: a file of millions of samples stays small in memory
+    hashes: array = array("Q")  # 8 bytes a row: a file of millions of samples stays small in memory
     lines: array = array("Q")
     first: str | None = None
     problems = rows = 0
@@ -174,8 +218,9 @@ def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
             lineno += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 problems += 1
-                first = first or (f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; expected one JSON "
-                                  "row per line")
+                first = first or (
+                    f"{path}:{lineno}: line longer than {MAX_LINE_BYTES >> 20} MiB; expected one JSON row per line"
+                )
                 break  # where the next line starts is unknown
             if not raw.strip():
                 continue
@@ -209,8 +254,9 @@ def _parse(raw: bytes) -> tuple[Any, str | None]:
         row = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except _NotFinite:
         where = ", ".join(p.split(".", 1)[-1] for p in _nonfinite_paths(json.loads(text), "row")) or "a value"
-        return None, (f"{where} is not a finite number (NaN or Infinity); expected a finite number, or null where "
-                      "not measured")
+        return None, (
+            f"{where} is not a finite number (NaN or Infinity); expected a finite number, or null where not measured"
+        )
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg} at column {exc.colno}); expected one JSON row per line"
     if not isinstance(row, dict):
@@ -235,8 +281,10 @@ def _first_duplicate(path: Path, key_columns: tuple[str, ...], hashes: array, li
                 continue
             key = _key(json.loads(raw), key_columns)
             if key in keys:
-                return (f"{path}:{lineno}: the same row as line {keys[key]} ({', '.join(key_columns)} = "
-                        f"{', '.join(map(str, key))}); expected each row once")
+                return (
+                    f"{path}:{lineno}: the same row as line {keys[key]} ({', '.join(key_columns)} = "
+                    f"{', '.join(map(str, key))}); expected each row once"
+                )
             keys[key] = lineno
     return None
 
@@ -292,7 +340,8 @@ def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) ->
     distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
     row = con.execute(
         f"SELECT count(*) FILTER (WHERE json_type(json) <> 'OBJECT' OR NOT list_has_all({known}, json_keys(json)))"
-        f"{distinct} FROM read_json_objects(?, format='newline_delimited')", [str(path)]
+        f"{distinct} FROM read_json_objects(?, format='newline_delimited')",
+        [str(path)],
     ).fetchone()
     return bool(row[0]), {c: sorted(row[1 + i] or []) for i, c in enumerate(ids)}
 
@@ -330,16 +379,23 @@ def mark_run(con, run_id: str, manifest: dict[str, Any]) -> None:
     if manifest.get("complete"):
         con.execute("UPDATE runs SET status = 'ingested' WHERE run_id = ? AND status = 'incomplete'", [run_id])
     else:
-        con.execute("UPDATE runs SET status = 'incomplete' WHERE run_id = ? AND (status IS NULL OR status IN "
-                    "('running', 'ingested', 'complete', 'succeeded'))", [run_id])
+        con.execute(
+            "UPDATE runs SET status = 'incomplete' WHERE run_id = ? AND (status IS NULL OR status IN "
+            "('running', 'ingested', 'complete', 'succeeded'))",
+            [run_id],
+        )
 
 
 def incomplete_note(folder: Path, manifest: dict[str, Any]) -> str | None:
     """What `wattbench ingest` says about a bundle whose manifest says complete=false (None when complete)."""
     if manifest.get("complete"):
         return None
-    errors = "; ".join(f"{e.get('kind')}: {e.get('text')}" for e in manifest.get("errors", [])
-                       if isinstance(e, dict))[:500]
-    return (f"{folder}: its manifest says complete=false: the agent stopped before the end"
-            + (f" ({errors})" if errors else "") + f"; every load point it finished is loaded, and run "
-            f"{manifest['run_id']} is marked 'incomplete' (reports say so when they show it)")
+    errors = "; ".join(f"{e.get('kind')}: {e.get('text')}" for e in manifest.get("errors", []) if isinstance(e, dict))[
+        :500
+    ]
+    return (
+        f"{folder}: its manifest says complete=false: the agent stopped before the end"
+        + (f" ({errors})" if errors else "")
+        + f"; every load point it finished is loaded, and run "
+        f"{manifest['run_id']} is marked 'incomplete' (reports say so when they show it)"
+    )

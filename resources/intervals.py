@@ -78,9 +78,13 @@ def _drawn_counts(k: int, rng: np.random.Generator, n_boot: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=k) for row in drawn])
 
 
-def binned_percentile_intervals(values: np.ndarray, groups: np.ndarray, qs: dict[str, float],
-                                rng: np.random.Generator, n_boot: int = BOOTSTRAP_SAMPLES
-                                ) -> dict[str, tuple[float, float, float]]:
+def binned_percentile_intervals(
+    values: np.ndarray,
+    groups: np.ndarray,
+    qs: dict[str, float],
+    rng: np.random.Generator,
+    n_boot: int = BOOTSTRAP_SAMPLES,
+) -> dict[str, tuple[float, float, float]]:
     """{name: (estimate, lo, hi)} like percentile_interval for each quantile, for many values: resamples are
     multinomial draws over each repeat's histogram on 0.5% log bins (memory: repeats x bins)."""
     edges = _log_edges(values.min(), values.max())
@@ -100,8 +104,9 @@ def binned_percentile_intervals(values: np.ndarray, groups: np.ndarray, qs: dict
     return out
 
 
-def percentile_interval(values: np.ndarray, groups: np.ndarray, q: float, rng: np.random.Generator,
-                        n_boot: int = BOOTSTRAP_SAMPLES) -> tuple[float, float, float]:
+def percentile_interval(
+    values: np.ndarray, groups: np.ndarray, q: float, rng: np.random.Generator, n_boot: int = BOOTSTRAP_SAMPLES
+) -> tuple[float, float, float]:
     """(estimate, lo, hi) of the q-quantile of `values`, 95% two-stage percentile-bootstrap interval."""
     estimate = float(np.quantile(values, q))
     if len(values) < 2:
@@ -123,8 +128,9 @@ def _hist_quantile(hists: np.ndarray, edges: np.ndarray, q: float) -> np.ndarray
     return edges[k] + frac * (edges[k + 1] - edges[k])
 
 
-def itl_intervals(gaps: list[np.ndarray], groups: np.ndarray, rng: np.random.Generator,
-                  n_boot: int = ITL_BOOTSTRAP_SAMPLES) -> dict[str, tuple[float, float, float]]:
+def itl_intervals(
+    gaps: list[np.ndarray], groups: np.ndarray, rng: np.random.Generator, n_boot: int = ITL_BOOTSTRAP_SAMPLES
+) -> dict[str, tuple[float, float, float]]:
     """{pXX: (estimate, lo, hi)} of the pooled inter-token gaps, resampling repeats then requests."""
     pooled = np.concatenate(gaps) if gaps else np.array([])
     if pooled.size == 0:
@@ -172,8 +178,9 @@ SELECT req, repeat, unnest(chunk_ns) AS t FROM q
 """
 
 
-def large_point_itl(con, run_id: str, dep: str, workload: str, label: str, rng: np.random.Generator,
-                    n_boot: int) -> tuple[dict[str, tuple[float, float, float]], int]:
+def large_point_itl(
+    con, run_id: str, dep: str, workload: str, label: str, rng: np.random.Generator, n_boot: int
+) -> tuple[dict[str, tuple[float, float, float]], int]:
     """itl_intervals for a point of many requests: the point's chunk times arrive flat (no Python object per
     request), gaps, exact pooled percentiles and each request's gap histogram (a sparse matrix) are numpy work, and
     resamples are sparse products in batches. ({pXX: (estimate, lo, hi)}, gaps)."""
@@ -234,16 +241,24 @@ ORDER BY 2
 """
 
 
-def compute_large(con, run_id: str, dep: str, workload: str, label: str,
-                  n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str, Any]]:
+def compute_large(
+    con, run_id: str, dep: str, workload: str, label: str, n_boot: int = BOOTSTRAP_SAMPLES
+) -> list[dict[str, Any]]:
     """latency_intervals rows of one point of more than EXACT_MAX_REQUESTS requests (binned bootstrap)."""
     where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
     cols = con.execute(_LARGE_POINT_REQUESTS, where).fetchnumpy()
     rng = np.random.default_rng(_seed(run_id, dep, workload, label))
     repeat = np.asarray(cols["repeat"])
     repeats = int(len(np.unique(repeat)))
-    base = {"run_id": run_id, "source": str(cols["source"][0]), "deployment_id": dep, "workload": workload,
-            "point_label": label, "repeats": repeats, "method": method_text(repeats, n_boot, binned=True)}
+    base = {
+        "run_id": run_id,
+        "source": str(cols["source"][0]),
+        "deployment_id": dep,
+        "workload": workload,
+        "point_label": label,
+        "repeats": repeats,
+        "method": method_text(repeats, n_boot, binned=True),
+    }
     rows: list[dict[str, Any]] = []
     for name, column in PER_REQUEST:
         values = np.asarray(cols[column], dtype=float)
@@ -251,13 +266,30 @@ def compute_large(con, run_id: str, dep: str, workload: str, label: str,
         if not ok.any():
             continue
         for qname, (est, lo, hi) in binned_percentile_intervals(values[ok], repeat[ok], QUANTILES, rng, n_boot).items():
-            rows.append({**base, "metric": f"{name}_{qname}_ms", "estimate": est, "lo": _finite(lo), "hi": _finite(hi),
-                         "samples": int(ok.sum())})
+            rows.append(
+                {
+                    **base,
+                    "metric": f"{name}_{qname}_ms",
+                    "estimate": est,
+                    "lo": _finite(lo),
+                    "hi": _finite(hi),
+                    "samples": int(ok.sum()),
+                }
+            )
     n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
     itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl)
     for qname, (est, lo, hi) in itl.items():
-        rows.append({**base, "metric": f"itl_{qname}_ms", "method": method_text(repeats, n_itl, binned=True),
-                     "estimate": est, "lo": _finite(lo), "hi": _finite(hi), "samples": n_gaps})
+        rows.append(
+            {
+                **base,
+                "metric": f"itl_{qname}_ms",
+                "method": method_text(repeats, n_itl, binned=True),
+                "estimate": est,
+                "lo": _finite(lo),
+                "hi": _finite(hi),
+                "samples": n_gaps,
+            }
+        )
     return rows
 
 
@@ -273,17 +305,26 @@ def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str,
     text = _REQUESTS
     if large:  # only the small points go through pandas
         keys = ", ".join("'" + "\x1f".join(map(str, k)).replace("'", "''") + "'" for k in large)
-        text = text.replace("ORDER BY 1, 2, 3, 4", f"""AND concat_ws(chr(31), l.deployment_id, l.workload,
+        text = text.replace(
+            "ORDER BY 1, 2, 3, 4",
+            f"""AND concat_ws(chr(31), l.deployment_id, l.workload,
             coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1))) NOT IN ({keys})
-            ORDER BY 1, 2, 3, 4""")
+            ORDER BY 1, 2, 3, 4""",
+        )
     df = con.execute(text, {"run_id": run_id}).df()
     rows: list[dict[str, Any]] = []
     for (dep, workload, label), g in df.groupby(["deployment_id", "workload", "point_label"], sort=True):
         rng = np.random.default_rng(_seed(run_id, dep, workload, label))
         repeats = int(g["repeat"].nunique())
-        base = {"run_id": run_id, "source": g["source"].iloc[0], "deployment_id": dep, "workload": workload,
-                "point_label": label,
-                "repeats": repeats, "method": method_text(repeats, n_boot)}
+        base = {
+            "run_id": run_id,
+            "source": g["source"].iloc[0],
+            "deployment_id": dep,
+            "workload": workload,
+            "point_label": label,
+            "repeats": repeats,
+            "method": method_text(repeats, n_boot),
+        }
         for name, column in PER_REQUEST:
             sub = g[g[column].notna()]
             if sub.empty:
@@ -291,16 +332,32 @@ def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str,
             values, groups = sub[column].to_numpy(float), sub["repeat"].to_numpy()
             for qname, q in QUANTILES.items():
                 est, lo, hi = percentile_interval(values, groups, q, rng, n_boot)
-                rows.append({**base, "metric": f"{name}_{qname}_ms", "estimate": est, "lo": _finite(lo),
-                             "hi": _finite(hi), "samples": int(len(values))})
+                rows.append(
+                    {
+                        **base,
+                        "metric": f"{name}_{qname}_ms",
+                        "estimate": est,
+                        "lo": _finite(lo),
+                        "hi": _finite(hi),
+                        "samples": int(len(values)),
+                    }
+                )
         sub = g[g["gaps"].notna()]
         if not sub.empty:
             gaps = [np.asarray(x, dtype=float) for x in sub["gaps"]]
             n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
             for qname, (est, lo, hi) in itl_intervals(gaps, sub["repeat"].to_numpy(), rng, n_itl).items():
-                rows.append({**base, "metric": f"itl_{qname}_ms", "method": method_text(repeats, n_itl),
-                             "estimate": est, "lo": _finite(lo),
-                             "hi": _finite(hi), "samples": int(sum(len(x) for x in gaps))})
+                rows.append(
+                    {
+                        **base,
+                        "metric": f"itl_{qname}_ms",
+                        "method": method_text(repeats, n_itl),
+                        "estimate": est,
+                        "lo": _finite(lo),
+                        "hi": _finite(hi),
+                        "samples": int(sum(len(x) for x in gaps)),
+                    }
+                )
     return rows
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -40,19 +40,25 @@ def model_id_for(key: str) -> str:
 @dataclass(frozen=True)
 class HubModel:
     id: str
-    created_at: str                      # ISO 8601 as the Hub writes it, e.g. 2025-04-05T18:23:12.000Z
+    created_at: str  # ISO 8601 as the Hub writes it, e.g. 2025-04-05T18:23:12.000Z
     pipeline_tag: str | None = None
     tags: tuple[str, ...] = ()
     library: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_api(cls, item: dict[str, Any]) -> "HubModel":
+    def from_api(cls, item: dict[str, Any]) -> HubModel:
         model_id = item.get("id") or item.get("modelId")
         if not model_id or not item.get("createdAt"):
             raise ValueError(f"Hub model entry without id/createdAt: {item!r:.200}")
-        return cls(id=str(model_id), created_at=str(item["createdAt"]), pipeline_tag=item.get("pipeline_tag"),
-                   tags=tuple(item.get("tags") or ()), library=item.get("library_name"), raw=item)
+        return cls(
+            id=str(model_id),
+            created_at=str(item["createdAt"]),
+            pipeline_tag=item.get("pipeline_tag"),
+            tags=tuple(item.get("tags") or ()),
+            library=item.get("library_name"),
+            raw=item,
+        )
 
     @property
     def created(self) -> datetime:
@@ -65,7 +71,7 @@ class HubModel:
 
 def parse_time(text: str) -> datetime:
     out = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return out if out.tzinfo else out.replace(tzinfo=timezone.utc)
+    return out if out.tzinfo else out.replace(tzinfo=UTC)
 
 
 class HubUnavailable(RuntimeError):
@@ -91,8 +97,8 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def same_origin(base_url: str, url: str) -> bool:
@@ -102,8 +108,12 @@ def same_origin(base_url: str, url: str) -> bool:
     except (httpx.InvalidURL, TypeError):
         return False
     default = {"http": 80, "https": 443}
-    return (bool(b.scheme) and a.scheme == b.scheme and a.host == b.host
-            and (a.port or default.get(a.scheme)) == (b.port or default.get(b.scheme)))
+    return (
+        bool(b.scheme)
+        and a.scheme == b.scheme
+        and a.host == b.host
+        and (a.port or default.get(a.scheme)) == (b.port or default.get(b.scheme))
+    )
 
 
 @dataclass
@@ -114,8 +124,9 @@ class HubClient:
     max_pages: int = 3
     notes: list[str] = field(default_factory=list)  # what the last list_models left out and why (shown by the sensor)
 
-    def _params(self, org: str, limit: int, pipeline_tag: str | None, library: str | None,
-                filters: list[str]) -> list[tuple[str, str]]:
+    def _params(
+        self, org: str, limit: int, pipeline_tag: str | None, library: str | None, filters: list[str]
+    ) -> list[tuple[str, str]]:
         params = [("author", org), ("sort", "createdAt"), ("direction", "-1"), ("limit", str(limit))]
         if pipeline_tag:
             params.append(("pipeline_tag", pipeline_tag))
@@ -124,8 +135,16 @@ class HubClient:
         params += [("filter", f) for f in filters]
         return params
 
-    def list_models(self, org: str, *, limit: int = 20, pipeline_tag: str | None = None, library: str | None = None,
-                    filters: list[str] | None = None, stop_at: datetime | None = None) -> list[HubModel]:
+    def list_models(
+        self,
+        org: str,
+        *,
+        limit: int = 20,
+        pipeline_tag: str | None = None,
+        library: str | None = None,
+        filters: list[str] | None = None,
+        stop_at: datetime | None = None,
+    ) -> list[HubModel]:
         """Newest first. Follows the Link rel="next" pages while every model on the page is newer than `stop_at`
         (so a burst of releases larger than `limit` is not missed), at most `max_pages` pages. A next link to
         another origin (another host or port, or plain http) is not followed: the token would go with it. httpx
@@ -146,32 +165,41 @@ class HubClient:
                 except httpx.TransportError as exc:
                     raise HubUnavailable(f"Hub unreachable: {type(exc).__name__}: {exc}") from exc
                 if response.status_code == 429:
-                    raise HubUnavailable("Hub rate limit (429)", retry_after_seconds(response.headers.get("Retry-After")),
-                                         status=429)
+                    raise HubUnavailable(
+                        "Hub rate limit (429)", retry_after_seconds(response.headers.get("Retry-After")), status=429
+                    )
                 if response.status_code >= 500:
-                    raise HubUnavailable(f"Hub server error {response.status_code}",
-                                         retry_after_seconds(response.headers.get("Retry-After")),
-                                         status=response.status_code)
+                    raise HubUnavailable(
+                        f"Hub server error {response.status_code}",
+                        retry_after_seconds(response.headers.get("Retry-After")),
+                        status=response.status_code,
+                    )
                 if response.status_code != 200:
-                    raise HubUnavailable(f"Hub answered {response.status_code} for {response.request.url}",
-                                         status=response.status_code)
+                    raise HubUnavailable(
+                        f"Hub answered {response.status_code} for {response.request.url}", status=response.status_code
+                    )
                 try:
                     items = response.json()
                 except ValueError as exc:
                     raise HubUnavailable("Hub answered 200 with a body that is not JSON") from exc
                 if not isinstance(items, list):
                     raise HubUnavailable(f"Hub answered {type(items).__name__}, expected a JSON list of models")
-                page = [HubModel.from_api(i) for i in items if isinstance(i, dict) and (i.get("id") or i.get("modelId"))
-                        and i.get("createdAt")]
+                page = [
+                    HubModel.from_api(i)
+                    for i in items
+                    if isinstance(i, dict) and (i.get("id") or i.get("modelId")) and i.get("createdAt")
+                ]
                 out += page
                 next_url = response.links.get("next", {}).get("url")
                 if not next_url or not page or stop_at is None or min(m.created for m in page) <= stop_at:
                     break
                 next_url = str(response.url.join(next_url))  # a relative link is on this origin
                 if not same_origin(self.base_url, next_url):
-                    self.notes.append(f"the Hub's next page link {next_url[:200]} is not on {self.base_url}; not "
-                                      "followed (the token goes to the Hub's own origin only), so releases beyond "
-                                      "this page are not listed")
+                    self.notes.append(
+                        f"the Hub's next page link {next_url[:200]} is not on {self.base_url}; not "
+                        "followed (the token goes to the Hub's own origin only), so releases beyond "
+                        "this page are not listed"
+                    )
                     break
                 url, params = next_url, None
         return out

@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, StrictStr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from wattbench_agent.engines.base import EngineConfig, adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
@@ -30,9 +38,9 @@ class PlanError(ValueError):
 # Upper bounds: a value past them is a typo or an attack, not a benchmark (1e400 reads as inf; a concurrency of 1e9
 # hung the load generator with nothing sent). The load generator applies the same concurrency bound.
 MAX_CONCURRENCY = 16384
-MAX_TOKENS = 1_048_576          # per prompt or output: 1M-token contexts
-MAX_WINDOW_S = 86400.0          # one load point's window, warm-up excluded
-MAX_RATE = 100_000.0            # requests/s
+MAX_TOKENS = 1_048_576  # per prompt or output: 1M-token contexts
+MAX_WINDOW_S = 86400.0  # one load point's window, warm-up excluded
+MAX_RATE = 100_000.0  # requests/s
 MAX_USD_PER_HOUR = 10_000.0
 
 
@@ -42,27 +50,36 @@ class _Strict(BaseModel):
 
 class EngineSpec(_Strict):
     name: str = Field(description="Column name in reports, e.g. 'trtllm-like'")
-    engine: str = Field(description="an engine of the adapter registry (wattbench_agent/engines/registry.py): "
-                        "emulator, trtllm, vllm, sglang, transformers, external, ...")
+    engine: str = Field(
+        description="an engine of the adapter registry (wattbench_agent/engines/registry.py): "
+        "emulator, trtllm, vllm, sglang, transformers, external, ..."
+    )
     profile: Literal["trtllm-like", "vllm-like"] | None = None
     precision: Literal["fp16", "bf16", "fp8", "int4-awq"] = "fp16"
     tp: int = Field(1, ge=1, le=64)
     url: str | None = Field(None, description="external engines only: the endpoint to measure")
     options: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, StrictStr] = Field(
-        default_factory=dict, description="extra environment of this engine's process only (values are strings; "
-        "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'")
+        default_factory=dict,
+        description="extra environment of this engine's process only (values are strings; "
+        "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
+    )
     gpus: list[int | str] | None = Field(
-        None, min_length=1, description="the GPUs this engine runs on and is measured on (NVML indices or UUIDs), "
-        "tp of them; omitted: the agent assigns free ones. Engines may name the same GPU (one is loaded at a time)")
+        None,
+        min_length=1,
+        description="the GPUs this engine runs on and is measured on (NVML indices or UUIDs), "
+        "tp of them; omitted: the agent assigns free ones. Engines may name the same GPU (one is loaded at a time)",
+    )
 
     @field_validator("name")
     @classmethod
     def _plain_name(cls, name: str) -> str:
         # the name becomes file names (the engine's log in the bundle, build logs) and report columns
         if not is_plain_name(name):
-            raise ValueError(f"{name[:80]!r} is not a plain name; expected letters, digits, '.', '_' or '-', starting "
-                             "with a letter or digit, at most 64 characters (it names files and report columns)")
+            raise ValueError(
+                f"{name[:80]!r} is not a plain name; expected letters, digits, '.', '_' or '-', starting "
+                "with a letter or digit, at most 64 characters (it names files and report columns)"
+            )
         return name
 
     @field_validator("engine")
@@ -79,8 +96,10 @@ class EngineSpec(_Strict):
             if not name or "=" in name or "\0" in name:
                 raise ValueError(f"{name!r} is not an environment variable name")
             if name == "CUDA_VISIBLE_DEVICES":
-                raise ValueError("set the engine's GPUs with `gpus: [...]`, not CUDA_VISIBLE_DEVICES: the agent pins "
-                                 "the engine and reads exactly those GPUs' energy")
+                raise ValueError(
+                    "set the engine's GPUs with `gpus: [...]`, not CUDA_VISIBLE_DEVICES: the agent pins "
+                    "the engine and reads exactly those GPUs' energy"
+                )
         return env
 
     @model_validator(mode="after")
@@ -96,8 +115,10 @@ class EngineSpec(_Strict):
 class LoadPoint(_Strict):
     """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them)."""
 
-    shape: str = Field(description="a load shape of the registry (wattbench_agent/loadgen/shapes/): concurrency, "
-                       "poisson, gamma, surge, trace, ...")
+    shape: str = Field(
+        description="a load shape of the registry (wattbench_agent/loadgen/shapes/): concurrency, "
+        "poisson, gamma, surge, trace, ..."
+    )
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     rate: float | None = Field(None, gt=0, le=MAX_RATE)
     burstiness: float | None = Field(None, gt=0, le=1000)
@@ -141,8 +162,9 @@ class Workload(_Strict):
         numeric = {"concurrency", "rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s"}
         for key, values in (sweep or {}).items():
             if key not in numeric:
-                raise ValueError(f"sweep key {key!r} is not a load point field; expected some of "
-                                 f"{', '.join(sorted(numeric))}")
+                raise ValueError(
+                    f"sweep key {key!r} is not a load point field; expected some of {', '.join(sorted(numeric))}"
+                )
             for point in info.data.get("points") or ():
                 for value in values:
                     cast = int(value) if key == "concurrency" else float(value)
@@ -167,16 +189,25 @@ class Workload(_Strict):
         """One load generator spec (LoadSpec fields, less url/model) per expanded point."""
         specs = []
         for point in self.expanded_points():
-            spec = {"api": self.api, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                    "warmup_s": self.warmup_s, "duration_s": self.duration_s, "workload": self.name}
+            spec = {
+                "api": self.api,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "warmup_s": self.warmup_s,
+                "duration_s": self.duration_s,
+                "workload": self.name,
+            }
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
             if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:
                 # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
                 # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
                 spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
-            if (spec.get("dataset_path") and "output_tokens" not in self.model_fields_set
-                    and "output_tokens_dist" not in spec):
+            if (
+                spec.get("dataset_path")
+                and "output_tokens" not in self.model_fields_set
+                and "output_tokens_dist" not in spec
+            ):
                 spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
             specs.append(spec)
         return specs
@@ -201,10 +232,18 @@ class CapacityProfile(_Strict):
     steady_qps: float = Field(ge=0, le=1e7, description="requests/s of the steady baseline, served around the clock")
     peak_qps: float = Field(gt=0, le=1e7, description="requests/s at the burst peak (>= steady_qps)")
     burst_hours_per_day: float = Field(4.0, ge=0, le=24, description="hours a day the elastic pool runs")
-    input_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="typical prompt length; None: every measured length")
-    output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="typical output length; None: every measured length")
+    input_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="typical prompt length; None: every measured length"
+    )
+    output_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="typical output length; None: every measured length"
+    )
     elastic_gpu_hour_usd: float | None = Field(
-        None, gt=0, le=MAX_USD_PER_HOUR, description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd")
+        None,
+        gt=0,
+        le=MAX_USD_PER_HOUR,
+        description="$ per GPU-hour of the elastic pool (on-demand); None: prices.gpu_hour_usd",
+    )
 
     @model_validator(mode="after")
     def _peak_at_least_steady(self) -> CapacityProfile:
@@ -232,17 +271,26 @@ class Plan(_Strict):
     slo: Slo = Field(default_factory=Slo)
     capacity: CapacityProfile | None = Field(None, description="traffic profile for the capacity plan")
     validation: Validation = Field(default_factory=Validation)
-    repeats: int = Field(1, ge=1, le=100, description="run every load point this many times, interleaved across "
-                         "engines (A B A B), for 95% intervals on every figure")
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="run every load point this many times, interleaved across "
+        "engines (A B A B), for 95% intervals on every figure",
+    )
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
     sampler_hz: float = Field(10.0, gt=0, le=100)
     idle_baseline_s: float = Field(3.0, ge=0, le=3600)
     health_timeout_s: float = Field(600.0, gt=0, le=MAX_WINDOW_S)
     warmup_requests: int = Field(0, ge=0, le=100_000, description="unrecorded requests sent once the engine is up")
     start_engines: Literal["one_by_one", "together"] = Field(
-        "one_by_one", description="start the engines that run side by side one after another (each startup time "
-        "clean) or together (faster; their startup times overlap)")
-    energy_crosscheck: bool = Field(False, description="also read energy independently (nvidia-smi or Zeus) at every window edge")
+        "one_by_one",
+        description="start the engines that run side by side one after another (each startup time "
+        "clean) or together (faster; their startup times overlap)",
+    )
+    energy_crosscheck: bool = Field(
+        False, description="also read energy independently (nvidia-smi or Zeus) at every window edge"
+    )
 
     @field_validator("engines")
     @classmethod
@@ -289,7 +337,9 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise PlanError(f"{path}: plan file not found; expected a YAML benchmark plan (see plans/default.yaml)") from None
+        raise PlanError(
+            f"{path}: plan file not found; expected a YAML benchmark plan (see plans/default.yaml)"
+        ) from None
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
@@ -325,9 +375,14 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
 def plan_run_fields(plan: Plan, plan_path: str | Path, plan_sha: str) -> dict[str, Any]:
     """The `runs` columns a plan decides: its name and file, prices and SLO (the reports' cost and goodput)."""
     return {
-        "plan_name": plan.name, "plan_path": str(plan_path), "plan_sha256": plan_sha,
-        "gpu_price_per_hour": plan.prices.gpu_hour_usd, "energy_price_per_kwh": plan.prices.energy_kwh_usd,
-        "pue": plan.prices.pue, "slo_ttft_ms": plan.slo.ttft_ms, "slo_tpot_ms": plan.slo.tpot_ms,
+        "plan_name": plan.name,
+        "plan_path": str(plan_path),
+        "plan_sha256": plan_sha,
+        "gpu_price_per_hour": plan.prices.gpu_hour_usd,
+        "energy_price_per_kwh": plan.prices.energy_kwh_usd,
+        "pue": plan.prices.pue,
+        "slo_ttft_ms": plan.slo.ttft_ms,
+        "slo_tpot_ms": plan.slo.tpot_ms,
         "slo_e2e_ms": plan.slo.e2e_ms,
     }
 
@@ -345,17 +400,40 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
                 for load in workload.load_specs():
                     label = point_label(load)
                     suffix = f"#{repeat}" if plan.repeats > 1 else ""
-                    points.append(LoadPointSpec(load_point_id=f"{spec.name}:{workload.name}:{label}{suffix}",
-                                                workload=workload.name, point_label=label, load=load, repeat=repeat))
+                    points.append(
+                        LoadPointSpec(
+                            load_point_id=f"{spec.name}:{workload.name}:{label}{suffix}",
+                            workload=workload.name,
+                            point_label=label,
+                            load=load,
+                            repeat=repeat,
+                        )
+                    )
         build = builds.get(cfg.build_id(), {})
-        deployments.append(DeploymentSpec(
-            deployment_id=spec.name, engine_config=cfg, build_id=cfg.build_id(),
-            target="external" if spec.engine == "external" else "local", url=spec.url,
-            artifact_path=build.get("artifact_path"), env=dict(spec.env),
-            gpus=tuple(str(g) for g in spec.gpus) if spec.gpus else None,
-            health_timeout_s=plan.health_timeout_s, load_points=tuple(points)))
+        deployments.append(
+            DeploymentSpec(
+                deployment_id=spec.name,
+                engine_config=cfg,
+                build_id=cfg.build_id(),
+                target="external" if spec.engine == "external" else "local",
+                url=spec.url,
+                artifact_path=build.get("artifact_path"),
+                env=dict(spec.env),
+                gpus=tuple(str(g) for g in spec.gpus) if spec.gpus else None,
+                health_timeout_s=plan.health_timeout_s,
+                load_points=tuple(points),
+            )
+        )
     return AgentSpec(
-        run_id=run_id, out=str(out), deployments=tuple(deployments),
-        source="emulated" if plan.is_emulated else "measured", plan_name=plan.name, telemetry=plan.telemetry,
-        sampler_hz=plan.sampler_hz, idle_baseline_s=plan.idle_baseline_s, warmup_requests=plan.warmup_requests,
-        energy_crosscheck=plan.energy_crosscheck, start_together=plan.start_engines == "together")
+        run_id=run_id,
+        out=str(out),
+        deployments=tuple(deployments),
+        source="emulated" if plan.is_emulated else "measured",
+        plan_name=plan.name,
+        telemetry=plan.telemetry,
+        sampler_hz=plan.sampler_hz,
+        idle_baseline_s=plan.idle_baseline_s,
+        warmup_requests=plan.warmup_requests,
+        energy_crosscheck=plan.energy_crosscheck,
+        start_together=plan.start_engines == "together",
+    )

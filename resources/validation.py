@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -68,13 +69,19 @@ class SuiteResult:
         return not self.errors
 
     def markdown(self) -> str:
-        lines = [f"**{self.table}**: {self.rows} rows, {len(self.outcomes)} expectations, "
-                 f"{len(self.errors)} failed (error), {len(self.warnings)} failed (warn)", "",
-                 "| expectation | severity | result | unexpected / rows | sample |", "|---|---|---|---|---|"]
+        lines = [
+            f"**{self.table}**: {self.rows} rows, {len(self.outcomes)} expectations, "
+            f"{len(self.errors)} failed (error), {len(self.warnings)} failed (warn)",
+            "",
+            "| expectation | severity | result | unexpected / rows | sample |",
+            "|---|---|---|---|---|",
+        ]
         for o in sorted(self.outcomes, key=lambda o: (o.success, o.severity != "error")):
             sample = ", ".join(str(s) for s in o.sample[:3]).replace("|", "/")
             status = "pass" if o.success else "**FAIL**"
-            lines.append(f"| {o.rule} | {o.severity} | {status} | {o.unexpected_count or 0} / {o.element_count or 0} | {sample} |")
+            lines.append(
+                f"| {o.rule} | {o.severity} | {status} | {o.unexpected_count or 0} / {o.element_count or 0} | {sample} |"
+            )
         return "\n".join(lines)
 
 
@@ -136,9 +143,9 @@ NONFINITE = "nonfinite_columns"
 # Figures a table's rules read besides its own columns, joined from the views (sql/views.sql).
 _FRAME_JOINS = {
     "load_runs": "LEFT JOIN (SELECT run_id, load_point_id, latency_samples, completed_in_window, e2e_p50_ms "
-                 "FROM v_load_points) v USING (run_id, load_point_id) "
-                 "LEFT JOIN (SELECT run_id, load_point_id, window_drift FROM v_window_steadiness) s "
-                 "USING (run_id, load_point_id)",
+    "FROM v_load_points) v USING (run_id, load_point_id) "
+    "LEFT JOIN (SELECT run_id, load_point_id, window_drift FROM v_window_steadiness) s "
+    "USING (run_id, load_point_id)",
 }
 
 
@@ -155,8 +162,9 @@ def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
         extra = f", nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
     else:
         extra = f", NULL::VARCHAR AS {NONFINITE}"
-    return con.execute(f"SELECT {star}{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?",
-                       [run_id]).df()
+    return con.execute(
+        f"SELECT {star}{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?", [run_id]
+    ).df()
 
 
 def _nonfinite(df: pd.DataFrame) -> pd.DataFrame:
@@ -175,8 +183,15 @@ def _gpu_samples_prepare(df: pd.DataFrame) -> pd.DataFrame:
 
 # Ranges of the values that reach a figure: the same table as ingest's (resources/ingest_checks.RANGES), checked
 # again here on whatever reached the warehouse. Columns an older rule already covers keep that rule's name.
-_COVERED = {("requests", "tpot_ms"), ("gpu_samples", "power_w"), ("deployments", "startup_s"),
-            ("load_runs", "completed"), ("engine_builds", "tp"), ("deployments", "tp"), ("load_runs", "window_s")}
+_COVERED = {
+    ("requests", "tpot_ms"),
+    ("gpu_samples", "power_w"),
+    ("deployments", "startup_s"),
+    ("load_runs", "completed"),
+    ("engine_builds", "tp"),
+    ("deployments", "tp"),
+    ("load_runs", "window_s"),
+}
 _PREPARE_CACHE: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {}
 
 
@@ -199,14 +214,25 @@ def _finite_and_in_range(table: str) -> list[Rule]:
     """`<table>.finite` (no NaN/Inf in any DOUBLE column; the sample names the columns) and one rule per column of
     RANGES: `<col>_nonnegative`, `<col>_in_range` or `<col>_at_least_<n>`."""
     prepare = _complete(table)
-    rules = [] if table == "gpu_samples" else [  # gpu_samples.no_nan is the same rule under its older name
-        Rule(f"{table}.finite", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", prepare)]
+    rules = (
+        []
+        if table == "gpu_samples"
+        else [  # gpu_samples.no_nan is the same rule under its older name
+            Rule(f"{table}.finite", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", prepare)
+        ]
+    )
     for column, (lo, hi) in RANGES.get(table, {}).items():
         if (table, column) in _COVERED:
             continue
-        name = ("nonnegative" if lo == 0 and hi is None else "in_range" if hi is not None else f"at_least_{lo:g}")
-        rules.append(Rule(f"{table}.{column}_{name}",
-                          E.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi), "error", prepare))
+        name = "nonnegative" if lo == 0 and hi is None else "in_range" if hi is not None else f"at_least_{lo:g}"
+        rules.append(
+            Rule(
+                f"{table}.{column}_{name}",
+                E.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi),
+                "error",
+                prepare,
+            )
+        )
     return rules
 
 
@@ -218,71 +244,228 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
     gap_limit_ns = 3 * sample_period_s * 1e9
     return {
         "engine_builds": [
-            *_not_null("engine_builds", "run_id", "build_id", "model", "engine"), _source("engine_builds"),
-            Rule("engine_builds.status_ok", E.ExpectColumnValuesToBeInSet(column="status", value_set=["built", "cached", "no_build"])),
-            Rule("engine_builds.hash_present", E.ExpectColumnValuesToNotBeNull(column="artifact_sha256", row_condition='status == "built"', condition_parser="pandas")),
-            Rule("engine_builds.build_time_positive", E.ExpectColumnValuesToBeBetween(column="build_s", min_value=0, strict_min=True, row_condition='status == "built"', condition_parser="pandas")),
+            *_not_null("engine_builds", "run_id", "build_id", "model", "engine"),
+            _source("engine_builds"),
+            Rule(
+                "engine_builds.status_ok",
+                E.ExpectColumnValuesToBeInSet(column="status", value_set=["built", "cached", "no_build"]),
+            ),
+            Rule(
+                "engine_builds.hash_present",
+                E.ExpectColumnValuesToNotBeNull(
+                    column="artifact_sha256", row_condition='status == "built"', condition_parser="pandas"
+                ),
+            ),
+            Rule(
+                "engine_builds.build_time_positive",
+                E.ExpectColumnValuesToBeBetween(
+                    column="build_s",
+                    min_value=0,
+                    strict_min=True,
+                    row_condition='status == "built"',
+                    condition_parser="pandas",
+                ),
+            ),
             *_finite_and_in_range("engine_builds"),
         ],
         "deployments": [
-            *_not_null("deployments", "run_id", "deployment_id", "engine"), _source("deployments"),
+            *_not_null("deployments", "run_id", "deployment_id", "engine"),
+            _source("deployments"),
             Rule("deployments.healthy", E.ExpectColumnValuesToBeInSet(column="status", value_set=["healthy"])),
             # NULL for an attached external endpoint (not started, so not timed); a started engine took some time.
-            Rule("deployments.startup_positive", E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0, strict_min=True)),
+            Rule(
+                "deployments.startup_positive",
+                E.ExpectColumnValuesToBeBetween(column="startup_s", min_value=0, strict_min=True),
+            ),
             # The engine's own version, and one its adapter was checked against (flags, log lines, metric names).
-            Rule("deployments.version_known", E.ExpectColumnValuesToNotBeNull(column="engine_version", row_condition='status == "healthy"', condition_parser="pandas"), "warn"),
-            Rule("deployments.version_checked", E.ExpectColumnValuesToBeInSet(column="version_checked", value_set=[True]), "warn"),
-            Rule("deployments.hbm_within_gpu", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule(
+                "deployments.version_known",
+                E.ExpectColumnValuesToNotBeNull(
+                    column="engine_version", row_condition='status == "healthy"', condition_parser="pandas"
+                ),
+                "warn",
+            ),
+            Rule(
+                "deployments.version_checked",
+                E.ExpectColumnValuesToBeInSet(column="version_checked", value_set=[True]),
+                "warn",
+            ),
+            Rule(
+                "deployments.hbm_within_gpu",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="hbm_total_mib",
+                    column_B="hbm_used_mib",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+            ),
             *_finite_and_in_range("deployments"),
         ],
         "load_runs": [
-            *_not_null("load_runs", "run_id", "load_point_id", "window_s"), _source("load_runs"),
+            *_not_null("load_runs", "run_id", "load_point_id", "window_s"),
+            _source("load_runs"),
             Rule("load_runs.status_ok", E.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"])),
             Rule("load_runs.completed_some", E.ExpectColumnValuesToBeBetween(column="completed", min_value=1)),
-            Rule("load_runs.energy_measured", E.ExpectColumnValuesToBeInSet(column="has_energy", value_set=[True]), "warn", _window_checks),
-            Rule("load_runs.min_energy_window", E.ExpectColumnValuesToBeBetween(column="window_s", min_value=min_window), "error"),
+            Rule(
+                "load_runs.energy_measured",
+                E.ExpectColumnValuesToBeInSet(column="has_energy", value_set=[True]),
+                "warn",
+                _window_checks,
+            ),
+            Rule(
+                "load_runs.min_energy_window",
+                E.ExpectColumnValuesToBeBetween(column="window_s", min_value=min_window),
+                "error",
+            ),
             # The counter is the figure of record; a trace that disagrees by > 2% is flagged (warn), not fatal:
             # NVML's instant power covers only part of each 100 ms, so under load that changes faster the trace
             # misses the counter at any sampling rate (measured on the H200: results/nvml-power-sampling).
-            Rule("load_runs.counter_vs_trace_2pct", E.ExpectColumnValuesToBeBetween(column="counter_trace_diff_pct", min_value=0, max_value=2.0), "warn", _window_checks),
+            Rule(
+                "load_runs.counter_vs_trace_2pct",
+                E.ExpectColumnValuesToBeBetween(column="counter_trace_diff_pct", min_value=0, max_value=2.0),
+                "warn",
+                _window_checks,
+            ),
             # Achieved against requested load: open loop (poisson) by rate, closed loop by time-averaged concurrency.
-            Rule("load_runs.achieved_rate_5pct", E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
-            Rule("load_runs.achieved_concurrency_5pct", E.ExpectColumnValuesToBeBetween(column="concurrency_achieved_pct", min_value=95, max_value=105), "warn", _window_checks),
+            Rule(
+                "load_runs.achieved_rate_5pct",
+                E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105),
+                "warn",
+                _window_checks,
+            ),
+            Rule(
+                "load_runs.achieved_concurrency_5pct",
+                E.ExpectColumnValuesToBeBetween(column="concurrency_achieved_pct", min_value=95, max_value=105),
+                "warn",
+                _window_checks,
+            ),
             # Steady state by rule (docs/MEASUREMENT.md): enough requests behind each figure, a warm-up of at least
             # two request lifetimes, and a window whose two halves delivered the same tokens within 5%.
-            Rule("load_runs.p99_from_100_requests", E.ExpectColumnValuesToBeBetween(column="latency_samples", min_value=100), "warn"),
-            Rule("load_runs.completions_in_window", E.ExpectColumnValuesToBeBetween(column="completed_in_window", min_value=30), "warn"),
-            Rule("load_runs.warmup_two_lifetimes", E.ExpectColumnValuesToBeBetween(column="warmup_lifetimes", min_value=2), "warn", _window_checks),
+            Rule(
+                "load_runs.p99_from_100_requests",
+                E.ExpectColumnValuesToBeBetween(column="latency_samples", min_value=100),
+                "warn",
+            ),
+            Rule(
+                "load_runs.completions_in_window",
+                E.ExpectColumnValuesToBeBetween(column="completed_in_window", min_value=30),
+                "warn",
+            ),
+            Rule(
+                "load_runs.warmup_two_lifetimes",
+                E.ExpectColumnValuesToBeBetween(column="warmup_lifetimes", min_value=2),
+                "warn",
+                _window_checks,
+            ),
             # closed loop only: open-loop arrivals (poisson, gamma, surge, trace) vary by design
-            Rule("load_runs.steady_window", E.ExpectColumnValuesToBeBetween(column="window_drift", max_value=0.05, row_condition='shape == "concurrency"', condition_parser="pandas"), "warn"),
+            Rule(
+                "load_runs.steady_window",
+                E.ExpectColumnValuesToBeBetween(
+                    column="window_drift",
+                    max_value=0.05,
+                    row_condition='shape == "concurrency"',
+                    condition_parser="pandas",
+                ),
+                "warn",
+            ),
             # a window of no time makes every per-second figure infinite
-            Rule("load_runs.window_s_positive", E.ExpectColumnValuesToBeBetween(column="window_s", min_value=0, strict_min=True)),
+            Rule(
+                "load_runs.window_s_positive",
+                E.ExpectColumnValuesToBeBetween(column="window_s", min_value=0, strict_min=True),
+            ),
             *_finite_and_in_range("load_runs"),
         ],
         "requests": [
-            *_not_null("requests", "run_id", "request_id", "load_point_id"), _source("requests"),
-            Rule("requests.error_rate", E.ExpectColumnValuesToBeNull(column="error_kind", mostly=max(1e-9, 1 - max_err))),
-            Rule("requests.ttft_le_e2e", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e_ms", column_B="ttft_ms", or_equal=True, ignore_row_if="either_value_is_missing")),
+            *_not_null("requests", "run_id", "request_id", "load_point_id"),
+            _source("requests"),
+            Rule(
+                "requests.error_rate", E.ExpectColumnValuesToBeNull(column="error_kind", mostly=max(1e-9, 1 - max_err))
+            ),
+            Rule(
+                "requests.ttft_le_e2e",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="e2e_ms", column_B="ttft_ms", or_equal=True, ignore_row_if="either_value_is_missing"
+                ),
+            ),
             Rule("requests.tpot_nonnegative", E.ExpectColumnValuesToBeBetween(column="tpot_ms", min_value=0)),
-            Rule("requests.completion_le_max_tokens", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="max_tokens", column_B="completion_tokens", or_equal=True, ignore_row_if="either_value_is_missing")),
-            Rule("requests.no_truncation", E.ExpectColumnValuesToNotBeInSet(column="error_kind", value_set=["truncated_prompt", "truncated_output"])),
-            Rule("requests.sent_before_first_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="first_token_ns", column_B="sent_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
-            Rule("requests.first_before_last_token", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="last_token_ns", column_B="first_token_ns", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule(
+                "requests.completion_le_max_tokens",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="max_tokens",
+                    column_B="completion_tokens",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+            ),
+            Rule(
+                "requests.no_truncation",
+                E.ExpectColumnValuesToNotBeInSet(
+                    column="error_kind", value_set=["truncated_prompt", "truncated_output"]
+                ),
+            ),
+            Rule(
+                "requests.sent_before_first_token",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="first_token_ns",
+                    column_B="sent_ns",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+            ),
+            Rule(
+                "requests.first_before_last_token",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="last_token_ns",
+                    column_B="first_token_ns",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+            ),
             *_finite_and_in_range("requests"),
         ],
         "gpu_samples": [
-            *_not_null("gpu_samples", "run_id", "gpu_uuid", "t_ns"), _source("gpu_samples"),
+            *_not_null("gpu_samples", "run_id", "gpu_uuid", "t_ns"),
+            _source("gpu_samples"),
             Rule("gpu_samples.power_nonnegative", E.ExpectColumnValuesToBeBetween(column="power_w", min_value=0)),
-            Rule("gpu_samples.power_within_limit", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="power_ceiling_w", column_B="power_w", or_equal=True, ignore_row_if="either_value_is_missing"), "error", _gpu_samples_prepare),
-            Rule("gpu_samples.energy_monotone", E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0), "error", _gpu_samples_prepare),
-            Rule("gpu_samples.no_gaps", E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999), "warn", _gpu_samples_prepare),
+            Rule(
+                "gpu_samples.power_within_limit",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="power_ceiling_w",
+                    column_B="power_w",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+                "error",
+                _gpu_samples_prepare,
+            ),
+            Rule(
+                "gpu_samples.energy_monotone",
+                E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0),
+                "error",
+                _gpu_samples_prepare,
+            ),
+            Rule(
+                "gpu_samples.no_gaps",
+                E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999),
+                "warn",
+                _gpu_samples_prepare,
+            ),
             # NaN/Inf is a broken reading (a value not measured is NULL); the sample names the columns.
             Rule("gpu_samples.no_nan", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", _gpu_samples_prepare),
-            Rule("gpu_samples.hbm_within_total", E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="hbm_total_mib", column_B="hbm_used_mib", or_equal=True, ignore_row_if="either_value_is_missing")),
+            Rule(
+                "gpu_samples.hbm_within_total",
+                E.ExpectColumnPairValuesAToBeGreaterThanB(
+                    column_A="hbm_total_mib",
+                    column_B="hbm_used_mib",
+                    or_equal=True,
+                    ignore_row_if="either_value_is_missing",
+                ),
+            ),
             *_finite_and_in_range("gpu_samples"),
         ],
         "server_metrics": [
-            *_not_null("server_metrics", "run_id", "metric", "t_ns", "value"), _source("server_metrics"),
+            *_not_null("server_metrics", "run_id", "metric", "t_ns", "value"),
+            _source("server_metrics"),
             *_finite_and_in_range("server_metrics"),
         ],
     }
@@ -308,8 +491,9 @@ def _jsonable(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
-def validate_table(table: str, df: pd.DataFrame, plan_validation: dict[str, Any] | None = None,
-                   sample_period_s: float = 0.1) -> SuiteResult:
+def validate_table(
+    table: str, df: pd.DataFrame, plan_validation: dict[str, Any] | None = None, sample_period_s: float = 0.1
+) -> SuiteResult:
     """Run a table's suite on a DataFrame of its rows (one run's rows, as the asset checks pass them)."""
     rules = suites(plan_validation, sample_period_s)[table]
     overrides = (plan_validation or {}).get("severity", {})
@@ -321,8 +505,22 @@ def validate_table(table: str, df: pd.DataFrame, plan_validation: dict[str, Any]
         source = ctx.data_sources.add_pandas(name)
     outcomes: list[Outcome] = []
     if df.empty:
-        return SuiteResult(table, [Outcome(f"{table}.has_rows", table, "expect_table_row_count_to_be_between", None,
-                                           overrides.get(f"{table}.has_rows", "error"), False, 0, 0)], 0)
+        return SuiteResult(
+            table,
+            [
+                Outcome(
+                    f"{table}.has_rows",
+                    table,
+                    "expect_table_row_count_to_be_between",
+                    None,
+                    overrides.get(f"{table}.has_rows", "error"),
+                    False,
+                    0,
+                    0,
+                )
+            ],
+            0,
+        )
     # One GX suite per distinct `prepare`, so derived columns are computed once per batch.
     groups: dict[Any, list[Rule]] = {}
     for rule in rules:
@@ -342,7 +540,9 @@ def validate_table(table: str, df: pd.DataFrame, plan_validation: dict[str, Any]
         by_id = {}
         for rule in group:
             severity = overrides.get(rule.name, rule.severity)
-            exp = rule.expectation.model_copy(deep=True) if hasattr(rule.expectation, "model_copy") else rule.expectation
+            exp = (
+                rule.expectation.model_copy(deep=True) if hasattr(rule.expectation, "model_copy") else rule.expectation
+            )
             exp.severity = "critical" if severity == "error" else "warning"
             exp.meta = {"rule": rule.name, "severity": severity}
             suite.add_expectation(exp)
@@ -356,21 +556,36 @@ def validate_table(table: str, df: pd.DataFrame, plan_validation: dict[str, Any]
             sample = res.get("partial_unexpected_list") or []
             if failed_to_run:
                 sample = [str(r.exception_info.get("exception_message"))[:200]]
-            outcomes.append(Outcome(
-                rule=meta.get("rule", cfg.type), table=table, expectation=cfg.type,
-                column=cfg.kwargs.get("column") or cfg.kwargs.get("column_A"),
-                severity=meta.get("severity", "error"), success=bool(r.success) and not failed_to_run,
-                element_count=res.get("element_count"), unexpected_count=res.get("unexpected_count"),
-                sample=_jsonable(sample[:5]),
-            ))
+            outcomes.append(
+                Outcome(
+                    rule=meta.get("rule", cfg.type),
+                    table=table,
+                    expectation=cfg.type,
+                    column=cfg.kwargs.get("column") or cfg.kwargs.get("column_A"),
+                    severity=meta.get("severity", "error"),
+                    success=bool(r.success) and not failed_to_run,
+                    element_count=res.get("element_count"),
+                    unexpected_count=res.get("unexpected_count"),
+                    sample=_jsonable(sample[:5]),
+                )
+            )
     return SuiteResult(table, outcomes, len(df))
 
 
 def outcome_rows(run_id: str, check_name: str, result: SuiteResult) -> list[dict[str, Any]]:
     """validation_results rows for a suite result."""
     return [
-        {"run_id": run_id, "check_name": check_name, "table_name": o.table, "expectation": o.rule,
-         "column_name": o.column, "severity": o.severity, "success": o.success, "element_count": o.element_count,
-         "unexpected_count": o.unexpected_count, "sample": json.dumps(o.sample, default=str)}
+        {
+            "run_id": run_id,
+            "check_name": check_name,
+            "table_name": o.table,
+            "expectation": o.rule,
+            "column_name": o.column,
+            "severity": o.severity,
+            "success": o.success,
+            "element_count": o.element_count,
+            "unexpected_count": o.unexpected_count,
+            "sample": json.dumps(o.sample, default=str),
+        }
         for o in result.outcomes
     ]

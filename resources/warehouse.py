@@ -10,15 +10,22 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 
+from resources.ingest_checks import (
+    check_table_file,
+    ensure_natural_keys,
+    mark_run,
+    run_status,
+    scan_lines,
+    suspect_rows,
+)
 from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
-from resources.ingest_checks import (check_table_file, ensure_natural_keys, mark_run, run_status, scan_lines,
-                                    suspect_rows)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
@@ -26,14 +33,18 @@ SCHEMA_VERSION = 3
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = os.environ.get("WATTBENCH_INGEST_MEMORY", "1GB")
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
-_LABELS_TEXT_TO_MAP = ("CASE WHEN {col} IS NULL THEN NULL ELSE map("
-                       "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
-                       "regexp_extract_all({col}, '=\"((?:[^\"\\\\]|\\\\.)*)\"', 1)) END")
+_LABELS_TEXT_TO_MAP = (
+    "CASE WHEN {col} IS NULL THEN NULL ELSE map("
+    "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
+    'regexp_extract_all({col}, \'="((?:[^"\\\\]|\\\\.)*)"\', 1)) END'
+)
 # Columns read from a bundle as another type than the table's, then converted (old bundles wrote them otherwise).
 _READ_AS = {
     ("server_metrics", "labels"): (
-        "JSON", "CASE WHEN labels IS NULL THEN NULL WHEN json_type(labels) = 'OBJECT' "
-                "THEN labels::MAP(VARCHAR, VARCHAR) ELSE " + _LABELS_TEXT_TO_MAP.format(col="(labels->>'$')") + " END"),
+        "JSON",
+        "CASE WHEN labels IS NULL THEN NULL WHEN json_type(labels) = 'OBJECT' "
+        "THEN labels::MAP(VARCHAR, VARCHAR) ELSE " + _LABELS_TEXT_TO_MAP.format(col="(labels->>'$')") + " END",
+    ),
 }
 # Tables whose rows belong to one deployment: a bundle replaces exactly its (run_id, deployment_id) rows.
 _DEPLOYMENT_TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics")
@@ -49,18 +60,25 @@ def default_db_path() -> Path:
 
 # A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
 # no network, and no way to switch that back on from inside the query.
-SANDBOX = {"enable_external_access": False, "autoinstall_known_extensions": False,
-           "autoload_known_extensions": False, "lock_configuration": True}
+SANDBOX = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
 
 
 @contextmanager
-def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0,
-            sandbox: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+def connect(
+    path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0, sandbox: bool = False
+) -> Iterator[duckdb.DuckDBPyConnection]:
     """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds. `sandbox`:
     the connection reaches nothing but this database (see SANDBOX)."""
     db = Path(path) if path else default_db_path()
     if read_only and not db.exists():
-        raise WarehouseError(f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB")
+        raise WarehouseError(
+            f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB"
+        )
     if not read_only:
         db.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
@@ -71,8 +89,10 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False, wait
             break
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():  # not a lock: a directory, not a DuckDB file, no permission, ...
-                raise WarehouseError(f"{db}: cannot open the warehouse ({str(exc).splitlines()[0]}); expected a DuckDB "
-                                     "database file, or a path where one can be made") from exc
+                raise WarehouseError(
+                    f"{db}: cannot open the warehouse ({str(exc).splitlines()[0]}); expected a DuckDB "
+                    "database file, or a path where one can be made"
+                ) from exc
             if time.monotonic() >= deadline:
                 holder = re.search(r"PID (\d+)", str(exc))
                 who = f" (held by process {holder.group(1)})" if holder else ""
@@ -94,8 +114,10 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection."""
     con.execute((SQL_DIR / "schema.sql").read_text())
     if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
-        con.execute("ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
-                    + _LABELS_TEXT_TO_MAP.format(col="labels"))
+        con.execute(
+            "ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
+            + _LABELS_TEXT_TO_MAP.format(col="labels")
+        )
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
@@ -114,7 +136,9 @@ def sql_text(name: str) -> str:
     """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
     path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm")))
+        known = ", ".join(
+            sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm"))
+        )
         raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
     return path.read_text()
 
@@ -134,8 +158,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, 
     return execute_sql(con, name_or_sql, params).df()
 
 
-def query_rows(con: duckdb.DuckDBPyConnection, name_or_sql: str,
-               params: dict[str, Any] | None = None) -> tuple[list[str], list[tuple]]:
+def query_rows(
+    con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None
+) -> tuple[list[str], list[tuple]]:
     """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
     read-only commands answer without importing it)."""
     cursor = execute_sql(con, name_or_sql, params)
@@ -147,7 +172,9 @@ def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
     return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}
 
 
-def ingest_bundle(con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None) -> dict[str, int]:
+def ingest_bundle(
+    con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None
+) -> dict[str, int]:
     """Load a result bundle in one transaction, replacing earlier rows of the same run and deployments.
 
     Idempotent: ingesting the same bundle twice leaves the same rows. `run_id` files the rows under another
@@ -176,22 +203,41 @@ def _ingest(con, folder, manifest, run_id, files, types, counts) -> dict[str, in
         con.execute(
             """INSERT INTO runs (run_id, source, host, clock_anchor_mono_ns, clock_anchor_unix_ns, status)
                VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING""",
-            [run_id, manifest["source"], manifest.get("host"), manifest.get("clock_anchor_mono_ns"),
-             manifest.get("clock_anchor_unix_ns"), run_status(manifest)],
+            [
+                run_id,
+                manifest["source"],
+                manifest.get("host"),
+                manifest.get("clock_anchor_mono_ns"),
+                manifest.get("clock_anchor_unix_ns"),
+                run_status(manifest),
+            ],
         )
         mark_run(con, run_id, manifest)
         # One pass of DuckDB over each file: lines that are not objects or name unknown columns, and the ids of the
         # rows it replaces (every table of a deployment the bundle carries, and its builds)
-        scans = {t: _checked(con, t, p, types[t], lambda t=t, p=p: scan_lines(
-            con, p, set(types[t]), ("deployment_id",) if t in _DEPLOYMENT_TABLES else
-            ("build_id",) if t == "engine_builds" else ())) for t, p in files.items()}
+        scans = {
+            t: _checked(
+                con,
+                t,
+                p,
+                types[t],
+                lambda t=t, p=p: scan_lines(
+                    con,
+                    p,
+                    set(types[t]),
+                    ("deployment_id",) if t in _DEPLOYMENT_TABLES else ("build_id",) if t == "engine_builds" else (),
+                ),
+            )
+            for t, p in files.items()
+        }
         for table, (suspect, _) in scans.items():
             if suspect:
                 check_table_file(files[table], table, set(types[table]))  # file, line and reason
         deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
         for table, path in files.items():
-            counts[table] = _load_table(con, table, path, types[table], run_id, deployment_ids,
-                                        scans[table][1].get("build_id", []))
+            counts[table] = _load_table(
+                con, table, path, types[table], run_id, deployment_ids, scans[table][1].get("build_id", [])
+            )
         _derive_deployment_hbm(con, run_id)
         from resources import intervals
 
@@ -235,8 +281,15 @@ def _checked(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[
         ) from None
 
 
-def _load_table(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], run_id: str,
-                deployment_ids: list[str], build_ids: list[str]) -> int:
+def _load_table(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    path: Path,
+    cols: dict[str, str],
+    run_id: str,
+    deployment_ids: list[str],
+    build_ids: list[str],
+) -> int:
     """Replace this bundle's rows of one table by the file's (inside the ingest's transaction); rows loaded. The
     rules of resources/ingest_checks.py run in SQL on the rows just loaded."""
     if table in _DEPLOYMENT_TABLES:
@@ -252,11 +305,17 @@ def _load_table(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: di
     converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
     if not path.stat().st_size:
         return 0
-    _checked(con, table, path, cols, lambda: con.execute(
-        f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-        f"read_json(?, format='newline_delimited', columns={columns_literal})",
-        [run_id, str(path)],
-    ))
+    _checked(
+        con,
+        table,
+        path,
+        cols,
+        lambda: con.execute(
+            f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+            f"read_json(?, format='newline_delimited', columns={columns_literal})",
+            [run_id, str(path)],
+        ),
+    )
     loaded, suspect = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
     ).fetchone()
@@ -343,8 +402,9 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> i
         if name != "t":
             con.execute(f"CREATE OR REPLACE TEMP TABLE _ps_{name} AS " + sql.format(where=where), params)
     # token events load point by load point: the exact ITL percentiles hold a point's gaps in memory, never a run's
-    points = con.execute(f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} ORDER BY ALL",
-                         params).fetchall()
+    points = con.execute(
+        f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} ORDER BY ALL", params
+    ).fetchall()
     one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
     for rid, lp in points:
@@ -377,10 +437,10 @@ def replace_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str
         for row in rows:
             where = " AND ".join(f"{k} = ?" for k in key)
             con.execute(f"DELETE FROM {table} WHERE {where}", [row[k] for k in key])
-            values = [json.dumps(row.get(c)) if cols[c] == "JSON" and row.get(c) is not None else row.get(c) for c in names]
-            con.execute(
-                f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})", values
-            )
+            values = [
+                json.dumps(row.get(c)) if cols[c] == "JSON" and row.get(c) is not None else row.get(c) for c in names
+            ]
+            con.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})", values)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

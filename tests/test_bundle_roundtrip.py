@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wattbench_agent.bundle as bundle_mod
-from wattbench_agent.bundle import BundleError, BundleWriter
 from resources.warehouse import connect, ingest_bundle
+from wattbench_agent.bundle import BundleError, BundleWriter
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)
 duration = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=0, max_value=1e12)
@@ -17,16 +17,24 @@ maybe = lambda s: st.none() | s  # noqa: E731
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 request_rows = st.lists(
-    st.fixed_dictionaries({
-        "ttft_ms": maybe(duration), "e2e_ms": maybe(duration), "tpot_ms": maybe(duration),
-        "prompt_tokens": maybe(st.integers(0, 2**31 - 1)), "completion_tokens": maybe(st.integers(0, 2**31 - 1)),
-        "finish_reason": maybe(text), "error_kind": maybe(text), "error_text": maybe(text),
-        "http_status": maybe(st.integers(100, 599)),
-        "chunk_ns": maybe(st.lists(st.integers(0, 2**62), max_size=8)),
-        "chunk_tokens": maybe(st.lists(st.integers(0, 1000), max_size=8)),
-        "in_window": maybe(st.booleans()),
-    }),
-    min_size=1, max_size=20,
+    st.fixed_dictionaries(
+        {
+            "ttft_ms": maybe(duration),
+            "e2e_ms": maybe(duration),
+            "tpot_ms": maybe(duration),
+            "prompt_tokens": maybe(st.integers(0, 2**31 - 1)),
+            "completion_tokens": maybe(st.integers(0, 2**31 - 1)),
+            "finish_reason": maybe(text),
+            "error_kind": maybe(text),
+            "error_text": maybe(text),
+            "http_status": maybe(st.integers(100, 599)),
+            "chunk_ns": maybe(st.lists(st.integers(0, 2**62), max_size=8)),
+            "chunk_tokens": maybe(st.lists(st.integers(0, 1000), max_size=8)),
+            "in_window": maybe(st.booleans()),
+        }
+    ),
+    min_size=1,
+    max_size=20,
 )
 
 
@@ -35,8 +43,10 @@ request_rows = st.lists(
 def test_requests_round_trip(tmp_path_factory, rows):
     tmp = tmp_path_factory.mktemp("rt")
     with BundleWriter(tmp / "b", run_id="r", source="emulated") as w:
-        w.write("requests", [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)}
-                             for i, r in enumerate(rows)])
+        w.write(
+            "requests",
+            [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)} for i, r in enumerate(rows)],
+        )
     with connect(tmp / "w.duckdb") as con:
         ingest_bundle(con, tmp / "b")
         ingest_bundle(con, tmp / "b")  # idempotent
@@ -59,16 +69,22 @@ def test_requests_round_trip(tmp_path_factory, rows):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=request_rows, bad_at=st.integers(0, 19), column=st.sampled_from(["ttft_ms", "e2e_ms", "tpot_ms"]),
-       value=finite.filter(lambda v: v < 0) | st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+@given(
+    rows=request_rows,
+    bad_at=st.integers(0, 19),
+    column=st.sampled_from(["ttft_ms", "e2e_ms", "tpot_ms"]),
+    value=finite.filter(lambda v: v < 0) | st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+)
 def test_a_negative_or_non_finite_duration_is_refused_whole(tmp_path_factory, rows, bad_at, column, value):
     """Ingest takes the rows whole or not at all: one negative or non-finite duration anywhere is named by its
     line, and nothing of the bundle is loaded."""
     tmp = tmp_path_factory.mktemp("bad")
     bad_at = bad_at % len(rows)
     with BundleWriter(tmp / "b", run_id="r", source="emulated") as w:
-        w.write("requests", [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)}
-                             for i, r in enumerate(rows)])
+        w.write(
+            "requests",
+            [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)} for i, r in enumerate(rows)],
+        )
     path = tmp / "b" / "requests.jsonl"
     lines = path.read_text().splitlines()
     row = json.loads(lines[bad_at])

@@ -33,26 +33,40 @@ print(json.dumps({"rc": rc, "out": out.getvalue(),
 def db(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("cli")
     path = tmp / "w.duckdb"
-    write_run(path, tmp, "r1", [Deployment("alpha", points=[simple_point("c8", 5.0 + 0.1 * r, repeat=r + 1)
-                                                             for r in range(3)]),
-                                Deployment("beta", points=[simple_point("c8", 6.0 + 0.2 * r, repeat=r + 1)
-                                                            for r in range(3)])], started=started(0))
+    write_run(
+        path,
+        tmp,
+        "r1",
+        [
+            Deployment("alpha", points=[simple_point("c8", 5.0 + 0.1 * r, repeat=r + 1) for r in range(3)]),
+            Deployment("beta", points=[simple_point("c8", 6.0 + 0.2 * r, repeat=r + 1) for r in range(3)]),
+        ],
+        started=started(0),
+    )
     return path
 
 
 def run_fresh(argv: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv), json.dumps(HEAVY)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv), json.dumps(HEAVY)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv, expect", [
-    (["sql", "select 42 AS answer"], "42"),
-    (["sql", "load_points", "--format", "csv"], "alpha,steady,c8"),
-    (["sql", "load_points", "--format", "json"], '"engine":"beta"'),
-    (["report"], "Head to head, run r1"),
-])
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["sql", "select 42 AS answer"], "42"),
+        (["sql", "load_points", "--format", "csv"], "alpha,steady,c8"),
+        (["sql", "load_points", "--format", "json"], '"engine":"beta"'),
+        (["report"], "Head to head, run r1"),
+    ],
+)
 def test_read_only_commands_import_nothing_heavy(db, argv, expect):
     result = run_fresh([*argv, "--db", str(db)])
     assert result["rc"] == 0 and expect in result["out"], result["out"][-2000:]
@@ -78,7 +92,7 @@ def test_each_own_command_is_registered_by_the_module_the_cli_maps_it_to():
     import argparse
     import importlib
 
-    from pipelines.cli import OWN_COMMANDS, _COMMAND_MODULES, build_parser
+    from pipelines.cli import _COMMAND_MODULES, OWN_COMMANDS, build_parser
 
     registered = {}
     for name in _COMMAND_MODULES:

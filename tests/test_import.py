@@ -32,10 +32,13 @@ def db(tmp_path, monkeypatch):
 
 def points(db, run_id=None) -> list[dict]:
     with connect(db, read_only=True) as con:
-        df = con.execute("SELECT * FROM v_load_points" + (" WHERE run_id = ?" if run_id else "") +
-                         " ORDER BY load_point_id", [run_id] if run_id else []).df()
-    return [{k: (None if v != v else v) if isinstance(v, float) else v for k, v in r.items()}
-            for r in df.to_dict("records")]
+        df = con.execute(
+            "SELECT * FROM v_load_points" + (" WHERE run_id = ?" if run_id else "") + " ORDER BY load_point_id",
+            [run_id] if run_id else [],
+        ).df()
+    return [
+        {k: (None if v != v else v) if isinstance(v, float) else v for k, v in r.items()} for r in df.to_dict("records")
+    ]
 
 
 def imported(capsys, *args) -> list[str]:
@@ -56,8 +59,12 @@ def test_aiperf_export_with_records(db, capsys):
     assert p["model"] == "llama-3.1-8b" and p["completed"] == 24 and p["failed"] == 0
     assert p["window_s"] == pytest.approx(agg["benchmark_duration"]["avg"])
     # recomputed from AIPerf's own per-request records, the percentiles are AIPerf's
-    for ours, tag in (("ttft", "time_to_first_token"), ("tpot", "inter_token_latency"), ("e2e", "request_latency"),
-                      ("itl", "inter_chunk_latency")):
+    for ours, tag in (
+        ("ttft", "time_to_first_token"),
+        ("tpot", "inter_token_latency"),
+        ("e2e", "request_latency"),
+        ("itl", "inter_chunk_latency"),
+    ):
         for q in ("p50", "p90", "p99"):
             assert p[f"{ours}_{q}_ms"] == pytest.approx(agg[tag][q], rel=1e-6), (ours, q)
     assert p["output_tok_s"] == pytest.approx(agg["total_output_tokens"]["avg"] / agg["benchmark_duration"]["avg"])
@@ -67,8 +74,9 @@ def test_aiperf_export_with_records(db, capsys):
 
 
 def test_aiperf_poisson_and_the_same_run_given_twice(db, capsys):
-    ids = imported(capsys, str(AIPERF_R8 / "profile_export.jsonl"), str(AIPERF_R8),
-                   str(AIPERF_R8 / "profile_export_aiperf.json"))
+    ids = imported(
+        capsys, str(AIPERF_R8 / "profile_export.jsonl"), str(AIPERF_R8), str(AIPERF_R8 / "profile_export_aiperf.json")
+    )
     assert len(ids) == 1  # the records file, the folder and the export are one run
     [p] = points(db, ids[0])
     agg = json.loads((AIPERF_R8 / "profile_export_aiperf.json").read_text())
@@ -108,15 +116,25 @@ def test_vllm_result_with_details(db, capsys):
         assert p[f"{ours}_p90_ms"] == pytest.approx(d[f"p90_{m}_ms"], rel=1e-6), m
         assert p[f"{ours}_mean_ms"] == pytest.approx(d[f"mean_{m}_ms"], rel=1e-6), m
     with connect(db, read_only=True) as con:
-        bad = con.execute("SELECT error_kind, error_text FROM requests WHERE run_id = ? AND error_kind IS NOT NULL",
-                          [run_id]).fetchall()
+        bad = con.execute(
+            "SELECT error_kind, error_text FROM requests WHERE run_id = ? AND error_kind IS NOT NULL", [run_id]
+        ).fetchall()
     assert bad == [("imported_error", "Bad Request")]
 
 
 def test_vllm_result_without_details_uses_vllms_statistics(db, capsys, tmp_path):
     d = json.loads(VLLM_CONSTRUCTED.read_text())
-    for k in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-              "generated_texts", "errors"):
+    for k in (
+        "input_lens",
+        "output_lens",
+        "ttfts",
+        "itls",
+        "latencies",
+        "start_times",
+        "queue_times",
+        "generated_texts",
+        "errors",
+    ):
         d.pop(k)
     f = tmp_path / "plain.json"
     f.write_text(json.dumps(d))
@@ -153,10 +171,33 @@ def test_wattbench_save_result_imports_as_vllm(db, capsys, tmp_path):
     from wattbench_agent.loadgen.testserver import server_process
 
     with server_process(ttft_ms=5, itl_ms=2) as url:
-        p = subprocess.run([sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m",
-                            "--max-concurrency", "2", "--num-prompts", "10", "--output-tokens", "5",
-                            "--save-result", "--save-detailed", "--result-filename", str(tmp_path / "r.json"),
-                            "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.cli",
+                "load",
+                "--url",
+                url,
+                "--model",
+                "m",
+                "--max-concurrency",
+                "2",
+                "--num-prompts",
+                "10",
+                "--output-tokens",
+                "5",
+                "--save-result",
+                "--save-detailed",
+                "--result-filename",
+                str(tmp_path / "r.json"),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert p.returncode == 0, p.stderr
     r = json.loads((tmp_path / "r.json").read_text())
     [run_id] = imported(capsys, str(tmp_path / "r.json"))
@@ -194,8 +235,13 @@ def test_bad_files_load_nothing_and_say_why(db, capsys, tmp_path):
     cut.write_text(VLLM_CONSTRUCTED.read_text()[:200])
     assert main(["import", str(AIPERF_C4), str(junk)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"wattbench import: {junk}: not a result file wattbench can import; expected one of: "
-                          "vllm bench serve:") and "AIPerf" in err and "guidellm" in err
+    assert (
+        err.startswith(
+            f"wattbench import: {junk}: not a result file wattbench can import; expected one of: vllm bench serve:"
+        )
+        and "AIPerf" in err
+        and "guidellm" in err
+    )
     assert main(["import", str(cut)]) == 2
     assert capsys.readouterr().err.startswith(f"wattbench import: {cut}: not JSON (")
     assert main(["import", str(GUIDELLM), "--tool", "vllm"]) == 2

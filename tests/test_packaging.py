@@ -20,13 +20,17 @@ CONTROL_PLANE = ("assets", "pipelines", "resources")
 AGENT = ("agent/wattbench_agent",)
 # Declared but not imported, with the reason they are there.
 RUNTIME_ONLY = {
-    "wattbench": {"dagster-webserver": "`make ui` serves the Dagster UI with it",
-                  "dagster-pipes": "pinned with dagster: the protocol the agent speaks through Pipes"},
+    "wattbench": {
+        "dagster-webserver": "`make ui` serves the Dagster UI with it",
+        "dagster-pipes": "pinned with dagster: the protocol the agent speaks through Pipes",
+    },
     "wattbench-agent": {},
 }
 # Imported only inside a function, for a feature that says what to install when it is missing.
-OPTIONAL_IMPORTS = {"torch": "telemetry record --load matmul, on a GPU host",
-                    "zeus": "the ZeusMonitor energy cross-check, where zeus-ml is installed"}
+OPTIONAL_IMPORTS = {
+    "torch": "telemetry record --load matmul, on a GPU host",
+    "zeus": "the ZeusMonitor energy cross-check, where zeus-ml is installed",
+}
 
 
 def norm(name: str) -> str:
@@ -97,8 +101,9 @@ def test_agent_imports_are_declared():
     used = imported_distributions(AGENT)
     base, extras = requirements("wattbench-agent")
     in_extras = set().union(*extras.values())
-    undeclared = {d: sorted(f)[:3] for d, f in used.items()
-                  if d not in base and d not in in_extras and d not in OPTIONAL_IMPORTS}
+    undeclared = {
+        d: sorted(f)[:3] for d, f in used.items() if d not in base and d not in in_extras and d not in OPTIONAL_IMPORTS
+    }
     assert not undeclared, f"imported by the agent but declared nowhere in agent/pyproject.toml: {undeclared}"
     assert not base - set(used) - set(RUNTIME_ONLY["wattbench-agent"]), "agent/pyproject.toml declares unused deps"
     assert {"kubernetes", "tokenizers", "transformers"} <= in_extras
@@ -118,20 +123,31 @@ def test_constraints_pin_every_installed_distribution():
 
 def test_tokenizer_extra_gives_exact_prompt_lengths(tmp_path):
     tokenizers = pytest.importorskip("tokenizers", reason="the tokenizer extra: pip install './agent[tokenizer]'")
-    from wattbench_agent.loadgen.testserver import server_process
     from wattbench_agent.loadgen.runner import run_load
     from wattbench_agent.loadgen.spec import LoadSpec
+    from wattbench_agent.loadgen.testserver import server_process
 
     words = [f"w{i}" for i in range(500)]
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(["<unk>"] + words)},
-                                                           unk_token="<unk>"))
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({w: i for i, w in enumerate(["<unk>"] + words)}, unk_token="<unk>")
+    )
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.decoder = tokenizers.decoders.WordPiece(prefix="##")
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     with server_process(ttft_ms=1, itl_ms=1) as url:
-        res = run_load(LoadSpec(url=url, model="m", concurrency=1, input_tokens=37, output_tokens=3, duration_s=5,
-                                max_requests=3, tokenizer=str(path)))
+        res = run_load(
+            LoadSpec(
+                url=url,
+                model="m",
+                concurrency=1,
+                input_tokens=37,
+                output_tokens=3,
+                duration_s=5,
+                max_requests=3,
+                tokenizer=str(path),
+            )
+        )
     assert res.summary["completed"] == 3 and all(r["input_tokens_requested"] == 37 for r in res.records)
     from wattbench_agent.loadgen.workload import Workload, load_tokenizer
 
@@ -144,7 +160,13 @@ def test_tokenizer_extra_gives_exact_prompt_lengths(tmp_path):
 def test_tool_dg_block_is_backed_by_the_dg_cli(tmp_path):
     dg = Path(sys.executable).with_name("dg")
     assert dg.exists(), "dagster-dg-cli (dev extra) provides dg"
-    p = subprocess.run([str(dg), "check", "defs"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "DAGSTER_HOME": str(tmp_path)})
+    p = subprocess.run(
+        [str(dg), "check", "defs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "All definitions loaded successfully" in p.stdout + p.stderr

@@ -41,8 +41,9 @@ def smoke_run(tmp_path_factory):
     db = tmp / "w.duckdb"
     result = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(_smoke_as_default(tmp / "plan")),
-                                 output_dir=str(tmp / "runs")),
+        resources=make_resources(
+            db_path=str(db), plan_path=str(_smoke_as_default(tmp / "plan")), output_dir=str(tmp / "runs")
+        ),
         instance=_instance(),
         partition_key=SMOKE_PARTITION,
         raise_on_error=False,
@@ -54,8 +55,19 @@ def test_whole_graph_materializes(smoke_run):
     result, db, tmp = smoke_run
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "server_metrics",
-                            "load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"}
+    assert materialized == {
+        "engine_builds",
+        "deployments",
+        "load_runs",
+        "requests",
+        "gpu_samples",
+        "server_metrics",
+        "load_point_report",
+        "head_to_head",
+        "capacity_plan",
+        "regressions",
+        "html_report",
+    }
     errors = [e for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"]
     assert not errors, [e.metadata for e in errors]
 
@@ -63,10 +75,21 @@ def test_whole_graph_materializes(smoke_run):
 def test_every_row_is_labelled_emulated(smoke_run):
     result, db, _ = smoke_run
     with connect(db, read_only=True) as con:
-        for table in ("engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "energy_windows",
-                      "server_metrics"):
-            sources = {r[0] for r in con.execute(f"SELECT DISTINCT source FROM {table} WHERE run_id = ?",
-                                                 [result.run_id]).fetchall()}
+        for table in (
+            "engine_builds",
+            "deployments",
+            "load_runs",
+            "requests",
+            "gpu_samples",
+            "energy_windows",
+            "server_metrics",
+        ):
+            sources = {
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT source FROM {table} WHERE run_id = ?", [result.run_id]
+                ).fetchall()
+            }
             assert sources == {"emulated"}, table
 
 
@@ -77,18 +100,25 @@ def test_report_figures_agree_with_their_rows(smoke_run):
         report = run_sql(con, "SELECT * FROM v_load_points WHERE run_id = $run_id", {"run_id": run_id})
         assert len(report) == 2  # two engines x one point
         for _, row in report.iterrows():
-            lr = con.execute("SELECT * FROM load_runs WHERE run_id = ? AND load_point_id = ?",
-                             [run_id, row["load_point_id"]]).df().iloc[0]
+            lr = (
+                con.execute(
+                    "SELECT * FROM load_runs WHERE run_id = ? AND load_point_id = ?", [run_id, row["load_point_id"]]
+                )
+                .df()
+                .iloc[0]
+            )
             # energy of the window = the counter deltas of every GPU of the deployment, from energy_windows
             counter_j = con.execute(
                 "SELECT sum(energy_j) FROM energy_windows WHERE run_id = ? AND deployment_id = ? AND window_name = ?",
-                [run_id, lr["deployment_id"], row["load_point_id"]]).fetchone()[0]
+                [run_id, lr["deployment_id"], row["load_point_id"]],
+            ).fetchone()[0]
             assert lr["energy_j"] == pytest.approx(counter_j, rel=1e-9)
             # output tokens in the window, recomputed from each request's chunk timestamps
             tokens = con.execute(
                 """SELECT sum(t) FROM (SELECT unnest(chunk_ns) AS ns, unnest(chunk_tokens) AS t FROM requests
                    WHERE run_id = ? AND load_point_id = ? AND error_kind IS NULL) WHERE ns BETWEEN ? AND ?""",
-                [run_id, row["load_point_id"], int(lr["window_start_ns"]), int(lr["window_end_ns"])]).fetchone()[0]
+                [run_id, row["load_point_id"], int(lr["window_start_ns"]), int(lr["window_end_ns"])],
+            ).fetchone()[0]
             assert lr["output_tokens_in_window"] == pytest.approx(tokens, abs=1)
             assert row["output_tokens_per_j"] == pytest.approx(lr["output_tokens_in_window"] / counter_j)
             assert row["output_tok_s"] == pytest.approx(lr["output_tokens_in_window"] / lr["window_s"])
@@ -96,7 +126,9 @@ def test_report_figures_agree_with_their_rows(smoke_run):
             assert row["usd_per_1m_output_tokens"] == pytest.approx(usd)
             ttft = con.execute(
                 "SELECT quantile_cont(ttft_ms, 0.5) FROM requests WHERE run_id = ? AND load_point_id = ? "
-                "AND in_window AND error_kind IS NULL", [run_id, row["load_point_id"]]).fetchone()[0]
+                "AND in_window AND error_kind IS NULL",
+                [run_id, row["load_point_id"]],
+            ).fetchone()[0]
             assert row["ttft_p50_ms"] == pytest.approx(ttft)
             assert 0 < row["ttft_p50_ms"] <= row["e2e_p50_ms"]
 
@@ -108,15 +140,19 @@ def test_html_report_is_offline_and_marked_emulated(smoke_run):
     # nothing fetched: scripts are inline (the Vega bundle and the chart specs), no src/href leaves the file
     assert all("src" not in attrs for attrs in re.findall(r"<script\b([^>]*)>", html))
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|<link\b|@import""", html, re.IGNORECASE)
-    assert html.count("class='chart'") == 5           # interactive charts (tests/browser/test_report_html.py)
+    assert html.count("class='chart'") == 5  # interactive charts (tests/browser/test_report_html.py)
     assert html.count("data:image/png;base64,") == 6  # 5 load-point pictures + the capacity plan
 
 
 def test_validation_results_recorded(smoke_run):
     result, db, _ = smoke_run
     with connect(db, read_only=True) as con:
-        tables = {r[0] for r in con.execute("SELECT DISTINCT table_name FROM validation_results WHERE run_id = ?",
-                                            [result.run_id]).fetchall()}
+        tables = {
+            r[0]
+            for r in con.execute(
+                "SELECT DISTINCT table_name FROM validation_results WHERE run_id = ?", [result.run_id]
+            ).fetchall()
+        }
     assert {"engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "server_metrics"} <= tables
 
 
@@ -134,9 +170,12 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     db = tmp_path / "bad.duckdb"
     bad = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
-        resources=make_resources(db_path=str(db), plan_path=str(_smoke_as_default(tmp_path / "plan")),
-                                 output_dir=str(tmp_path / "runs"),
-                                 replay_bundle=str(bundle)),
+        resources=make_resources(
+            db_path=str(db),
+            plan_path=str(_smoke_as_default(tmp_path / "plan")),
+            output_dir=str(tmp_path / "runs"),
+            replay_bundle=str(bundle),
+        ),
         instance=_instance(),
         partition_key=SMOKE_PARTITION,
         raise_on_error=False,
@@ -147,6 +186,8 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     failed = [e for e in bad.get_asset_check_evaluations() if not e.passed]
     assert any(e.check_name == "gx_requests" for e in failed)
     with connect(db, read_only=True) as con:
-        n = con.execute("SELECT unexpected_count FROM validation_results WHERE run_id = ? AND expectation = "
-                        "'requests.ttft_le_e2e'", [bad.run_id]).fetchone()[0]
+        n = con.execute(
+            "SELECT unexpected_count FROM validation_results WHERE run_id = ? AND expectation = 'requests.ttft_le_e2e'",
+            [bad.run_id],
+        ).fetchone()[0]
     assert n == 1

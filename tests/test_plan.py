@@ -36,12 +36,25 @@ GOOD = DEFAULT_PLAN.read_text()
         (lambda t: t.replace("    profile: vllm-like\n", ""), "engines[1]", "needs profile"),
         (lambda t: t.replace("shape: gamma, rate: 6", "shape: gamma"), "workloads[1]", "rate"),
         # an engine's env: strings only, and no CUDA_VISIBLE_DEVICES (gpus: pins the engine)
-        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    env: {VLLM_USE_FLASHINFER_SAMPLER: 0}\n"),
-         "engines[1].env.VLLM_USE_FLASHINFER_SAMPLER", "valid string"),
-        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    env: {CUDA_VISIBLE_DEVICES: '1'}\n"),
-         "engines[1].env", "gpus"),
-        (lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    gpus: [0, 1]\n"),
-         "engines[1]", "exactly tp"),
+        (
+            lambda t: t.replace(
+                "    profile: vllm-like\n", "    profile: vllm-like\n    env: {VLLM_USE_FLASHINFER_SAMPLER: 0}\n"
+            ),
+            "engines[1].env.VLLM_USE_FLASHINFER_SAMPLER",
+            "valid string",
+        ),
+        (
+            lambda t: t.replace(
+                "    profile: vllm-like\n", "    profile: vllm-like\n    env: {CUDA_VISIBLE_DEVICES: '1'}\n"
+            ),
+            "engines[1].env",
+            "gpus",
+        ),
+        (
+            lambda t: t.replace("    profile: vllm-like\n", "    profile: vllm-like\n    gpus: [0, 1]\n"),
+            "engines[1]",
+            "exactly tp",
+        ),
         (lambda t: t.replace("repeats: 3", "repeats: 0"), "repeats", "greater than or equal to 1"),
     ],
 )
@@ -73,18 +86,22 @@ def test_point_labels():
     assert point_label({"shape": "surge", "rate": 2.0, "surge_factor": 5.0}) == "surge-r2x5"
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "plans").glob("*.yaml")),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[1] / "plans").glob("*.yaml")), ids=lambda p: p.stem
+)
 def test_every_shipped_plan_is_valid(path):
     plan, _ = load_plan(path)
     assert plan.engines and plan.workloads
 
 
 def test_closed_loop_points_ramp_in_by_default(tmp_path):
-    text = GOOD.replace("    load_options: {ramp_s: 2}   # start the streams over 2 s: closed-loop waves would otherwise skew a short window\n", "")
+    text = GOOD.replace(
+        "    load_options: {ramp_s: 2}   # start the streams over 2 s: closed-loop waves would otherwise skew a short window\n",
+        "",
+    )
     plan, _ = load_plan(_write(tmp_path, text))
     steady, bursty = plan.workloads
-    assert {s["ramp_s"] for s in steady.load_specs()} == {2.0}            # not asked for: ramped over 2 s
-    assert all("ramp_s" not in s for s in bursty.load_specs())            # open loop: arrivals decide
+    assert {s["ramp_s"] for s in steady.load_specs()} == {2.0}  # not asked for: ramped over 2 s
+    assert all("ramp_s" not in s for s in bursty.load_specs())  # open loop: arrivals decide
     short = plan.model_copy(update={"workloads": [steady.model_copy(update={"warmup_s": 0.5})]})
     assert {s["ramp_s"] for s in short.workloads[0].load_specs()} == {0.5}  # never past the warm-up

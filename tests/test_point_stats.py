@@ -10,20 +10,26 @@ from pathlib import Path
 import pytest
 
 from benchmarks.warehouse_scale import synthesize
-from wattbench_agent.bundle import unpacked
 from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats
+from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("run_id", "deployment_id", "load_point_id")
 # kept view -> (its on-the-fly definition, the kept view's rows)
 PAIRS = {
-    "v_request_stats": ("SELECT l.*, c.meeting_slo_completed_in_window, c.meeting_slo_in_window "
-                        "FROM v_request_stats_live l JOIN v_request_slo_counts c USING (run_id, deployment_id, load_point_id)",
-                        "SELECT * FROM v_request_stats WHERE run_id IN (SELECT run_id FROM requests)"),
-    "v_itl_stats": ("SELECT * FROM v_itl_stats_live",
-                    "SELECT * FROM v_itl_stats WHERE run_id IN (SELECT run_id FROM requests)"),
-    "v_window_steadiness": ("SELECT * EXCLUDE (deployment_id) FROM v_window_steadiness_live",
-                            "SELECT * FROM v_window_steadiness"),
+    "v_request_stats": (
+        "SELECT l.*, c.meeting_slo_completed_in_window, c.meeting_slo_in_window "
+        "FROM v_request_stats_live l JOIN v_request_slo_counts c USING (run_id, deployment_id, load_point_id)",
+        "SELECT * FROM v_request_stats WHERE run_id IN (SELECT run_id FROM requests)",
+    ),
+    "v_itl_stats": (
+        "SELECT * FROM v_itl_stats_live",
+        "SELECT * FROM v_itl_stats WHERE run_id IN (SELECT run_id FROM requests)",
+    ),
+    "v_window_steadiness": (
+        "SELECT * EXCLUDE (deployment_id) FROM v_window_steadiness_live",
+        "SELECT * FROM v_window_steadiness",
+    ),
 }
 
 
@@ -59,16 +65,55 @@ def _capped(folder: Path) -> Path:
 
     ms = 1_000_000
     with BundleWriter(folder, run_id="capped", source="emulated") as w:
-        w.write("deployments", [{"deployment_id": "c", "model": "m", "engine": "emulator:vllm-like",
-                                 "config_name": "c", "status": "healthy", "n_gpus": 1}])
-        w.write("load_runs", [{"deployment_id": "c", "load_point_id": "c:w:c1", "workload": "w", "shape": "concurrency",
-                               "status": "ok", "window_s": 3.0, "window_start_ns": 0, "window_end_ns": 3000 * ms,
-                               "output_tokens_in_window": 300, "energy_j": 50.0}])
-        w.write("requests", [{"deployment_id": "c", "load_point_id": "c:w:c1", "request_id": str(i), "sent_ns": 0,
-                              "ttft_ms": 10.0 + i, "e2e_ms": 2500.0, "completion_tokens": 203,
-                              "chunk_ns": [(10 + i) * ms, (20 + i) * ms, (30 + i) * ms, 1000 * ms, 2000 * ms],
-                              "chunk_tokens": [1, 1, 1, 100, 100], "chunks_exact": 3, "in_window": True}
-                             for i in range(4)])
+        w.write(
+            "deployments",
+            [
+                {
+                    "deployment_id": "c",
+                    "model": "m",
+                    "engine": "emulator:vllm-like",
+                    "config_name": "c",
+                    "status": "healthy",
+                    "n_gpus": 1,
+                }
+            ],
+        )
+        w.write(
+            "load_runs",
+            [
+                {
+                    "deployment_id": "c",
+                    "load_point_id": "c:w:c1",
+                    "workload": "w",
+                    "shape": "concurrency",
+                    "status": "ok",
+                    "window_s": 3.0,
+                    "window_start_ns": 0,
+                    "window_end_ns": 3000 * ms,
+                    "output_tokens_in_window": 300,
+                    "energy_j": 50.0,
+                }
+            ],
+        )
+        w.write(
+            "requests",
+            [
+                {
+                    "deployment_id": "c",
+                    "load_point_id": "c:w:c1",
+                    "request_id": str(i),
+                    "sent_ns": 0,
+                    "ttft_ms": 10.0 + i,
+                    "e2e_ms": 2500.0,
+                    "completion_tokens": 203,
+                    "chunk_ns": [(10 + i) * ms, (20 + i) * ms, (30 + i) * ms, 1000 * ms, 2000 * ms],
+                    "chunk_tokens": [1, 1, 1, 100, 100],
+                    "chunks_exact": 3,
+                    "in_window": True,
+                }
+                for i in range(4)
+            ],
+        )
     return folder
 
 
@@ -76,12 +121,15 @@ def test_a_capped_stream_gives_gaps_of_its_exact_part_only(warehouse):
     with connect(warehouse, read_only=True) as con:
         gaps = [r[0] for r in con.execute("SELECT itl_ms FROM v_itl WHERE run_id = 'capped'").fetchall()]
         assert gaps == [10.0] * 8  # 2 gaps of 3 exact events, 4 requests; the one-second tail is no gap
-        (p50, n), = con.execute("SELECT itl_p50_ms, itl_samples FROM v_itl_stats WHERE run_id = 'capped'").fetchall()
+        ((p50, n),) = con.execute("SELECT itl_p50_ms, itl_samples FROM v_itl_stats WHERE run_id = 'capped'").fetchall()
         assert (p50, n) == (10.0, 8)
-        itl, = con.execute("SELECT estimate FROM latency_intervals WHERE run_id = 'capped' AND metric = 'itl_p50_ms'").fetchone()
+        (itl,) = con.execute(
+            "SELECT estimate FROM latency_intervals WHERE run_id = 'capped' AND metric = 'itl_p50_ms'"
+        ).fetchone()
         assert itl == 10.0
-        tokens, = con.execute("SELECT first_half_tokens + second_half_tokens FROM v_window_steadiness "
-                              "WHERE run_id = 'capped'").fetchone()
+        (tokens,) = con.execute(
+            "SELECT first_half_tokens + second_half_tokens FROM v_window_steadiness WHERE run_id = 'capped'"
+        ).fetchone()
         assert tokens == 4 * 203  # every token counted, the tail's included
 
 
@@ -105,8 +153,9 @@ def test_client_vs_server_reads_the_kept_client_figures(warehouse):
     with connect(warehouse, read_only=True) as con:
         kept = con.execute("SELECT count(*) FROM v_client_vs_server").fetchone()[0]
         live = rows(con, "SELECT * FROM v_client_stats_live")
-        for (run, dep, lp, family, mean, n) in con.execute(
-                "SELECT run_id, deployment_id, load_point_id, family, client_mean_ms, client_n FROM v_client_vs_server").fetchall():
+        for run, dep, lp, family, mean, n in con.execute(
+            "SELECT run_id, deployment_id, load_point_id, family, client_mean_ms, client_n FROM v_client_vs_server"
+        ).fetchall():
             r = live[(run, dep, lp)]
             assert same(mean, r[f"client_{family}_ms"]) and n == r[f"client_{family}_n"]
     assert kept > 0  # the synthetic run's scrapes give every family a server figure

@@ -18,14 +18,28 @@ PLAN = {
     "model": "meta-llama/Llama-3.1-70B-Instruct",
     "gpu": "h200",
     "engines": [
-        {"name": "vllm-fp8-tp4", "engine": "vllm", "precision": "fp8", "tp": 4,
-         "options": {"max_num_seqs": 64, "max_model_len": 4096}},
+        {
+            "name": "vllm-fp8-tp4",
+            "engine": "vllm",
+            "precision": "fp8",
+            "tp": 4,
+            "options": {"max_num_seqs": 64, "max_model_len": 4096},
+        },
         {"name": "trt-fp8-tp4", "engine": "trtllm", "precision": "fp8", "tp": 4, "options": {"max_batch_size": 64}},
         {"name": "sglang", "engine": "sglang", "precision": "fp8", "tp": 4},
     ],
-    "workloads": [{"name": "steady", "input_tokens": 512, "output_tokens": 64, "warmup_s": 3, "duration_s": 6,
-                   "points": [{"shape": "concurrency"}], "sweep": {"concurrency": [4, 16]},
-                   "load_options": {"ramp_s": 1}}],
+    "workloads": [
+        {
+            "name": "steady",
+            "input_tokens": 512,
+            "output_tokens": 64,
+            "warmup_s": 3,
+            "duration_s": 6,
+            "points": [{"shape": "concurrency"}],
+            "sweep": {"concurrency": [4, 16]},
+            "load_options": {"ramp_s": 1},
+        }
+    ],
     "prices": {"gpu_hour_usd": 3.5},
     "slo": {"ttft_ms": 2000, "tpot_ms": 100},
     "capacity": {"steady_qps": 2, "peak_qps": 5, "input_tokens": 512, "output_tokens": 64},
@@ -47,12 +61,18 @@ def test_predict_files_a_predicted_run_the_capacity_plan_reads(plan, tmp_path, c
     assert "PREDICTED" in err and "extrapolates" in err and "TP 4" in err
     assert "sglang" not in out  # no twin for it: said so, not invented
     with connect(db, read_only=True) as con:
-        assert con.execute("SELECT source, plan_name, gpu_price_per_hour FROM runs WHERE run_id = 'pred-1'") \
-            .fetchone() == ("predicted", "predict-test", 3.5)
-        pts = con.execute("SELECT engine, point_label, source, output_tok_s, ttft_p50_ms, counter_w_per_gpu, "
-                          "n_gpus FROM v_load_points WHERE run_id = 'pred-1' ORDER BY engine, concurrency").fetchall()
-        cap = run_sql(con, "capacity_plan", {"run_id": "pred-1", "steady_qps": 2, "peak_qps": 5,
-                                             "input_tokens": 512, "output_tokens": 64})
+        assert con.execute(
+            "SELECT source, plan_name, gpu_price_per_hour FROM runs WHERE run_id = 'pred-1'"
+        ).fetchone() == ("predicted", "predict-test", 3.5)
+        pts = con.execute(
+            "SELECT engine, point_label, source, output_tok_s, ttft_p50_ms, counter_w_per_gpu, "
+            "n_gpus FROM v_load_points WHERE run_id = 'pred-1' ORDER BY engine, concurrency"
+        ).fetchall()
+        cap = run_sql(
+            con,
+            "capacity_plan",
+            {"run_id": "pred-1", "steady_qps": 2, "peak_qps": 5, "input_tokens": 512, "output_tokens": 64},
+        )
     assert len(pts) == 4 and {p[2] for p in pts} == {"predicted"} and {p[6] for p in pts} == {4}
     for _e, _l, _s, tok_s, ttft, w, _n in pts:
         assert tok_s > 0 and ttft > 0 and 132 <= w <= 700
@@ -74,8 +94,12 @@ def test_predict_band_and_domain(plan, tmp_path, capsys, monkeypatch):
     assert vllm_rows and all("±8%" in r and "±21%" in r for r in vllm_rows)
     assert trt_rows and all("±n/a" in r and "±8%" not in r for r in trt_rows)  # assumed factors: no band
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513) == []
-    assert extrapolation("vllm-like", "llama-3.1-70b", "h100-sxm", 4, "bf16", 8000) == \
-        ["model llama-3.1-70b", "GPU h100-sxm", "TP 4", "8000-token prompts"]
+    assert extrapolation("vllm-like", "llama-3.1-70b", "h100-sxm", 4, "bf16", 8000) == [
+        "model llama-3.1-70b",
+        "GPU h100-sxm",
+        "TP 4",
+        "8000-token prompts",
+    ]
 
 
 def test_shipped_band_is_the_fits_held_out_error():

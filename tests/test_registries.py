@@ -63,11 +63,31 @@ def toys(monkeypatch):
 
 def plan_file(tmp_path: Path, engine: dict | None = None, point: dict | None = None) -> Path:
     plan = {
-        "name": "toys", "model": "llama-3.1-8b", "gpu": "h100-sxm", "telemetry": "emulated", "idle_baseline_s": 0,
-        "engines": [engine or {"name": "toy-a", "engine": "toy", "profile": "vllm-like", "precision": "bf16",
-                               "options": {"colour": "teal", "max_num_seqs": 64}}],
-        "workloads": [{"name": "ticks", "input_tokens": 64, "output_tokens": 8, "warmup_s": 0.5, "duration_s": 2,
-                       "points": [point or {"shape": "metronome", "rate": 10}]}],
+        "name": "toys",
+        "model": "llama-3.1-8b",
+        "gpu": "h100-sxm",
+        "telemetry": "emulated",
+        "idle_baseline_s": 0,
+        "engines": [
+            engine
+            or {
+                "name": "toy-a",
+                "engine": "toy",
+                "profile": "vllm-like",
+                "precision": "bf16",
+                "options": {"colour": "teal", "max_num_seqs": 64},
+            }
+        ],
+        "workloads": [
+            {
+                "name": "ticks",
+                "input_tokens": 64,
+                "output_tokens": 8,
+                "warmup_s": 0.5,
+                "duration_s": 2,
+                "points": [point or {"shape": "metronome", "rate": 10}],
+            }
+        ],
         "prices": {"gpu_hour_usd": 2.0},
     }
     path = tmp_path / "plan.yaml"
@@ -114,7 +134,16 @@ def test_a_toy_shape_and_engine_run_through_plan_agent_and_twin(toys, tmp_path):
     assert np.allclose(gaps_ms, 100.0, atol=0.5), gaps_ms  # scheduled exactly 1/rate apart
 
     # the twin replays the same schedule
-    r = simulate("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", {"max_num_seqs": 64},
-                 Workload(shape="metronome", rate=10, input_tokens=64, output_tokens=8), duration_s=2, warmup_s=0.5,
-                 record=True)
+    r = simulate(
+        "vllm-like",
+        "llama-3.1-8b",
+        "h100-sxm",
+        1,
+        "bf16",
+        {"max_num_seqs": 64},
+        Workload(shape="metronome", rate=10, input_tokens=64, output_tokens=8),
+        duration_s=2,
+        warmup_s=0.5,
+        record=True,
+    )
     assert [round(q["sent"], 6) for q in r.extra["requests"]] == [round(k / 10, 6) for k in range(25)]

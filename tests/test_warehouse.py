@@ -7,24 +7,76 @@ from pathlib import Path
 
 import pytest
 
-from wattbench_agent.bundle import BundleError, BundleWriter, read_manifest
 from resources.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
+from wattbench_agent.bundle import BundleError, BundleWriter, read_manifest
 
 
 def make_bundle(path, run_id="r1", deployment="d1", n_requests=5):
     with BundleWriter(path, run_id=run_id, source="emulated") as w:
-        w.write("deployments", [{"deployment_id": deployment, "model": "m", "engine": "emulator:vllm-like",
-                                 "config_name": deployment, "status": "healthy", "n_gpus": 1, "config": {"a": 1},
-                                 "gpu_uuids": ["GPU-1"]}])
-        w.write("load_runs", [{"deployment_id": deployment, "load_point_id": f"{deployment}:w:c1", "workload": "w",
-                               "shape": "concurrency", "status": "ok", "window_s": 2.0, "window_start_ns": 0,
-                               "window_end_ns": 2_000_000_000, "output_tokens_in_window": 100, "energy_j": 50.0,
-                               "completed": n_requests, "failed": 0, "summary": {"x": 1}}])
-        w.write("requests", [{"deployment_id": deployment, "load_point_id": f"{deployment}:w:c1", "request_id": str(i),
-                              "ttft_ms": 10.0, "e2e_ms": 50.0, "chunk_ns": [1, 2, 3], "chunk_tokens": [1, 1, 1],
-                              "in_window": True} for i in range(n_requests)])
-        w.write("gpu_samples", [{"deployment_id": deployment, "gpu_uuid": "GPU-1", "t_ns": t * 100_000_000,
-                                 "power_w": 300.0, "energy_mj": 1000.0 + t} for t in range(10)])
+        w.write(
+            "deployments",
+            [
+                {
+                    "deployment_id": deployment,
+                    "model": "m",
+                    "engine": "emulator:vllm-like",
+                    "config_name": deployment,
+                    "status": "healthy",
+                    "n_gpus": 1,
+                    "config": {"a": 1},
+                    "gpu_uuids": ["GPU-1"],
+                }
+            ],
+        )
+        w.write(
+            "load_runs",
+            [
+                {
+                    "deployment_id": deployment,
+                    "load_point_id": f"{deployment}:w:c1",
+                    "workload": "w",
+                    "shape": "concurrency",
+                    "status": "ok",
+                    "window_s": 2.0,
+                    "window_start_ns": 0,
+                    "window_end_ns": 2_000_000_000,
+                    "output_tokens_in_window": 100,
+                    "energy_j": 50.0,
+                    "completed": n_requests,
+                    "failed": 0,
+                    "summary": {"x": 1},
+                }
+            ],
+        )
+        w.write(
+            "requests",
+            [
+                {
+                    "deployment_id": deployment,
+                    "load_point_id": f"{deployment}:w:c1",
+                    "request_id": str(i),
+                    "ttft_ms": 10.0,
+                    "e2e_ms": 50.0,
+                    "chunk_ns": [1, 2, 3],
+                    "chunk_tokens": [1, 1, 1],
+                    "in_window": True,
+                }
+                for i in range(n_requests)
+            ],
+        )
+        w.write(
+            "gpu_samples",
+            [
+                {
+                    "deployment_id": deployment,
+                    "gpu_uuid": "GPU-1",
+                    "t_ns": t * 100_000_000,
+                    "power_w": 300.0,
+                    "energy_mj": 1000.0 + t,
+                }
+                for t in range(10)
+            ],
+        )
     return path
 
 
@@ -36,13 +88,26 @@ def test_schema_is_idempotent_and_versioned(tmp_path):
     with connect(db, read_only=True) as con:
         assert con.execute("SELECT count(*), max(version) FROM schema_version").fetchone() == (1, SCHEMA_VERSION)
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}
-    for table in ("runs", "engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "energy_windows",
-                  "server_metrics", "validation_results"):
+    for table in (
+        "runs",
+        "engine_builds",
+        "deployments",
+        "load_runs",
+        "requests",
+        "gpu_samples",
+        "energy_windows",
+        "server_metrics",
+        "validation_results",
+    ):
         assert table in tables
     with connect(db, read_only=True) as con:
         # bookkeeping tables (check verdicts, which Dagster runs worked on which benchmark) carry no source
-        for table in {t for t in tables if not t.startswith("v_")} - {"schema_version", "validation_results",
-                                                                        "dagster_runs", "run_checks"}:
+        for table in {t for t in tables if not t.startswith("v_")} - {
+            "schema_version",
+            "validation_results",
+            "dagster_runs",
+            "run_checks",
+        }:
             cols = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
             assert {"run_id", "source"} <= cols, table
 
@@ -79,8 +144,19 @@ def test_ingest_under_another_run_id(tmp_path):
 def test_bad_bundle_is_rejected_whole(tmp_path):
     bundle = make_bundle(tmp_path / "b")
     with open(bundle / "requests.jsonl", "a") as fh:
-        fh.write(json.dumps({"run_id": "r1", "source": "emulated", "deployment_id": "d1", "load_point_id": "x",
-                             "request_id": "z", "bogus_column": 1}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "run_id": "r1",
+                    "source": "emulated",
+                    "deployment_id": "d1",
+                    "load_point_id": "x",
+                    "request_id": "z",
+                    "bogus_column": 1,
+                }
+            )
+            + "\n"
+        )
     with connect(tmp_path / "w.duckdb") as con:
         with pytest.raises(BundleError, match=r"requests.jsonl:6: unknown column\(s\) bogus_column"):
             ingest_bundle(con, bundle)
@@ -97,10 +173,9 @@ def test_manifest_errors_are_clear(tmp_path):
 
 def test_interrupted_bundle_keeps_what_was_written(tmp_path):
     path = tmp_path / "b"
-    with pytest.raises(RuntimeError):
-        with BundleWriter(path, run_id="r", source="emulated") as w:
-            w.write("gpu_samples", [{"deployment_id": "d", "gpu_uuid": "g", "t_ns": 1, "power_w": 1.0}])
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), BundleWriter(path, run_id="r", source="emulated") as w:
+        w.write("gpu_samples", [{"deployment_id": "d", "gpu_uuid": "g", "t_ns": 1, "power_w": 1.0}])
+        raise RuntimeError("killed")
     manifest = read_manifest(path)
     assert manifest["complete"] is False and manifest["tables"] == {"gpu_samples": 1}
     with connect(tmp_path / "w.duckdb") as con:
@@ -112,8 +187,14 @@ def test_locked_database_waits_then_says_so(tmp_path):
     with connect(db):
         pass
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('locked', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(db)!r}); print('locked', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(WarehouseError, match=r"locked by another writer.*for more than 1 s"):
@@ -125,9 +206,8 @@ def test_locked_database_waits_then_says_so(tmp_path):
 
 
 def test_read_only_without_warehouse_says_what_to_do(tmp_path):
-    with pytest.raises(WarehouseError, match="run `make run`"):
-        with connect(tmp_path / "none.duckdb", read_only=True):
-            pass
+    with pytest.raises(WarehouseError, match="run `make run`"), connect(tmp_path / "none.duckdb", read_only=True):
+        pass
 
 
 def test_named_queries_exist_and_parse(tmp_path):
@@ -173,10 +253,12 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     old = duckdb.connect(str(db))
     old.execute((Path(__file__).parent / "data" / "schema_v2.sql").read_text())
     old.execute("INSERT INTO schema_version (version) VALUES (2)")
-    old.execute("INSERT INTO runs (run_id, source, status, started_at) VALUES ('a', 'emulated', 'succeeded', "
-                "TIMESTAMP '2026-01-01'), ('b', 'emulated', 'failed', TIMESTAMP '2026-01-02')")
+    old.execute(
+        "INSERT INTO runs (run_id, source, status, started_at) VALUES ('a', 'emulated', 'succeeded', "
+        "TIMESTAMP '2026-01-01'), ('b', 'emulated', 'failed', TIMESTAMP '2026-01-02')"
+    )
     old.close()
-    with connect(db, read_only=True) as con:   # read-only (wattbench sql) on the old file: 'succeeded' is finished
+    with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
         assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3

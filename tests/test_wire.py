@@ -21,11 +21,21 @@ def test_json_round_trip_keeps_every_field(tmp_path):
 
 
 def test_version_1_is_read_and_newer_or_unknown_fields_are_refused(tmp_path):
-    v1 = {"run_id": "old", "out": str(tmp_path), "deployments": [{
-        "deployment_id": "d", "engine_config": {"engine": "emulator", "model": "m", "config_name": "d"},
-        "telemetry": "none", "gpu_uuids": ["GPU-1"],
-        "load_points": [{"load_point_id": "d:w:c2", "workload": "w", "spec": {"shape": "concurrency",
-                                                                             "concurrency": 2}}]}]}
+    v1 = {
+        "run_id": "old",
+        "out": str(tmp_path),
+        "deployments": [
+            {
+                "deployment_id": "d",
+                "engine_config": {"engine": "emulator", "model": "m", "config_name": "d"},
+                "telemetry": "none",
+                "gpu_uuids": ["GPU-1"],
+                "load_points": [
+                    {"load_point_id": "d:w:c2", "workload": "w", "spec": {"shape": "concurrency", "concurrency": 2}}
+                ],
+            }
+        ],
+    }
     spec = AgentSpec.from_dict(v1)
     assert spec.telemetry == "none" and spec.deployments[0].gpus == ("GPU-1",)
     assert spec.deployments[0].load_points[0].load == {"shape": "concurrency", "concurrency": 2}

@@ -10,9 +10,9 @@ __version__ = "0.2.0"
 
 # Modules exposing `register(subparsers)`: the agent's own subcommands, also part of the `wattbench` CLI.
 COMMAND_MODULES = (
-    "wattbench_agent.cli",                 # agent
-    "wattbench_agent.loadgen.cli",         # load
-    "wattbench_agent.emulator.cli",        # emulate
-    "wattbench_agent.telemetry.cli",       # telemetry
-    "wattbench_agent.engines.cli",         # deploy, make-tiny-model
+    "wattbench_agent.cli",  # agent
+    "wattbench_agent.loadgen.cli",  # load
+    "wattbench_agent.emulator.cli",  # emulate
+    "wattbench_agent.telemetry.cli",  # telemetry
+    "wattbench_agent.engines.cli",  # deploy, make-tiny-model
 )

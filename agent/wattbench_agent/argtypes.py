@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from collections.abc import Callable
 
 
 def port_number(text: str) -> int:
@@ -19,16 +19,19 @@ def port_number(text: str) -> int:
     try:
         port = int(text, 10)
     except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; expected an integer 0-65535 "
-                                         "(0 picks a free port)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port number; expected an integer 0-65535 (0 picks a free port)"
+        ) from None
     if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is out of range; expected a port number 0-65535 "
-                                         "(0 picks a free port)")
+        raise argparse.ArgumentTypeError(
+            f"{port} is out of range; expected a port number 0-65535 (0 picks a free port)"
+        )
     return port
 
 
-def check_finite(value: float, what: str, minimum: float | None = None, maximum: float | None = None,
-                 strict_minimum: bool = False) -> float:
+def check_finite(
+    value: float, what: str, minimum: float | None = None, maximum: float | None = None, strict_minimum: bool = False
+) -> float:
     """`value` as a float if it is finite and within the bounds, else ValueError naming `what`."""
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a number, got {value!r}")
@@ -45,15 +48,16 @@ def check_finite(value: float, what: str, minimum: float | None = None, maximum:
     return number
 
 
-def finite_float(minimum: float | None = None, maximum: float | None = None,
-                 strict_minimum: bool = False) -> Callable[[str], float]:
+def finite_float(
+    minimum: float | None = None, maximum: float | None = None, strict_minimum: bool = False
+) -> Callable[[str], float]:
     """An argparse type: a finite float within the bounds (`--rate nan`, `--duration inf` are errors)."""
 
     def parse(text: str) -> float:
         try:
             return check_finite(text, "the value", minimum, maximum, strict_minimum)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc).replace('the value ', '')) from None
+            raise argparse.ArgumentTypeError(str(exc).replace("the value ", "")) from None
 
     parse.__name__ = "finite number"  # argparse says "invalid finite number value" for what it cannot call
     return parse

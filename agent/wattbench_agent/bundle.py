@@ -18,8 +18,9 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from wattbench_agent import procs
 
@@ -54,8 +55,9 @@ def _json_default(value: Any) -> Any:
 class BundleWriter:
     """Append-only writer of one bundle. Thread-safe; every `write` is flushed to disk before it returns."""
 
-    def __init__(self, path: str | os.PathLike, run_id: str, source: str, previous: str = "set_aside",
-                 **manifest_extra: Any):
+    def __init__(
+        self, path: str | os.PathLike, run_id: str, source: str, previous: str = "set_aside", **manifest_extra: Any
+    ):
         """`previous`: what to do with an earlier attempt of the same run in this folder (a run killed and run
         again): "set_aside" (default) moves it to `attempts/<n>/`, where it stays a loadable bundle, and starts
         afresh, so the folder never holds a row twice; "append" continues it."""
@@ -167,7 +169,7 @@ class BundleWriter:
             except OSError:
                 pass  # disk full: the last manifest written stays, and says complete=false
 
-    def __enter__(self) -> "BundleWriter":
+    def __enter__(self) -> BundleWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -206,8 +208,13 @@ MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few KiB; more is not a manifest
 
 def file_kind(mode: int) -> str:
     """What a path that is not a regular file is, in words (for messages)."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a plain file"
@@ -234,28 +241,34 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{folder}: no {MANIFEST}; expected a wattbench result bundle folder")
     st = regular_file(manifest_path, "the bundle's JSON manifest")
     if st.st_size > MAX_MANIFEST_BYTES:
-        raise BundleError(f"{manifest_path}: {st.st_size} bytes; expected a JSON manifest of at most "
-                          f"{MAX_MANIFEST_BYTES >> 10} KiB")
-    raw = manifest_path.read_bytes()[:MAX_MANIFEST_BYTES + 1]
+        raise BundleError(
+            f"{manifest_path}: {st.st_size} bytes; expected a JSON manifest of at most {MAX_MANIFEST_BYTES >> 10} KiB"
+        )
+    raw = manifest_path.read_bytes()[: MAX_MANIFEST_BYTES + 1]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BundleError(f"{manifest_path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-                          "expected a JSON manifest") from None
+        raise BundleError(
+            f"{manifest_path}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); expected a JSON manifest"
+        ) from None
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{manifest_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(manifest, dict):
-        raise BundleError(f"{manifest_path}: a JSON {type(manifest).__name__}; expected a JSON object of manifest "
-                          "fields (bundle_version, run_id, source, complete, ...)")
+        raise BundleError(
+            f"{manifest_path}: a JSON {type(manifest).__name__}; expected a JSON object of manifest "
+            "fields (bundle_version, run_id, source, complete, ...)"
+        )
     if manifest.get("bundle_version") != BUNDLE_VERSION:
         raise BundleError(
             f"{manifest_path}: bundle_version {manifest.get('bundle_version')!r}; this wattbench reads {BUNDLE_VERSION}"
         )
     for key in ("run_id", "source"):
         if not manifest.get(key) or not isinstance(manifest[key], str):
-            raise BundleError(f"{manifest_path}: field {key!r} is {manifest.get(key)!r:.80}; expected a non-empty string")
+            raise BundleError(
+                f"{manifest_path}: field {key!r} is {manifest.get(key)!r:.80}; expected a non-empty string"
+            )
     if not isinstance(manifest.get("complete", False), bool):
         raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
     if not isinstance(manifest.get("errors", []), list):
@@ -283,8 +296,9 @@ def unpacked(path: str | os.PathLike) -> Iterator[Path]:
             with tarfile.open(path) as tar:
                 tar.extractall(tmp, filter="data")  # refuses absolute paths, '..', links out of tmp
         except (tarfile.TarError, OSError) as exc:
-            raise BundleError(f"{path}: not a readable bundle archive ({exc}); expected a tar archive of a bundle "
-                              "folder") from None
+            raise BundleError(
+                f"{path}: not a readable bundle archive ({exc}); expected a tar archive of a bundle folder"
+            ) from None
         manifests = sorted(Path(tmp).rglob(MANIFEST))
         manifests = [m for m in manifests if "attempts" not in m.relative_to(tmp).parts]
         if len(manifests) != 1:

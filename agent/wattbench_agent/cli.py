@@ -26,9 +26,11 @@ def stop_on_sigterm() -> None:
 
 
 def interrupted_message(out: str, exc: BaseException) -> str:
-    return (f"wattbench agent: interrupted ({exc or 'SIGINT'}); {out} keeps every load point finished before it "
-            f"(manifest complete=false); load it with `wattbench ingest {out}`, or run the spec again (the partial "
-            "attempt is kept under attempts/<n>/)")
+    return (
+        f"wattbench agent: interrupted ({exc or 'SIGINT'}); {out} keeps every load point finished before it "
+        f"(manifest complete=false); load it with `wattbench ingest {out}`, or run the spec again (the partial "
+        "attempt is kept under attempts/<n>/)"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -59,8 +61,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("agent", help="run the bench agent on a spec (start engines, drive load, sample GPUs) into a bundle")
+    p = sub.add_parser(
+        "agent", help="run the bench agent on a spec (start engines, drive load, sample GPUs) into a bundle"
+    )
     p.add_argument("--spec", required=True, help="agent spec JSON (see docs/CONTRACTS.md)")
     p.add_argument("--out", help="bundle folder (overrides the spec's 'out')")
     p.set_defaults(func=_run)
-

@@ -47,7 +47,10 @@ class NvidiaSmiEnergy:
     def read_mj(self) -> dict[str, float]:
         out = subprocess.run(
             [self.binary, f"--query-gpu=uuid,{self.field}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
         values = {}
         for line in out.strip().splitlines():

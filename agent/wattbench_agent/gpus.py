@@ -14,8 +14,9 @@ Agent-side code: stdlib and pynvml (or the fake NVML) only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from wattbench_agent.telemetry.sources import TelemetryUnavailable, load_nvml
 
@@ -56,7 +57,7 @@ class NodeGpus:
         self.busy = set(busy or ())
 
     @classmethod
-    def probe(cls, nvml_spec: dict[str, Any] | None = None) -> "NodeGpus | None":
+    def probe(cls, nvml_spec: dict[str, Any] | None = None) -> NodeGpus | None:
         """The node's GPUs by NVML; None when NVML is not available here."""
         try:
             nvml = load_nvml(nvml_spec)
@@ -98,15 +99,19 @@ class NodeGpus:
             match = [g for g in self.gpus if g.uuid == item or (item.isdigit() and g.index == int(item))]
             if not match:
                 raise GpuAssignmentError(
-                    "gpu_not_found", f"GPU {item!r} is not on this node; NVML sees {self.describe()} "
-                                     "(give an index or a UUID from that list)")
+                    "gpu_not_found",
+                    f"GPU {item!r} is not on this node; NVML sees {self.describe()} "
+                    "(give an index or a UUID from that list)",
+                )
             if match[0] in out:
                 raise GpuAssignmentError("gpu_mismatch", f"GPU {item!r} is named twice")
             out.append(match[0])
         if len(out) != tp:
             raise GpuAssignmentError(
-                "gpu_mismatch", f"the plan names {len(out)} GPU(s) ({', '.join(wanted)}) for tp={tp}; "
-                                f"expected exactly {tp}, one per tensor-parallel rank")
+                "gpu_mismatch",
+                f"the plan names {len(out)} GPU(s) ({', '.join(wanted)}) for tp={tp}; "
+                f"expected exactly {tp}, one per tensor-parallel rank",
+            )
         return out
 
     def assign(self, tp: int, claimed: set[str]) -> list[Gpu]:
@@ -118,8 +123,10 @@ class NodeGpus:
         if len(usable) < tp:
             busy = f" ({len(self.busy)} busy with other processes)" if self.busy else ""
             raise GpuAssignmentError(
-                "gpu_mismatch", f"tp={tp} needs {tp} free GPU(s); this node has {len(usable)} of "
-                                f"{len(self.gpus)}{busy}: {self.describe()}")
+                "gpu_mismatch",
+                f"tp={tp} needs {tp} free GPU(s); this node has {len(usable)} of "
+                f"{len(self.gpus)}{busy}: {self.describe()}",
+            )
         free = [g for g in usable if g.uuid not in claimed]
         if len(free) < tp:
             raise GpusBusy(f"{len(free)} free now")

@@ -24,8 +24,8 @@ class BadRequest(Exception):
 @dataclass(slots=True)
 class HttpRequest:
     method: str
-    target: str              # as sent, query string included
-    version: str             # HTTP/1.0 | HTTP/1.1
+    target: str  # as sent, query string included
+    version: str  # HTTP/1.0 | HTTP/1.1
     headers: dict[str, str]  # lower-case names; a repeated header keeps its last value
     body: bytes
 
@@ -51,8 +51,9 @@ def content_length(values: list[str]) -> tuple[int | None, str | None]:
     return int(text), None
 
 
-def parse_request(buf: bytes, max_head: int = MAX_HEAD_BYTES, max_body: int = MAX_BODY_BYTES,
-                  what: str = "the server") -> tuple[HttpRequest | None, int]:
+def parse_request(
+    buf: bytes, max_head: int = MAX_HEAD_BYTES, max_body: int = MAX_BODY_BYTES, what: str = "the server"
+) -> tuple[HttpRequest | None, int]:
     i = buf.find(b"\r\n\r\n")
     if i < 0:
         if len(buf) > max_head:
@@ -85,4 +86,4 @@ def parse_request(buf: bytes, max_head: int = MAX_HEAD_BYTES, max_body: int = MA
     end = i + 4 + n
     if len(buf) < end:
         return None, 0
-    return HttpRequest(method, target, version, headers, buf[i + 4:end]), end
+    return HttpRequest(method, target, version, headers, buf[i + 4 : end]), end

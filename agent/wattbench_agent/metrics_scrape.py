@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-
 # Families that carry an OpenMetrics creation timestamp, `<name>_created`, next to their samples.
 _CREATED_FAMILIES = ("counter", "histogram", "summary", "gaugehistogram")
 
@@ -74,10 +73,19 @@ class MetricsScraper:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 return 0
             lp = load_point_id if load_point_id is not None else self.load_point_id
-            rows = [{"deployment_id": self.deployment_id, "load_point_id": lp, "t_ns": t_ns, "metric": name,
-                     "labels": labels, "value": value, "scrape": scrape}
-                    for name, labels, value in samples
-                    if scrape is not None or not name.endswith("_bucket")]
+            rows = [
+                {
+                    "deployment_id": self.deployment_id,
+                    "load_point_id": lp,
+                    "t_ns": t_ns,
+                    "metric": name,
+                    "labels": labels,
+                    "value": value,
+                    "scrape": scrape,
+                }
+                for name, labels, value in samples
+                if scrape is not None or not name.endswith("_bucket")
+            ]
             return self.writer.write("server_metrics", rows)
 
     def scrape_edge(self, load_point_id: str, edge: str) -> int:
@@ -88,7 +96,7 @@ class MetricsScraper:
         while not self._stop.wait(self.period_s):
             self.scrape_once()
 
-    def __enter__(self) -> "MetricsScraper":
+    def __enter__(self) -> MetricsScraper:
         if self.url:
             self.scrape_once()
             self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)

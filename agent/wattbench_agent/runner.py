@@ -20,10 +20,11 @@ import threading
 import time
 import traceback
 import zlib
+from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -93,7 +94,7 @@ def clip_error(text: str, limit: int = 2000) -> str:
         return text
     head, _, rest = text.partition("\n")
     head = head[: limit // 2]
-    return f"{head}\n...{rest[-(limit - len(head) - 4):]}"
+    return f"{head}\n...{rest[-(limit - len(head) - 4) :]}"
 
 
 def with_hint(adapter: EngineAdapter, text: str) -> str:
@@ -112,12 +113,21 @@ def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
     if telemetry == "auto":
         telemetry = "emulated" if adapter.source == "emulated" else "nvml"
     row: dict[str, Any] = {
-        "deployment_id": dep.deployment_id, "build_id": dep.build_id, "model": cfg.model,
+        "deployment_id": dep.deployment_id,
+        "build_id": dep.build_id,
+        "model": cfg.model,
         "engine": cfg.engine if cfg.engine != "emulator" else f"emulator:{cfg.profile}",
-        "config_name": cfg.config_name, "precision": cfg.precision, "tp": cfg.tp, "gpu_name": cfg.gpu,
-        "n_gpus": cfg.tp, "target": dep.target, "engine_version": None, "status": "failed",
+        "config_name": cfg.config_name,
+        "precision": cfg.precision,
+        "tp": cfg.tp,
+        "gpu_name": cfg.gpu,
+        "n_gpus": cfg.tp,
+        "target": dep.target,
+        "engine_version": None,
+        "status": "failed",
         "config": {**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})},
-        "source": adapter.source, "telemetry_source": telemetry,
+        "source": adapter.source,
+        "telemetry_source": telemetry,
     }
     return Deployment(spec=dep, adapter=adapter, row=row, telemetry=telemetry)
 
@@ -148,8 +158,10 @@ def plan_rounds(deps: list[Deployment], node: NodeGpus | None, log: Log) -> list
                     d.gpus = node.resolve(d.spec.gpus, d.spec.engine_config.tp)
                 elif d.spec.target == "external":
                     raise GpuAssignmentError(
-                        "gpu_mismatch", "an external engine's GPUs cannot be assigned by the agent; name them in "
-                                        "the plan (gpus: [index or UUID, ...]) so that exactly they are measured")
+                        "gpu_mismatch",
+                        "an external engine's GPUs cannot be assigned by the agent; name them in "
+                        "the plan (gpus: [index or UUID, ...]) so that exactly they are measured",
+                    )
                 else:
                     d.gpus = node.assign(d.spec.engine_config.tp, claimed)
             except GpusBusy:
@@ -191,10 +203,16 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
                 with httpx.Client(timeout=5.0) as client:
                     client.get(url + "/v1/models").raise_for_status()
             except httpx.HTTPError as exc:
-                what = (f"answered HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError)
-                        else f"{type(exc).__name__}: {exc}")
-                raise DeployError("unreachable", f"GET {redact_url(url)}/v1/models {what}; expected an OpenAI-compatible "
-                                                 "endpoint answering 200 (is the url in the plan right, is it up?)") from exc
+                what = (
+                    f"answered HTTP {exc.response.status_code}"
+                    if isinstance(exc, httpx.HTTPStatusError)
+                    else f"{type(exc).__name__}: {exc}"
+                )
+                raise DeployError(
+                    "unreachable",
+                    f"GET {redact_url(url)}/v1/models {what}; expected an OpenAI-compatible "
+                    "endpoint answering 200 (is the url in the plan right, is it up?)",
+                ) from exc
             d.row["startup_s"] = None  # attached, not started: startup not measured
             d.url, d.row["url"] = url, redact_url(url)  # the row never holds a URL's user:password@
         else:
@@ -202,8 +220,9 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             env = dict(dep.env)
             if d.gpus:
                 env.update(visible_devices_env(d.gpus))
-            server = LocalProcess(command=[], log_path=log_path, host="127.0.0.1",
-                                  port=int(dep.port or free_port()), env=env)
+            server = LocalProcess(
+                command=[], log_path=log_path, host="127.0.0.1", port=int(dep.port or free_port()), env=env
+            )
             server.command = adapter.serve_command(cfg, server.host, server.port, dep.artifact_path)
             d.server = server
             d.row["log_path"] = str(log_path)
@@ -237,11 +256,15 @@ def await_deployment(d: Deployment, log: Log) -> None:
     checked = adapter.version_checked(version)
     d.row.update(engine_version=version, engine_version_source=where, version_checked=checked)
     if checked is False:
-        log(f"[{d.id}] WARNING: {adapter.name} {version} (read from {where}) is not a version this adapter was "
-            f"checked against ({', '.join(adapter.checked_versions)}); its flags and metric names may differ")
+        log(
+            f"[{d.id}] WARNING: {adapter.name} {version} (read from {where}) is not a version this adapter was "
+            f"checked against ({', '.join(adapter.checked_versions)}); its flags and metric names may differ"
+        )
     elif version is None:
-        log(f"[{d.id}] {adapter.name} did not say its version (no {adapter.version_path or 'version endpoint'}, "
-            "no version line in its log): engine_version is NULL")
+        log(
+            f"[{d.id}] {adapter.name} did not say its version (no {adapter.version_path or 'version endpoint'}, "
+            "no version line in its log): engine_version is NULL"
+        )
 
 
 def open_watchers(d: Deployment, spec: AgentSpec, writer: BundleWriter, stack: ExitStack, log: Log) -> None:
@@ -251,8 +274,9 @@ def open_watchers(d: Deployment, spec: AgentSpec, writer: BundleWriter, stack: E
     uuids = [g.uuid for g in d.gpus] if d.gpus else (list(d.spec.gpus) if d.spec.gpus else None)
     if d.telemetry == "nvml" and d.spec.gpus and not d.gpus:
         uuids = None  # NVML was not there to resolve the plan's GPUs: the sampler reports it
-    d.sampler = stack.enter_context(open_sampler(
-        kind=d.telemetry, gpu_uuids=uuids, url=d.url, hz=spec.sampler_hz, out=writer, deployment_id=d.id))
+    d.sampler = stack.enter_context(
+        open_sampler(kind=d.telemetry, gpu_uuids=uuids, url=d.url, hz=spec.sampler_hz, out=writer, deployment_id=d.id)
+    )
     metrics_url = d.url + d.adapter.metrics_path if d.adapter.metrics_path else None
     d.scraper = stack.enter_context(MetricsScraper(metrics_url, writer, d.id))
     if spec.energy_crosscheck and d.telemetry == "nvml":
@@ -269,8 +293,11 @@ def stop_deployment(d: Deployment, writer: BundleWriter) -> None:
         n = columns.get("n_gpus")
         tp = d.spec.engine_config.tp
         if d.telemetry == "nvml" and n is not None and n != tp and d.row.get("error_kind") is None:
-            d.fail("gpu_mismatch", f"energy was read from {n} GPU(s) for tp={tp}; per-GPU figures would be wrong "
-                                   "(name the deployment's GPUs in the plan: gpus: [...])")
+            d.fail(
+                "gpu_mismatch",
+                f"energy was read from {n} GPU(s) for tp={tp}; per-GPU figures would be wrong "
+                "(name the deployment's GPUs in the plan: gpus: [...])",
+            )
     if d.row.get("error_kind") is None and d.url is not None:
         d.row["status"] = "healthy"
     if not d.written:
@@ -288,16 +315,27 @@ def warm_up_engine(d: Deployment, warmup_requests: int, log: Log) -> None:
     if n <= 0 or not d.spec.load_points:
         return
     first = d.spec.load_points[0].load
-    spec = LoadSpec.from_dict({
-        "url": d.url, "model": d.adapter.served_model_name(d.spec.engine_config), "api": first.get("api", "chat"),
-        "shape": "concurrency", "concurrency": min(n, 8), "max_requests": n, "duration_s": 600,
-        "input_tokens": first.get("input_tokens", 128), "output_tokens": min(int(first.get("output_tokens", 16)), 16),
-        "ignore_eos": d.adapter.accepts_ignore_eos, "timeout_s": float(d.spec.health_timeout_s),
-    })
+    spec = LoadSpec.from_dict(
+        {
+            "url": d.url,
+            "model": d.adapter.served_model_name(d.spec.engine_config),
+            "api": first.get("api", "chat"),
+            "shape": "concurrency",
+            "concurrency": min(n, 8),
+            "max_requests": n,
+            "duration_s": 600,
+            "input_tokens": first.get("input_tokens", 128),
+            "output_tokens": min(int(first.get("output_tokens", 16)), 16),
+            "ignore_eos": d.adapter.accepts_ignore_eos,
+            "timeout_s": float(d.spec.health_timeout_s),
+        }
+    )
     started = time.monotonic()
     result = run_load(spec, progress=False)
-    log(f"[{d.id}] warm-up: {result.summary.get('completed')} request(s) in {time.monotonic() - started:.1f} s "
-        "(not recorded)")
+    log(
+        f"[{d.id}] warm-up: {result.summary.get('completed')} request(s) in {time.monotonic() - started:.1f} s "
+        "(not recorded)"
+    )
 
 
 def point_seed(point: LoadPointSpec) -> int:
@@ -308,20 +346,36 @@ def point_seed(point: LoadPointSpec) -> int:
     return point.load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
 
 
-def run_load_point(point: LoadPointSpec, d: Deployment, writer: BundleWriter, log: Log,
-                   report: Callable[[dict], None]) -> dict[str, Any]:
+def run_load_point(
+    point: LoadPointSpec, d: Deployment, writer: BundleWriter, log: Log, report: Callable[[dict], None]
+) -> dict[str, Any]:
     lp_id = point.load_point_id
     load = dict(point.load)
     if not d.adapter.accepts_ignore_eos and load.get("ignore_eos", True):
-        log(f"[{d.id}] {d.adapter.name} rejects ignore_eos/min_tokens: sending without them; output lengths are the "
-            "model's (truncation checks read usage and finish_reason)")
+        log(
+            f"[{d.id}] {d.adapter.name} rejects ignore_eos/min_tokens: sending without them; output lengths are the "
+            "model's (truncation checks read usage and finish_reason)"
+        )
         load["ignore_eos"] = False
-    spec = LoadSpec.from_dict({**load, "url": d.url, "model": d.adapter.served_model_name(d.spec.engine_config),
-                               "load_point_id": lp_id, "seed": point_seed(point)})
+    spec = LoadSpec.from_dict(
+        {
+            **load,
+            "url": d.url,
+            "model": d.adapter.served_model_name(d.spec.engine_config),
+            "load_point_id": lp_id,
+            "seed": point_seed(point),
+        }
+    )
     window: dict[str, Any] = {}
     ids = {"deployment_id": d.id, "load_point_id": lp_id, "source": d.adapter.source}
-    lr: dict[str, Any] = {**ids, "workload": point.workload, "shape": spec.shape, "status": "failed",
-                          "point_label": point.point_label, "repeat": point.repeat}
+    lr: dict[str, Any] = {
+        **ids,
+        "workload": point.workload,
+        "shape": spec.shape,
+        "status": "failed",
+        "point_label": point.point_label,
+        "repeat": point.repeat,
+    }
     cross, sampler, scraper = d.crosscheck, d.sampler, d.scraper
 
     def window_start() -> None:
@@ -358,14 +412,23 @@ def run_load_point(point: LoadPointSpec, d: Deployment, writer: BundleWriter, lo
             lr["energy_crosscheck_source"] = cross.source
         s = result.summary
         headline = {
-            "load_point_id": lp_id, "output_tok_s": s.get("output_token_throughput"),
-            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"), "energy_j": lr["energy_j"],
-            "completed": s.get("completed"), "failed": s.get("failed"),
+            "load_point_id": lp_id,
+            "output_tok_s": s.get("output_token_throughput"),
+            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
+            "energy_j": lr["energy_j"],
+            "completed": s.get("completed"),
+            "failed": s.get("failed"),
         }
         if lr["energy_j"] and lr.get("output_tokens_in_window"):
             headline["tokens_per_joule"] = lr["output_tokens_in_window"] / lr["energy_j"]
-        log(f"[{d.id}] {lp_id}: " + ", ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in headline.items() if k != "load_point_id"))
+        log(
+            f"[{d.id}] {lp_id}: "
+            + ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in headline.items()
+                if k != "load_point_id"
+            )
+        )
         report(headline)
     except Exception as exc:  # a broken load point is a row, and the plan goes on
         lr["error_kind"] = type(exc).__name__
@@ -390,8 +453,9 @@ def idle_windows(deps: list[Deployment], name: str, seconds: float) -> None:
         d.row[f"idle_power_w_{name.split('_', 1)[1]}"] = _mean_power_w(d.sampler.end_window(name))
 
 
-def run_round(deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log: Log,
-              report: Callable[[dict], None]) -> None:
+def run_round(
+    deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log: Log, report: Callable[[dict], None]
+) -> None:
     try:
         with ExitStack() as stack:
             _check_stop("starting the round's engines")
@@ -402,8 +466,11 @@ def run_round(deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log
                     d.row["config"]["started_together"] = True
                     if d.alive:
                         launch_deployment(d, writer, log)
-                waiters = [threading.Thread(target=await_deployment, args=(d, log), name=f"await-{d.id}")
-                           for d in deps if d.alive]
+                waiters = [
+                    threading.Thread(target=await_deployment, args=(d, log), name=f"await-{d.id}")
+                    for d in deps
+                    if d.alive
+                ]
                 for th in waiters:
                     th.start()
                 for th in waiters:
@@ -447,20 +514,26 @@ def run_round(deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log
             stop_deployment(d, writer)
 
 
-def run_spec(spec: AgentSpec | dict[str, Any], log: Log = print, report: Callable[[dict], None] = lambda m: None) -> Path:
+def run_spec(
+    spec: AgentSpec | dict[str, Any], log: Log = print, report: Callable[[dict], None] = lambda m: None
+) -> Path:
     """Run every deployment of an agent spec into one bundle; returns the bundle folder."""
     spec = AgentSpec.from_dict(spec)
     out = Path(spec.out)
     with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
         if writer.set_aside is not None:
-            log(f"{out}: held an earlier attempt of run {spec.run_id}; kept it under {writer.set_aside} "
-                "(a loadable bundle) and starting afresh, so no row is written twice")
+            log(
+                f"{out}: held an earlier attempt of run {spec.run_id}; kept it under {writer.set_aside} "
+                "(a loadable bundle) and starting afresh, so no row is written twice"
+            )
         deps = [new_deployment(dep, spec) for dep in spec.deployments]
         node = NodeGpus.probe() if any(d.telemetry == "nvml" for d in deps) else None
         rounds = plan_rounds(deps, node, log)
         if len(rounds) > 1:
-            log(f"{len(rounds)} rounds: the node cannot hold every deployment at once, so points interleave only "
-                "within a round: " + " | ".join(", ".join(d.id for d in r) for r in rounds))
+            log(
+                f"{len(rounds)} rounds: the node cannot hold every deployment at once, so points interleave only "
+                "within a round: " + " | ".join(", ".join(d.id for d in r) for r in rounds)
+            )
         for i, round_deps in enumerate(rounds, 1):
             for d in round_deps:
                 d.row["config"]["round"] = i

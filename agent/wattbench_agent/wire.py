@@ -39,11 +39,11 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 class LoadPointSpec:
     """One load point of one deployment, one repeat of it."""
 
-    load_point_id: str          # unique in the run: <deployment>:<workload>:<label>[#<repeat>]
+    load_point_id: str  # unique in the run: <deployment>:<workload>:<label>[#<repeat>]
     workload: str
-    point_label: str            # c32, gamma-r6-b0.25, ...: the same for every repeat and every engine
-    load: dict[str, Any]        # LoadSpec fields, less url and model (the deployment supplies them)
-    repeat: int = 1             # 1-based
+    point_label: str  # c32, gamma-r6-b0.25, ...: the same for every repeat and every engine
+    load: dict[str, Any]  # LoadSpec fields, less url and model (the deployment supplies them)
+    repeat: int = 1  # 1-based
 
     def __post_init__(self) -> None:
         if self.repeat < 1:
@@ -57,13 +57,13 @@ class DeploymentSpec:
     deployment_id: str
     engine_config: EngineConfig
     build_id: str | None = None
-    target: str = "local"                       # local | external
-    url: str | None = None                      # external engines: the endpoint measured
-    artifact_path: str | None = None            # a built engine (TensorRT-LLM)
-    port: int | None = None                     # None: a free port
-    gpus: tuple[str, ...] | None = None         # GPU indices or UUIDs; None: the agent assigns free ones (tp of them)
+    target: str = "local"  # local | external
+    url: str | None = None  # external engines: the endpoint measured
+    artifact_path: str | None = None  # a built engine (TensorRT-LLM)
+    port: int | None = None  # None: a free port
+    gpus: tuple[str, ...] | None = None  # GPU indices or UUIDs; None: the agent assigns free ones (tp of them)
     env: dict[str, str] = field(default_factory=dict)  # the engine process's extra environment, this engine only
-    health_timeout_s: float = 600.0             # start -> healthy, at most (TensorRT-LLM and vLLM differ widely)
+    health_timeout_s: float = 600.0  # start -> healthy, at most (TensorRT-LLM and vLLM differ widely)
     load_points: tuple[LoadPointSpec, ...] = ()
 
     def __post_init__(self) -> None:
@@ -71,8 +71,10 @@ class DeploymentSpec:
             raise WireError(f"deployment {self.deployment_id}: target must be local or external, got {self.target!r}")
         bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
-            raise WireError(f"deployment {self.deployment_id}: env values must be strings; got "
-                            + ", ".join(f"{k}={v!r}" for k, v in bad.items()))
+            raise WireError(
+                f"deployment {self.deployment_id}: env values must be strings; got "
+                + ", ".join(f"{k}={v!r}" for k, v in bad.items())
+            )
 
 
 @dataclass(frozen=True)
@@ -80,15 +82,15 @@ class AgentSpec:
     """Everything one agent run does: its deployments, how often each point repeats, how it is measured."""
 
     run_id: str
-    out: str                                    # the bundle folder
+    out: str  # the bundle folder
     deployments: tuple[DeploymentSpec, ...]
-    source: str = "measured"                    # measured | emulated
+    source: str = "measured"  # measured | emulated
     plan_name: str | None = None
-    telemetry: str = "auto"                     # auto | nvml | dcgm | emulated | none
+    telemetry: str = "auto"  # auto | nvml | dcgm | emulated | none
     sampler_hz: float = 10.0
-    idle_baseline_s: float = 3.0                # idle power window with the engines loaded, before and after load
-    warmup_requests: int = 0                    # unrecorded requests once an engine is up
-    start_together: bool = False                # start a round's engines at once (faster; startup_s then overlaps)
+    idle_baseline_s: float = 3.0  # idle power window with the engines loaded, before and after load
+    warmup_requests: int = 0  # unrecorded requests once an engine is up
+    start_together: bool = False  # start a round's engines at once (faster; startup_s then overlaps)
     energy_crosscheck: bool = False
     version: int = WIRE_VERSION
 
@@ -106,19 +108,21 @@ class AgentSpec:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "AgentSpec":
+    def from_json(cls, text: str) -> AgentSpec:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AgentSpec":
+    def from_dict(cls, data: dict[str, Any]) -> AgentSpec:
         if isinstance(data, AgentSpec):
             return data
         if not isinstance(data, dict):
             raise WireError(f"an agent spec is a JSON object, got {type(data).__name__}")
         version = int(data.get("version", 1))
         if version > WIRE_VERSION:
-            raise WireError(f"agent spec version {version} is newer than this agent's {WIRE_VERSION}; "
-                            "upgrade wattbench-agent on this node")
+            raise WireError(
+                f"agent spec version {version} is newer than this agent's {WIRE_VERSION}; "
+                "upgrade wattbench-agent on this node"
+            )
         data = dict(data)
         deps_raw = data.pop("deployments", None)
         if not isinstance(deps_raw, list) or not deps_raw:
@@ -132,7 +136,7 @@ class AgentSpec:
         data["version"] = WIRE_VERSION
         return _build(cls, data, "agent spec")
 
-    def with_out(self, out: str) -> "AgentSpec":
+    def with_out(self, out: str) -> AgentSpec:
         return replace(self, out=str(out))
 
 
@@ -147,8 +151,14 @@ def _build(cls, data: dict[str, Any], where: str):
         raise WireError(f"{where}: {exc}") from None
 
 
-_V1_DEPLOYMENT_SETTINGS = ("telemetry", "sampler_hz", "idle_baseline_s", "warmup_requests", "energy_crosscheck",
-                           "gpu_uuids")
+_V1_DEPLOYMENT_SETTINGS = (
+    "telemetry",
+    "sampler_hz",
+    "idle_baseline_s",
+    "warmup_requests",
+    "energy_crosscheck",
+    "gpu_uuids",
+)
 
 
 def _deployment(raw: dict[str, Any], index: int, version: int) -> DeploymentSpec:

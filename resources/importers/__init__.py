@@ -31,10 +31,10 @@ class ImportFileError(ValueError):
 
 @dataclass
 class ImportedPoint:
-    point_label: str                 # c8, poisson-r4, ... (resources.plan.point_label's names)
+    point_label: str  # c8, poisson-r4, ... (resources.plan.point_label's names)
     workload: str
-    shape: str                       # concurrency | poisson | gamma | constant | ...
-    window_s: float                  # the tool's measured duration (s)
+    shape: str  # concurrency | poisson | gamma | constant | ...
+    window_s: float  # the tool's measured duration (s)
     sent: int | None
     completed: int | None
     failed: int | None
@@ -48,14 +48,14 @@ class ImportedPoint:
     warmup_s: float | None = None
     achieved_concurrency: float | None = None
     stats: dict[str, dict[str, float | None]] = field(default_factory=dict)  # ttft_ms/tpot_ms/itl_ms/e2e_ms
-    goodput: float | None = None     # requests/s meeting the tool's SLOs, when it computed them
+    goodput: float | None = None  # requests/s meeting the tool's SLOs, when it computed them
     figures: dict[str, Any] = field(default_factory=dict)  # the tool's own headline figures, as named there
-    requests: list[dict] = field(default_factory=list)     # `requests` rows (no run_id/source/deployment/point)
+    requests: list[dict] = field(default_factory=list)  # `requests` rows (no run_id/source/deployment/point)
 
 
 @dataclass
 class ImportedRun:
-    tool: str                        # vllm | aiperf | guidellm  -> source 'imported:<tool>'
+    tool: str  # vllm | aiperf | guidellm  -> source 'imported:<tool>'
     tool_version: str | None
     path: Path
     sha256: str
@@ -95,10 +95,11 @@ def read_json(path: Path) -> Any:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 if i == 1:
-                    raise ImportFileError(f"{path}: not JSON ({first.msg} at line {first.lineno}); expected a result "
-                                          "file of vllm bench serve, AIPerf or guidellm") from None
-                raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") \
-                    from None
+                    raise ImportFileError(
+                        f"{path}: not JSON ({first.msg} at line {first.lineno}); expected a result "
+                        "file of vllm bench serve, AIPerf or guidellm"
+                    ) from None
+                raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") from None
         return rows
 
 
@@ -139,17 +140,26 @@ def read_file(path: str | Path, tool: str | None = None) -> ImportedRun:
             return mod.read(p, data)
     if tool:
         raise ImportFileError(f"{p}: not a {tool} result file ({mods[0].EXPECTED})")
-    raise ImportFileError(f"{p}: not a result file wattbench can import; expected one of: "
-                          + "; ".join(m.EXPECTED for m in _importers()))
+    raise ImportFileError(
+        f"{p}: not a result file wattbench can import; expected one of: " + "; ".join(m.EXPECTED for m in _importers())
+    )
 
 
 def run_id_of(run: ImportedRun) -> str:
     return f"imported-{run.tool}-{run.sha256[:12]}"
 
 
-def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str | None = None,
-              config_name: str | None = None, precision: str | None = None, tp: int | None = None,
-              gpu_name: str | None = None) -> dict[str, Any]:
+def store_run(
+    con,
+    run: ImportedRun,
+    *,
+    run_id: str | None = None,
+    engine: str | None = None,
+    config_name: str | None = None,
+    precision: str | None = None,
+    tp: int | None = None,
+    gpu_name: str | None = None,
+) -> dict[str, Any]:
     """Write one ImportedRun into the warehouse in one transaction (replacing the same run id's rows)."""
     rid = run_id or run_id_of(run)
     source = f"imported:{run.tool}"
@@ -161,41 +171,99 @@ def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str |
         wb_version = None
     slo = run.slo or {}
     run_row = {
-        "run_id": rid, "source": source, "plan_name": f"imported {run.tool} result {run.path.name}",
-        "plan_path": str(run.path), "plan_sha256": run.sha256, "started_at": run.started_at,
-        "finished_at": run.finished_at, "status": "complete", "host": None, "wattbench_version": wb_version,
-        "slo_ttft_ms": slo.get("ttft_ms"), "slo_tpot_ms": slo.get("tpot_ms"), "slo_e2e_ms": slo.get("e2e_ms"),
+        "run_id": rid,
+        "source": source,
+        "plan_name": f"imported {run.tool} result {run.path.name}",
+        "plan_path": str(run.path),
+        "plan_sha256": run.sha256,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "status": "complete",
+        "host": None,
+        "wattbench_version": wb_version,
+        "slo_ttft_ms": slo.get("ttft_ms"),
+        "slo_tpot_ms": slo.get("tpot_ms"),
+        "slo_e2e_ms": slo.get("e2e_ms"),
     }
     dep_row = {
-        "run_id": rid, "source": source, "deployment_id": dep_id, "model": run.model, "engine": engine or "external",
-        "config_name": cfg_name, "precision": precision, "tp": tp, "gpu_name": gpu_name, "n_gpus": tp,
-        "target": "external", "url": redact_url(run.url), "status": "healthy", "telemetry_source": "none",
-        "config": {"imported_from": run.tool, "tool_version": run.tool_version, "file": str(run.path),
-                   "sha256": run.sha256, "notes": run.notes, **run.config},
+        "run_id": rid,
+        "source": source,
+        "deployment_id": dep_id,
+        "model": run.model,
+        "engine": engine or "external",
+        "config_name": cfg_name,
+        "precision": precision,
+        "tp": tp,
+        "gpu_name": gpu_name,
+        "n_gpus": tp,
+        "target": "external",
+        "url": redact_url(run.url),
+        "status": "healthy",
+        "telemetry_source": "none",
+        "config": {
+            "imported_from": run.tool,
+            "tool_version": run.tool_version,
+            "file": str(run.path),
+            "sha256": run.sha256,
+            "notes": run.notes,
+            **run.config,
+        },
     }
     lr_rows, req_rows = [], []
     for pt in run.points:
         lp = f"{dep_id}:{pt.workload}:{pt.point_label}"
         summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
-        summary.update(sent=pt.sent, completed=pt.completed, failed=pt.failed, window_s=pt.window_s,
-                       goodput=pt.goodput, imported={"tool": run.tool, "tool_version": run.tool_version,
-                                                     "file": str(run.path), "figures": pt.figures})
+        summary.update(
+            sent=pt.sent,
+            completed=pt.completed,
+            failed=pt.failed,
+            window_s=pt.window_s,
+            goodput=pt.goodput,
+            imported={"tool": run.tool, "tool_version": run.tool_version, "file": str(run.path), "figures": pt.figures},
+        )
         ok = bool(pt.completed)
-        lr_rows.append({
-            "run_id": rid, "source": source, "deployment_id": dep_id, "load_point_id": lp,
-            "point_label": pt.point_label, "repeat": 1, "workload": pt.workload, "shape": pt.shape, "api": pt.api,
-            "concurrency": pt.concurrency, "rate": pt.rate, "burstiness": pt.burstiness,
-            "input_tokens": pt.input_tokens, "output_tokens": pt.output_tokens, "warmup_s": pt.warmup_s,
-            "duration_s": pt.window_s, "window_s": pt.window_s,
-            "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
-            "achieved_concurrency": pt.achieved_concurrency, "sent": pt.sent, "completed": pt.completed,
-            "failed": pt.failed, "output_tokens_in_window": pt.output_tokens_total,
-            "status": "ok" if ok else "failed", "error_kind": None if ok else "no_success",
-            "error_text": None if ok else f"no successful request in {run.path.name}", "summary": summary,
-        })
+        lr_rows.append(
+            {
+                "run_id": rid,
+                "source": source,
+                "deployment_id": dep_id,
+                "load_point_id": lp,
+                "point_label": pt.point_label,
+                "repeat": 1,
+                "workload": pt.workload,
+                "shape": pt.shape,
+                "api": pt.api,
+                "concurrency": pt.concurrency,
+                "rate": pt.rate,
+                "burstiness": pt.burstiness,
+                "input_tokens": pt.input_tokens,
+                "output_tokens": pt.output_tokens,
+                "warmup_s": pt.warmup_s,
+                "duration_s": pt.window_s,
+                "window_s": pt.window_s,
+                "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
+                "achieved_concurrency": pt.achieved_concurrency,
+                "sent": pt.sent,
+                "completed": pt.completed,
+                "failed": pt.failed,
+                "output_tokens_in_window": pt.output_tokens_total,
+                "status": "ok" if ok else "failed",
+                "error_kind": None if ok else "no_success",
+                "error_text": None if ok else f"no successful request in {run.path.name}",
+                "summary": summary,
+            }
+        )
         for r in pt.requests:
-            req_rows.append({"run_id": rid, "source": source, "deployment_id": dep_id, "load_point_id": lp,
-                             "token_count_source": "imported", **r})
+            req_rows.append(
+                {
+                    "run_id": rid,
+                    "source": source,
+                    "deployment_id": dep_id,
+                    "load_point_id": lp,
+                    "token_count_source": "imported",
+                    **r,
+                }
+            )
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ("requests", "load_runs", "deployments", "runs"):
@@ -214,8 +282,13 @@ def store_run(con, run: ImportedRun, *, run_id: str | None = None, engine: str |
     except Exception:
         con.execute("ROLLBACK")
         raise
-    return {"run_id": rid, "source": source, "load_points": len(lr_rows), "requests": len(req_rows),
-            "deployment_id": dep_id}
+    return {
+        "run_id": rid,
+        "source": source,
+        "load_points": len(lr_rows),
+        "requests": len(req_rows),
+        "deployment_id": dep_id,
+    }
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:
@@ -245,7 +318,9 @@ def _insert_json(con, table: str, rows: list[dict]) -> None:
             for r in rows:
                 fh.write(json.dumps(r) + "\n")
         literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in cols.items()) + "}"
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format='newline_delimited', "
-                    f"columns={literal})", [tmp])
+        con.execute(
+            f"INSERT INTO {table} BY NAME SELECT * FROM read_json(?, format='newline_delimited', columns={literal})",
+            [tmp],
+        )
     finally:
         os.unlink(tmp)

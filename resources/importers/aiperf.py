@@ -23,15 +23,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resources.importers import (ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label,
-                                 read_json)
+from resources.importers import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label, read_json
 
 TOOL = "aiperf"
-EXPECTED = "AIPerf: profile_export_aiperf.json (with profile_export.jsonl beside it for per-request rows), or its folder"
+EXPECTED = (
+    "AIPerf: profile_export_aiperf.json (with profile_export.jsonl beside it for per-request rows), or its folder"
+)
 AGGREGATE = "profile_export_aiperf.json"
 RECORDS = "profile_export.jsonl"
-_MAP = {"time_to_first_token": "ttft_ms", "inter_token_latency": "tpot_ms", "inter_chunk_latency": "itl_ms",
-        "request_latency": "e2e_ms"}
+_MAP = {
+    "time_to_first_token": "ttft_ms",
+    "inter_token_latency": "tpot_ms",
+    "inter_chunk_latency": "itl_ms",
+    "request_latency": "e2e_ms",
+}
 _PCTS = ("p50", "p90", "p95", "p99")
 
 
@@ -40,15 +45,24 @@ def _is_aggregate(d: Any) -> bool:
 
 
 def _is_records(d: Any) -> bool:
-    return isinstance(d, list) and bool(d) and isinstance(d[0], dict) and "metrics" in d[0] and \
-        isinstance(d[0].get("metadata"), dict) and "benchmark_phase" in d[0]["metadata"]
+    return (
+        isinstance(d, list)
+        and bool(d)
+        and isinstance(d[0], dict)
+        and "metrics" in d[0]
+        and isinstance(d[0].get("metadata"), dict)
+        and "benchmark_phase" in d[0]["metadata"]
+    )
 
 
 def detect(path: Path, data: Any) -> bool:
     if path.is_dir():
         return (path / AGGREGATE).exists() or any(path.rglob(AGGREGATE))
-    return _is_aggregate(data) or _is_records(data) or (isinstance(data, dict) and "metrics" in data and
-                                                        "metadata" in data and path.suffix == ".jsonl")
+    return (
+        _is_aggregate(data)
+        or _is_records(data)
+        or (isinstance(data, dict) and "metrics" in data and "metadata" in data and path.suffix == ".jsonl")
+    )
 
 
 def _files(path: Path) -> tuple[Path, Path | None]:
@@ -57,14 +71,18 @@ def _files(path: Path) -> tuple[Path, Path | None]:
         if not found:
             raise ImportFileError(f"{path}: no {AGGREGATE} in this folder; expected an AIPerf artifact folder")
         if len(found) > 1:
-            raise ImportFileError(f"{path}: {len(found)} AIPerf runs in this folder ({', '.join(map(str, found[:3]))}"
-                                  "); import each run's folder")
+            raise ImportFileError(
+                f"{path}: {len(found)} AIPerf runs in this folder ({', '.join(map(str, found[:3]))}"
+                "); import each run's folder"
+            )
         agg = found[0]
     elif path.name == RECORDS or path.suffix == ".jsonl":
         agg = path.with_name(AGGREGATE)
         if not agg.exists():
-            raise ImportFileError(f"{path}: AIPerf records without {AGGREGATE} beside them; the run's statistics and "
-                                  "configuration are in that file: import it (or the folder)")
+            raise ImportFileError(
+                f"{path}: AIPerf records without {AGGREGATE} beside them; the run's statistics and "
+                "configuration are in that file: import it (or the folder)"
+            )
     else:
         agg = path
     rec = agg.with_name(RECORDS)
@@ -124,17 +142,23 @@ def _requests(rec_path: Path) -> list[dict]:
             for g in gaps:
                 t += int(g * 1e6)
                 chunk_ns.append(t)
-        rows.append({
-            "request_id": str(md.get("x_request_id") or f"{i:07d}"), "sent_ns": sent,
-            "ttft_ms": ttft, "e2e_ms": _val(m, "request_latency") if ok else None,
-            "tpot_ms": _val(m, "inter_token_latency") if ok else None,
-            "first_token_ns": chunk_ns[0] if chunk_ns else None, "last_token_ns": chunk_ns[-1] if chunk_ns else None,
-            "prompt_tokens": _val(m, "input_sequence_length"),
-            "completion_tokens": _val(m, "output_sequence_length") if ok else None, "chunk_ns": chunk_ns,
-            "error_kind": None if ok else ("cancelled" if md.get("was_cancelled") else "imported_error"),
-            "error_text": None if ok else json.dumps(err)[:500] if err else "no request_latency in the record",
-            "in_window": md.get("benchmark_phase") == "profiling",
-        })
+        rows.append(
+            {
+                "request_id": str(md.get("x_request_id") or f"{i:07d}"),
+                "sent_ns": sent,
+                "ttft_ms": ttft,
+                "e2e_ms": _val(m, "request_latency") if ok else None,
+                "tpot_ms": _val(m, "inter_token_latency") if ok else None,
+                "first_token_ns": chunk_ns[0] if chunk_ns else None,
+                "last_token_ns": chunk_ns[-1] if chunk_ns else None,
+                "prompt_tokens": _val(m, "input_sequence_length"),
+                "completion_tokens": _val(m, "output_sequence_length") if ok else None,
+                "chunk_ns": chunk_ns,
+                "error_kind": None if ok else ("cancelled" if md.get("was_cancelled") else "imported_error"),
+                "error_text": None if ok else json.dumps(err)[:500] if err else "no request_latency in the record",
+                "in_window": md.get("benchmark_phase") == "profiling",
+            }
+        )
     return rows
 
 
@@ -164,22 +188,47 @@ def read(path: Path, data: Any) -> ImportedRun:
         raise ImportFileError(f"{agg_path}: no benchmark_duration; expected AIPerf's run statistics")
     completed = int(_avg(d, "completed_request_count") or _avg(d, "request_count") or 0)
     failed = int(_avg(d, "error_request_count") or 0)
-    prompts = ((ic.get("datasets") or [{}])[0].get("prompts") or {})
+    prompts = (ic.get("datasets") or [{}])[0].get("prompts") or {}
     isl, osl = (prompts.get("isl") or {}).get("mean"), (prompts.get("osl") or {}).get("mean")
-    n_in = round(isl) if isl else (round(_avg(d, "input_sequence_length")) if _avg(d, "input_sequence_length") else None)
-    n_out = round(osl) if osl else (round(_avg(d, "output_sequence_length")) if _avg(d, "output_sequence_length")
-                                    else None)
-    figures = {k: _avg(d, k) for k in ("request_throughput", "output_token_throughput", "total_token_throughput",
-                                       "input_token_throughput", "request_count", "benchmark_duration",
-                                       "effective_concurrency") if _avg(d, k) is not None}
+    n_in = (
+        round(isl) if isl else (round(_avg(d, "input_sequence_length")) if _avg(d, "input_sequence_length") else None)
+    )
+    n_out = (
+        round(osl) if osl else (round(_avg(d, "output_sequence_length")) if _avg(d, "output_sequence_length") else None)
+    )
+    figures = {
+        k: _avg(d, k)
+        for k in (
+            "request_throughput",
+            "output_token_throughput",
+            "total_token_throughput",
+            "input_token_throughput",
+            "request_count",
+            "benchmark_duration",
+            "effective_concurrency",
+        )
+        if _avg(d, k) is not None
+    }
     requests = _requests(rec_path) if rec_path else []
     point = ImportedPoint(
-        point_label=point_label(shape, conc, rate, None), workload=f"aiperf-in{n_in}-out{n_out}", shape=shape,
-        window_s=duration, sent=completed + failed, completed=completed, failed=failed,
+        point_label=point_label(shape, conc, rate, None),
+        workload=f"aiperf-in{n_in}-out{n_out}",
+        shape=shape,
+        window_s=duration,
+        sent=completed + failed,
+        completed=completed,
+        failed=failed,
         output_tokens_total=int(_avg(d, "total_output_tokens")) if _avg(d, "total_output_tokens") is not None else None,
-        api="chat" if endpoint.get("type") == "chat" else "completions", concurrency=conc, rate=rate,
-        input_tokens=n_in, output_tokens=n_out, achieved_concurrency=_avg(d, "effective_concurrency"),
-        stats=_stats(d), figures=figures, requests=requests)
+        api="chat" if endpoint.get("type") == "chat" else "completions",
+        concurrency=conc,
+        rate=rate,
+        input_tokens=n_in,
+        output_tokens=n_out,
+        achieved_concurrency=_avg(d, "effective_concurrency"),
+        stats=_stats(d),
+        figures=figures,
+        requests=requests,
+    )
 
     def when(key: str) -> _dt.datetime | None:
         try:
@@ -188,10 +237,21 @@ def read(path: Path, data: Any) -> ImportedRun:
             return None
 
     files = [agg_path] + ([rec_path] if rec_path else [])
-    return ImportedRun(tool=TOOL, tool_version=d.get("aiperf_version"), path=agg_path, sha256=file_sha256(files),
-                       model=str(models[0].get("name") or "unknown"), url=(endpoint.get("urls") or [None])[0],
-                       points=[point], started_at=when("start_time"), finished_at=when("end_time"),
-                       config={"benchmark_id": d.get("benchmark_id"), "schema_version": d.get("schema_version"),
-                               "cli_command": (d.get("run_info") or {}).get("cli_command"),
-                               "records_file": str(rec_path) if rec_path else None},
-                       notes=[] if rec_path else [f"no {RECORDS} beside the export: every figure is AIPerf's own"])
+    return ImportedRun(
+        tool=TOOL,
+        tool_version=d.get("aiperf_version"),
+        path=agg_path,
+        sha256=file_sha256(files),
+        model=str(models[0].get("name") or "unknown"),
+        url=(endpoint.get("urls") or [None])[0],
+        points=[point],
+        started_at=when("start_time"),
+        finished_at=when("end_time"),
+        config={
+            "benchmark_id": d.get("benchmark_id"),
+            "schema_version": d.get("schema_version"),
+            "cli_command": (d.get("run_info") or {}).get("cli_command"),
+            "records_file": str(rec_path) if rec_path else None,
+        },
+        notes=[] if rec_path else [f"no {RECORDS} beside the export: every figure is AIPerf's own"],
+    )

@@ -25,15 +25,17 @@ from typing import Any
 from resources.importers import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
 
 TOOL = "vllm"
-EXPECTED = ("vllm bench serve: a JSON object with duration, completed, request_throughput and model_id "
-            "(--save-result)")
+EXPECTED = "vllm bench serve: a JSON object with duration, completed, request_throughput and model_id (--save-result)"
 _METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
 _PCTS = {"p50": "50", "p90": "90", "p95": "95", "p99": "99", "p999": "99.9"}
 
 
 def _is_result(d: Any) -> bool:
-    return isinstance(d, dict) and {"duration", "completed", "request_throughput"} <= set(d) and (
-        "model_id" in d or "backend" in d or "endpoint_type" in d)
+    return (
+        isinstance(d, dict)
+        and {"duration", "completed", "request_throughput"} <= set(d)
+        and ("model_id" in d or "backend" in d or "endpoint_type" in d)
+    )
 
 
 def detect(path: Path, data: Any) -> bool:
@@ -78,12 +80,15 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
         if v is None:
             return [None] * n
         if not isinstance(v, list) or len(v) != n:
-            raise ImportFileError(f"{path}: result {i + 1}: {name} has {len(v) if isinstance(v, list) else '?'} "
-                                  f"entries, ttfts {n}; expected one per request")
+            raise ImportFileError(
+                f"{path}: result {i + 1}: {name} has {len(v) if isinstance(v, list) else '?'} "
+                f"entries, ttfts {n}; expected one per request"
+            )
         return v
 
-    ins, outs, itls, lats, starts, errs = (col(c) for c in ("input_lens", "output_lens", "itls", "latencies",
-                                                            "start_times", "errors"))
+    ins, outs, itls, lats, starts, errs = (
+        col(c) for c in ("input_lens", "output_lens", "itls", "latencies", "start_times", "errors")
+    )
     rows = []
     for k in range(n):
         err = errs[k]
@@ -102,15 +107,25 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
                 chunk_ns.append(t)
         ttft_ms = ttft_s * 1e3 if ttft_s is not None else None
         e2e_ms = e2e_s * 1e3 if e2e_s is not None else None
-        rows.append({
-            "request_id": f"{k:07d}", "sent_ns": sent, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms if ok else None,
-            "tpot_ms": (e2e_ms - ttft_ms) / (n_out - 1) if ok and e2e_ms is not None and ttft_ms is not None
-            and n_out and n_out > 1 else None,
-            "first_token_ns": chunk_ns[0] if chunk_ns else None, "last_token_ns": chunk_ns[-1] if chunk_ns else None,
-            "prompt_tokens": ins[k], "completion_tokens": n_out if ok else None, "chunk_ns": chunk_ns,
-            "error_kind": None if ok else "imported_error", "error_text": str(err)[:500] if not ok else None,
-            "in_window": True,
-        })
+        rows.append(
+            {
+                "request_id": f"{k:07d}",
+                "sent_ns": sent,
+                "ttft_ms": ttft_ms,
+                "e2e_ms": e2e_ms if ok else None,
+                "tpot_ms": (e2e_ms - ttft_ms) / (n_out - 1)
+                if ok and e2e_ms is not None and ttft_ms is not None and n_out and n_out > 1
+                else None,
+                "first_token_ns": chunk_ns[0] if chunk_ns else None,
+                "last_token_ns": chunk_ns[-1] if chunk_ns else None,
+                "prompt_tokens": ins[k],
+                "completion_tokens": n_out if ok else None,
+                "chunk_ns": chunk_ns,
+                "error_kind": None if ok else "imported_error",
+                "error_text": str(err)[:500] if not ok else None,
+                "in_window": True,
+            }
+        )
     return rows
 
 
@@ -129,23 +144,50 @@ def _point(d: dict, path: Path, i: int) -> ImportedPoint:
         shape = "poisson" if burst in (None, 1.0) else "gamma"
         conc, rate_v = (int(max_conc) if max_conc else None), rate
     mean_in = d["total_input_tokens"] / completed if completed and d.get("total_input_tokens") is not None else None
-    mean_out = d["total_output_tokens"] / completed if completed and d.get("total_output_tokens") is not None \
-        else None
-    workload = (f"vllm-bench-in{round(mean_in)}-out{round(mean_out)}" if mean_in is not None and mean_out is not None
-                else "vllm-bench")
-    figures = {k: d.get(k) for k in ("request_throughput", "request_goodput", "output_throughput",
-                                     "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests",
-                                     "total_input_tokens", "total_output_tokens", "num_prompts", "label", "date")
-               if k in d}
+    mean_out = d["total_output_tokens"] / completed if completed and d.get("total_output_tokens") is not None else None
+    workload = (
+        f"vllm-bench-in{round(mean_in)}-out{round(mean_out)}"
+        if mean_in is not None and mean_out is not None
+        else "vllm-bench"
+    )
+    figures = {
+        k: d.get(k)
+        for k in (
+            "request_throughput",
+            "request_goodput",
+            "output_throughput",
+            "total_token_throughput",
+            "max_output_tokens_per_s",
+            "max_concurrent_requests",
+            "total_input_tokens",
+            "total_output_tokens",
+            "num_prompts",
+            "label",
+            "date",
+        )
+        if k in d
+    }
     return ImportedPoint(
-        point_label=point_label(shape, conc, rate_v, burst), workload=workload, shape=shape, window_s=duration,
-        sent=completed + failed, completed=completed, failed=failed,
+        point_label=point_label(shape, conc, rate_v, burst),
+        workload=workload,
+        shape=shape,
+        window_s=duration,
+        sent=completed + failed,
+        completed=completed,
+        failed=failed,
         output_tokens_total=int(d["total_output_tokens"]) if d.get("total_output_tokens") is not None else None,
         api="chat" if "chat" in str(d.get("backend") or d.get("endpoint_type") or "") else "completions",
-        concurrency=conc, rate=rate_v, burstiness=burst if shape == "gamma" else None,
+        concurrency=conc,
+        rate=rate_v,
+        burstiness=burst if shape == "gamma" else None,
         input_tokens=round(mean_in) if mean_in is not None else None,
-        output_tokens=round(mean_out) if mean_out is not None else None, warmup_s=0.0,
-        stats=_stats(d), goodput=d.get("request_goodput"), figures=figures, requests=_requests(d, path, i))
+        output_tokens=round(mean_out) if mean_out is not None else None,
+        warmup_s=0.0,
+        stats=_stats(d),
+        goodput=d.get("request_goodput"),
+        figures=figures,
+        requests=_requests(d, path, i),
+    )
 
 
 def _date(d: dict) -> _dt.datetime | None:
@@ -169,8 +211,21 @@ def read(path: Path, data: Any) -> ImportedRun:
     notes = []
     if not any(p.requests for p in points):
         notes.append("no per-request rows (the file was saved without --save-detailed): every figure is vLLM's own")
-    meta = {k: v for k, v in first.items() if not isinstance(v, (list, dict))
-            and k not in {"duration", "completed", "failed"} and not k.startswith(("mean_", "median_", "std_", "p"))}
-    return ImportedRun(tool=TOOL, tool_version=first.get("vllm_version") or first.get("version"), path=path,
-                       sha256=file_sha256([path]), model=str(model), points=points, started_at=started,
-                       config={"result": meta}, notes=notes)
+    meta = {
+        k: v
+        for k, v in first.items()
+        if not isinstance(v, (list, dict))
+        and k not in {"duration", "completed", "failed"}
+        and not k.startswith(("mean_", "median_", "std_", "p"))
+    }
+    return ImportedRun(
+        tool=TOOL,
+        tool_version=first.get("vllm_version") or first.get("version"),
+        path=path,
+        sha256=file_sha256([path]),
+        model=str(model),
+        points=points,
+        started_at=started,
+        config={"result": meta},
+        notes=notes,
+    )

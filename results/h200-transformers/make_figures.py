@@ -13,7 +13,7 @@ DB.unlink(missing_ok=True)
 with connect(DB) as con:
     ingest_bundle(con, HERE / "bundle")
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    frames = reporting.report_frames(con, run_id)   # point summaries (sql/load_points.sql), samples, windows, requests
+    frames = reporting.report_frames(con, run_id)  # point summaries (sql/load_points.sql), samples, windows, requests
 DB.unlink()
 label = "measured, 1x H200, transformers serve, random 1B"
 for name, png in {

@@ -24,11 +24,15 @@ with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as co
     for name in ("bundle-steady.tar.xz", "bundle-long-bursty.tar.xz"):
         with unpacked(HERE / name) as folder:
             ingest_bundle(con, folder)
-            con.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
-                        [*fields.values(), read_manifest(folder)["run_id"]])
+            con.execute(
+                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
+                [*fields.values(), read_manifest(folder)["run_id"]],
+            )
     fig_rows = con.execute("SELECT * FROM v_point_figures WHERE workload = 'steady'").df()
-    ratios = con.execute("SELECT * FROM v_engine_contrasts WHERE engine = 'vllm-fp8' AND metric IN "
-                         "('output_tok_s', 'output_tokens_per_j') ORDER BY workload, point_label").df()
+    ratios = con.execute(
+        "SELECT * FROM v_engine_contrasts WHERE engine = 'vllm-fp8' AND metric IN "
+        "('output_tok_s', 'output_tokens_per_j') ORDER BY workload, point_label"
+    ).df()
     trace = con.execute("""SELECT s.deployment_id, s.t_ns, s.power_w, s.sm_clock_mhz, l.load_point_id
                            FROM gpu_samples s LEFT JOIN load_runs l ON l.run_id = s.run_id
                             AND l.deployment_id = s.deployment_id AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
@@ -37,15 +41,23 @@ with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as co
 
 # 1. tokens per joule (total and above idle) and throughput against streams, with 95% intervals
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-for ax, metrics, ylabel in ((axes[0], ("output_tok_s",), "output tokens/s"),
-                            (axes[1], ("output_tokens_per_j", "output_tokens_per_j_above_idle"), "output tokens per joule")):
+for ax, metrics, ylabel in (
+    (axes[0], ("output_tok_s",), "output tokens/s"),
+    (axes[1], ("output_tokens_per_j", "output_tokens_per_j_above_idle"), "output tokens per joule"),
+):
     for engine, df in fig_rows.groupby("engine"):
         for metric in metrics:
             d = df[df["metric"] == metric].sort_values("concurrency")
             style = "--" if metric.endswith("above_idle") else "-"
-            ax.errorbar(d["concurrency"], d["estimate"], yerr=[d["estimate"] - d["lo"], d["hi"] - d["estimate"]],
-                        fmt="o" + style, color=COLORS[engine], capsize=4,
-                        label=f"{engine}{' above idle' if metric.endswith('above_idle') else ''}")
+            ax.errorbar(
+                d["concurrency"],
+                d["estimate"],
+                yerr=[d["estimate"] - d["lo"], d["hi"] - d["estimate"]],
+                fmt="o" + style,
+                color=COLORS[engine],
+                capsize=4,
+                label=f"{engine}{' above idle' if metric.endswith('above_idle') else ''}",
+            )
     ax.set_xscale("log")
     ax.set_xticks([16, 64, 256], ["16", "64", "256"])
     ax.minorticks_off()
@@ -62,8 +74,15 @@ labels = [f"{r.workload}:{r.point_label}" for r in ratios.itertuples() if r.metr
 for i, (metric, color) in enumerate((("output_tok_s", "#444"), ("output_tokens_per_j", "#2ca02c"))):
     d = ratios[ratios["metric"] == metric]
     x = [j + (i - 0.5) * 0.25 for j in range(len(d))]
-    ax.errorbar(x, d["ratio"], yerr=[d["ratio"] - d["ratio_lo"], d["ratio_hi"] - d["ratio"]], fmt="o", color=color,
-                capsize=4, label={"output_tok_s": "output tokens/s", "output_tokens_per_j": "tokens per joule"}[metric])
+    ax.errorbar(
+        x,
+        d["ratio"],
+        yerr=[d["ratio"] - d["ratio_lo"], d["ratio_hi"] - d["ratio"]],
+        fmt="o",
+        color=color,
+        capsize=4,
+        label={"output_tok_s": "output tokens/s", "output_tokens_per_j": "tokens per joule"}[metric],
+    )
 ax.axhspan(1.8, 2.1, color="#ff7f0e", alpha=0.2, label="seed article's claim (1.8-2.1x)")
 ax.axhline(1.0, color="#999", lw=0.8)
 ax.set_xticks(range(len(labels)), labels, fontsize=8)

@@ -73,9 +73,13 @@ def main() -> None:
 
     nvml.nvmlInit()
     h = nvml.nvmlDeviceGetHandleByIndex(args.gpu)
-    facts = {"name": nvml.nvmlDeviceGetName(h), "driver": nvml.nvmlSystemGetDriverVersion(),
-             "power_limit_mw": nvml.nvmlDeviceGetEnforcedPowerLimit(h), "torch": torch.__version__,
-             "nvidia_ml_py": getattr(nvml, "__version__", None)}
+    facts = {
+        "name": nvml.nvmlDeviceGetName(h),
+        "driver": nvml.nvmlSystemGetDriverVersion(),
+        "power_limit_mw": nvml.nvmlDeviceGetEnforcedPowerLimit(h),
+        "torch": torch.__version__,
+        "nvidia_ml_py": getattr(nvml, "__version__", None),
+    }
     dev = torch.device(f"cuda:{args.gpu}")
     a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
@@ -155,10 +159,18 @@ def main() -> None:
     proc.join(10)
     n = len(trace["mw"])
     span = (trace["host_ns"][-1] - trace["host_ns"][0]) / 1e9
-    print(f"sampler: {trace['polls']} polls ({trace['polls'] / span:.0f} Hz), {n} distinct readings over "
-          f"{span:.1f} s (one every {1e3 * span / n:.2f} ms)")
-    raw = {"facts": facts, "phases": edges, "trace": trace, "counter_reads": counter_reads, "counter_reads_total": n_counter_reads,
-           "recorded_unix": time.time()}
+    print(
+        f"sampler: {trace['polls']} polls ({trace['polls'] / span:.0f} Hz), {n} distinct readings over "
+        f"{span:.1f} s (one every {1e3 * span / n:.2f} ms)"
+    )
+    raw = {
+        "facts": facts,
+        "phases": edges,
+        "trace": trace,
+        "counter_reads": counter_reads,
+        "counter_reads_total": n_counter_reads,
+        "recorded_unix": time.time(),
+    }
     with gzip.open(out / "raw.json.gz", "wt") as f:
         json.dump(raw, f)
     print(json.dumps(facts))

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -24,15 +23,27 @@ from wattbench_agent.wire import WIRE_VERSION
 ROOT = Path(__file__).resolve().parents[2]
 CONTROL_PLANE_ONLY = ("dagster", "duckdb", "great_expectations")
 # What pip says when it cannot reach the index (urllib3 / requests / socket errors), as opposed to a bad requirement.
-NO_NETWORK = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
-              "Name or service not known", "Network is unreachable", "No route to host", "ConnectTimeoutError",
-              "connection broken by", "ProxyError", "Connection refused")
+NO_NETWORK = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "No route to host",
+    "ConnectTimeoutError",
+    "connection broken by",
+    "ProxyError",
+    "Connection refused",
+)
 
 
 def clean_env(venv_dir: Path) -> dict[str, str]:
     """The environment of a shell on the node: the venv's bin first, nothing of this checkout or its venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP") and not k.startswith("DAGSTER_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONSTARTUP") and not k.startswith("DAGSTER_")
+    }
     env["PATH"] = os.pathsep.join([str(venv_dir / "bin"), "/usr/local/bin", "/usr/bin", "/bin"])
     env["PYTHONNOUSERSITE"] = "1"
     return env
@@ -48,8 +59,14 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
     # a copy of agent/, so that the build writes nothing into this checkout (build/, *.egg-info)
     source = tmp_path / "agent"
     shutil.copytree(ROOT / "agent", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--retries", "1", "--timeout", "20",
-                          str(source)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--retries", "1", "--timeout", "20", str(source)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     if pip.returncode != 0:
         said = pip.stdout + pip.stderr
         marker = next((m for m in NO_NETWORK if m in said), None)
@@ -59,9 +76,18 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
         pytest.fail(f"pip install ./agent into a fresh venv failed (exit {pip.returncode}):\n{said[-3000:]}")
 
     probe = subprocess.run(
-        [str(python), "-c", "import importlib.util, json, wattbench_agent; print(json.dumps({'present': "
-         f"[m for m in {CONTROL_PLANE_ONLY!r} if importlib.util.find_spec(m)], 'agent': wattbench_agent.__file__}}))"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        [
+            str(python),
+            "-c",
+            "import importlib.util, json, wattbench_agent; print(json.dumps({'present': "
+            f"[m for m in {CONTROL_PLANE_ONLY!r} if importlib.util.find_spec(m)], 'agent': wattbench_agent.__file__}}))",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert found["present"] == [], f"the agent's install brought control-plane packages: {found['present']}"
@@ -69,18 +95,54 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
 
     deployment = {
         "deployment_id": "emu",
-        "engine_config": {"engine": "emulator", "model": "llama-3.1-8b", "config_name": "emu", "precision": "bf16",
-                          "tp": 1, "gpu": "h100-sxm", "profile": "vllm-like", "options": {}},
+        "engine_config": {
+            "engine": "emulator",
+            "model": "llama-3.1-8b",
+            "config_name": "emu",
+            "precision": "bf16",
+            "tp": 1,
+            "gpu": "h100-sxm",
+            "profile": "vllm-like",
+            "options": {},
+        },
         "health_timeout_s": 60,
-        "load_points": [{"load_point_id": "emu:chat:c2", "workload": "chat", "point_label": "c2",
-                         "load": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": 32,
-                                  "output_tokens": 8, "warmup_s": 0.5, "duration_s": 2.0, "timeout_s": 30}}]}
-    spec = {"version": WIRE_VERSION, "run_id": "standalone", "out": str(tmp_path / "bundle"), "source": "emulated",
-            "telemetry": "emulated", "idle_baseline_s": 0.5, "deployments": [deployment]}
+        "load_points": [
+            {
+                "load_point_id": "emu:chat:c2",
+                "workload": "chat",
+                "point_label": "c2",
+                "load": {
+                    "api": "chat",
+                    "shape": "concurrency",
+                    "concurrency": 2,
+                    "input_tokens": 32,
+                    "output_tokens": 8,
+                    "warmup_s": 0.5,
+                    "duration_s": 2.0,
+                    "timeout_s": 30,
+                },
+            }
+        ],
+    }
+    spec = {
+        "version": WIRE_VERSION,
+        "run_id": "standalone",
+        "out": str(tmp_path / "bundle"),
+        "source": "emulated",
+        "telemetry": "emulated",
+        "idle_baseline_s": 0.5,
+        "deployments": [deployment],
+    }
     assert WIRE_VERSION == 2
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    run = subprocess.run([str(node / "bin" / "wattbench-agent"), "agent", "--spec", str(tmp_path / "spec.json")],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [str(node / "bin" / "wattbench-agent"), "agent", "--spec", str(tmp_path / "spec.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     bundle = Path(run.stdout.strip().splitlines()[-1])
     assert bundle == tmp_path / "bundle"
@@ -93,8 +155,11 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["complete"] is True
     (dep,) = rows("deployments")
-    assert (dep["status"], dep["source"], dep["engine_version"]) == ("healthy", "emulated",
-                                                                      f"wattbench-emulator-{EMULATOR_VERSION}")
+    assert (dep["status"], dep["source"], dep["engine_version"]) == (
+        "healthy",
+        "emulated",
+        f"wattbench-emulator-{EMULATOR_VERSION}",
+    )
     assert dep["version_checked"] is True
     (lr,) = rows("load_runs")
     assert lr["status"] == "ok" and lr["load_point_id"] == "emu:chat:c2" and lr["completed"] > 0

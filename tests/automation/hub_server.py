@@ -61,7 +61,7 @@ class FakeHub:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self.thread.start()
         return self
 
@@ -71,13 +71,19 @@ class FakeHub:
 
     def serve(self, org: str, fixture: str, next_fixture: str | None = None, next_url: str | None = None) -> None:
         """`next_url`: where the Link rel="next" header points (default: this server's second page)."""
-        self.routes[org] = {"status": 200, "body": FIXTURES[fixture],
-                            **({"next": FIXTURES[next_fixture]} if next_fixture else {}),
-                            **({"next_url": next_url} if next_url else {})}
+        self.routes[org] = {
+            "status": 200,
+            "body": FIXTURES[fixture],
+            **({"next": FIXTURES[next_fixture]} if next_fixture else {}),
+            **({"next_url": next_url} if next_url else {}),
+        }
 
     def fail(self, org: str, status: int, retry_after: str | None = None) -> None:
-        self.routes[org] = {"status": status, "body": {"error": "fixture failure"},
-                            "headers": {"Retry-After": retry_after} if retry_after else {}}
+        self.routes[org] = {
+            "status": status,
+            "body": {"error": "fixture failure"},
+            "headers": {"Retry-After": retry_after} if retry_after else {},
+        }
 
     def stall(self, org: str, seconds: float) -> None:
         self.routes[org] = {**self.routes.get(org, {"status": 200, "body": []}), "stall_s": seconds}

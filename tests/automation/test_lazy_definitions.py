@@ -44,14 +44,19 @@ print(json.dumps({"at_import": at_import, "at_build": sorted(Spy.seen),
 def test_importing_reads_no_wattbench_variable_and_building_does(tmp_path):
     plan = tmp_path / "my_scenario.yaml"
     plan.write_text((REPO / "tests" / "data" / "smoke_plan.yaml").read_text())
-    env = {**os.environ, "WATTBENCH_PLAN": str(plan), "WATTBENCH_DB": str(tmp_path / "w.duckdb"),
-           "WATTBENCH_SCHEDULE_TZ": "Europe/Paris", "WATTBENCH_GIT_URL": "https://github.com/org/wattbench"}
+    env = {
+        **os.environ,
+        "WATTBENCH_PLAN": str(plan),
+        "WATTBENCH_DB": str(tmp_path / "w.duckdb"),
+        "WATTBENCH_SCHEDULE_TZ": "Europe/Paris",
+        "WATTBENCH_GIT_URL": "https://github.com/org/wattbench",
+    }
     proc = subprocess.run([sys.executable, "-c", SPY], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["at_import"] == [], f"read at import: {seen['at_import']}"
     assert {"WATTBENCH_PLAN", "WATTBENCH_DB", "WATTBENCH_SCHEDULE_TZ", "WATTBENCH_GIT_URL"} <= set(seen["at_build"])
-    assert "my_scenario" in seen["scenarios"] and "default" in seen["scenarios"]   # the plan's stem: a scenario
+    assert "my_scenario" in seen["scenarios"] and "default" in seen["scenarios"]  # the plan's stem: a scenario
     assert seen["schedule_tz"] == "Europe/Paris"
 
 
@@ -66,6 +71,6 @@ def test_the_resources_take_their_files_through_env_vars(monkeypatch, tmp_path):
     plan = defs.resources["plan"]
     assert isinstance(warehouse.database, dg.EnvVar) and warehouse.database.env_var_name == "WATTBENCH_DB"
     assert isinstance(plan.output_dir, dg.EnvVar) and plan.output_dir.env_var_name == "WATTBENCH_RUNS_DIR"
-    assert plan.path.endswith("plans/default.yaml")   # not set: the default
+    assert plan.path.endswith("plans/default.yaml")  # not set: the default
     monkeypatch.delenv("WATTBENCH_DB")
     assert build_definitions().resources["warehouse"].database == str(DEFAULT_DB)

@@ -3,7 +3,7 @@ API fixtures: new models become `models` partitions and benchmark runs per scena
 off and never move the cursor; the cursor advances only with the partitions and run requests it goes out with."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -22,8 +22,17 @@ def hub():
 
 
 def watch(hub: FakeHub, **kw) -> HubWatch:
-    return HubWatch(**{"base_url": hub.url, "orgs": "meta-llama,Qwen", "scenarios": "default,h200-transformers",
-                       "timeout_s": 2.0, "backoff_s": 60.0, "max_backoff_s": 600.0, **kw})
+    return HubWatch(
+        **{
+            "base_url": hub.url,
+            "orgs": "meta-llama,Qwen",
+            "scenarios": "default,h200-transformers",
+            "timeout_s": 2.0,
+            "backoff_s": 60.0,
+            "max_backoff_s": 600.0,
+            **kw,
+        }
+    )
 
 
 def evaluate(sensor_watch: HubWatch, instance: dg.DagsterInstance, cursor: str | None):
@@ -56,8 +65,10 @@ def test_partition_keys_turn_back_into_model_ids():
 def test_first_poll_records_where_each_org_is_and_starts_nothing(hub):
     instance = dg.DagsterInstance.ephemeral()
     cursor = json.loads(baseline(hub, instance))
-    assert cursor["orgs"]["meta-llama"] == {"created_at": "2026-10-01T12:00:00.000Z",
-                                            "ids": ["meta-llama/fixture-Llama-5-8B-Instruct"]}
+    assert cursor["orgs"]["meta-llama"] == {
+        "created_at": "2026-10-01T12:00:00.000Z",
+        "ids": ["meta-llama/fixture-Llama-5-8B-Instruct"],
+    }
     assert cursor["orgs"]["Qwen"]["ids"] == ["Qwen/fixture-Qwen4-7B"]
     assert cursor["failures"] == 0 and cursor["backoff_until"] is None
     assert instance.get_dynamic_partitions("models") == []
@@ -72,7 +83,11 @@ def test_new_models_become_partitions_and_runs_over_each_scenario(hub):
     hub.serve("meta-llama", "meta-llama/v2")
     hub.serve("Qwen", "Qwen/v2")
     result = evaluate(watch(hub), instance, cursor)
-    new_ids = ["meta-llama/fixture-Llama-5-405B-Instruct", "meta-llama/fixture-Llama-5-8B", "Qwen/fixture-Qwen4-72B-Instruct"]
+    new_ids = [
+        "meta-llama/fixture-Llama-5-405B-Instruct",
+        "meta-llama/fixture-Llama-5-8B",
+        "Qwen/fixture-Qwen4-72B-Instruct",
+    ]
     # the text-classification model is filtered out; the already-seen ones are not new
     (add,) = result.dynamic_partitions_requests
     assert add.partitions_def_name == "models"
@@ -80,8 +95,9 @@ def test_new_models_become_partitions_and_runs_over_each_scenario(hub):
     assert len(result.run_requests) == 3 * 2
     by_key = {r.run_key: r for r in result.run_requests}
     run = by_key["hub:Qwen/fixture-Qwen4-72B-Instruct:h200-transformers"]
-    assert run.partition_key == dg.MultiPartitionKey({"model": "Qwen--fixture-Qwen4-72B-Instruct",
-                                                      "scenario": "h200-transformers"})
+    assert run.partition_key == dg.MultiPartitionKey(
+        {"model": "Qwen--fixture-Qwen4-72B-Instruct", "scenario": "h200-transformers"}
+    )
     assert run.tags["wattbench/model_id"] == "Qwen/fixture-Qwen4-72B-Instruct"
     assert run.tags["wattbench/trigger"] == "hub-sensor"
     apply(result, instance)
@@ -89,8 +105,10 @@ def test_new_models_become_partitions_and_runs_over_each_scenario(hub):
         for r in result.run_requests:  # every requested partition exists once the partitions are added
             assert BENCH_PARTITIONS.has_partition_key(r.partition_key)
     after = json.loads(result.cursor)
-    assert after["orgs"]["meta-llama"] == {"created_at": "2026-10-08T16:45:00.000Z",
-                                           "ids": ["meta-llama/fixture-Llama-5-405B-Instruct"]}
+    assert after["orgs"]["meta-llama"] == {
+        "created_at": "2026-10-08T16:45:00.000Z",
+        "ids": ["meta-llama/fixture-Llama-5-405B-Instruct"],
+    }
     # polling again with the new cursor finds nothing new
     again = evaluate(watch(hub), instance, result.cursor)
     assert not again.run_requests and "no new models" in again.skip_reason.skip_message
@@ -101,12 +119,16 @@ def test_rate_limit_backs_off_with_retry_after_and_keeps_the_cursor(hub):
     cursor = baseline(hub, instance)
     hub.fail("meta-llama", 429, retry_after="120")
     result = evaluate(watch(hub), instance, cursor)
-    assert not result.run_requests and "429" in result.skip_reason.skip_message and "backing off 120 s" in result.skip_reason.skip_message
+    assert (
+        not result.run_requests
+        and "429" in result.skip_reason.skip_message
+        and "backing off 120 s" in result.skip_reason.skip_message
+    )
     state = json.loads(result.cursor)
-    assert state["orgs"] == json.loads(cursor)["orgs"]          # no organisation's mark moved
+    assert state["orgs"] == json.loads(cursor)["orgs"]  # no organisation's mark moved
     assert state["failures"] == 1
     until = datetime.fromisoformat(state["backoff_until"])
-    assert timedelta(seconds=100) < until - datetime.now(timezone.utc) <= timedelta(seconds=121)
+    assert timedelta(seconds=100) < until - datetime.now(UTC) <= timedelta(seconds=121)
     # before the backoff ends the Hub is not called at all
     n = len(hub.requests)
     skipped = evaluate(watch(hub), instance, result.cursor)
@@ -116,8 +138,11 @@ def test_rate_limit_backs_off_with_retry_after_and_keeps_the_cursor(hub):
     hub.serve("meta-llama", "meta-llama/v2")
     hub.serve("Qwen", "Qwen/v2")
     later = poll_hub(watch(hub), result.cursor, now=until + timedelta(seconds=1))
-    assert {m.id for m in later.new_models} == {"meta-llama/fixture-Llama-5-405B-Instruct",
-                                                "meta-llama/fixture-Llama-5-8B", "Qwen/fixture-Qwen4-72B-Instruct"}
+    assert {m.id for m in later.new_models} == {
+        "meta-llama/fixture-Llama-5-405B-Instruct",
+        "meta-llama/fixture-Llama-5-8B",
+        "Qwen/fixture-Qwen4-72B-Instruct",
+    }
     assert later.cursor.failures == 0 and later.cursor.backoff_until is None
 
 
@@ -125,14 +150,14 @@ def test_server_errors_back_off_exponentially_and_keep_the_cursor(hub):
     instance = dg.DagsterInstance.ephemeral()
     cursor = baseline(hub, instance)
     hub.fail("meta-llama", 500)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     first = poll_hub(watch(hub), cursor, now=now)
     assert first.error is not None and first.error.status == 500 and first.backoff_s == 60
     second = poll_hub(watch(hub), first.cursor.dumps(), now=now + timedelta(seconds=61))
     assert second.backoff_s == 120 and second.cursor.failures == 2
     assert second.cursor.orgs == json.loads(cursor)["orgs"]
     many = HubCursor(orgs=second.cursor.orgs, failures=10).dumps()
-    assert poll_hub(watch(hub), many, now=now).backoff_s == 600   # capped
+    assert poll_hub(watch(hub), many, now=now).backoff_s == 600  # capped
 
 
 def test_one_org_failing_does_not_hold_back_the_others(hub):
@@ -142,10 +167,12 @@ def test_one_org_failing_does_not_hold_back_the_others(hub):
     hub.fail("Qwen", 503)
     result = evaluate(watch(hub), instance, cursor)
     assert {r.tags["wattbench/model_id"] for r in result.run_requests} == {
-        "meta-llama/fixture-Llama-5-405B-Instruct", "meta-llama/fixture-Llama-5-8B"}
+        "meta-llama/fixture-Llama-5-405B-Instruct",
+        "meta-llama/fixture-Llama-5-8B",
+    }
     state = json.loads(result.cursor)
-    assert state["orgs"]["meta-llama"]["created_at"] == "2026-10-08T16:45:00.000Z"   # moved with its runs
-    assert state["orgs"]["Qwen"] == json.loads(cursor)["orgs"]["Qwen"]              # kept
+    assert state["orgs"]["meta-llama"]["created_at"] == "2026-10-08T16:45:00.000Z"  # moved with its runs
+    assert state["orgs"]["Qwen"] == json.loads(cursor)["orgs"]["Qwen"]  # kept
     assert state["failures"] == 1 and state["backoff_until"]
 
 
@@ -166,11 +193,15 @@ def test_connection_refused_backs_off():
 def test_a_burst_larger_than_one_page_follows_the_next_link(hub):
     hub.serve("Qwen", "Qwen/page1", next_fixture="Qwen/v2")
     client = HubClient(base_url=hub.url)
-    mark = datetime(2026, 9, 30, tzinfo=timezone.utc)
+    mark = datetime(2026, 9, 30, tzinfo=UTC)
     models = client.list_models("Qwen", limit=2, stop_at=mark)
-    assert [m.id for m in models] == ["Qwen/fixture-Qwen4-1.5B", "Qwen/fixture-Qwen4-14B",
-                                      "Qwen/fixture-Qwen4-72B-Instruct", "Qwen/fixture-Qwen4-7B"]
-    assert len(client.list_models("Qwen", limit=2, stop_at=None)) == 2   # first poll: one page
+    assert [m.id for m in models] == [
+        "Qwen/fixture-Qwen4-1.5B",
+        "Qwen/fixture-Qwen4-14B",
+        "Qwen/fixture-Qwen4-72B-Instruct",
+        "Qwen/fixture-Qwen4-7B",
+    ]
+    assert len(client.list_models("Qwen", limit=2, stop_at=None)) == 2  # first poll: one page
 
 
 def test_first_poll_can_take_the_newest_models(hub):
@@ -180,7 +211,7 @@ def test_first_poll_can_take_the_newest_models(hub):
 
 
 def test_retry_after_as_http_date():
-    now = datetime(2026, 10, 1, 12, 0, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 10, 1, 12, 0, 0, tzinfo=UTC)
     assert retry_after_seconds("Thu, 01 Oct 2026 12:02:00 GMT", now=now) == 120
     assert retry_after_seconds("30") == 30 and retry_after_seconds("soon") is None
 

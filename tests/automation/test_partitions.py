@@ -33,13 +33,13 @@ def test_a_partition_is_the_scenario_plan_with_the_partitions_model():
     assert own.model == "llama-3-70b" and sha == load_plan(DEFAULT_PLAN)[1]
     other, other_sha = res.load(bench_partition("meta-llama--Llama-3.1-8B-Instruct", "default"))
     assert other.model == "meta-llama/Llama-3.1-8B-Instruct" and other_sha != sha
-    assert [e.name for e in other.engines] == [e.name for e in own.engines]   # the scenario's engine matrix
+    assert [e.name for e in other.engines] == [e.name for e in own.engines]  # the scenario's engine matrix
     h200, _ = res.load(dg.MultiPartitionKey({"model": "llama-3.1-8b", "scenario": "h200-transformers"}))
     assert h200.name == "h200-transformers-tiny-1b" and h200.model == "llama-3.1-8b"
-    assert res.load("llama-3.1-8b|default")[0].model == "llama-3.1-8b"    # the string form works too
+    assert res.load("llama-3.1-8b|default")[0].model == "llama-3.1-8b"  # the string form works too
     with pytest.raises(PlanError, match="no plan file"):
         res.load(bench_partition("x", "nope"))
-    assert res.load(None)[0].model == "llama-3-70b"                         # unpartitioned: the file as written
+    assert res.load(None)[0].model == "llama-3-70b"  # unpartitioned: the file as written
 
 
 def test_the_resources_own_file_stands_for_its_stem(tmp_path):
@@ -54,20 +54,40 @@ def test_the_resources_own_file_stands_for_its_stem(tmp_path):
 def test_wattbench_run_on_a_plan_outside_plans_dir(tmp_path):
     """`wattbench run --plan tests/data/smoke_plan.yaml`: its stem becomes a scenario, the model partition is added,
     and the run is partitioned (model=llama-3.1-8b, scenario=smoke_plan)."""
-    env = {**os.environ, "WATTBENCH_DB": str(tmp_path / "w.duckdb"), "WATTBENCH_RUNS_DIR": str(tmp_path / "runs"),
-           "DAGSTER_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "WATTBENCH_DB": str(tmp_path / "w.duckdb"),
+        "WATTBENCH_RUNS_DIR": str(tmp_path / "runs"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+    }
     env.pop("WATTBENCH_PLAN", None)
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    proc = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "--plan", str(SMOKE_PLAN), "--log-level",
-                           "WARNING"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "run", "--plan", str(SMOKE_PLAN), "--log-level", "WARNING"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "partition llama-3.1-8b|smoke_plan" in proc.stderr
     assert "Head to head" in proc.stdout and "HTML report: " + str(tmp_path / "runs") in proc.stdout
     home = {**env}
-    out = subprocess.run([sys.executable, "-c", "import dagster as dg; i = dg.DagsterInstance.get(); "
-                          "r = i.get_runs(limit=1)[0]; print(i.get_dynamic_partitions('models'), "
-                          "r.tags.get('dagster/partition'), r.tags.get('wattbench/trigger'), r.job_name)"],
-                         cwd=REPO, env=home, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import dagster as dg; i = dg.DagsterInstance.get(); "
+            "r = i.get_runs(limit=1)[0]; print(i.get_dynamic_partitions('models'), "
+            "r.tags.get('dagster/partition'), r.tags.get('wattbench/trigger'), r.job_name)",
+        ],
+        cwd=REPO,
+        env=home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # the code location's `benchmark` job with its partition, as a run launched from the UI: not an ephemeral job
     assert out.stdout.strip() == "['llama-3.1-8b'] llama-3.1-8b|smoke_plan cli benchmark", out.stderr[-2000:]

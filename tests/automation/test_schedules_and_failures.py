@@ -1,6 +1,6 @@
 """Schedules (nightly pinned matrix, weekly full sweep) and the run-failure sensor that records failed runs."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
@@ -11,7 +11,7 @@ from pipelines.schedules import nightly_regression, weekly_full_sweep
 from pipelines.sensors import record_failed_runs
 from resources.warehouse import connect, replace_rows
 
-TICK = datetime(2026, 10, 6, 2, 0, tzinfo=timezone.utc)
+TICK = datetime(2026, 10, 6, 2, 0, tzinfo=UTC)
 
 
 def _context(instance):
@@ -29,8 +29,9 @@ def test_nightly_runs_the_pinned_matrix_for_every_registered_model(instance):
     requests = list(nightly_regression(_context(instance)))
     # the default plan's own model is registered by the schedule itself
     assert set(instance.get_dynamic_partitions("models")) == {"Qwen--fixture-Qwen4-7B", "llama-3-70b"}
-    assert {(r.partition_key.keys_by_dimension["model"], r.partition_key.keys_by_dimension["scenario"])
-            for r in requests} == {("Qwen--fixture-Qwen4-7B", "default"), ("llama-3-70b", "default")}
+    assert {
+        (r.partition_key.keys_by_dimension["model"], r.partition_key.keys_by_dimension["scenario"]) for r in requests
+    } == {("Qwen--fixture-Qwen4-7B", "default"), ("llama-3-70b", "default")}
     assert {r.tags["wattbench/model_id"] for r in requests} == {"Qwen/fixture-Qwen4-7B", "llama-3-70b"}
     assert all(r.run_key.startswith("nightly:2026-10-06:") for r in requests)
     with dg.partition_loading_context(dynamic_partitions_store=instance):
@@ -67,16 +68,21 @@ def _failing_job():
 def test_failed_runs_are_recorded_in_the_warehouse(tmp_path):
     db = tmp_path / "w.duckdb"
     instance = dg.DagsterInstance.ephemeral()
-    result = _failing_job.execute_in_process(instance=instance, raise_on_error=False,
-                                             tags={"dagster/partition": "llama-3-70b|default"})
+    result = _failing_job.execute_in_process(
+        instance=instance, raise_on_error=False, tags={"dagster/partition": "llama-3-70b|default"}
+    )
     assert not result.success
     with connect(db) as con:  # the run had opened its row in `runs`
-        replace_rows(con, "runs", [{"run_id": result.run_id, "source": "emulated", "status": "running"}],
-                     key=("run_id",))
+        replace_rows(
+            con, "runs", [{"run_id": result.run_id, "source": "emulated", "status": "running"}], key=("run_id",)
+        )
     failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
     context = dg.build_run_status_sensor_context(
-        sensor_name="record_failed_runs", dagster_instance=instance, dagster_run=result.dagster_run,
-        dagster_event=failure, resources={"warehouse": DuckDBResource(database=str(db))},
+        sensor_name="record_failed_runs",
+        dagster_instance=instance,
+        dagster_run=result.dagster_run,
+        dagster_event=failure,
+        resources={"warehouse": DuckDBResource(database=str(db))},
     ).for_run_failure()
     record_failed_runs(context)
     record_failed_runs(context)  # twice: still one row

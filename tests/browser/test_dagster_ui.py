@@ -34,19 +34,45 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(420)]
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("WATTBENCH_CHROMIUM", "/usr/bin/chromium"))
 # Screenshots go to docs/img/ only when asked (`make test-browser`); a plain `make test` leaves the tree clean.
-SHOTS = (REPO / "docs" / "img") if os.environ.get("WATTBENCH_SCREENSHOTS") == "docs" else \
-    Path(os.environ.get("WATTBENCH_SCREENSHOTS_DIR", "/tmp/wattbench-ui-screenshots"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-STAGES = ["engine_builds", "deployments", "load_runs", "requests", "gpu_samples", "server_metrics",
-          "load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"]
+SHOTS = (
+    (REPO / "docs" / "img")
+    if os.environ.get("WATTBENCH_SCREENSHOTS") == "docs"
+    else Path(os.environ.get("WATTBENCH_SCREENSHOTS_DIR", "/tmp/wattbench-ui-screenshots"))
+)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+STAGES = [
+    "engine_builds",
+    "deployments",
+    "load_runs",
+    "requests",
+    "gpu_samples",
+    "server_metrics",
+    "load_point_report",
+    "head_to_head",
+    "capacity_plan",
+    "regressions",
+    "html_report",
+]
 MODEL, SCENARIO = "llama-3.1-8b", "smoke_plan"
 PARTITION = f"{MODEL}|{SCENARIO}"
 
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[dev]')")
+    pytest.skip(
+        f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[dev]')"
+)
 
 
 def _free_port() -> int:
@@ -73,32 +99,67 @@ def webserver(tmp_path_factory):
     home = tmp / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "WATTBENCH_DB": str(tmp / "wattbench.duckdb"),
-           "WATTBENCH_RUNS_DIR": str(tmp / "runs"), "WATTBENCH_PLAN": str(REPO / "tests" / "data" / "smoke_plan.yaml"),
-           "DAGSTER_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "WATTBENCH_DB": str(tmp / "wattbench.duckdb"),
+        "WATTBENCH_RUNS_DIR": str(tmp / "runs"),
+        "WATTBENCH_PLAN": str(REPO / "tests" / "data" / "smoke_plan.yaml"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     # the model partition exists before the UI opens (wattbench run, the sensor or the UI's "Add partition" add it)
-    subprocess.run([sys.executable, "-c", "import dagster as dg; "
-                    f"dg.DagsterInstance.get().add_dynamic_partitions('models', [{MODEL!r}])"],
-                   cwd=REPO, env=env, check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('models', [{MODEL!r}])",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     port = _free_port()
     log = (tmp / "dagster-dev.log").open("w")
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-w", "workspace.yaml", "-h",
-                             "127.0.0.1", "-p", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "dev",
+            "-w",
+            "workspace.yaml",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 150
         while True:
             assert proc.poll() is None, f"dagster dev exited: {(tmp / 'dagster-dev.log').read_text()[-3000:]}"
             try:
-                data = _graphql(url, "{ workspaceOrError { ... on Workspace { locationEntries { name "
-                                     "locationOrLoadError { __typename } } } } }")
+                data = _graphql(
+                    url,
+                    "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                    "locationOrLoadError { __typename } } } } }",
+                )
                 entries = data["workspaceOrError"]["locationEntries"]
-                if entries and all(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] ==
-                                   "RepositoryLocation" for e in entries):
+                if entries and all(
+                    e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+                    for e in entries
+                ):
                     break
-                if any(e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "PythonError"
-                       for e in entries):
+                if any(
+                    e["locationOrLoadError"] and e["locationOrLoadError"]["__typename"] == "PythonError"
+                    for e in entries
+                ):
                     pytest.fail(f"code location failed to load: {entries}")
             except (httpx.HTTPError, KeyError, TypeError):
                 pass
@@ -250,11 +311,18 @@ def test_ui_graph_materialize_and_report(webserver, browser):
     try:
         rp = offline.new_page()
         fetched: list[str] = []
-        rp.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://")
-                 else (fetched.append(r.request.url), r.abort()))
+        rp.route(
+            "**/*",
+            lambda r: (
+                r.continue_() if r.request.url.startswith("file://") else (fetched.append(r.request.url), r.abort())
+            ),
+        )
         rp.goto(report.as_uri())
-        rp.wait_for_function("() => window.wattbenchCharts && Object.keys(window.wattbenchCharts).length === "
-                             "document.querySelectorAll('div.chart').length", timeout=60_000)
+        rp.wait_for_function(
+            "() => window.wattbenchCharts && Object.keys(window.wattbenchCharts).length === "
+            "document.querySelectorAll('div.chart').length",
+            timeout=60_000,
+        )
         charts = rp.locator("div.chart")
         assert charts.count() >= 4 and rp.locator("div.chart.vega-embed").count() == charts.count()
         assert rp.locator("div.chart canvas, div.chart svg").count() >= charts.count()
@@ -281,9 +349,17 @@ def test_backfill_over_two_models(webserver, browser):
     expect = sync_api.expect
     second = "mixtral-8x7b"
     env = {**os.environ, "DAGSTER_HOME": str(tmp / "dagster_home")}
-    subprocess.run([sys.executable, "-c", "import dagster as dg; "
-                    f"dg.DagsterInstance.get().add_dynamic_partitions('models', [{second!r}])"],
-                   cwd=REPO, env=env, check=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('models', [{second!r}])",
+        ],
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     partitions = [PARTITION, f"{second}|{SCENARIO}"]
     # 1. Materialize all… -> tick both models and the scenario -> 2 partitions -> Launch backfill
     page = _asset_graph_page(browser, url)
@@ -318,8 +394,9 @@ def test_backfill_over_two_models(webserver, browser):
         time.sleep(3)
     runs = _graphql(url, BACKFILL_RUNS, {"id": backfill_id})["runsOrError"]["results"]
     by_partition = {next(t["value"] for t in run["tags"] if t["key"] == "dagster/partition"): run for run in runs}
-    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), \
+    assert status in ("COMPLETED", "COMPLETED_SUCCESS"), (
         f"backfill {backfill_id} ended {status}: {by_partition}; see {tmp / 'dagster-dev.log'}"
+    )
     assert sorted(by_partition) == sorted(partitions), by_partition
     for partition, run in by_partition.items():
         assert run["status"] == "SUCCESS", (partition, run)

@@ -25,15 +25,27 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("WATTBENCH_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOTS = Path(os.environ.get("WATTBENCH_SCREENSHOTS_DIR", "/tmp/wattbench-ui-screenshots"))  # synthetic: never docs/
 CHARTS = ["power trace", "TTFT CDF", "E2E CDF", "throughput vs latency", "tokens per joule vs load"]
 
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[dev]')")
+    pytest.skip(
+        f"{CHROMIUM} not found: install Debian's chromium (apt-get install -y chromium; .ci/run does)",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[dev]')"
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +60,39 @@ def report(tmp_path_factory) -> Path:
     for name, speed in (("trtllm-like", 1.15), ("vllm-like", 1.0)):
         points = []
         for r in (1, 2, 3):
-            points += [simple_point("c8", 5.0 * speed * (1 + 0.02 * r), ttft=30.0, output_tokens=16, repeat=r,
-                                    energy_j=3000.0 + 40 * r),
-                       simple_point("c32", 11.0 * speed * (1 + 0.02 * r), ttft=60.0, concurrency=32, output_tokens=16,
-                                    repeat=r, energy_j=5000.0 + 60 * r),
-                       Point("bursty", "gamma-r6-b0.25", ttft_ms=ttfts(40, 45, 20, seed=r), shape="gamma",
-                             concurrency=None, rate=6.0, output_tokens=16, repeat=r, energy_j=2000.0 + 30 * r)]
+            points += [
+                simple_point(
+                    "c8", 5.0 * speed * (1 + 0.02 * r), ttft=30.0, output_tokens=16, repeat=r, energy_j=3000.0 + 40 * r
+                ),
+                simple_point(
+                    "c32",
+                    11.0 * speed * (1 + 0.02 * r),
+                    ttft=60.0,
+                    concurrency=32,
+                    output_tokens=16,
+                    repeat=r,
+                    energy_j=5000.0 + 60 * r,
+                ),
+                Point(
+                    "bursty",
+                    "gamma-r6-b0.25",
+                    ttft_ms=ttfts(40, 45, 20, seed=r),
+                    shape="gamma",
+                    concurrency=None,
+                    rate=6.0,
+                    output_tokens=16,
+                    repeat=r,
+                    energy_j=2000.0 + 30 * r,
+                ),
+            ]
         deps.append(Deployment(name, tp=1, idle_w=(90.0, 100.0), points=points))
     run_id = dagster_run_id(dg.build_asset_context())
     write_run(db, tmp, run_id, deps)
-    html_report(dg.build_asset_context(), plan=BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs")),
-                warehouse=DuckDBResource(database=str(db)))
+    html_report(
+        dg.build_asset_context(),
+        plan=BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs")),
+        warehouse=DuckDBResource(database=str(db)),
+    )
     return tmp / "runs" / run_id / "report.html"
 
 
@@ -78,18 +112,23 @@ def test_interactive_charts_render_offline(report):
                     r.abort()
 
             page.route("**/*", route)
-            page.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on(
+                "console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+            )
             page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
             page.goto(report.as_uri())
             page.wait_for_function(
                 "() => window.wattbenchCharts && "
                 "Object.keys(window.wattbenchCharts).length === document.querySelectorAll('div.chart').length",
-                timeout=60_000)
+                timeout=60_000,
+            )
 
             # 1. every chart rendered: a canvas or svg inside its vega-embed container, none failed
             rendered = page.eval_on_selector_all(
-                "div.chart", "els => els.map(e => [e.dataset.chart, e.classList.contains('vega-embed'), "
-                             "!!e.querySelector('canvas, svg'), e.classList.contains('chart-error')])")
+                "div.chart",
+                "els => els.map(e => [e.dataset.chart, e.classList.contains('vega-embed'), "
+                "!!e.querySelector('canvas, svg'), e.classList.contains('chart-error')])",
+            )
             assert [r[0] for r in rendered] == CHARTS
             assert all(embed and drawn and not failed for _, embed, drawn, failed in rendered), rendered
             sizes = page.eval_on_selector_all("div.chart canvas", "cs => cs.map(c => [c.width, c.height])")
@@ -107,7 +146,9 @@ def test_interactive_charts_render_offline(report):
             page.mouse.wheel(0, -400)
             page.wait_for_function(
                 f"() => {{ const d = window.wattbenchCharts['{chart_id}'].scale('x').domain(); "
-                f"return d[1] - d[0] < {before[1] - before[0]} * 0.95; }}", timeout=10_000)
+                f"return d[1] - d[0] < {before[1] - before[0]} * 0.95; }}",
+                timeout=10_000,
+            )
 
             # 3. the TTFT CDF answers a hover: the nearest quantile's tooltip
             cdf = page.locator("div.chart[data-chart='TTFT CDF'] canvas")
@@ -133,7 +174,8 @@ def test_interactive_charts_render_offline(report):
                     const r = v.container().querySelector('canvas').getBoundingClientRect();
                     const o = v.origin(), p = v.padding();   // the plot's corner: padding + origin
                     return [r.left + p.left + o[0] + v.scale('x')(d.e2e_p50_ms),
-                            r.top + p.top + o[1] + v.scale('y')(d.output_tok_s)]; }}""")
+                            r.top + p.top + o[1] + v.scale('y')(d.output_tok_s)]; }}"""
+            )
             page.mouse.move(x + 12, y + 12)
             page.mouse.move(x, y)
             page.wait_for_timeout(300)

@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start_emulator(*args: str, timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "pipelines.cli", "emulate", "--host", "127.0.0.1", "--port", "0", *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     deadline = time.monotonic() + timeout
     lines = []
     while time.monotonic() < deadline:
@@ -42,16 +48,32 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def vllm_server():
-    proc, url = start_emulator("--profile", "vllm-like", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
-                               "--precision", "bf16")
+    proc, url = start_emulator(
+        "--profile", "vllm-like", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--precision", "bf16"
+    )
     yield url
     stop(proc)
 
 
 @pytest.fixture(scope="module")
 def trt_server():
-    proc, url = start_emulator("--profile", "trtllm-like", "--model", "llama-3.1-8b", "--gpu", "h200", "--tp", "1",
-                               "--precision", "fp8", "--config", "max_seq_len=64", "--config", "max_input_len=48",
-                               "--config", "max_batch_size=8")
+    proc, url = start_emulator(
+        "--profile",
+        "trtllm-like",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h200",
+        "--tp",
+        "1",
+        "--precision",
+        "fp8",
+        "--config",
+        "max_seq_len=64",
+        "--config",
+        "max_input_len=48",
+        "--config",
+        "max_batch_size=8",
+    )
     yield url
     stop(proc)

@@ -19,13 +19,16 @@ from collections import Counter
 
 
 def body(model: str, **extra) -> bytes:
-    return json.dumps({"model": model, "messages": [{"role": "user", "content": "soak " * 20}], "max_tokens": 16,
-                       **extra}).encode()
+    return json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "soak " * 20}], "max_tokens": 16, **extra}
+    ).encode()
 
 
 def post(path: str, payload: bytes, headers: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n{headers}"
-            f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n{headers}"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
 
 
 def kinds(model: str) -> dict[str, tuple[bytes, int | None, str]]:
@@ -33,8 +36,11 @@ def kinds(model: str) -> dict[str, tuple[bytes, int | None, str]]:
     chat = "/v1/chat/completions"
     return {
         "good_stream": (post(chat, body(model, stream=True, stream_options={"include_usage": True})), 200, "read"),
-        "good_nonstream": (post("/v1/completions", json.dumps({"model": model, "prompt": "soak " * 30,
-                                                               "max_tokens": 8}).encode()), 200, "read"),
+        "good_nonstream": (
+            post("/v1/completions", json.dumps({"model": model, "prompt": "soak " * 30, "max_tokens": 8}).encode()),
+            200,
+            "read",
+        ),
         "metrics": (b"GET /metrics HTTP/1.1\r\nHost: soak\r\n\r\n", 200, "read"),
         # minus the head's length plus 4: the length that made the old parser loop forever
         "negative_length": (b"GET /health HTTP/1.1\r\nContent-Length: -45\r\n\r\n", 400, "read"),
@@ -69,7 +75,7 @@ async def one(port: int, kind: str, spec: tuple[bytes, int | None, str], timeout
     data, expected, then = spec
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         return kind, f"connect failed: {type(exc).__name__}"
     try:
         writer.write(data)
@@ -91,7 +97,7 @@ async def one(port: int, kind: str, spec: tuple[bytes, int | None, str], timeout
     except ConnectionResetError:
         # a head over the limit may still be arriving when the server answers 431 and closes: refused either way
         return kind, "ok" if kind == "head_too_large" else "ConnectionResetError"
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
         return kind, f"{type(exc).__name__}"
     finally:
         writer.close()
@@ -115,8 +121,12 @@ async def main_async(port: int, model: str, n: int, seconds: float, concurrency:
             problems[f"{kind}: {outcome}"] += 1
 
     await asyncio.gather(*(launch(i) for i in range(n)))
-    return {"connections": sum(outcomes.values()), "by_kind": dict(outcomes), "problems": dict(problems),
-            "elapsed_s": round(time.monotonic() - started, 2)}
+    return {
+        "connections": sum(outcomes.values()),
+        "by_kind": dict(outcomes),
+        "problems": dict(problems),
+        "elapsed_s": round(time.monotonic() - started, 2),
+    }
 
 
 def main() -> None:
@@ -128,8 +138,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=20.0)
     a = ap.parse_args()
-    print(json.dumps(asyncio.run(main_async(a.port, a.model, a.connections, a.seconds, a.concurrency, a.timeout))),
-          flush=True)
+    print(
+        json.dumps(asyncio.run(main_async(a.port, a.model, a.connections, a.seconds, a.concurrency, a.timeout))),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

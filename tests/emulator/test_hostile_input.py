@@ -38,14 +38,16 @@ def exchange(url: str, raw: bytes, timeout: float = 5.0) -> bytes:
         while time.monotonic() < deadline:
             try:
                 part = sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 break
             if not part:
                 break
             out += part
             if b"\r\n\r\n" in out:
                 head, _, body = out.partition(b"\r\n\r\n")
-                length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+                length = [
+                    int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")
+                ]
                 if length and len(body) >= length[0]:
                     break
         return out
@@ -87,8 +89,9 @@ def spinning_head() -> bytes:
     raise AssertionError("no such head")
 
 
-@pytest.mark.parametrize("raw", [spinning_head(), post("/v1/chat/completions", ["Content-Length: -43"])],
-                         ids=["spinning", "plain"])
+@pytest.mark.parametrize(
+    "raw", [spinning_head(), post("/v1/chat/completions", ["Content-Length: -43"])], ids=["spinning", "plain"]
+)
 def test_negative_content_length_is_refused(emulator, raw):
     proc, url = emulator
     status, body = status_and_body(exchange(url, raw))
@@ -121,8 +124,17 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(emulator):
     assert_still_serving(proc, url)
 
 
-@pytest.mark.parametrize("field, value", [("n", "abc"), ("n", [1]), ("min_tokens", "x"), ("max_tokens", "ten"),
-                                          ("stream_options", "yes"), ("messages", [{"role": "user", "content": 5}])])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("n", "abc"),
+        ("n", [1]),
+        ("min_tokens", "x"),
+        ("max_tokens", "ten"),
+        ("stream_options", "yes"),
+        ("messages", [{"role": "user", "content": 5}]),
+    ],
+)
 def test_fields_of_the_wrong_type_get_a_400_naming_the_field(emulator, field, value):
     proc, url = emulator
     req = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, field: value}
@@ -137,7 +149,11 @@ def test_fields_of_the_wrong_type_get_a_400_naming_the_field(emulator, field, va
 
 def test_garbage_and_binary_bytes_get_a_400_and_the_server_goes_on(emulator):
     proc, url = emulator
-    for raw in (b"\x00\xff\xfe\xfd\r\n\r\n", b"GET\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\nContent-Length: 4\r\n\r\n\xff\xfe\x00{"):
+    for raw in (
+        b"\x00\xff\xfe\xfd\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nContent-Length: 4\r\n\r\n\xff\xfe\x00{",
+    ):
         status, _ = status_and_body(exchange(url, raw))
         assert status == 400
     assert_still_serving(proc, url)
@@ -157,8 +173,13 @@ def test_a_client_hanging_up_on_pipelined_requests_does_not_kill_it(emulator):
 
 @pytest.mark.parametrize("port", ["99999", "-1", "65536", "http"])
 def test_a_port_out_of_range_is_refused(port):
-    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "emulate", "--model", MODEL, "--port", port],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "emulate", "--model", MODEL, "--port", port],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     assert "--port" in r.stderr and "0-65535" in r.stderr
     assert "listening" not in r.stderr

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from wattbench_agent.emulator import (
+    ConfigError,
+    EngineStartupError,
+    SpecError,
+    Workload,
+    emulated_build,
+    setup,
+    simulate,
+    step_time,
+)
 from wattbench_agent.engines.base import EngineConfig
-from wattbench_agent.emulator import (ConfigError, EngineStartupError, SpecError, Workload, emulated_build, setup,
-                                        simulate, step_time)
 
 
 def test_decode_is_memory_bound_at_batch_one():
@@ -46,39 +54,74 @@ def test_power_bounded_and_capped():
     big = step_time("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", batch=0, prefill_tokens=8192)
     assert idle.power_w < small.power_w < big.power_w <= 700.0
     assert big.reasons & 0x4 and big.clk < 1.0  # sw_power_cap with clock reduction
-    capped = step_time("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", batch=0, prefill_tokens=8192,
-                       config={"power_limit_w": 400})
+    capped = step_time(
+        "vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", batch=0, prefill_tokens=8192, config={"power_limit_w": 400}
+    )
     assert capped.power_w <= 400.0 + 1e-6 and capped.dt > big.dt
 
 
 def test_vllm_preempts_under_mixed_lengths_trt_does_not():
-    wl = Workload(shape="concurrency", concurrency=64, input_tokens=[100] * 7 + [32000], output_tokens=[256] * 7 + [2000])
+    wl = Workload(
+        shape="concurrency", concurrency=64, input_tokens=[100] * 7 + [32000], output_tokens=[256] * 7 + [2000]
+    )
     cfg = {"max_model_len": 34000, "gpu_memory_utilization": 0.5}
     v = simulate("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", cfg, wl, duration_s=15, warmup_s=0)
     assert v.preemptions > 0
-    t = simulate("trtllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16",
-                 {"max_seq_len": 34000, "max_input_len": 32768, "max_num_tokens": 32768,
-                  "kv_cache_free_gpu_mem_fraction": 0.35, "max_batch_size": 64}, wl, duration_s=15, warmup_s=0)
+    t = simulate(
+        "trtllm-like",
+        "llama-3.1-8b",
+        "h100-sxm",
+        1,
+        "bf16",
+        {
+            "max_seq_len": 34000,
+            "max_input_len": 32768,
+            "max_num_tokens": 32768,
+            "kv_cache_free_gpu_mem_fraction": 0.35,
+            "max_batch_size": 64,
+        },
+        wl,
+        duration_s=15,
+        warmup_s=0,
+    )
     assert t.preemptions == 0 and t.output_tokens > 0
 
 
 def test_prefix_caching_hits():
     wl = Workload(concurrency=16, input_tokens=1024, output_tokens=32, shared_prefix_tokens=768)
     on = simulate("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", None, wl, duration_s=5, warmup_s=1)
-    off = simulate("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", {"enable_prefix_caching": False}, wl,
-                   duration_s=5, warmup_s=1)
+    off = simulate(
+        "vllm-like",
+        "llama-3.1-8b",
+        "h100-sxm",
+        1,
+        "bf16",
+        {"enable_prefix_caching": False},
+        wl,
+        duration_s=5,
+        warmup_s=1,
+    )
     assert on.prefix_hit_rate > 0.5 and off.prefix_hit_rate is None
     assert on.ttft_ms["p50"] < off.ttft_ms["p50"]
 
 
 def test_simulate_energy_consistent():
-    r = simulate("trtllm-like", "llama-3-70b", "h100-sxm", 8, "fp8", workload=Workload(concurrency=8),
-                 duration_s=10, warmup_s=2)
+    r = simulate(
+        "trtllm-like", "llama-3-70b", "h100-sxm", 8, "fp8", workload=Workload(concurrency=8), duration_s=10, warmup_s=2
+    )
     assert r.source == "emulated" and r.output_tokens > 0
     assert r.j_per_token == pytest.approx(r.energy_j / r.output_tokens)
     assert 72 < r.avg_power_w < 700
-    bursty = simulate("vllm-like", "llama-3-70b", "h100-sxm", 8, "fp8",
-                      workload=Workload(shape="gamma", rate=4, burstiness=0.25), duration_s=10, warmup_s=2)
+    bursty = simulate(
+        "vllm-like",
+        "llama-3-70b",
+        "h100-sxm",
+        8,
+        "fp8",
+        workload=Workload(shape="gamma", rate=4, burstiness=0.25),
+        duration_s=10,
+        warmup_s=2,
+    )
     assert bursty.completed > 0
 
 
@@ -94,16 +137,32 @@ def test_config_errors():
 
 
 def test_emulated_build():
-    cfg = EngineConfig(engine="emulator", model="llama-3-70b", config_name="c", precision="fp8", tp=8,
-                       profile="trtllm-like", options={"max_batch_size": 128})
+    cfg = EngineConfig(
+        engine="emulator",
+        model="llama-3-70b",
+        config_name="c",
+        precision="fp8",
+        tp=8,
+        profile="trtllm-like",
+        options={"max_batch_size": 128},
+    )
     b = emulated_build(cfg)
     assert b.status == "built" and 20 * 60 <= b.build_s <= 60 * 60
     assert b.hardware_lock["driver"] == "emulated" and b.hardware_lock["compute_capability"] == "9.0"
     assert b.artifact_sha256 == emulated_build(cfg).artifact_sha256
-    assert emulated_build(EngineConfig(engine="emulator", model="llama-3-70b", config_name="c", precision="fp8",
-                                       tp=8, profile="vllm-like")).status == "no_build"
-    bad = emulated_build(EngineConfig(engine="emulator", model="llama-3-70b", config_name="c", precision="bf16",
-                                      tp=1, profile="trtllm-like"))
+    assert (
+        emulated_build(
+            EngineConfig(
+                engine="emulator", model="llama-3-70b", config_name="c", precision="fp8", tp=8, profile="vllm-like"
+            )
+        ).status
+        == "no_build"
+    )
+    bad = emulated_build(
+        EngineConfig(
+            engine="emulator", model="llama-3-70b", config_name="c", precision="bf16", tp=1, profile="trtllm-like"
+        )
+    )
     assert bad.status == "failed" and bad.error_kind == "RuntimeError"
 
 

@@ -6,8 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -29,7 +27,7 @@ def parse_prometheus(text: str) -> dict[tuple[str, str], float]:
     for ln in text.splitlines():
         if not ln or ln.startswith("#"):
             continue
-        m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)', ln)
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", ln)
         assert m, f"bad exposition line: {ln!r}"
         out[(m.group(1), m.group(2) or "")] = float(m.group(3))
     return out
@@ -54,8 +52,13 @@ def test_streaming_usage_matches_streamed_tokens(vllm_server):
 
     client = OpenAI(base_url=vllm_server + "/v1", api_key="none")
     stream = client.chat.completions.create(
-        model="llama-3.1-8b", messages=[{"role": "user", "content": "one two three four"}], max_tokens=40,
-        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True, "min_tokens": 40})
+        model="llama-3.1-8b",
+        messages=[{"role": "user", "content": "one two three four"}],
+        max_tokens=40,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "min_tokens": 40},
+    )
     words, usage, finish = 0, None, None
     for ch in stream:
         if ch.choices:
@@ -76,8 +79,12 @@ def test_completions_stream_and_nonstream(vllm_server):
     assert j["usage"] == {"prompt_tokens": 6, "completion_tokens": 7, "total_tokens": 13}
     assert len(j["choices"][0]["text"].split()) == 7
     events = []
-    with httpx.stream("POST", vllm_server + "/v1/completions", timeout=30,
-                      json={**body, "stream": True, "stream_options": {"include_usage": True}}) as resp:
+    with httpx.stream(
+        "POST",
+        vllm_server + "/v1/completions",
+        timeout=30,
+        json={**body, "stream": True, "stream_options": {"include_usage": True}},
+    ) as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         for line in resp.iter_lines():
             if line.startswith("data: "):
@@ -92,20 +99,31 @@ def test_models_health_errors(vllm_server):
     assert httpx.get(vllm_server + "/health").status_code == 200
     models = httpx.get(vllm_server + "/v1/models").json()
     assert models["data"][0]["id"] == "llama-3.1-8b"
-    r = httpx.post(vllm_server + "/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    r = httpx.post(
+        vllm_server + "/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"]
     r = httpx.post(vllm_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "x", "max_tokens": 10**7})
     assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"]
 
 
 def test_metrics_parse(vllm_server):
-    httpx.post(vllm_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 5}, timeout=30)
+    httpx.post(
+        vllm_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "hello", "max_tokens": 5}, timeout=30
+    )
     m = parse_prometheus(httpx.get(vllm_server + "/metrics").text)
     names = {k[0] for k in m}
-    for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-              "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-              "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
-              "vllm:request_time_per_output_token_seconds_count"):
+    for n in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:request_time_per_output_token_seconds_count",
+    ):
         assert n in names, n
     gen = [v for (n, _), v in m.items() if n == "vllm:generation_tokens_total"][0]
     assert gen >= 5
@@ -122,11 +140,13 @@ def families(text: str) -> dict[str, dict]:
 
     out = {}
     for f in text_string_to_metric_families(text):
-        out[f.name] = {"type": f.type, "help": f.documentation,
-                       "labels": {k for s in f.samples for k in s.labels if k not in ("le", "finished_reason")},
-                       "buckets": [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")],
-                       "reasons": sorted({s.labels["finished_reason"] for s in f.samples
-                                          if "finished_reason" in s.labels})}
+        out[f.name] = {
+            "type": f.type,
+            "help": f.documentation,
+            "labels": {k for s in f.samples for k in s.labels if k not in ("le", "finished_reason")},
+            "buckets": [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")],
+            "reasons": sorted({s.labels["finished_reason"] for s in f.samples if "finished_reason" in s.labels}),
+        }
     return out
 
 
@@ -158,12 +178,16 @@ def test_version_says_what_it_emulates(vllm_server, trt_server):
     from wattbench_agent.emulator.profiles import EMULATOR_VERSION
 
     v = httpx.get(vllm_server + "/version").json()
-    assert v == {"version": f"wattbench-emulator-{EMULATOR_VERSION}", "emulates": "vllm 0.25.0",
-                 "profile": "vllm-like", "source": "emulated"}
+    assert v == {
+        "version": f"wattbench-emulator-{EMULATOR_VERSION}",
+        "emulates": "vllm 0.25.0",
+        "profile": "vllm-like",
+        "source": "emulated",
+    }
     t = httpx.get(trt_server + "/version").json()
     assert t["emulates"] == "tensorrt-llm 0.18.2" and t["version"] == v["version"]
-    from wattbench_agent.engines.vllm import VllmAdapter
     from wattbench_agent.engines.trtllm import TrtllmAdapter
+    from wattbench_agent.engines.vllm import VllmAdapter
 
     # the releases named are the ones wattbench's adapters were checked against
     assert v["emulates"].split()[1] in VllmAdapter.checked_versions
@@ -177,7 +201,9 @@ def test_telemetry_schema_and_energy_monotone(vllm_server):
     g0 = first["gpus"][0]
     assert sorted(g0) == sorted(cols + ["name"])  # contract section 3: gpu_samples columns + name
     assert re.fullmatch(r"GPU-emu-[0-9a-f]+-0", g0["gpu_uuid"])
-    httpx.post(vllm_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "x", "max_tokens": 20}, timeout=30)
+    httpx.post(
+        vllm_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": "x", "max_tokens": 20}, timeout=30
+    )
     second = httpx.get(vllm_server + "/emulator/telemetry").json()
     g1 = second["gpus"][0]
     assert g1["gpu_uuid"] == g0["gpu_uuid"]
@@ -192,9 +218,19 @@ def test_telemetry_schema_and_energy_monotone(vllm_server):
 def test_trtllm_truncation_visible(trt_server):
     prompt = " ".join(["w"] * 30)  # 31 prompt tokens (BOS) -> 33 left of max_seq_len 64
     events = []
-    with httpx.stream("POST", trt_server + "/v1/completions", timeout=30, json={
-            "model": "llama-3.1-8b", "prompt": prompt, "max_tokens": 100, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}) as resp:
+    with httpx.stream(
+        "POST",
+        trt_server + "/v1/completions",
+        timeout=30,
+        json={
+            "model": "llama-3.1-8b",
+            "prompt": prompt,
+            "max_tokens": 100,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ) as resp:
         assert resp.status_code == 200  # silently truncated: no error
         for line in resp.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
@@ -205,13 +241,20 @@ def test_trtllm_truncation_visible(trt_server):
     streamed = sum(len(e["choices"][0]["text"].split()) for e in events if e["choices"])
     assert streamed == 33
     # a prompt beyond the compiled max_input_len is rejected
-    r = httpx.post(trt_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": " ".join(["w"] * 60), "max_tokens": 1})
+    r = httpx.post(
+        trt_server + "/v1/completions", json={"model": "llama-3.1-8b", "prompt": " ".join(["w"] * 60), "max_tokens": 1}
+    )
     assert r.status_code == 400 and "max" in r.json()["error"]["message"].lower()
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "emulate", "--port", "0", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "emulate", "--port", "0", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("profile,kind", [("vllm-like", "OutOfMemoryError"), ("trtllm-like", "out of memory")])

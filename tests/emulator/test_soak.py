@@ -66,9 +66,25 @@ def test_soak_health_stays_fast_and_memory_flat(record_property):
             probes.append(health_ms(port))
             done.wait(0.25)
 
-    client = subprocess.Popen([sys.executable, "-m", "tests.emulator.soak_client", "--port", str(port), "--model",
-                               MODEL, "--connections", str(CONNECTIONS), "--seconds", str(SECONDS)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.emulator.soak_client",
+            "--port",
+            str(port),
+            "--model",
+            MODEL,
+            "--connections",
+            str(CONNECTIONS),
+            "--seconds",
+            str(SECONDS),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     prober = threading.Thread(target=probe, daemon=True)
     try:
         prober.start()
@@ -83,8 +99,11 @@ def test_soak_health_stays_fast_and_memory_flat(record_property):
         assert proc.poll() is None, f"the emulator died (exit {proc.returncode})"
         assert health_ms(port) is not None
         metrics = httpx.get(url + "/metrics", timeout=5).text
-        lag = [float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("wattbench_emulator_lag_seconds_max")]
+        lag = [
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("wattbench_emulator_lag_seconds_max")
+        ]
     finally:
         done.set()
         if client.poll() is None:
@@ -96,11 +115,19 @@ def test_soak_health_stays_fast_and_memory_flat(record_property):
     answered = [p for p in probes if p is not None]
     p50, p99, worst = (float(np.percentile(answered, q)) for q in (50, 99, 100))
     growth = (rss_end - rss_warm) / rss_warm * 100
-    figures = {"connections": summary["connections"], "probes": len(probes), "health_p50_ms": round(p50, 2),
-               "health_p99_ms": round(p99, 2), "health_max_ms": round(worst, 2), "rss_warm_kib": rss_warm,
-               "rss_end_kib": rss_end, "rss_growth_pct": round(growth, 2), "client_elapsed_s": summary["elapsed_s"],
-               # the engine loop's largest lag behind its modelled time: how long the server itself was held up
-               "engine_loop_lag_max_ms": round(lag[0] * 1000, 2) if lag else None}
+    figures = {
+        "connections": summary["connections"],
+        "probes": len(probes),
+        "health_p50_ms": round(p50, 2),
+        "health_p99_ms": round(p99, 2),
+        "health_max_ms": round(worst, 2),
+        "rss_warm_kib": rss_warm,
+        "rss_end_kib": rss_end,
+        "rss_growth_pct": round(growth, 2),
+        "client_elapsed_s": summary["elapsed_s"],
+        # the engine loop's largest lag behind its modelled time: how long the server itself was held up
+        "engine_loop_lag_max_ms": round(lag[0] * 1000, 2) if lag else None,
+    }
     for k, v in figures.items():
         record_property(k, v)
     print("soak:", json.dumps(figures), "by kind:", json.dumps(summary["by_kind"]))

@@ -61,22 +61,46 @@ def test_run_ahead_scheduler_admits_a_request_one_step_later():
 
 def test_closed_loop_ramp_breaks_lockstep():
     kw = dict(duration_s=10, warmup_s=5)
-    together = simulate("vllm-like", *H200_8B, "bf16", {"async_scheduling": True},
-                        Workload(concurrency=16, input_tokens=512, output_tokens=128), **kw)
-    ramped = simulate("vllm-like", *H200_8B, "bf16", {"async_scheduling": True},
-                      Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2.0), **kw)
+    together = simulate(
+        "vllm-like",
+        *H200_8B,
+        "bf16",
+        {"async_scheduling": True},
+        Workload(concurrency=16, input_tokens=512, output_tokens=128),
+        **kw,
+    )
+    ramped = simulate(
+        "vllm-like",
+        *H200_8B,
+        "bf16",
+        {"async_scheduling": True},
+        Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2.0),
+        **kw,
+    )
     # started together, 16 prompts are prefilled in one 8K-token step again and again; ramped, one at a time
     assert ramped.ttft_ms["p50"] < 0.5 * together.ttft_ms["p50"]
 
 
 def test_heavy_closed_loop_queues_behind_the_budget():
     cfg = {"async_scheduling": True, "max_num_seqs": 256}
-    light = simulate("vllm-like", *H200_8B, "bf16", cfg,
-                     Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2), duration_s=12,
-                     warmup_s=5)
-    heavy = simulate("vllm-like", *H200_8B, "bf16", cfg,
-                     Workload(concurrency=256, input_tokens=512, output_tokens=128, ramp_s=2), duration_s=12,
-                     warmup_s=5)
+    light = simulate(
+        "vllm-like",
+        *H200_8B,
+        "bf16",
+        cfg,
+        Workload(concurrency=16, input_tokens=512, output_tokens=128, ramp_s=2),
+        duration_s=12,
+        warmup_s=5,
+    )
+    heavy = simulate(
+        "vllm-like",
+        *H200_8B,
+        "bf16",
+        cfg,
+        Workload(concurrency=256, input_tokens=512, output_tokens=128, ramp_s=2),
+        duration_s=12,
+        warmup_s=5,
+    )
     prefill_step = step_time("vllm-like", *H200_8B, "bf16", batch=0, prefill_tokens=8192).dt * 1e3
     # 256 x 512 prompt tokens need ~16 full-budget steps: the median request waits several of them
     assert heavy.ttft_ms["p50"] > 4 * prefill_step > light.ttft_ms["p50"]
@@ -87,12 +111,21 @@ def test_online_fp8_keeps_a_16bit_kv_cache_and_costs_time():
     online = setup("vllm-like", *H200_8B, "fp8", {"quantization": "online"})
     assert online.dep.kv_bytes_per_token == 2 * ckpt.dep.kv_bytes_per_token
     assert online.kv_tokens < ckpt.kv_tokens
-    assert setup("vllm-like", *H200_8B, "fp8", {"quantization": "online", "kv_cache_dtype": "fp8"}) \
-        .dep.kv_bytes_per_token == ckpt.dep.kv_bytes_per_token
+    assert (
+        setup("vllm-like", *H200_8B, "fp8", {"quantization": "online", "kv_cache_dtype": "fp8"}).dep.kv_bytes_per_token
+        == ckpt.dep.kv_bytes_per_token
+    )
     for batch, prefill in ((16, 0), (0, 4096)):
         t_ckpt = step_time("vllm-like", *H200_8B, "fp8", batch=batch, context=600, prefill_tokens=prefill).dt
-        t_online = step_time("vllm-like", *H200_8B, "fp8", batch=batch, context=600, prefill_tokens=prefill,
-                             config={"quantization": "online"}).dt
+        t_online = step_time(
+            "vllm-like",
+            *H200_8B,
+            "fp8",
+            batch=batch,
+            context=600,
+            prefill_tokens=prefill,
+            config={"quantization": "online"},
+        ).dt
         t_bf16 = step_time("vllm-like", *H200_8B, "bf16", batch=batch, context=600, prefill_tokens=prefill).dt
         assert t_ckpt < t_online < t_bf16
     with pytest.raises(ConfigError, match="needs precision fp8"):
@@ -110,8 +143,9 @@ def test_h200_decode_power_near_the_cap_and_capping_slows_memory_bound_steps():
 
 
 def test_twin_engine_mapping():
-    prof, cfg, _ = twin_engine("vllm", "fp8", {"max_num_seqs": 128, "gpu_memory_utilization": 0.8},
-                               model="meta-llama/Llama-3.1-70B-Instruct")
+    prof, cfg, _ = twin_engine(
+        "vllm", "fp8", {"max_num_seqs": 128, "gpu_memory_utilization": 0.8}, model="meta-llama/Llama-3.1-70B-Instruct"
+    )
     assert prof == "vllm-like" and cfg["quantization"] == "online" and cfg["kv_cache_dtype"] == "bf16"
     assert cfg["async_scheduling"] is True and cfg["max_num_seqs"] == 128
     _, cfg, _ = twin_engine("vllm", "fp8", {"kv_cache_dtype": "fp8"}, model="meta-llama/Llama-3.1-405B-Instruct-FP8")

@@ -55,7 +55,12 @@ def fake_engines(tmp_path, monkeypatch) -> FakeEngines:
     for key in list(os.environ):
         if key.startswith("FAKE_") or key.startswith("WATTBENCH_TRTLLM_"):
             monkeypatch.delenv(key)
-    fe.set(FAKE_ENGINE_ARGV_LOG=str(fe.argv_log), WATTBENCH_ENGINE_CACHE=str(fe.cache),
-           WATTBENCH_SGLANG_PYTHON=sys.executable, TRTLLM_EXAMPLES_DIR=str(tmp_path / "no-examples"),
-           FAKE_BUILD_S="0.2", **H100)
+    fe.set(
+        FAKE_ENGINE_ARGV_LOG=str(fe.argv_log),
+        WATTBENCH_ENGINE_CACHE=str(fe.cache),
+        WATTBENCH_SGLANG_PYTHON=sys.executable,
+        TRTLLM_EXAMPLES_DIR=str(tmp_path / "no-examples"),
+        FAKE_BUILD_S="0.2",
+        **H100,
+    )
     return fe

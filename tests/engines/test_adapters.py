@@ -16,8 +16,14 @@ from wattbench_agent.engines.vllm import VllmAdapter
 
 
 def cfg(engine: str, precision: str = "bf16", tp: int = 1, **options) -> EngineConfig:
-    return EngineConfig(engine=engine, model="meta-llama/Llama-3.1-8B-Instruct", config_name=f"{engine}-x",
-                        precision=precision, tp=tp, options=options)
+    return EngineConfig(
+        engine=engine,
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        config_name=f"{engine}-x",
+        precision=precision,
+        tp=tp,
+        options=options,
+    )
 
 
 def test_registry_covers_every_engine_and_versions_are_recorded():
@@ -33,18 +39,54 @@ def test_registry_covers_every_engine_and_versions_are_recorded():
 
 def test_vllm_fp8_is_a_quantization_not_a_dtype():
     cmd = VllmAdapter().serve_command(
-        cfg("vllm", "fp8", tp=8, max_model_len=4096, max_num_seqs=256, gpu_memory_utilization=0.9, block_size=16,
-            enable_prefix_caching=True, enable_chunked_prefill=False, kv_cache_dtype="fp8"), "127.0.0.1", 8000)
-    assert cmd == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "127.0.0.1", "--port", "8000",
-                   "--tensor-parallel-size", "8", "--dtype", "auto", "--quantization", "fp8",
-                   "--kv-cache-dtype", "fp8", "--max-model-len", "4096", "--max-num-seqs", "256",
-                   "--gpu-memory-utilization", "0.9", "--block-size", "16", "--enable-prefix-caching",
-                   "--no-enable-chunked-prefill"]
+        cfg(
+            "vllm",
+            "fp8",
+            tp=8,
+            max_model_len=4096,
+            max_num_seqs=256,
+            gpu_memory_utilization=0.9,
+            block_size=16,
+            enable_prefix_caching=True,
+            enable_chunked_prefill=False,
+            kv_cache_dtype="fp8",
+        ),
+        "127.0.0.1",
+        8000,
+    )
+    assert cmd == [
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "8",
+        "--dtype",
+        "auto",
+        "--quantization",
+        "fp8",
+        "--kv-cache-dtype",
+        "fp8",
+        "--max-model-len",
+        "4096",
+        "--max-num-seqs",
+        "256",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--block-size",
+        "16",
+        "--enable-prefix-caching",
+        "--no-enable-chunked-prefill",
+    ]
     assert "fp8" not in cmd[cmd.index("--dtype") + 1]
 
 
-@pytest.mark.parametrize("precision,dtype,quant", [("fp16", "float16", None), ("bf16", "bfloat16", None),
-                                                   ("int4-awq", "float16", "awq")])
+@pytest.mark.parametrize(
+    "precision,dtype,quant", [("fp16", "float16", None), ("bf16", "bfloat16", None), ("int4-awq", "float16", "awq")]
+)
 def test_vllm_precisions(precision, dtype, quant):
     cmd = VllmAdapter().serve_command(cfg("vllm", precision), "h", 1)
     assert cmd[cmd.index("--dtype") + 1] == dtype
@@ -70,12 +112,43 @@ def test_vllm_and_sglang_record_no_build_with_resolved_config():
 
 def test_sglang_command_and_aliases():
     a = SglangAdapter()
-    cmd = a.serve_command(cfg("sglang", "fp8", tp=4, max_model_len=8192, max_num_seqs=128,
-                              gpu_memory_utilization=0.85, python="python3.11"), "0.0.0.0", 30000)
-    assert cmd == ["python3.11", "-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
-                   "--host", "0.0.0.0", "--port", "30000", "--tp-size", "4", "--dtype", "auto", "--quantization", "fp8",
-                   "--context-length", "8192", "--max-running-requests", "128", "--mem-fraction-static", "0.85",
-                   "--enable-metrics"]
+    cmd = a.serve_command(
+        cfg(
+            "sglang",
+            "fp8",
+            tp=4,
+            max_model_len=8192,
+            max_num_seqs=128,
+            gpu_memory_utilization=0.85,
+            python="python3.11",
+        ),
+        "0.0.0.0",
+        30000,
+    )
+    assert cmd == [
+        "python3.11",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--tp-size",
+        "4",
+        "--dtype",
+        "auto",
+        "--quantization",
+        "fp8",
+        "--context-length",
+        "8192",
+        "--max-running-requests",
+        "128",
+        "--mem-fraction-static",
+        "0.85",
+        "--enable-metrics",
+    ]
     assert a.health_path == "/health" and a.readiness_path == "/health_generate" and a.metrics_path == "/metrics"
 
 
@@ -84,25 +157,81 @@ def test_trtllm_commands_per_precision(tmp_path):
     opts = dict(max_batch_size=128, max_input_len=2048, max_seq_len=4096, max_num_tokens=8192)
     fp16 = a.checkpoint_command(cfg("trtllm", "fp16", tp=8, **opts), "CK")
     assert fp16[1].endswith("llama/convert_checkpoint.py")
-    assert fp16[2:] == ["--model_dir", "meta-llama/Llama-3.1-8B-Instruct", "--output_dir", "CK", "--dtype", "float16",
-                        "--tp_size", "8"]
+    assert fp16[2:] == [
+        "--model_dir",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--output_dir",
+        "CK",
+        "--dtype",
+        "float16",
+        "--tp_size",
+        "8",
+    ]
     fp8 = a.checkpoint_command(cfg("trtllm", "fp8", tp=8, **opts), "CK")
     assert fp8[1].endswith("quantization/quantize.py")
-    assert fp8[2:] == ["--model_dir", "meta-llama/Llama-3.1-8B-Instruct", "--output_dir", "CK", "--dtype", "float16",
-                       "--qformat", "fp8", "--kv_cache_dtype", "fp8", "--calib_size", "512", "--tp_size", "8"]
+    assert fp8[2:] == [
+        "--model_dir",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--output_dir",
+        "CK",
+        "--dtype",
+        "float16",
+        "--qformat",
+        "fp8",
+        "--kv_cache_dtype",
+        "fp8",
+        "--calib_size",
+        "512",
+        "--tp_size",
+        "8",
+    ]
     awq = a.checkpoint_command(cfg("trtllm", "int4-awq"), "CK")
     assert awq[awq.index("--qformat") + 1] == "int4_awq" and "--awq_block_size" in awq
     build = a.build_command(cfg("trtllm", "fp8", tp=8, **opts), "CK", "EN")
-    assert build == ["trtllm-build", "--checkpoint_dir", "CK", "--output_dir", "EN", "--gemm_plugin", "fp8",
-                     "--max_batch_size", "128", "--max_input_len", "2048", "--max_seq_len", "4096",
-                     "--max_num_tokens", "8192", "--workers", "8"]
+    assert build == [
+        "trtllm-build",
+        "--checkpoint_dir",
+        "CK",
+        "--output_dir",
+        "EN",
+        "--gemm_plugin",
+        "fp8",
+        "--max_batch_size",
+        "128",
+        "--max_input_len",
+        "2048",
+        "--max_seq_len",
+        "4096",
+        "--max_num_tokens",
+        "8192",
+        "--workers",
+        "8",
+    ]
     engine = tmp_path / "engine"
     engine.mkdir()
-    serve = a.serve_command(cfg("trtllm", "fp8", tp=8, kv_cache_free_gpu_mem_fraction=0.85, **opts),
-                            "127.0.0.1", 8000, str(engine))
-    assert serve == ["trtllm-serve", str(engine), "--tokenizer", "meta-llama/Llama-3.1-8B-Instruct",
-                     "--host", "127.0.0.1", "--port", "8000", "--max_batch_size", "128", "--max_num_tokens", "8192",
-                     "--max_seq_len", "4096", "--tp_size", "8", "--kv_cache_free_gpu_memory_fraction", "0.85"]
+    serve = a.serve_command(
+        cfg("trtllm", "fp8", tp=8, kv_cache_free_gpu_mem_fraction=0.85, **opts), "127.0.0.1", 8000, str(engine)
+    )
+    assert serve == [
+        "trtllm-serve",
+        str(engine),
+        "--tokenizer",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--max_batch_size",
+        "128",
+        "--max_num_tokens",
+        "8192",
+        "--max_seq_len",
+        "4096",
+        "--tp_size",
+        "8",
+        "--kv_cache_free_gpu_memory_fraction",
+        "0.85",
+    ]
     assert a.metrics_path is None  # trtllm-serve's /metrics is JSON, not Prometheus
     bad = a.build(cfg("trtllm", "fp8", max_input_len=8192, max_seq_len=4096), None)
     assert bad.status == "failed" and bad.error_kind == "config_error"
@@ -110,19 +239,36 @@ def test_trtllm_commands_per_precision(tmp_path):
 
 def test_the_fakes_accept_our_command_lines_and_reject_the_seed_dtype(fake_engines):
     """vllm serve --dtype fp8 (the seed article) is not a valid vLLM command: argparse exits 2."""
-    seed = ["vllm", "serve", "meta-llama/Llama-3-70b", "--tensor-parallel-size", "8", "--dtype", "fp8",
-            "--max-model-len", "4096", "--port", "8000"]
+    seed = [
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3-70b",
+        "--tensor-parallel-size",
+        "8",
+        "--dtype",
+        "fp8",
+        "--max-model-len",
+        "4096",
+        "--port",
+        "8000",
+    ]
     proc = subprocess.run(seed, capture_output=True, text=True)
     assert proc.returncode == 2 and "invalid choice: 'fp8'" in proc.stderr
-    proc = subprocess.run(["trtllm-build", "--checkpoint_dir", "x", "--no_such_flag", "1"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["trtllm-build", "--checkpoint_dir", "x", "--no_such_flag", "1"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
 
 
 def test_start_failures_are_classified():
     assert classify_start_failure("torch.OutOfMemoryError: CUDA out of memory. Tried") == "oom_at_start"
-    assert classify_start_failure("Error Code 6: The engine plan file is generated on an incompatible device, "
-                                  "expecting compute 8.0 got compute 9.0") == "hardware_mismatch"
+    assert (
+        classify_start_failure(
+            "Error Code 6: The engine plan file is generated on an incompatible device, "
+            "expecting compute 8.0 got compute 9.0"
+        )
+        == "hardware_mismatch"
+    )
     assert classify_start_failure("address already in use") == "port_in_use"
     assert classify_start_failure("KeyError: 'x'") == "start_failed"
 
@@ -138,9 +284,11 @@ def test_a_long_start_failure_keeps_its_first_line_and_the_log_tail():
 
 
 def test_agent_side_imports_no_dagster_duckdb_or_gx():
-    code = ("import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, wattbench_agent.engines.failures, "
-            "wattbench_agent.deploy.local, wattbench_agent.deploy.kubernetes; "
-            "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, wattbench_agent.engines.failures, "
+        "wattbench_agent.deploy.local, wattbench_agent.deploy.kubernetes; "
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

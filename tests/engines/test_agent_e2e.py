@@ -6,26 +6,47 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from wattbench_agent.runner import run_spec
+from tests.engines.conftest import A100, H100
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.engines.failures import classify_truncation, mark_truncations
 from wattbench_agent.engines.trtllm import TrtllmAdapter
-
-from tests.engines.conftest import A100, H100
+from wattbench_agent.runner import run_spec
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def point(dep: str, n: int = 1, output_tokens: int = 8, input_tokens: int = 16) -> list[dict]:
-    return [{"load_point_id": f"{dep}:w:c2:{i}", "workload": "w",
-             "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": input_tokens,
-                      "output_tokens": output_tokens, "warmup_s": 0.0, "duration_s": 0.8, "timeout_s": 10}}
-            for i in range(n)]
+    return [
+        {
+            "load_point_id": f"{dep}:w:c2:{i}",
+            "workload": "w",
+            "spec": {
+                "api": "chat",
+                "shape": "concurrency",
+                "concurrency": 2,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "warmup_s": 0.0,
+                "duration_s": 0.8,
+                "timeout_s": 10,
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def dep(name: str, cfg: EngineConfig, points: list[dict], **extra) -> dict:
-    return {"deployment_id": name, "build_id": cfg.build_id(), "engine_config": asdict(cfg), "target": "local",
-            "telemetry": "none", "idle_baseline_s": 0, "health_timeout_s": 20, "load_points": points, **extra}
+    return {
+        "deployment_id": name,
+        "build_id": cfg.build_id(),
+        "engine_config": asdict(cfg),
+        "target": "local",
+        "telemetry": "none",
+        "idle_baseline_s": 0,
+        "health_timeout_s": 20,
+        "load_points": points,
+        **extra,
+    }
 
 
 def rows(bundle: Path, table: str) -> list[dict]:
@@ -34,8 +55,14 @@ def rows(bundle: Path, table: str) -> list[dict]:
 
 
 def test_failures_are_rows_and_later_deployments_still_run(fake_engines, tmp_path):
-    trt = EngineConfig(engine="trtllm", model=MODEL, config_name="trt", precision="fp8", tp=1,
-                       options={"max_batch_size": 8, "max_input_len": 16, "max_seq_len": 20, "max_num_tokens": 256})
+    trt = EngineConfig(
+        engine="trtllm",
+        model=MODEL,
+        config_name="trt",
+        precision="fp8",
+        tp=1,
+        options={"max_batch_size": 8, "max_input_len": 16, "max_seq_len": 20, "max_num_tokens": 256},
+    )
     trt_a100 = EngineConfig(engine="trtllm", model=MODEL, config_name="trt-a100", precision="fp16", tp=1)
     assert TrtllmAdapter().build(trt, None).status == "built"
     fake_engines.gpu(A100)
@@ -43,20 +70,31 @@ def test_failures_are_rows_and_later_deployments_still_run(fake_engines, tmp_pat
     fake_engines.gpu(H100)
 
     def vllm(name: str, **opts) -> EngineConfig:
-        return EngineConfig(engine="vllm", model=MODEL, config_name=name, precision="bf16", tp=1,
-                            options={"served_model_name": name, **opts})
+        return EngineConfig(
+            engine="vllm",
+            model=MODEL,
+            config_name=name,
+            precision="bf16",
+            tp=1,
+            options={"served_model_name": name, **opts},
+        )
 
     sglang = EngineConfig(engine="sglang", model=MODEL, config_name="sg", precision="bf16", tp=1)
     fake_engines.set(FAKE_ENGINE_OOM="oom-case", FAKE_ENGINE_HANG="sglang", FAKE_ENGINE_CRASH_AFTER="3:crash-case")
-    spec = {"run_id": "r-fake", "source": "measured", "plan_name": "fake", "out": str(tmp_path / "bundle"),
-            "deployments": [
-                dep("oom", vllm("oom-case"), point("oom")),
-                dep("hang", sglang, point("hang"), health_timeout_s=1.5),
-                dep("crash", vllm("crash-case"), point("crash", n=2)),
-                dep("hw", trt_a100, point("hw")),
-                dep("trt", trt, point("trt", output_tokens=8, input_tokens=16)),
-                dep("ok", vllm("ok-case", max_num_seqs=16, enable_prefix_caching=True), point("ok")),
-            ]}
+    spec = {
+        "run_id": "r-fake",
+        "source": "measured",
+        "plan_name": "fake",
+        "out": str(tmp_path / "bundle"),
+        "deployments": [
+            dep("oom", vllm("oom-case"), point("oom")),
+            dep("hang", sglang, point("hang"), health_timeout_s=1.5),
+            dep("crash", vllm("crash-case"), point("crash", n=2)),
+            dep("hw", trt_a100, point("hw")),
+            dep("trt", trt, point("trt", output_tokens=8, input_tokens=16)),
+            dep("ok", vllm("ok-case", max_num_seqs=16, enable_prefix_caching=True), point("ok")),
+        ],
+    }
     logs: list[str] = []
     bundle = run_spec(spec, log=logs.append)
 
@@ -103,10 +141,15 @@ def test_failures_are_rows_and_later_deployments_still_run(fake_engines, tmp_pat
 
 def test_truncate_scenario_and_sglang_serves(fake_engines, tmp_path):
     fake_engines.set(FAKE_ENGINE_TRUNCATE="sglang")
-    sglang = EngineConfig(engine="sglang", model=MODEL, config_name="sg", precision="fp8", tp=1,
-                          options={"max_model_len": 4096})
-    spec = {"run_id": "r2", "source": "measured", "out": str(tmp_path / "b2"), "deployments": [dep("sg", sglang,
-                                                                                                    point("sg"))]}
+    sglang = EngineConfig(
+        engine="sglang", model=MODEL, config_name="sg", precision="fp8", tp=1, options={"max_model_len": 4096}
+    )
+    spec = {
+        "run_id": "r2",
+        "source": "measured",
+        "out": str(tmp_path / "b2"),
+        "deployments": [dep("sg", sglang, point("sg"))],
+    }
     bundle = run_spec(spec, log=lambda m: None)
     (row,) = rows(bundle, "deployments")
     assert row["status"] == "healthy" and row["engine_version"] == "0.5.0"
@@ -127,12 +170,19 @@ def test_vllm_025_without_flashinfer_fails_with_its_cause_and_starts_with_the_pl
     fake_engines.set(FAKE_VLLM_VERSION="0.25.0", VLLM_USE_FLASHINFER_SAMPLER=None)
 
     def vllm(name: str) -> EngineConfig:
-        return EngineConfig(engine="vllm", model=MODEL, config_name=name, precision="bf16", tp=1,
-                            options={"served_model_name": name})
+        return EngineConfig(
+            engine="vllm", model=MODEL, config_name=name, precision="bf16", tp=1, options={"served_model_name": name}
+        )
 
-    spec = {"run_id": "r-025", "source": "measured", "out": str(tmp_path / "b025"), "deployments": [
-        dep("nofi", vllm("nofi"), point("nofi")),
-        dep("ok", vllm("ok"), point("ok"), env={"VLLM_USE_FLASHINFER_SAMPLER": "0"})]}
+    spec = {
+        "run_id": "r-025",
+        "source": "measured",
+        "out": str(tmp_path / "b025"),
+        "deployments": [
+            dep("nofi", vllm("nofi"), point("nofi")),
+            dep("ok", vllm("ok"), point("ok"), env={"VLLM_USE_FLASHINFER_SAMPLER": "0"}),
+        ],
+    }
     logs: list[str] = []
     bundle = run_spec(spec, log=logs.append)
     deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}
@@ -140,8 +190,9 @@ def test_vllm_025_without_flashinfer_fails_with_its_cause_and_starts_with_the_pl
     failed = deployments["nofi"]
     assert (failed["status"], failed["error_kind"]) == ("failed", "start_failed")
     first, second, *rest = failed["error_text"].splitlines()
-    assert first == ("server exited with code 1 before it was healthy: "
-                     "ModuleNotFoundError: No module named 'flashinfer'")
+    assert first == (
+        "server exited with code 1 before it was healthy: ModuleNotFoundError: No module named 'flashinfer'"
+    )
     assert second.startswith("hint: ") and "VLLM_USE_FLASHINFER_SAMPLER=0" in second
     assert "Engine core initialization failed" in "\n".join(rest)  # the log tail is kept too
     assert any("FAILED to start (start_failed)" in m and "flashinfer" in m for m in logs)
@@ -150,8 +201,13 @@ def test_vllm_025_without_flashinfer_fails_with_its_cause_and_starts_with_the_pl
     ok = deployments["ok"]
     assert ok["status"] == "healthy" and ok["config"]["env"] == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     assert (ok["engine_version"], ok["engine_version_source"], ok["version_checked"]) == ("0.25.0", "/version", True)
-    assert ok["config"]["startup_phases"] == {"weights_load_s": 0.051, "weights_read_s": 0.02, "compile_s": 0.03,
-                                              "cuda_graph_capture_s": 0.0, "engine_init_s": 0.08}
+    assert ok["config"]["startup_phases"] == {
+        "weights_load_s": 0.051,
+        "weights_read_s": 0.02,
+        "compile_s": 0.03,
+        "cuda_graph_capture_s": 0.0,
+        "engine_init_s": 0.08,
+    }
     (run,) = rows(bundle, "load_runs")
     assert run["status"] == "ok" and run["completed"] > 0
     metrics = {r["metric"] for r in rows(bundle, "server_metrics") if r["deployment_id"] == "ok"}

@@ -7,13 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines.conftest import A100
 from wattbench_agent.deploy.local import DeployError
 from wattbench_agent.engines.base import EngineConfig
-from wattbench_agent.engines.build_cache import (BuildCache, GpuInfo, HardwareMismatch, check_hardware_lock, query_gpu,
-                                           tree_digest)
+from wattbench_agent.engines.build_cache import (
+    BuildCache,
+    GpuInfo,
+    HardwareMismatch,
+    check_hardware_lock,
+    query_gpu,
+    tree_digest,
+)
 from wattbench_agent.engines.trtllm import TrtllmAdapter
-
-from tests.engines.conftest import A100
 
 H100_GPU = GpuInfo("NVIDIA H100 80GB HBM3", "9.0", "550.54.15")
 A100_GPU = GpuInfo("NVIDIA A100-SXM4-80GB", "8.0", "550.54.15")
@@ -21,8 +26,14 @@ A100_GPU = GpuInfo("NVIDIA A100-SXM4-80GB", "8.0", "550.54.15")
 
 def cfg(precision: str = "fp8", tp: int = 2, **options) -> EngineConfig:
     opts = {**dict(max_batch_size=64, max_input_len=1024, max_seq_len=2048, max_num_tokens=4096), **options}
-    return EngineConfig(engine="trtllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="trt-fp8",
-                        precision=precision, tp=tp, options=opts)
+    return EngineConfig(
+        engine="trtllm",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        config_name="trt-fp8",
+        precision=precision,
+        tp=tp,
+        options=opts,
+    )
 
 
 def test_query_gpu_reads_nvidia_smi(fake_engines):
@@ -39,8 +50,9 @@ def test_hardware_lock_message():
     check_hardware_lock(lock, None)  # nothing to compare with
     with pytest.raises(HardwareMismatch) as err:
         check_hardware_lock(lock, A100_GPU)
-    assert str(err.value) == ("engine built for NVIDIA H100 80GB HBM3 (sm90) cannot run on NVIDIA A100-SXM4-80GB "
-                              "(sm80); rebuild for this GPU")
+    assert str(err.value) == (
+        "engine built for NVIDIA H100 80GB HBM3 (sm90) cannot run on NVIDIA A100-SXM4-80GB (sm80); rebuild for this GPU"
+    )
     with pytest.raises(HardwareMismatch, match="TensorRT-LLM 0.18.2 cannot be loaded by TensorRT-LLM 0.19.0"):
         check_hardware_lock(lock, H100_GPU, engine_version="0.19.0")
 
@@ -50,11 +62,19 @@ def test_build_then_cached_never_rebuilds(fake_engines, tmp_path):
     first = adapter.build(cfg(), tmp_path / "work")
     assert first.status == "built", first.error_text
     assert first.engine_version == "0.18.2"  # from `trtllm-build --help`'s version line
-    assert first.hardware_lock == {"gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm": "sm90",
-                                   "driver": "550.54.15", "engine_version": "0.18.2", "tp": 2}
+    assert first.hardware_lock == {
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "compute_capability": "9.0",
+        "sm": "sm90",
+        "driver": "550.54.15",
+        "engine_version": "0.18.2",
+        "tp": 2,
+    }
     engine = Path(first.artifact_path)
     assert (engine / "config.json").is_file() and sorted(p.name for p in engine.glob("*.engine")) == [
-        "rank0.engine", "rank1.engine"]
+        "rank0.engine",
+        "rank1.engine",
+    ]
     assert (first.artifact_sha256, first.artifact_bytes) == tree_digest(engine)
     assert first.build_s >= 0.2
     manifest = json.loads((engine.parent / "manifest.json").read_text())
@@ -69,7 +89,10 @@ def test_build_then_cached_never_rebuilds(fake_engines, tmp_path):
     second = TrtllmAdapter().build(cfg(), tmp_path / "work")
     assert second.status == "cached"
     assert (second.build_s, second.artifact_sha256, second.artifact_path) == (
-        first.build_s, first.artifact_sha256, first.artifact_path)
+        first.build_s,
+        first.artifact_sha256,
+        first.artifact_path,
+    )
     assert len([c for c in fake_engines.calls("trtllm-build") if "--help" not in c]) == 1  # not rebuilt
 
     changed = TrtllmAdapter().build(cfg(max_batch_size=128), tmp_path / "work")
@@ -84,8 +107,9 @@ def test_other_gpu_builds_its_own_engine_and_an_h100_engine_is_refused_on_a100(f
     with pytest.raises(DeployError) as err:
         TrtllmAdapter().serve_command(cfg(), "127.0.0.1", 8000)
     assert err.value.kind == "hardware_mismatch"
-    assert ("engine built for NVIDIA H100 80GB HBM3 (sm90) cannot run on NVIDIA A100-SXM4-80GB (sm80); "
-            "rebuild for this GPU") in str(err.value)
+    assert (
+        "engine built for NVIDIA H100 80GB HBM3 (sm90) cannot run on NVIDIA A100-SXM4-80GB (sm80); rebuild for this GPU"
+    ) in str(err.value)
     with pytest.raises(DeployError) as err:  # the same with the engine folder given explicitly
         TrtllmAdapter().serve_command(cfg(), "127.0.0.1", 8000, h100.artifact_path)
     assert err.value.kind == "hardware_mismatch"

@@ -23,24 +23,35 @@ from pipelines.cli import main as wattbench
 from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher
 from pipelines.partitions import bench_partition, ensure_models
 from resources.bench_plan import BenchPlan
+from resources.warehouse import connect
+from tests.engines.test_kubernetes import roundtrip
 from wattbench_agent.deploy.kubernetes import BUILD_AGENT_COMMAND, K8sTarget, build_pod, to_dicts
 from wattbench_agent.engines.base import EngineConfig, adapter_for
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec, result_from_messages, run_builds
 from wattbench_agent.engines.build_cache import tree_digest
-from resources.warehouse import connect
-
-from tests.engines.test_kubernetes import roundtrip
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_PLAN = REPO_ROOT / "tests" / "data" / "smoke_plan.yaml"
-H100_LOCK_TP2 = {"gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm": "sm90",
-                 "driver": "550.54.15", "engine_version": "0.18.2", "tp": 2}
+H100_LOCK_TP2 = {
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+    "compute_capability": "9.0",
+    "sm": "sm90",
+    "driver": "550.54.15",
+    "engine_version": "0.18.2",
+    "tp": 2,
+}
 TRT_OPTIONS = {"max_batch_size": 64, "max_input_len": 1024, "max_seq_len": 2048, "max_num_tokens": 4096}
 
 
 def trt_cfg(tp: int = 2, **options) -> EngineConfig:
-    return EngineConfig(engine="trtllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="trt-fp8",
-                        precision="fp8", tp=tp, options={**TRT_OPTIONS, **options})
+    return EngineConfig(
+        engine="trtllm",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        config_name="trt-fp8",
+        precision="fp8",
+        tp=tp,
+        options={**TRT_OPTIONS, **options},
+    )
 
 
 def trtllm_builds(fake_engines) -> list[list[str]]:
@@ -49,14 +60,24 @@ def trtllm_builds(fake_engines) -> list[list[str]]:
 
 # ----------------------------------------------------------------------------------------------- the pod
 def test_build_pod_spec_validates_against_the_api_models():
-    launcher = K8sBuildLauncher(image="registry/wattbench-build:1", namespace="bench",
-                                gpu_product="NVIDIA-H100-80GB-HBM3", models_pvc="models", bundle_pvc="wattbench-data")
+    launcher = K8sBuildLauncher(
+        image="registry/wattbench-build:1",
+        namespace="bench",
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+        models_pvc="models",
+        bundle_pvc="wattbench-data",
+    )
     cfg = trt_cfg(tp=4)
     request = launcher.pod_request(cfg, "run-1", Path("/data/runs/run-1/builds"))
     assert request["namespace"] == "bench"
-    pod = build_pod_body(pod_name="dagster-run-1-engine-builds", image=request["image"], command=request["command"],
-                         env_vars={"DAGSTER_PIPES_CONTEXT": "x"}, base_pod_meta=request["base_pod_meta"],
-                         base_pod_spec=request["base_pod_spec"])
+    pod = build_pod_body(
+        pod_name="dagster-run-1-engine-builds",
+        image=request["image"],
+        command=request["command"],
+        env_vars={"DAGSTER_PIPES_CONTEXT": "x"},
+        base_pod_meta=request["base_pod_meta"],
+        base_pod_spec=request["base_pod_spec"],
+    )
     roundtrip(k8s.ApiClient().sanitize_for_serialization(pod), "V1Pod")
     (c,) = pod.spec.containers
     assert c.image == "registry/wattbench-build:1"
@@ -92,16 +113,39 @@ def test_build_pod_without_volumes_writes_nothing_it_cannot_reach():
 
 def test_deploy_dry_run_prints_the_build_pod_before_the_deployment(capsys, monkeypatch):
     monkeypatch.setenv("WATTBENCH_BUILD_IMAGE", "registry/wattbench-build:2")
-    rc = wattbench(["deploy", "--engine", "trtllm", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "2",
-                    "--precision", "fp8", "--target", "kubernetes", "--dry-run", "--namespace", "ns1",
-                    "--gpu-product", "NVIDIA-H100-80GB-HBM3", "--models-pvc", "models"])
+    rc = wattbench(
+        [
+            "deploy",
+            "--engine",
+            "trtllm",
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--tp",
+            "2",
+            "--precision",
+            "fp8",
+            "--target",
+            "kubernetes",
+            "--dry-run",
+            "--namespace",
+            "ns1",
+            "--gpu-product",
+            "NVIDIA-H100-80GB-HBM3",
+            "--models-pvc",
+            "models",
+        ]
+    )
     assert rc == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["Pod", "Deployment", "Service"]
     pod = roundtrip(docs[0], "V1Pod")
     deployment = roundtrip(docs[1], "V1Deployment")
     (c,) = pod.spec.containers
-    assert c.image == "registry/wattbench-build:2" and c.command == ["python3", "-m", "wattbench_agent.engines.build_agent"]
+    assert c.image == "registry/wattbench-build:2" and c.command == [
+        "python3",
+        "-m",
+        "wattbench_agent.engines.build_agent",
+    ]
     assert c.resources.limits["nvidia.com/gpu"] == "2"
     assert pod.spec.node_selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert pod.metadata.namespace == "ns1" and pod.spec.restart_policy == "Never"
@@ -174,12 +218,14 @@ class SubprocessBuildLauncher(K8sBuildLauncher):
 
     def launch(self, context, request):
         client = dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
-        return client.run(context=context, command=here(self.command_override or request["command"]),
-                          extras=request["extras"])
+        return client.run(
+            context=context, command=here(self.command_override or request["command"]), extras=request["extras"]
+        )
 
 
-def _materialize_builds(tmp: Path, launcher: K8sBuildLauncher
-                        ) -> tuple[dg.ExecuteInProcessResult, dict[str, dict], list[str]]:
+def _materialize_builds(
+    tmp: Path, launcher: K8sBuildLauncher
+) -> tuple[dg.ExecuteInProcessResult, dict[str, dict], list[str]]:
     """engine_builds of a plan with a TensorRT-LLM, a vLLM and an emulated engine: the result, its rows by config
     name, and the run's log messages."""
     plan = yaml.safe_load(SMOKE_PLAN.read_text())
@@ -195,9 +241,15 @@ def _materialize_builds(tmp: Path, launcher: K8sBuildLauncher
     ensure_models(instance, ["llama-3.1-8b"])
     db = tmp / "w.duckdb"
     result = dg.materialize(
-        [engine_builds], instance=instance, partition_key=bench_partition("llama-3.1-8b", "default"),
-        resources={"warehouse": DuckDBResource(database=str(db)), "engine_builder": launcher,
-                   "plan": BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs"))})
+        [engine_builds],
+        instance=instance,
+        partition_key=bench_partition("llama-3.1-8b", "default"),
+        resources={
+            "warehouse": DuckDBResource(database=str(db)),
+            "engine_builder": launcher,
+            "plan": BenchPlan(path=str(plan_path), output_dir=str(tmp / "runs")),
+        },
+    )
     with connect(db, read_only=True) as con:
         rows = con.execute("SELECT * FROM engine_builds WHERE run_id = ?", [result.run_id]).df().to_dict("records")
     logs = [e.user_message for e in instance.all_logs(result.run_id)]
@@ -229,7 +281,10 @@ def test_build_runs_in_the_agent_through_pipes_then_hits_the_cache(fake_engines,
     again = rows["trt-fp8"]
     assert again["status"] == "cached"
     assert (again["artifact_sha256"], again["build_s"], again["hardware_lock"]) == (
-        trt["artifact_sha256"], trt["build_s"], trt["hardware_lock"])
+        trt["artifact_sha256"],
+        trt["build_s"],
+        trt["hardware_lock"],
+    )
     assert len(trtllm_builds(fake_engines)) == 1  # not rebuilt
 
 
@@ -244,10 +299,13 @@ def test_a_failed_build_in_the_pod_is_a_failed_row(fake_engines, tmp_path):
     assert rows["vllm-bf16"]["status"] == "no_build"  # the plan's other builds go on
 
 
-@pytest.mark.parametrize("command, text", [
-    (["python3", "-c", "raise SystemExit(3)"], "the build pod failed (DagsterPipesExecutionError"),
-    (["python3", "-c", "pass"], "the build pod exited without reporting a result"),
-])
+@pytest.mark.parametrize(
+    "command, text",
+    [
+        (["python3", "-c", "raise SystemExit(3)"], "the build pod failed (DagsterPipesExecutionError"),
+        (["python3", "-c", "pass"], "the build pod exited without reporting a result"),
+    ],
+)
 def test_a_build_pod_that_dies_or_says_nothing_is_a_failed_row(fake_engines, tmp_path, command, text):
     result, rows, _ = _materialize_builds(tmp_path, SubprocessBuildLauncher(command_override=command))
     assert result.success
@@ -264,8 +322,9 @@ def test_build_agent_standalone_reads_the_spec_from_the_env_and_links_the_engine
     env = {**os.environ, BUILD_SPEC_ENV: json.dumps(build_spec([cfg], engines_dir=engines_dir))}
 
     def run() -> dict:
-        proc = subprocess.run(here(BUILD_AGENT_COMMAND), env=env, cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            here(BUILD_AGENT_COMMAND), env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
@@ -303,8 +362,10 @@ def test_a_path_that_cannot_be_linked_does_not_fail_the_build(fake_engines, tmp_
 
 
 def test_build_agent_imports_no_dagster_core_duckdb_or_gx():
-    code = ("import sys, dagster_pipes, wattbench_agent.engines.build_agent; "
-            "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, dagster_pipes, wattbench_agent.engines.build_agent; "
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr

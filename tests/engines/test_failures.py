@@ -4,14 +4,20 @@ from wattbench_agent.engines.failures import classify_truncation, mark_truncatio
 
 
 def rec(**kw):
-    base = {"prompt_tokens": 512, "input_tokens_requested": 512, "completion_tokens": 128, "max_tokens": 128,
-            "finish_reason": "length", "error_kind": None}
+    base = {
+        "prompt_tokens": 512,
+        "input_tokens_requested": 512,
+        "completion_tokens": 128,
+        "max_tokens": 128,
+        "finish_reason": "length",
+        "error_kind": None,
+    }
     return {**base, **kw}
 
 
 def test_classify_truncation():
-    assert classify_truncation(rec()) is None                                    # all asked for
-    assert classify_truncation(rec(prompt_tokens=300)) == "truncated_prompt"    # the prompt was cut
+    assert classify_truncation(rec()) is None  # all asked for
+    assert classify_truncation(rec(prompt_tokens=300)) == "truncated_prompt"  # the prompt was cut
     assert classify_truncation(rec(prompt_tokens=510), prompt_tolerance=4) is None
     assert classify_truncation(rec(completion_tokens=40)) == "truncated_output"  # stopped at the engine's limit
     assert classify_truncation(rec(completion_tokens=40, finish_reason="stop")) is None  # EOS: not truncation

@@ -27,14 +27,21 @@ def roundtrip(d: dict, model: str):
 
 
 def cfg(engine="vllm", tp=8, precision="bf16", **options) -> EngineConfig:
-    return EngineConfig(engine=engine, model="meta-llama/Llama-3.1-8B-Instruct", config_name="Big Config_1",
-                        precision=precision, tp=tp, options=options)
+    return EngineConfig(
+        engine=engine,
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        config_name="Big Config_1",
+        precision=precision,
+        tp=tp,
+        options=options,
+    )
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_manifests_validate_against_the_api_models(engine):
-    target = K8sTarget(namespace="bench", gpu_product="NVIDIA-H100-80GB-HBM3", models_pvc="models",
-                       hf_token_secret="hf")
+    target = K8sTarget(
+        namespace="bench", gpu_product="NVIDIA-H100-80GB-HBM3", models_pvc="models", hf_token_secret="hf"
+    )
     deployment, service = to_dicts(build_manifests(cfg(engine), target))
     dep = roundtrip(deployment, "V1Deployment")
     svc = roundtrip(service, "V1Service")
@@ -55,9 +62,30 @@ def test_manifests_validate_against_the_api_models(engine):
 
 
 def test_deploy_dry_run_prints_yaml(capsys):
-    rc = wattbench(["deploy", "--engine", "vllm", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--tp", "8",
-                    "--target", "kubernetes", "--dry-run", "--image", "registry/vllm:1", "--namespace", "ns1",
-                    "--gpu-product", "NVIDIA-H100-80GB-HBM3", "--precision", "fp8", "--option", "max_model_len=4096"])
+    rc = wattbench(
+        [
+            "deploy",
+            "--engine",
+            "vllm",
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--tp",
+            "8",
+            "--target",
+            "kubernetes",
+            "--dry-run",
+            "--image",
+            "registry/vllm:1",
+            "--namespace",
+            "ns1",
+            "--gpu-product",
+            "NVIDIA-H100-80GB-HBM3",
+            "--precision",
+            "fp8",
+            "--option",
+            "max_model_len=4096",
+        ]
+    )
     assert rc == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["Deployment", "Service"]
@@ -72,8 +100,10 @@ def test_deploy_dry_run_prints_yaml(capsys):
 
 def test_deploy_local_dry_run_prints_the_command(capsys):
     assert wattbench(["deploy", "--engine", "sglang", "--model", "m", "--tp", "2", "--dry-run", "--port", "9000"]) == 0
-    assert capsys.readouterr().out.strip() == ("python3 -m sglang.launch_server --model-path m --host 127.0.0.1 "
-                                              "--port 9000 --tp-size 2 --dtype bfloat16 --enable-metrics")
+    assert capsys.readouterr().out.strip() == (
+        "python3 -m sglang.launch_server --model-path m --host 127.0.0.1 "
+        "--port 9000 --tp-size 2 --dtype bfloat16 --enable-metrics"
+    )
 
 
 def test_agent_pod_and_cluster_job_construct_without_a_cluster():
@@ -81,17 +111,31 @@ def test_agent_pod_and_cluster_job_construct_without_a_cluster():
 
     from pipelines.k8s import AGENT_COMMAND, K8sAgentLauncher, cluster_benchmark_job
 
-    spec = {"run_id": "run-1", "out": "/data/runs/run-1/bundle",
-            "deployments": [{"deployment_id": "a", "engine_config": {"tp": 2}, "target": "local"},
-                            {"deployment_id": "b", "engine_config": {"tp": 4}, "target": "local"}]}
-    launcher = K8sAgentLauncher(image="registry/wattbench-agent:1", namespace="bench",
-                                gpu_product="NVIDIA-H100-80GB-HBM3", bundle_pvc="wattbench-data")
+    spec = {
+        "run_id": "run-1",
+        "out": "/data/runs/run-1/bundle",
+        "deployments": [
+            {"deployment_id": "a", "engine_config": {"tp": 2}, "target": "local"},
+            {"deployment_id": "b", "engine_config": {"tp": 4}, "target": "local"},
+        ],
+    }
+    launcher = K8sAgentLauncher(
+        image="registry/wattbench-agent:1",
+        namespace="bench",
+        gpu_product="NVIDIA-H100-80GB-HBM3",
+        bundle_pvc="wattbench-data",
+    )
     request = launcher.pod_request(spec)
     assert request["extras"] == {"spec": spec} and request["command"] == AGENT_COMMAND
     assert request["namespace"] == "bench"
-    pod = build_pod_body(pod_name="dagster-run-1-bench", image=request["image"], command=request["command"],
-                         env_vars={"DAGSTER_PIPES_CONTEXT": "x"}, base_pod_meta=request["base_pod_meta"],
-                         base_pod_spec=request["base_pod_spec"])
+    pod = build_pod_body(
+        pod_name="dagster-run-1-bench",
+        image=request["image"],
+        command=request["command"],
+        env_vars={"DAGSTER_PIPES_CONTEXT": "x"},
+        base_pod_meta=request["base_pod_meta"],
+        base_pod_spec=request["base_pod_spec"],
+    )
     d = k8s.ApiClient().sanitize_for_serialization(pod)
     roundtrip(d, "V1Pod")
     (c,) = pod.spec.containers

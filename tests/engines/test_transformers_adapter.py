@@ -20,18 +20,39 @@ def test_serve_command_follows_transformers_5_17():
     assert a.name == "transformers" and a.follows_version == "5.17"
     assert a.health_path == "/health" and a.metrics_path is None and a.source == "measured"
     assert a.serve_command(cfg(), "127.0.0.1", 8123) == [
-        "transformers", "serve", "/models/tiny-1b", "--continuous-batching", "--device", "cuda:0",
-        "--host", "127.0.0.1", "--port", "8123"]
+        "transformers",
+        "serve",
+        "/models/tiny-1b",
+        "--continuous-batching",
+        "--device",
+        "cuda:0",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+    ]
     assert a.served_model_name(cfg()) == "/models/tiny-1b"
     assert a.build(cfg(), workdir=None).status == "no_build"
 
 
 def test_serve_command_options_become_flags():
     a = TransformersServeAdapter()
-    cmd = a.serve_command(cfg(options={"device": "cuda:1", "dtype": "bfloat16", "enable_cors": True,
-                                       "input_validation": False}), "0.0.0.0", 9000)
-    assert cmd[:9] == ["transformers", "serve", "/models/tiny-1b", "--continuous-batching", "--device", "cuda:1",
-                       "--host", "0.0.0.0", "--port"]
+    cmd = a.serve_command(
+        cfg(options={"device": "cuda:1", "dtype": "bfloat16", "enable_cors": True, "input_validation": False}),
+        "0.0.0.0",
+        9000,
+    )
+    assert cmd[:9] == [
+        "transformers",
+        "serve",
+        "/models/tiny-1b",
+        "--continuous-batching",
+        "--device",
+        "cuda:1",
+        "--host",
+        "0.0.0.0",
+        "--port",
+    ]
     assert cmd[10:] == ["--dtype", "bfloat16", "--enable-cors", "--no-input-validation"]
     assert a.resolved_config(cfg(options={"device": "cuda:1"}))["device"] == "cuda:1"
 
@@ -39,8 +60,9 @@ def test_serve_command_options_become_flags():
 def test_tiny_model_presets_and_cli_without_torch(monkeypatch, capsys):
     from wattbench_agent.engines import tiny_model
 
-    assert tiny_model.PRESETS["1b"] == dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192,
-                                            vocab=32000)
+    assert tiny_model.PRESETS["1b"] == dict(
+        layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192, vocab=32000
+    )
     assert "tiny" in tiny_model.PRESETS
 
     def no_torch(*a, **k):
@@ -65,9 +87,13 @@ def test_build_tiny_llama(tmp_path):
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "m")
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "m")
     assert model.dtype == torch.bfloat16 and len(tok) == conf["vocab_size"]
-    ids = tok.apply_chat_template([{"role": "user", "content": "hello, how are you?"}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "hello, how are you?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     out = model.generate(**ids, max_new_tokens=8, do_sample=False)
-    new = out[0][ids["input_ids"].shape[1]:]
+    new = out[0][ids["input_ids"].shape[1] :]
     assert len(new) == 8  # no early stop
     assert all(tok.decode([int(i)], skip_special_tokens=True).strip() for i in new)  # every token streams text

@@ -54,15 +54,19 @@ def test_version_from_the_real_log_each_line_alone():
     assert len(engine_line) == 1 and len(banner) == 1
     # each line alone says it: the engine core's line, and the API server's start banner
     assert adapter.detect_version(None, engine_line[0]) == ("0.25.0", "log")
-    assert adapter.detect_version(None, "\n".join(ln for ln in text.splitlines() if ln not in engine_line)) \
-        == ("0.25.0", "log")
+    assert adapter.detect_version(None, "\n".join(ln for ln in text.splitlines() if ln not in engine_line)) == (
+        "0.25.0",
+        "log",
+    )
     assert adapter.detect_version(None, banner[0]) == ("0.25.0", "log")
     # the model line under the banner is not a version, nor is FlashAttention's "version 3"
-    assert adapter.detect_version(None, "\n".join(ln for ln in text.splitlines()
-                                                  if ln not in engine_line + banner)) == (None, "unknown")
+    assert adapter.detect_version(
+        None, "\n".join(ln for ln in text.splitlines() if ln not in engine_line + banner)
+    ) == (None, "unknown")
     # vLLM 0.10's API server line
-    assert adapter.detect_version(None, "INFO 08-20 10:00:00 [api_server.py:1805] vLLM API server version 0.10.1.1") \
-        == ("0.10.1.1", "log")
+    assert adapter.detect_version(
+        None, "INFO 08-20 10:00:00 [api_server.py:1805] vLLM API server version 0.10.1.1"
+    ) == ("0.10.1.1", "log")
     assert adapter.version_checked("0.25.0") is True and adapter.version_checked("0.26.0") is False
 
 
@@ -96,8 +100,13 @@ def test_version_from_the_version_endpoint_as_vllm_answered():
 # --------------------------------------------------------------------------------------------------- startup phases
 def test_startup_phases_from_the_real_log():
     phases = VllmAdapter().startup_phases(real_log())
-    assert phases == {"weights_load_s": 4.102294, "weights_read_s": 2.32, "compile_s": 3.91,
-                      "cuda_graph_capture_s": 4.0, "engine_init_s": 25.38}
+    assert phases == {
+        "weights_load_s": 4.102294,
+        "weights_read_s": 2.32,
+        "compile_s": 3.91,
+        "cuda_graph_capture_s": 4.0,
+        "engine_init_s": 25.38,
+    }
     # each pattern matches exactly one line of the real log, so no phase is taken from the wrong line
     for key, pattern in STARTUP_PHASES:
         assert len(pattern.findall(real_log())) == 1, key
@@ -133,9 +142,13 @@ def test_startup_phases_of_every_engine_the_agent_ran_on_the_h200():
 
 def test_startup_phases_from_the_older_lines_the_fake_prints(tmp_path):
     """The fake vllm prints vLLM 0.10.1.1's wording (a real process, stopped once it listens)."""
-    proc = subprocess.Popen([sys.executable, str(FAKE_VLLM), "serve", "m", "--host", "127.0.0.1", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={"PATH": "/usr/bin:/bin", "FAKE_VLLM_VERSION": "0.10.1.1"})
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_VLLM), "serve", "m", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "FAKE_VLLM_VERSION": "0.10.1.1"},
+    )
     lines = []
     try:
         for line in proc.stdout:
@@ -146,17 +159,27 @@ def test_startup_phases_from_the_older_lines_the_fake_prints(tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
     text = "".join(lines)
-    assert "torch.compile takes" in text and "init engine (profile, create kv cache, warmup model) took 0.08 seconds" in text
-    assert VllmAdapter().startup_phases(text) == {"weights_load_s": 0.052, "weights_read_s": 0.02, "compile_s": 0.03,
-                                                  "cuda_graph_capture_s": 0.0, "engine_init_s": 0.08}
+    assert (
+        "torch.compile takes" in text
+        and "init engine (profile, create kv cache, warmup model) took 0.08 seconds" in text
+    )
+    assert VllmAdapter().startup_phases(text) == {
+        "weights_load_s": 0.052,
+        "weights_read_s": 0.02,
+        "compile_s": 0.03,
+        "cuda_graph_capture_s": 0.0,
+        "engine_init_s": 0.08,
+    }
     assert VllmAdapter().detect_version(None, text) == ("0.10.1.1", "log")
 
 
 def test_weights_load_line_wordings():
-    (key, pattern), = [(k, p) for k, p in STARTUP_PHASES if k == "weights_load_s"]
-    for line, seconds in (("Model loading took 14.96 GiB and 4.102294 seconds", "4.102294"),   # 0.25.0
-                          ("Model loading took 14.9595 GiB and 2.577431 seconds", "2.577431"),  # 0.10.1.1
-                          ("Model loading took 18.14 GiB memory and 11.465340 seconds", "11.465340")):
+    ((key, pattern),) = [(k, p) for k, p in STARTUP_PHASES if k == "weights_load_s"]
+    for line, seconds in (
+        ("Model loading took 14.96 GiB and 4.102294 seconds", "4.102294"),  # 0.25.0
+        ("Model loading took 14.9595 GiB and 2.577431 seconds", "2.577431"),  # 0.10.1.1
+        ("Model loading took 18.14 GiB memory and 11.465340 seconds", "11.465340"),
+    ):
         assert pattern.search(line).group(1) == seconds, line
 
 
@@ -184,11 +207,13 @@ def test_the_real_metrics_page_serves_every_name_wattbench_reads():
 
 
 def test_older_names_are_read_where_a_page_has_only_them():
-    page_010 = ('# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
-                '# TYPE vllm:time_per_output_token_seconds histogram\n'
-                'vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} 3.0\n'
-                'vllm:time_per_output_token_seconds_sum{model_name="m"} 0.3\n'
-                'vllm:time_per_output_token_seconds_count{model_name="m"} 3.0\n')
+    page_010 = (
+        '# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{model_name="m"} 0.5\n'
+        "# TYPE vllm:time_per_output_token_seconds histogram\n"
+        'vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} 3.0\n'
+        'vllm:time_per_output_token_seconds_sum{model_name="m"} 0.3\n'
+        'vllm:time_per_output_token_seconds_count{model_name="m"} 3.0\n'
+    )
     names = {n for n, _, _ in parse_prometheus(page_010)}
     assert metric_name(names, "kv_cache_usage") == "vllm:gpu_cache_usage_perc"
     assert metric_name(names, "itl") == "vllm:time_per_output_token_seconds"
@@ -199,7 +224,7 @@ def test_the_warehouse_reads_every_name_of_each_latency_histogram():
     """sql/views.sql v_client_vs_server compares the engine's own histograms with the client's figures: it must know
     each name vLLM has served them under."""
     views = (ROOT / "sql" / "views.sql").read_text()
-    view = views[views.index("CREATE OR REPLACE VIEW v_client_vs_server"):]
+    view = views[views.index("CREATE OR REPLACE VIEW v_client_vs_server") :]
     for what in ("ttft", "itl", "e2e"):
         for name in METRICS[what]:
             assert f"'{name}'" in view, name
@@ -220,12 +245,19 @@ def vllm_failure(exception_line: str) -> str:
     head = real_log().split("[topk_topp_sampler.py", 1)[0].rsplit("\n", 1)[0]
     core = "(EngineCore pid=1885) ERROR 12-03 01:22:30 [core.py:1104] "
     api = "(APIServer pid=1765) "
-    return "\n".join([head, core + "EngineCore failed to start.", core + "Traceback (most recent call last):",
-                      core + '  File "vllm/v1/engine/core.py", line 1095, in run_engine_core',
-                      core + exception_line, api + "Traceback (most recent call last):",
-                      api + '  File "vllm/entrypoints/cli/main.py", line 75, in main',
-                      api + "RuntimeError: Engine core initialization failed. See root cause above. "
-                            "Failed core proc(s): {}", ""])
+    return "\n".join(
+        [
+            head,
+            core + "EngineCore failed to start.",
+            core + "Traceback (most recent call last):",
+            core + '  File "vllm/v1/engine/core.py", line 1095, in run_engine_core',
+            core + exception_line,
+            api + "Traceback (most recent call last):",
+            api + '  File "vllm/entrypoints/cli/main.py", line 75, in main',
+            api + "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+            "",
+        ]
+    )
 
 
 def test_missing_flashinfer_is_a_start_failure_that_names_the_module_and_the_fix():
@@ -238,15 +270,19 @@ def test_missing_flashinfer_is_a_start_failure_that_names_the_module_and_the_fix
 
 
 def test_a_kv_cache_that_cannot_hold_one_request_is_oom_at_start():
-    line = ("ValueError: To serve at least one request with the models's max seq len (4096), (0.50 GiB KV cache is "
-            "needed, which is larger than the available KV cache memory (0.12 GiB). Based on the available memory, "
-            "the estimated maximum model length is 1008. Try increasing `gpu_memory_utilization` or decreasing "
-            "`max_model_len` when initializing the engine.")
+    line = (
+        "ValueError: To serve at least one request with the models's max seq len (4096), (0.50 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (0.12 GiB). Based on the available memory, "
+        "the estimated maximum model length is 1008. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine."
+    )
     text = vllm_failure(line)
     assert classify_start_failure(text) == "oom_at_start"
     assert start_failure_cause(text) == line
-    cuda = vllm_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-                        "capacity of 139.72 GiB of which 1.05 GiB is free.")
+    cuda = vllm_failure(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 139.72 GiB of which 1.05 GiB is free."
+    )
     assert classify_start_failure(cuda) == "oom_at_start"
     assert start_failure_cause(cuda).startswith("torch.OutOfMemoryError: CUDA out of memory.")
 
@@ -288,7 +324,7 @@ def test_scrapes_of_the_real_page_keep_every_measurement_and_no_created_timestam
     assert scraper.failures == 0 and periodic + edge == len(rows)
     assert not [r for r in rows if r["metric"].endswith("_created")]
     buckets = [ln for ln in raw if re.match(r"[^{ ]+_bucket[{ ]", ln)]
-    assert edge == len(raw) - len(created)                     # the edge scrape keeps everything else
+    assert edge == len(raw) - len(created)  # the edge scrape keeps everything else
     assert periodic == len(raw) - len(created) - len(buckets)  # the periodic one also leaves out histogram buckets
     edge_rows = {(r["metric"], json.dumps(r["labels"], sort_keys=True)): r["value"] for r in rows if r["scrape"]}
     assert edge_rows[("vllm:generation_tokens_total", '{"engine": "0", "model_name": "llama-8b-random"}')] == 102400.0

@@ -38,18 +38,31 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 # the environment a test may check reached the engine: the plan's env map and NVLink-multicast switches
-_RECORDED_ENV = ("VLLM_USE_FLASHINFER_SAMPLER", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-                 "NVSHMEM_DISABLE_NVLS")
+_RECORDED_ENV = (
+    "VLLM_USE_FLASHINFER_SAMPLER",
+    "NCCL_NVLS_ENABLE",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+    "NVSHMEM_DISABLE_NVLS",
+)
 
 
 def record(prog: str, argv: list[str]) -> None:
     path = os.environ.get("FAKE_ENGINE_ARGV_LOG")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({"prog": prog, "argv": argv, "pid": os.getpid(),
-                                 "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                 "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
-                                 **{k: os.environ.get(k) for k in _RECORDED_ENV}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "prog": prog,
+                        "argv": argv,
+                        "pid": os.getpid(),
+                        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                        "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER"),
+                        **{k: os.environ.get(k) for k in _RECORDED_ENV},
+                    }
+                )
+                + "\n"
+            )
 
 
 def scenario(name: str, prog: str, argv: list[str]) -> str | None:
@@ -71,9 +84,12 @@ def start_failures(prog: str, argv: list[str]) -> None:
     """The start-up scenarios shared by every server: OOM and hang."""
     print(f"INFO {prog}: loading weights", flush=True)
     if scenario("FAKE_ENGINE_OOM", prog, argv):
-        print("Traceback (most recent call last):\n  File \"worker.py\", line 1, in load_model", flush=True)
-        print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
-              "of 79.10 GiB of which 1.05 GiB is free.", flush=True)
+        print('Traceback (most recent call last):\n  File "worker.py", line 1, in load_model', flush=True)
+        print(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+            "of 79.10 GiB of which 1.05 GiB is free.",
+            flush=True,
+        )
         sys.exit(1)
     if scenario("FAKE_ENGINE_HANG", prog, argv):
         print(f"INFO {prog}: capturing CUDA graphs ...", flush=True)
@@ -83,8 +99,15 @@ def start_failures(prog: str, argv: list[str]) -> None:
 
 
 class FakeServer:
-    def __init__(self, prog: str, argv: list[str], model_names: list[str], metrics: str | None,
-                 max_seq_len: int | None = None, health_paths=("/health",)):
+    def __init__(
+        self,
+        prog: str,
+        argv: list[str],
+        model_names: list[str],
+        metrics: str | None,
+        max_seq_len: int | None = None,
+        health_paths=("/health",),
+    ):
         self.prog, self.argv = prog, argv
         self.model_names = model_names
         self.metrics = metrics  # "vllm" | "sglang" | None (no /metrics)
@@ -105,9 +128,12 @@ class FakeServer:
     def plan(self, body: dict, chat: bool) -> tuple[int, int, str]:
         """(prompt tokens, completion tokens, finish_reason) for a request: one word = one token."""
         if chat:
-            text = " ".join(m.get("content", "") if isinstance(m.get("content"), str) else
-                            " ".join(p.get("text", "") for p in m.get("content") or [])
-                            for m in body.get("messages", []))
+            text = " ".join(
+                m.get("content", "")
+                if isinstance(m.get("content"), str)
+                else " ".join(p.get("text", "") for p in m.get("content") or [])
+                for m in body.get("messages", [])
+            )
         else:
             p = body.get("prompt", "")
             text = p if isinstance(p, str) else " ".join(map(str, p))
@@ -125,22 +151,34 @@ class FakeServer:
             self.done += 1
             crash = self.crash_after is not None and self.done >= self.crash_after
         if crash:
+
             def die():
                 time.sleep(0.05)
                 print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
                 print(f"{self.prog}: engine core died unexpectedly", flush=True)
                 os._exit(1)
+
             threading.Thread(target=die, daemon=True).start()
 
     def metrics_text(self) -> str:
         p = self.metrics
         if p == "vllm":  # KV-cache usage: vLLM 0.10's name, or the one 0.11 and later serve alone
             kv = "vllm:kv_cache_usage_perc" if version_tuple(VLLM_VERSION) >= (0, 11) else "vllm:gpu_cache_usage_perc"
-            names = ("vllm:num_requests_running", "vllm:num_requests_waiting", kv,
-                     "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+            names = (
+                "vllm:num_requests_running",
+                "vllm:num_requests_waiting",
+                kv,
+                "vllm:prompt_tokens_total",
+                "vllm:generation_tokens_total",
+            )
         else:
-            names = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-                     "sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+            names = (
+                "sglang:num_running_reqs",
+                "sglang:num_queue_reqs",
+                "sglang:token_usage",
+                "sglang:prompt_tokens_total",
+                "sglang:generation_tokens_total",
+            )
         label = f'{{model_name="{self.model_names[0]}"}}'
         values = (self.running, 0, min(1.0, self.running / 64), self.prompt_total, self.gen_total)
         lines = []
@@ -207,12 +245,15 @@ class FakeServer:
                     if not body.get("stream"):
                         time.sleep(server.ttft + server.itl * n_out)
                         text = " tok" * n_out
-                        choice = ({"index": 0, "message": {"role": "assistant", "content": text},
-                                   "finish_reason": finish} if chat else
-                                  {"index": 0, "text": text, "finish_reason": finish})
+                        choice = (
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                            if chat
+                            else {"index": 0, "text": text, "finish_reason": finish}
+                        )
                         obj = "chat.completion" if chat else "text_completion"
-                        return self._send(200, json.dumps({**base, "object": obj, "choices": [choice],
-                                                           "usage": usage}).encode())
+                        return self._send(
+                            200, json.dumps({**base, "object": obj, "choices": [choice], "usage": usage}).encode()
+                        )
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Transfer-Encoding", "chunked")
@@ -226,10 +267,17 @@ class FakeServer:
                                 delta["role"] = role
                             if content is not None:
                                 delta["content"] = content
-                            return {**base, "object": obj, "choices": [{"index": 0, "delta": delta,
-                                                                        "finish_reason": fr}]}
-                        return {**base, "object": obj, "choices": [{"index": 0, "text": content or "",
-                                                                    "finish_reason": fr}]}
+                            return {
+                                **base,
+                                "object": obj,
+                                "choices": [{"index": 0, "delta": delta, "finish_reason": fr}],
+                            }
+                        return {
+                            **base,
+                            "object": obj,
+                            "choices": [{"index": 0, "text": content or "", "finish_reason": fr}],
+                        }
+
                     if chat:
                         self._chunk(ch("", role="assistant"))
                     time.sleep(server.ttft)
@@ -256,8 +304,11 @@ class FakeServer:
         try:
             httpd = ThreadingHTTPServer((host, port), Handler)
         except OSError as exc:
-            print(f"ERROR: [Errno 98] error while attempting to bind on address ({host!r}, {port}): "
-                  f"address already in use ({exc})", flush=True)
+            print(
+                f"ERROR: [Errno 98] error while attempting to bind on address ({host!r}, {port}): "
+                f"address already in use ({exc})",
+                flush=True,
+            )
             return 1
 
         def stop(*_):

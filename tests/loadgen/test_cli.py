@@ -1,5 +1,4 @@
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -9,14 +8,35 @@ from .conftest import ROOT
 
 
 def cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "load", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "load", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
+    )
 
 
 def test_cli_json_summary(fast_server, tmp_path):
     out = tmp_path / "r.jsonl"
-    p = cli("--url", fast_server, "--model", "m", "--concurrency", "2", "--input-tokens", "16", "--output-tokens", "4",
-            "--duration", "0.5", "--out", str(out), "--json")
+    p = cli(
+        "--url",
+        fast_server,
+        "--model",
+        "m",
+        "--concurrency",
+        "2",
+        "--input-tokens",
+        "16",
+        "--output-tokens",
+        "4",
+        "--duration",
+        "0.5",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout.strip().splitlines()[-1])
     for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
@@ -36,11 +56,34 @@ def test_cli_rejects_bad_trace_with_line(fast_server, tmp_path):
 
 def test_interrupt_flushes_everything_measured(tmp_path):
     from wattbench_agent.loadgen.testserver import server_process
+
     out = tmp_path / "i.jsonl"
     with server_process(ttft_ms=5, itl_ms=20) as url:
-        p = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m",
-                              "--concurrency", "4", "--output-tokens", "20", "--duration", "30", "--out", str(out),
-                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.cli",
+                "load",
+                "--url",
+                url,
+                "--model",
+                "m",
+                "--concurrency",
+                "4",
+                "--output-tokens",
+                "20",
+                "--duration",
+                "30",
+                "--out",
+                str(out),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 20
         while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 6):
             time.sleep(0.1)

@@ -16,9 +16,21 @@ from .conftest import table_columns
 def test_metrics_against_known_timing(server, tmp_path):
     calls = []
     out = tmp_path / "r.jsonl"
-    res = run_load(LoadSpec(url=server, model="m", concurrency=4, input_tokens=32, output_tokens=16,
-                            warmup_s=0.3, duration_s=1.2, seed=1),
-                   out=out, on_window_start=lambda: calls.append("start"), on_window_end=lambda: calls.append("end"))
+    res = run_load(
+        LoadSpec(
+            url=server,
+            model="m",
+            concurrency=4,
+            input_tokens=32,
+            output_tokens=16,
+            warmup_s=0.3,
+            duration_s=1.2,
+            seed=1,
+        ),
+        out=out,
+        on_window_start=lambda: calls.append("start"),
+        on_window_end=lambda: calls.append("end"),
+    )
     s = res.summary
     assert calls == ["start", "end"]
     assert s["failed"] == 0 and s["completed"] >= 8
@@ -55,15 +67,27 @@ def test_metrics_against_known_timing(server, tmp_path):
 
 @pytest.mark.parametrize("transport", ["fast", "httpx"])
 def test_completions_api_and_transports(fast_server, transport):
-    res = run_load(LoadSpec(url=fast_server + "/v1", model="m", api="completions", concurrency=2, output_tokens=5,
-                            duration_s=0.4, transport=transport))
+    res = run_load(
+        LoadSpec(
+            url=fast_server + "/v1",
+            model="m",
+            api="completions",
+            concurrency=2,
+            output_tokens=5,
+            duration_s=0.4,
+            transport=transport,
+        )
+    )
     assert res.summary["failed"] == 0 and res.summary["completed"] >= 2
     assert all(r["completion_tokens"] == 5 and len(r["chunk_ns"]) == 5 for r in res.records)
 
 
 def test_open_loop_poisson_and_cap(fast_server):
-    res = run_load(LoadSpec(url=fast_server, model="m", shape="poisson", rate=40, concurrency=3, output_tokens=4,
-                            duration_s=0.6, seed=3))
+    res = run_load(
+        LoadSpec(
+            url=fast_server, model="m", shape="poisson", rate=40, concurrency=3, output_tokens=4, duration_s=0.6, seed=3
+        )
+    )
     assert res.summary["failed"] == 0
     sched = sorted(r["scheduled_ns"] for r in res.records)
     assert len(sched) >= 5
@@ -73,8 +97,11 @@ def test_open_loop_poisson_and_cap(fast_server):
 
 def test_trace_replay(fast_server, tmp_path):
     t = tmp_path / "trace.jsonl"
-    t.write_text("\n".join(json.dumps({"timestamp": 100 + i * 0.05, "input_tokens": 8 + i, "output_tokens": 3 + i})
-                           for i in range(6)))
+    t.write_text(
+        "\n".join(
+            json.dumps({"timestamp": 100 + i * 0.05, "input_tokens": 8 + i, "output_tokens": 3 + i}) for i in range(6)
+        )
+    )
     res = run_load(LoadSpec(url=fast_server, model="m", shape="trace", trace_path=str(t), duration_s=0))
     assert res.summary["sent"] == 6 and res.summary["failed"] == 0
     by_id = sorted(res.records, key=lambda r: r["request_id"])
@@ -87,14 +114,32 @@ def test_trace_replay(fast_server, tmp_path):
 def test_every_error_kind_is_one_record_and_the_run_goes_on(tmp_path):
     with server_process(ttft_ms=2, itl_ms=1, mode="mix") as url:
         out = tmp_path / "e.jsonl"
-        res = run_load(LoadSpec(url=url, model="m", concurrency=2, output_tokens=6, duration_s=30, max_requests=36,
-                                honor_retry_after=True), out=out)
+        res = run_load(
+            LoadSpec(
+                url=url,
+                model="m",
+                concurrency=2,
+                output_tokens=6,
+                duration_s=30,
+                max_requests=36,
+                honor_retry_after=True,
+            ),
+            out=out,
+        )
     recs = res.records
     assert len(recs) == 36 and len({r["request_id"] for r in recs}) == 36
     assert len(out.read_text().splitlines()) == 36
     kinds = {r["error_kind"] for r in recs}
-    assert {None, "http_5xx", "http_4xx", "rate_limited", "disconnected", "malformed_sse", "empty_choices",
-            "stream_error"} <= kinds
+    assert {
+        None,
+        "http_5xx",
+        "http_4xx",
+        "rate_limited",
+        "disconnected",
+        "malformed_sse",
+        "empty_choices",
+        "stream_error",
+    } <= kinds
     rl = next(r for r in recs if r["error_kind"] == "rate_limited")
     assert rl["http_status"] == 429 and "Retry-After: 0" in rl["error_text"]
     nu = [r for r in recs if r["error_kind"] is None and r["token_count_source"] == "estimate"]
@@ -125,12 +170,16 @@ def test_connection_refused():
 def test_run_load_inside_a_running_event_loop(fast_server):
     async def caller():
         return run_load(LoadSpec(url=fast_server, model="m", concurrency=1, output_tokens=3, duration_s=0.2))
+
     res = asyncio.run(caller())
     assert res.summary["completed"] >= 1
 
     box = {}
-    th = threading.Thread(target=lambda: box.setdefault("r", run_load(
-        LoadSpec(url=fast_server, model="m", concurrency=1, output_tokens=3, duration_s=0.2))))
+    th = threading.Thread(
+        target=lambda: box.setdefault(
+            "r", run_load(LoadSpec(url=fast_server, model="m", concurrency=1, output_tokens=3, duration_s=0.2))
+        )
+    )
     th.start()
     th.join()
     assert box["r"].summary["completed"] >= 1
@@ -139,9 +188,13 @@ def test_run_load_inside_a_running_event_loop(fast_server):
 def test_two_worker_processes(fast_server, tmp_path):
     calls = []
     out = tmp_path / "w.jsonl"
-    res = run_load(LoadSpec(url=fast_server, model="m", concurrency=4, output_tokens=4, duration_s=0.6,
-                            warmup_s=0.2), out=out, workers=2,
-                   on_window_start=lambda: calls.append("start"), on_window_end=lambda: calls.append("end"))
+    res = run_load(
+        LoadSpec(url=fast_server, model="m", concurrency=4, output_tokens=4, duration_s=0.6, warmup_s=0.2),
+        out=out,
+        workers=2,
+        on_window_start=lambda: calls.append("start"),
+        on_window_end=lambda: calls.append("end"),
+    )
     assert calls == ["start", "end"]
     assert res.summary["workers"] == 2 and res.summary["failed"] == 0
     ids = [r["request_id"] for r in res.records]

@@ -5,14 +5,22 @@ from wattbench_agent.loadgen.metrics import distribute_tokens, stats, summarize,
 
 def rec(sent, chunks, ok=True, ct=None, in_window=None, rid="r"):
     ct = len(chunks) if ct is None else ct
-    return {"request_id": rid, "scheduled_ns": sent, "sent_ns": sent, "chunk_ns": chunks,
-            "chunk_tokens": distribute_tokens(ct, [1] * len(chunks)),
-            "first_token_ns": chunks[0] if chunks else None, "last_token_ns": chunks[-1] if chunks else None,
-            "ttft_ms": (chunks[0] - sent) / 1e6 if chunks else None,
-            "e2e_ms": (chunks[-1] - sent) / 1e6 if chunks else 1.0,
-            "tpot_ms": tpot_ms((chunks[-1] - sent) / 1e6, (chunks[0] - sent) / 1e6, ct) if chunks and ok else None,
-            "completion_tokens": ct, "prompt_tokens": 10, "error_kind": None if ok else "http_5xx",
-            "in_window": in_window}
+    return {
+        "request_id": rid,
+        "scheduled_ns": sent,
+        "sent_ns": sent,
+        "chunk_ns": chunks,
+        "chunk_tokens": distribute_tokens(ct, [1] * len(chunks)),
+        "first_token_ns": chunks[0] if chunks else None,
+        "last_token_ns": chunks[-1] if chunks else None,
+        "ttft_ms": (chunks[0] - sent) / 1e6 if chunks else None,
+        "e2e_ms": (chunks[-1] - sent) / 1e6 if chunks else 1.0,
+        "tpot_ms": tpot_ms((chunks[-1] - sent) / 1e6, (chunks[0] - sent) / 1e6, ct) if chunks and ok else None,
+        "completion_tokens": ct,
+        "prompt_tokens": 10,
+        "error_kind": None if ok else "http_5xx",
+        "in_window": in_window,
+    }
 
 
 MS = 1_000_000

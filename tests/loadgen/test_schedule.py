@@ -3,8 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from wattbench_agent.loadgen import LoadSpec, LoadSpecError
-from wattbench_agent.loadgen import TraceError, arrival_offsets, load_trace
+from wattbench_agent.loadgen import LoadSpec, LoadSpecError, TraceError, arrival_offsets, load_trace
 from wattbench_agent.loadgen.workload import Workload, sample_lengths, synthetic_text
 
 
@@ -29,7 +28,9 @@ def test_gamma_burstiness(k):
 
 
 def test_surge_multiplies_rate_in_its_interval():
-    o = arrival_offsets("surge", rate=20, horizon_s=300, surge_factor=5, surge_start_s=100, surge_duration_s=100, seed=3)
+    o = arrival_offsets(
+        "surge", rate=20, horizon_s=300, surge_factor=5, surge_start_s=100, surge_duration_s=100, seed=3
+    )
     before = np.sum(o < 100) / 100
     during = np.sum((o >= 100) & (o < 200)) / 100
     after = np.sum(o >= 200) / 100
@@ -46,8 +47,10 @@ def test_schedules_are_deterministic_and_capped():
 
 def test_trace_jsonl_and_csv(tmp_path):
     j = tmp_path / "t.jsonl"
-    j.write_text('{"timestamp": 10.5, "input_tokens": 100, "output_tokens": 20}\n\n'
-                 '{"timestamp": 10.0, "prompt": "hello there", "output_tokens": 5}\n')
+    j.write_text(
+        '{"timestamp": 10.5, "input_tokens": 100, "output_tokens": 20}\n\n'
+        '{"timestamp": 10.0, "prompt": "hello there", "output_tokens": 5}\n'
+    )
     rows = load_trace(j)
     assert [r.t_s for r in rows] == [0.0, 0.5] and rows[0].prompt == "hello there" and rows[1].input_tokens == 100
     c = tmp_path / "t.csv"
@@ -56,12 +59,15 @@ def test_trace_jsonl_and_csv(tmp_path):
     assert [(r.t_s, r.input_tokens, r.output_tokens) for r in rows] == [(0, 10, 3), (0.25, 20, 4)]
 
 
-@pytest.mark.parametrize("name,text,line", [
-    ("bad.csv", "timestamp,input_tokens,output_tokens\n0,10,3\nsoon,20,4\n", 3),
-    ("bad2.csv", "timestamp,input_tokens,output_tokens\n0,10,3\n1,20,-4\n", 3),
-    ("bad.jsonl", '{"timestamp": 0, "input_tokens": 3}\n{"timestamp": 1, "input_tokens": 3\n', 2),
-    ("bad2.jsonl", '{"timestamp": 0, "input_tokens": 3}\n\n{"output_tokens": 3}\n', 3),
-])
+@pytest.mark.parametrize(
+    "name,text,line",
+    [
+        ("bad.csv", "timestamp,input_tokens,output_tokens\n0,10,3\nsoon,20,4\n", 3),
+        ("bad2.csv", "timestamp,input_tokens,output_tokens\n0,10,3\n1,20,-4\n", 3),
+        ("bad.jsonl", '{"timestamp": 0, "input_tokens": 3}\n{"timestamp": 1, "input_tokens": 3\n', 2),
+        ("bad2.jsonl", '{"timestamp": 0, "input_tokens": 3}\n\n{"output_tokens": 3}\n', 3),
+    ],
+)
 def test_trace_bad_row_names_the_line(tmp_path, name, text, line):
     p = tmp_path / name
     p.write_text(text)
@@ -94,6 +100,7 @@ def test_lengths_and_prompts():
 
         def decode(self, ids):
             return "".join(chr(97 + (i % 26)) for i in ids)
+
     assert len(CharTok().encode(synthetic_text(41, rng, CharTok()))) == 41
 
 
@@ -104,8 +111,18 @@ def test_shared_prefix_and_sharegpt(tmp_path):
     assert p[0][:30] == p[2][:30] and p[0][:30] != p[1][:30] and p[0][30:] != p[2][30:]
     assert all(len(x) == 50 for x in p)
     sg = tmp_path / "sg.json"
-    sg.write_text(json.dumps([{"conversations": [{"from": "human", "value": "Tell me a story"},
-                                                 {"from": "gpt", "value": "Once upon a time " * 10}]}]))
+    sg.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "Tell me a story"},
+                        {"from": "gpt", "value": "Once upon a time " * 10},
+                    ]
+                }
+            ]
+        )
+    )
     spec = LoadSpec(concurrency=1, dataset_path=str(sg), output_tokens_dist={"kind": "dataset"})
     it = Workload(spec).item(0)
     assert it.prompt == "Tell me a story" and it.output_tokens > 10

@@ -7,10 +7,10 @@ import json
 import socket
 import socketserver
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 # One behaviour per chat request, in this order, cycling. Everything but "ok" is something a broken server does.
 BEHAVIOURS = ("ok", "http_500", "garbage", "drop_before_reply", "drop_mid_stream", "not_json", "ok")
@@ -23,8 +23,12 @@ def _sse(obj) -> bytes:
 
 def _chunk(content: str | None = None, finish: str | None = None) -> dict:
     delta = {"content": content} if content is not None else {}
-    return {"id": "x", "object": "chat.completion.chunk", "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -63,8 +67,10 @@ class MisbehavingServer:
     def respond(self, sock: socket.socket, path: str, body: bytes) -> None:
         if path.startswith("/v1/models") or path.startswith("/health"):
             payload = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
-            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+            sock.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
             return
         with self._lock:
             mode = self.behaviours[self.count % len(self.behaviours)]
@@ -72,12 +78,16 @@ class MisbehavingServer:
             self.seen.append(mode)
         req = json.loads(body or b"{}")
         n = int(req.get("max_tokens") or 4)
-        stream_head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                       b"Connection: close\r\n\r\n")
+        stream_head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            b"Connection: close\r\n\r\n"
+        )
         if mode == "http_500":
             payload = b'{"error": {"message": "internal error", "type": "server_error"}}'
-            sock.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nConnection: close"
-                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+            sock.sendall(
+                b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nConnection: close"
+                b"\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
         elif mode == "garbage":
             sock.sendall(b"\x00\xff\xfeTHIS IS NOT HTTP\r\n\x07\x07\r\n\r\n")
         elif mode == "drop_before_reply":
@@ -87,17 +97,29 @@ class MisbehavingServer:
             sock.shutdown(socket.SHUT_RDWR)
         elif mode == "not_json":
             bad = b"data: {this is not json\n\n"
-            sock.sendall(stream_head + b"%x\r\n%s\r\n" % (len(bad), bad) + _sse(_chunk(" tok"))
-                         + _sse(_chunk(None, "stop")) + b"0\r\n\r\n")
+            sock.sendall(
+                stream_head
+                + b"%x\r\n%s\r\n" % (len(bad), bad)
+                + _sse(_chunk(" tok"))
+                + _sse(_chunk(None, "stop"))
+                + b"0\r\n\r\n"
+            )
         else:  # ok: n content events, a finish chunk, a usage chunk, [DONE]
             out = stream_head + b"".join(_sse(_chunk(" tok")) for _ in range(n)) + _sse(_chunk(None, "length"))
-            out += _sse({"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [],
-                         "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}})
+            out += _sse(
+                {
+                    "id": "x",
+                    "object": "chat.completion.chunk",
+                    "model": "m",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+                }
+            )
             done = b"data: [DONE]\n\n"
             sock.sendall(out + b"%x\r\n%s\r\n" % (len(done), done) + b"0\r\n\r\n")
 
     @contextmanager
-    def running(self) -> Iterator["MisbehavingServer"]:
+    def running(self) -> Iterator[MisbehavingServer]:
         thread = threading.Thread(target=self._srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         try:
@@ -119,13 +141,48 @@ def emulator_spec(run_id: str, out: Path, n_points: int = 3, duration_s: float =
     """An agent spec: one emulated vllm-like deployment (1 GPU, emulated telemetry) with `n_points` short points."""
     from wattbench_agent.engines.base import EngineConfig
 
-    cfg = EngineConfig(engine="emulator", profile="vllm-like", model="llama-3.1-8b", gpu="h100-sxm",
-                       config_name="vllm-like", precision="fp8", tp=1)
-    points = [{"load_point_id": f"emu:steady:c{2 * (i + 1)}", "workload": "steady",
-               "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2 * (i + 1), "input_tokens": 64,
-                        "output_tokens": 16, "warmup_s": 0.2, "duration_s": duration_s, "timeout_s": 30}}
-              for i in range(n_points)]
-    return {"run_id": run_id, "source": "emulated", "plan_name": "reliability", "out": str(out),
-            "deployments": [{"deployment_id": "emu", "build_id": cfg.build_id(), "engine_config": asdict(cfg),
-                             "target": "local", "telemetry": "auto", "idle_baseline_s": 0.3, "health_timeout_s": 30,
-                             "sampler_hz": 10, "load_points": points}]}
+    cfg = EngineConfig(
+        engine="emulator",
+        profile="vllm-like",
+        model="llama-3.1-8b",
+        gpu="h100-sxm",
+        config_name="vllm-like",
+        precision="fp8",
+        tp=1,
+    )
+    points = [
+        {
+            "load_point_id": f"emu:steady:c{2 * (i + 1)}",
+            "workload": "steady",
+            "spec": {
+                "api": "chat",
+                "shape": "concurrency",
+                "concurrency": 2 * (i + 1),
+                "input_tokens": 64,
+                "output_tokens": 16,
+                "warmup_s": 0.2,
+                "duration_s": duration_s,
+                "timeout_s": 30,
+            },
+        }
+        for i in range(n_points)
+    ]
+    return {
+        "run_id": run_id,
+        "source": "emulated",
+        "plan_name": "reliability",
+        "out": str(out),
+        "deployments": [
+            {
+                "deployment_id": "emu",
+                "build_id": cfg.build_id(),
+                "engine_config": asdict(cfg),
+                "target": "local",
+                "telemetry": "auto",
+                "idle_baseline_s": 0.3,
+                "health_timeout_s": 30,
+                "sampler_hz": 10,
+                "load_points": points,
+            }
+        ],
+    }

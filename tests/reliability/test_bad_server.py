@@ -8,25 +8,51 @@ import socket
 from collections import Counter
 from dataclasses import asdict
 
-from wattbench_agent.runner import run_spec
-from wattbench_agent.engines.base import EngineConfig
 from resources.validation import validate_table
 from resources.warehouse import connect, ingest_bundle
-
 from tests.reliability.conftest import BEHAVIOURS, MisbehavingServer, rows
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.runner import run_spec
 
 # What the load generator's client calls each misbehaviour (agent/wattbench_agent/loadgen/client.py).
-EXPECTED_KIND = {"ok": None, "http_500": "http_5xx", "garbage": "disconnected", "drop_before_reply": "disconnected",
-                 "drop_mid_stream": "disconnected", "not_json": "malformed_sse"}
+EXPECTED_KIND = {
+    "ok": None,
+    "http_500": "http_5xx",
+    "garbage": "disconnected",
+    "drop_before_reply": "disconnected",
+    "drop_mid_stream": "disconnected",
+    "not_json": "malformed_sse",
+}
 
 
 def external(name: str, url: str, n_requests: int) -> dict:
     cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
-    point = {"load_point_id": f"{name}:w:c2", "workload": "w",
-             "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": 8, "output_tokens": 4,
-                      "warmup_s": 0.0, "duration_s": 10.0, "max_requests": n_requests, "timeout_s": 5}}
-    return {"deployment_id": name, "build_id": cfg.build_id(), "engine_config": asdict(cfg), "target": "external",
-            "url": url, "telemetry": "none", "idle_baseline_s": 0, "health_timeout_s": 5, "load_points": [point]}
+    point = {
+        "load_point_id": f"{name}:w:c2",
+        "workload": "w",
+        "spec": {
+            "api": "chat",
+            "shape": "concurrency",
+            "concurrency": 2,
+            "input_tokens": 8,
+            "output_tokens": 4,
+            "warmup_s": 0.0,
+            "duration_s": 10.0,
+            "max_requests": n_requests,
+            "timeout_s": 5,
+        },
+    }
+    return {
+        "deployment_id": name,
+        "build_id": cfg.build_id(),
+        "engine_config": asdict(cfg),
+        "target": "external",
+        "url": url,
+        "telemetry": "none",
+        "idle_baseline_s": 0,
+        "health_timeout_s": 5,
+        "load_points": [point],
+    }
 
 
 def refused_url() -> str:
@@ -42,8 +68,16 @@ def test_misbehaving_server_every_request_is_a_row_and_the_run_goes_on(tmp_path)
     bad, good = MisbehavingServer(), MisbehavingServer(behaviours=("ok",))
     logs: list[str] = []
     with bad.running(), good.running():
-        spec = {"run_id": "r-bad-server", "source": "measured", "out": str(tmp_path / "bundle"), "deployments": [
-            external("bad", bad.url, n), external("gone", refused_url(), 4), external("good", good.url, 6)]}
+        spec = {
+            "run_id": "r-bad-server",
+            "source": "measured",
+            "out": str(tmp_path / "bundle"),
+            "deployments": [
+                external("bad", bad.url, n),
+                external("gone", refused_url(), 4),
+                external("good", good.url, 6),
+            ],
+        }
         bundle = run_spec(spec, log=logs.append)
 
     deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}

@@ -18,7 +18,6 @@ import pytest
 from pipelines.cli import main as wattbench
 from resources.validation import table_frame, validate_table
 from resources.warehouse import connect
-
 from tests.test_warehouse import make_bundle
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,15 +44,18 @@ def edit_line(path: Path, lineno: int, old: str, new: str) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("table, lineno, old, new, column, expected", [
-    ("requests", 2, '"ttft_ms": 10.0', '"ttft_ms": NaN', "ttft_ms", "finite number"),
-    ("requests", 3, '"e2e_ms": 50.0', '"e2e_ms": Infinity', "e2e_ms", "finite number"),
-    ("load_runs", 1, '"energy_j": 50.0', '"energy_j": 1e400', "energy_j", "finite number"),
-    ("load_runs", 1, '"window_s": 2.0', '"window_s": -2.0', "window_s", ">= 0"),
-    ("requests", 4, '"ttft_ms": 10.0', '"ttft_ms": -10.0', "ttft_ms", ">= 0"),
-    ("gpu_samples", 7, '"power_w": 300.0', '"power_w": -300.0', "power_w", ">= 0"),
-    ("load_runs", 1, '"summary": {"x": 1}', '"summary": {"x": -Infinity}', "summary", "finite number"),
-])
+@pytest.mark.parametrize(
+    "table, lineno, old, new, column, expected",
+    [
+        ("requests", 2, '"ttft_ms": 10.0', '"ttft_ms": NaN', "ttft_ms", "finite number"),
+        ("requests", 3, '"e2e_ms": 50.0', '"e2e_ms": Infinity', "e2e_ms", "finite number"),
+        ("load_runs", 1, '"energy_j": 50.0', '"energy_j": 1e400', "energy_j", "finite number"),
+        ("load_runs", 1, '"window_s": 2.0', '"window_s": -2.0', "window_s", ">= 0"),
+        ("requests", 4, '"ttft_ms": 10.0', '"ttft_ms": -10.0', "ttft_ms", ">= 0"),
+        ("gpu_samples", 7, '"power_w": 300.0', '"power_w": -300.0', "power_w", ">= 0"),
+        ("load_runs", 1, '"summary": {"x": 1}', '"summary": {"x": -Infinity}', "summary", "finite number"),
+    ],
+)
 def test_bad_values_are_refused_with_file_line_and_reason(tmp_path, capsys, table, lineno, old, new, column, expected):
     bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     edit_line(bundle / f"{table}.jsonl", lineno, old, new)
@@ -75,8 +77,18 @@ def test_utilisation_out_of_range_is_refused(tmp_path, capsys):
 def test_a_row_twice_is_refused_naming_both_lines(tmp_path, capsys, table):
     bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     if table == "server_metrics":
-        rows = [{"run_id": "r1", "source": "emulated", "deployment_id": "d1", "t_ns": 5, "metric": "m",
-                 "labels": {"le": str(le)}, "value": 1.0} for le in (0.1, 0.5)]
+        rows = [
+            {
+                "run_id": "r1",
+                "source": "emulated",
+                "deployment_id": "d1",
+                "t_ns": 5,
+                "metric": "m",
+                "labels": {"le": str(le)},
+                "value": 1.0,
+            }
+            for le in (0.1, 0.5)
+        ]
         (bundle / "server_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = bundle / f"{table}.jsonl"
     lines = path.read_text().splitlines()
@@ -91,7 +103,9 @@ def test_the_warehouse_itself_refuses_a_sample_twice(tmp_path):
         row = "('r', 'emulated', 'd', 'GPU-0', 100, 300.0)"
         con.execute(f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}")
         with pytest.raises(duckdb.ConstraintException):
-            con.execute(f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}")
+            con.execute(
+                f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}"
+            )
         metric = "('r', 'emulated', 'd', 100, 'vllm:x_bucket', MAP {'le': '0.1'}, 1.0)"
         sql = "INSERT INTO server_metrics (run_id, source, deployment_id, t_ns, metric, labels, value) VALUES "
         con.execute(sql + metric)
@@ -111,7 +125,9 @@ def test_a_warehouse_that_already_holds_a_row_twice_keeps_one(tmp_path):
     with connect(db) as con:  # the schema is applied on connect: duplicates dropped, then the key
         assert con.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 1
         with pytest.raises(duckdb.ConstraintException):
-            con.execute(f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}")
+            con.execute(
+                f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}"
+            )
 
 
 def test_an_incomplete_bundle_is_loaded_said_and_recorded(tmp_path, capsys):
@@ -135,11 +151,18 @@ def test_an_incomplete_bundle_is_loaded_said_and_recorded(tmp_path, capsys):
 def run_ingest(bundle: Path, db: Path) -> subprocess.CompletedProcess:
     """`wattbench ingest` as its own process, with 1 GiB of address space more than it needs to start and a
     bound on time: the old code hung on a FIFO and read /dev/zero until memory ran out."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "ingest", str(bundle), "--db", str(db)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "ingest", str(bundle), "--db", str(db)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
 
 
 def test_a_fifo_in_place_of_a_table_is_refused_not_waited_on(tmp_path):
@@ -156,7 +179,9 @@ def test_a_device_in_place_of_a_table_is_refused(tmp_path):
     (bundle / "gpu_samples.jsonl").unlink()
     (bundle / "gpu_samples.jsonl").symlink_to("/dev/zero")
     r = run_ingest(bundle, tmp_path / "w.duckdb")
-    assert r.returncode == 2 and "gpu_samples.jsonl: not a regular file (a character device)" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2 and "gpu_samples.jsonl: not a regular file (a character device)" in r.stderr, r.stderr[
+        -2000:
+    ]
 
 
 def test_a_line_without_end_is_refused_at_a_bound(tmp_path, capsys):
@@ -176,13 +201,16 @@ def test_non_utf8_bytes_in_a_table_are_named(tmp_path, capsys):
     assert rc == 2 and "requests.jsonl:6: not UTF-8" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b'["run_id", "source"]', "a JSON list; expected a JSON object"),
-    (b'{"bundle_version": 1, "run_id": "\xff\xfe", "source": "x"}', "not UTF-8"),
-    (b'"just a string"', "a JSON str; expected a JSON object"),
-    (b'{"bundle_version": 1, "run_id": ["r"], "source": "emulated"}', "field 'run_id'"),
-    (b'{"bundle_version": 1, "run_id": "r", "source": "emulated", "complete": "no"}', "field 'complete'"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b'["run_id", "source"]', "a JSON list; expected a JSON object"),
+        (b'{"bundle_version": 1, "run_id": "\xff\xfe", "source": "x"}', "not UTF-8"),
+        (b'"just a string"', "a JSON str; expected a JSON object"),
+        (b'{"bundle_version": 1, "run_id": ["r"], "source": "emulated"}', "field 'run_id'"),
+        (b'{"bundle_version": 1, "run_id": "r", "source": "emulated", "complete": "no"}', "field 'complete'"),
+    ],
+)
 def test_a_manifest_that_is_not_an_object_is_named(tmp_path, capsys, content, expected):
     bundle = make_bundle(tmp_path / "b")
     (bundle / "manifest.json").write_bytes(content)
@@ -214,19 +242,36 @@ def test_gx_suites_name_non_finite_values_of_every_table(tmp_path):
     """Rows that reach the warehouse another way than ingest are checked again: NaN/Inf in any DOUBLE column of the
     six checked tables fails `<table>.finite` (gpu_samples: `gpu_samples.no_nan`) naming the column."""
     inserts = {
-        "engine_builds": ("(run_id, source, build_id, model, engine, config_name, status, build_s)",
-                          "('r', 'emulated', 'b', 'm', 'e', 'c', 'no_build', 'NaN'::DOUBLE)", "build_s"),
-        "deployments": ("(run_id, source, deployment_id, model, engine, config_name, status, startup_s)",
-                        "('r', 'emulated', 'd', 'm', 'e', 'c', 'healthy', 'inf'::DOUBLE)", "startup_s"),
-        "load_runs": ("(run_id, source, deployment_id, load_point_id, workload, shape, status, window_s, completed, "
-                      "energy_j)", "('r', 'emulated', 'd', 'lp', 'w', 'concurrency', 'ok', 30.0, 5, 'NaN'::DOUBLE)",
-                      "energy_j"),
-        "requests": ("(run_id, source, deployment_id, load_point_id, request_id, ttft_ms, e2e_ms)",
-                     "('r', 'emulated', 'd', 'lp', '1', 1.0, '-inf'::DOUBLE)", "e2e_ms"),
-        "gpu_samples": ("(run_id, source, deployment_id, gpu_uuid, t_ns, power_w)",
-                        "('r', 'emulated', 'd', 'g', 1, 'NaN'::DOUBLE)", "power_w"),
-        "server_metrics": ("(run_id, source, deployment_id, t_ns, metric, labels, value)",
-                           "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE)", "value"),
+        "engine_builds": (
+            "(run_id, source, build_id, model, engine, config_name, status, build_s)",
+            "('r', 'emulated', 'b', 'm', 'e', 'c', 'no_build', 'NaN'::DOUBLE)",
+            "build_s",
+        ),
+        "deployments": (
+            "(run_id, source, deployment_id, model, engine, config_name, status, startup_s)",
+            "('r', 'emulated', 'd', 'm', 'e', 'c', 'healthy', 'inf'::DOUBLE)",
+            "startup_s",
+        ),
+        "load_runs": (
+            "(run_id, source, deployment_id, load_point_id, workload, shape, status, window_s, completed, energy_j)",
+            "('r', 'emulated', 'd', 'lp', 'w', 'concurrency', 'ok', 30.0, 5, 'NaN'::DOUBLE)",
+            "energy_j",
+        ),
+        "requests": (
+            "(run_id, source, deployment_id, load_point_id, request_id, ttft_ms, e2e_ms)",
+            "('r', 'emulated', 'd', 'lp', '1', 1.0, '-inf'::DOUBLE)",
+            "e2e_ms",
+        ),
+        "gpu_samples": (
+            "(run_id, source, deployment_id, gpu_uuid, t_ns, power_w)",
+            "('r', 'emulated', 'd', 'g', 1, 'NaN'::DOUBLE)",
+            "power_w",
+        ),
+        "server_metrics": (
+            "(run_id, source, deployment_id, t_ns, metric, labels, value)",
+            "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE)",
+            "value",
+        ),
     }
     with connect(tmp_path / "w.duckdb") as con:
         for table, (cols, values, column) in inserts.items():
@@ -237,25 +282,36 @@ def test_gx_suites_name_non_finite_values_of_every_table(tmp_path):
             assert bad.sample == [column], (table, bad)
 
 
-@pytest.mark.parametrize("table, values, rule", [
-    ("load_runs", {"window_s": -5.0}, "load_runs.window_s_positive"),
-    ("load_runs", {"window_s": 0.0}, "load_runs.window_s_positive"),
-    ("load_runs", {"energy_j": -1.0}, "load_runs.energy_j_nonnegative"),
-    ("requests", {"ttft_ms": -1.0}, "requests.ttft_ms_nonnegative"),
-    ("requests", {"e2e_ms": -1.0}, "requests.e2e_ms_nonnegative"),
-    ("gpu_samples", {"util_gpu_pct": 150.0}, "gpu_samples.util_gpu_pct_in_range"),
-    ("deployments", {"idle_power_w_before": -3.0}, "deployments.idle_power_w_before_nonnegative"),
-])
+@pytest.mark.parametrize(
+    "table, values, rule",
+    [
+        ("load_runs", {"window_s": -5.0}, "load_runs.window_s_positive"),
+        ("load_runs", {"window_s": 0.0}, "load_runs.window_s_positive"),
+        ("load_runs", {"energy_j": -1.0}, "load_runs.energy_j_nonnegative"),
+        ("requests", {"ttft_ms": -1.0}, "requests.ttft_ms_nonnegative"),
+        ("requests", {"e2e_ms": -1.0}, "requests.e2e_ms_nonnegative"),
+        ("gpu_samples", {"util_gpu_pct": 150.0}, "gpu_samples.util_gpu_pct_in_range"),
+        ("deployments", {"idle_power_w_before": -3.0}, "deployments.idle_power_w_before_nonnegative"),
+    ],
+)
 def test_gx_suites_check_ranges(tmp_path, table, values, rule):
     """The same ranges as ingest, again in the suites: a row that reached the warehouse another way is caught."""
     import pandas as pd
 
-    base = {"load_runs": {"deployment_id": "d", "load_point_id": "lp", "workload": "w", "window_s": 30.0,
-                          "status": "ok", "completed": 5, "shape": "concurrency"},
-            "requests": {"deployment_id": "d", "load_point_id": "lp", "request_id": "1"},
-            "gpu_samples": {"deployment_id": "d", "gpu_uuid": "g", "t_ns": 1},
-            "deployments": {"deployment_id": "d", "model": "m", "engine": "e", "config_name": "c",
-                            "status": "healthy"}}[table]
+    base = {
+        "load_runs": {
+            "deployment_id": "d",
+            "load_point_id": "lp",
+            "workload": "w",
+            "window_s": 30.0,
+            "status": "ok",
+            "completed": 5,
+            "shape": "concurrency",
+        },
+        "requests": {"deployment_id": "d", "load_point_id": "lp", "request_id": "1"},
+        "gpu_samples": {"deployment_id": "d", "gpu_uuid": "g", "t_ns": 1},
+        "deployments": {"deployment_id": "d", "model": "m", "engine": "e", "config_name": "c", "status": "healthy"},
+    }[table]
     frame = pd.DataFrame([{"run_id": "r", "source": "emulated", **base, **values}])  # noqa: F841 (read by DuckDB)
     with connect(tmp_path / "w.duckdb") as con:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM frame")

@@ -12,18 +12,19 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from pipelines.cli import main as wattbench
-from wattbench_agent.bundle import read_manifest
 from resources.warehouse import connect
-
 from tests.reliability.conftest import emulator_spec, rows
+from wattbench_agent.bundle import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
-KEYS = {"load_runs": "load_point_id", "requests": "load_point_id, request_id",
-        "energy_windows": "deployment_id, window_name, gpu_uuid", "deployments": "deployment_id",
-        "gpu_samples": "deployment_id, gpu_uuid, t_ns"}
+KEYS = {
+    "load_runs": "load_point_id",
+    "requests": "load_point_id, request_id",
+    "energy_windows": "deployment_id, window_name, gpu_uuid",
+    "deployments": "deployment_id",
+    "gpu_samples": "deployment_id, gpu_uuid, t_ns",
+}
 
 
 def descendants(pid: int) -> list[int]:
@@ -58,8 +59,14 @@ def start_agent(spec: dict, tmp: Path) -> tuple[subprocess.Popen, Path]:
     err = tmp / f"agent-{time.monotonic_ns()}.err"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DAGSTER_PIPES_CONTEXT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "wattbench_agent", "--spec", str(spec_path)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=open(err, "w"), text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wattbench_agent", "--spec", str(spec_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=open(err, "w"),
+        text=True,
+    )
     return proc, err
 
 
@@ -88,8 +95,10 @@ def stop_leftovers(pids: list[int]) -> list[int]:
 def counts(db: Path, run_id: str) -> dict[str, tuple[int, int]]:
     """rows and distinct keys per table of a run."""
     with connect(db, read_only=True) as con:
-        return {t: con.execute(f"SELECT count(*), count(DISTINCT ({k})) FROM {t} WHERE run_id = ?", [run_id]).fetchone()
-                for t, k in KEYS.items()}
+        return {
+            t: con.execute(f"SELECT count(*), count(DISTINCT ({k})) FROM {t} WHERE run_id = ?", [run_id]).fetchone()
+            for t, k in KEYS.items()
+        }
 
 
 def test_killed_run_leaves_a_loadable_bundle_and_a_rerun_duplicates_nothing(tmp_path, capsys):
@@ -128,7 +137,10 @@ def test_killed_run_leaves_a_loadable_bundle_and_a_rerun_duplicates_nothing(tmp_
     assert "held an earlier attempt of run r-killed" in err.read_text()
     assert read_manifest(bundle)["complete"] is True
     attempt = bundle / "attempts" / "1"
-    assert read_manifest(attempt)["complete"] is False and [r["load_point_id"] for r in rows(attempt, "load_runs")] == finished
+    assert (
+        read_manifest(attempt)["complete"] is False
+        and [r["load_point_id"] for r in rows(attempt, "load_runs")] == finished
+    )
 
     assert wattbench(["ingest", str(bundle), "--db", str(db)]) == 0
     assert wattbench(["ingest", str(bundle), "--db", str(db)]) == 0  # and once more: idempotent

@@ -7,7 +7,6 @@ import pytest
 
 from pipelines.cli import main as wattbench
 from resources.warehouse import connect
-
 from tests.reports.synth import Deployment, simple_point, started, write_run
 
 
@@ -29,7 +28,9 @@ def test_report_shows_the_latest_finished_run_and_names_the_unfinished_one(two_r
 
 
 def test_sql_latest_run_is_the_finished_one_and_says_so(two_runs, capsys):
-    assert wattbench(["sql", "SELECT DISTINCT run_id FROM load_runs WHERE run_id = $run_id", "--db", str(two_runs)]) == 0
+    assert (
+        wattbench(["sql", "SELECT DISTINCT run_id FROM load_runs WHERE run_id = $run_id", "--db", str(two_runs)]) == 0
+    )
     out, err = capsys.readouterr()
     assert "old-ok" in out and "-- run_id = old-ok" in err and "new-killed (running)" in err
 

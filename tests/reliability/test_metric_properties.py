@@ -26,18 +26,29 @@ def record(draw, rid: str):
     ok = draw(st.booleans() | st.just(True))
     n_chunks = draw(st.integers(0 if not ok else 1, 12))
     first_gap = draw(st.integers(1, 400)) * MS // 4
-    gaps = draw(st.lists(st.integers(0, 200_000).map(lambda g: g * 100), min_size=max(n_chunks - 1, 0), max_size=max(n_chunks - 1, 0)))
+    gaps = draw(
+        st.lists(
+            st.integers(0, 200_000).map(lambda g: g * 100), min_size=max(n_chunks - 1, 0), max_size=max(n_chunks - 1, 0)
+        )
+    )
     chunks = [sent + first_gap + sum(gaps[:i]) for i in range(n_chunks)] if n_chunks else []
     tokens = draw(st.lists(st.integers(1, 4), min_size=n_chunks, max_size=n_chunks))
     n_tok = sum(tokens)
     ttft = (chunks[0] - sent) / 1e6 if chunks else None
     e2e = (chunks[-1] - sent) / 1e6 if chunks else draw(finite_ms)
     return {
-        "request_id": rid, "scheduled_ns": sent - draw(st.integers(0, 3)) * MS, "sent_ns": sent,
-        "chunk_ns": chunks, "chunk_tokens": tokens,
-        "first_token_ns": chunks[0] if chunks else None, "last_token_ns": chunks[-1] if chunks else None,
-        "ttft_ms": ttft, "e2e_ms": e2e, "tpot_ms": tpot_ms(e2e, ttft, n_tok) if ok and chunks else None,
-        "completion_tokens": n_tok if ok else None, "prompt_tokens": draw(st.integers(1, 100)),
+        "request_id": rid,
+        "scheduled_ns": sent - draw(st.integers(0, 3)) * MS,
+        "sent_ns": sent,
+        "chunk_ns": chunks,
+        "chunk_tokens": tokens,
+        "first_token_ns": chunks[0] if chunks else None,
+        "last_token_ns": chunks[-1] if chunks else None,
+        "ttft_ms": ttft,
+        "e2e_ms": e2e,
+        "tpot_ms": tpot_ms(e2e, ttft, n_tok) if ok and chunks else None,
+        "completion_tokens": n_tok if ok else None,
+        "prompt_tokens": draw(st.integers(1, 100)),
         "error_kind": None if ok else draw(st.sampled_from(["http_5xx", "disconnected", "malformed_sse"])),
         "token_count_source": "usage",
     }
@@ -56,8 +67,9 @@ def in_window(r, ws, we):
     return r["sent_ns"] is not None and ws <= r["sent_ns"] <= we
 
 
-values = st.lists(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False), min_size=1,
-                  max_size=200)
+values = st.lists(
+    st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False), min_size=1, max_size=200
+)
 
 
 @given(values)
@@ -117,8 +129,9 @@ def test_summary_follows_the_definitions(lp):
     ok_win = [r for r in recs if in_window(r, ws, we) and r["error_kind"] is None]
 
     # throughput: tokens of successful requests whose content events arrived inside the window, per second
-    tokens = sum(t for r in recs if r["error_kind"] is None
-                 for c, t in zip(r["chunk_ns"], r["chunk_tokens"]) if ws <= c <= we)
+    tokens = sum(
+        t for r in recs if r["error_kind"] is None for c, t in zip(r["chunk_ns"], r["chunk_tokens"]) if ws <= c <= we
+    )
     assert s["output_tokens_in_window"] == tokens
     assert s["output_token_throughput"] == pytest.approx(tokens / window_s)
 
@@ -166,10 +179,21 @@ def test_tokens_outside_the_window_do_not_count(lp, after_ms):
     recs, ws, we = lp
     base = summarize(recs, ws, we)
     late_sent = we + after_ms * MS
-    late = {"request_id": "late", "scheduled_ns": late_sent, "sent_ns": late_sent,
-            "chunk_ns": [late_sent + MS, late_sent + 2 * MS], "chunk_tokens": [5, 5],
-            "first_token_ns": late_sent + MS, "last_token_ns": late_sent + 2 * MS, "ttft_ms": 1.0, "e2e_ms": 2.0,
-            "tpot_ms": 1 / 9, "completion_tokens": 10, "prompt_tokens": 1, "error_kind": None}
+    late = {
+        "request_id": "late",
+        "scheduled_ns": late_sent,
+        "sent_ns": late_sent,
+        "chunk_ns": [late_sent + MS, late_sent + 2 * MS],
+        "chunk_tokens": [5, 5],
+        "first_token_ns": late_sent + MS,
+        "last_token_ns": late_sent + 2 * MS,
+        "ttft_ms": 1.0,
+        "e2e_ms": 2.0,
+        "tpot_ms": 1 / 9,
+        "completion_tokens": 10,
+        "prompt_tokens": 1,
+        "error_kind": None,
+    }
     with_late = summarize([*recs, late], ws, we)
     assert with_late["output_tokens_in_window"] == base["output_tokens_in_window"]
     assert with_late["output_token_throughput"] == base["output_token_throughput"]

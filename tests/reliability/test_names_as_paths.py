@@ -9,19 +9,22 @@ from pathlib import Path
 import pytest
 
 from resources.plan import PlanError, load_plan
+from tests.reliability.conftest import emulator_spec, rows
+from tests.reliability.test_bounds import BASE as GOOD  # a plan of its own: the shipped plans change
 from wattbench_agent.runner import run_spec
 from wattbench_agent.safety import file_name
 
-from tests.reliability.conftest import emulator_spec, rows
-from tests.reliability.test_bounds import BASE as GOOD  # a plan of its own: the shipped plans change
 
-
-@pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", "..", ".hidden", "", "x" * 65, "tab\there",
-                                  "nul\x00byte", "back\\slash"])
+@pytest.mark.parametrize(
+    "name", ["../../x", "/tmp/abs", "a/b", "..", ".hidden", "", "x" * 65, "tab\there", "nul\x00byte", "back\\slash"]
+)
 def test_the_plan_refuses_engine_names_that_are_not_plain_names(tmp_path, name):
     path = tmp_path / "plan.yaml"
-    path.write_text(GOOD.replace("name: trtllm-like", f"name: {name!r}", 1).replace("'", '"') if "\x00" not in name
-                    else GOOD.replace("name: trtllm-like", 'name: "nul\\0byte"', 1))
+    path.write_text(
+        GOOD.replace("name: trtllm-like", f"name: {name!r}", 1).replace("'", '"')
+        if "\x00" not in name
+        else GOOD.replace("name: trtllm-like", 'name: "nul\\0byte"', 1)
+    )
     with pytest.raises(PlanError) as err:
         load_plan(path)
     message = str(err.value)

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from resources.model_registry import HubClient, same_origin
+from tests.automation.hub_server import FakeHub
+from tests.reliability.conftest import MisbehavingServer, rows
 from wattbench_agent.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, build_pod, build_pod_spec
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.runner import run_spec
 from wattbench_agent.safety import redact_url
-
-from tests.automation.hub_server import FakeHub
-from tests.reliability.conftest import MisbehavingServer, rows
 
 TOKEN = "hf_wattbench_test_token"
 PASSWORD = "pa55-w0rd-for-test"
@@ -27,10 +26,11 @@ PASSWORD = "pa55-w0rd-for-test"
 def test_the_hub_token_is_not_sent_to_the_origin_a_next_link_names():
     with FakeHub() as hub, FakeHub() as elsewhere:
         elsewhere.serve("Qwen", "Qwen/v2")
-        hub.serve("Qwen", "Qwen/page1", next_fixture="Qwen/v2",
-                  next_url=f"{elsewhere.url}/api/models?author=Qwen&cursor=p2")
+        hub.serve(
+            "Qwen", "Qwen/page1", next_fixture="Qwen/v2", next_url=f"{elsewhere.url}/api/models?author=Qwen&cursor=p2"
+        )
         client = HubClient(base_url=hub.url, token=TOKEN)
-        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=timezone.utc))
+        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=UTC))
     assert [r["authorization"] for r in hub.requests] == [[f"Bearer {TOKEN}"]]
     assert elsewhere.requests == []  # not asked at all, with or without the token
     assert len(models) == 2  # the first page is kept
@@ -41,30 +41,54 @@ def test_a_next_link_on_the_hubs_own_origin_is_still_followed():
     with FakeHub() as hub:
         hub.serve("Qwen", "Qwen/page1", next_fixture="Qwen/v2")
         client = HubClient(base_url=hub.url, token=TOKEN)
-        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=timezone.utc))
+        models = client.list_models("Qwen", limit=2, stop_at=datetime(2026, 9, 30, tzinfo=UTC))
     assert len(models) == 4 and [r["authorization"] for r in hub.requests] == [[f"Bearer {TOKEN}"]] * 2
     assert client.notes == []
 
 
-@pytest.mark.parametrize("link, same", [
-    ("https://huggingface.co/api/models?cursor=x", True),
-    ("http://huggingface.co/api/models?cursor=x", False),      # plain http: the token would travel in clear
-    ("https://huggingface.co:8443/api/models", False),
-    ("https://evil.example/api/models", False),
-    ("https://huggingface.co.evil.example/api/models", False),
-    ("//evil.example/api/models", False),
-])
+@pytest.mark.parametrize(
+    "link, same",
+    [
+        ("https://huggingface.co/api/models?cursor=x", True),
+        ("http://huggingface.co/api/models?cursor=x", False),  # plain http: the token would travel in clear
+        ("https://huggingface.co:8443/api/models", False),
+        ("https://evil.example/api/models", False),
+        ("https://huggingface.co.evil.example/api/models", False),
+        ("//evil.example/api/models", False),
+    ],
+)
 def test_same_origin(link, same):
     assert same_origin("https://huggingface.co", link) is same
 
 
 def external(name: str, url: str) -> dict:
     cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
-    point = {"load_point_id": f"{name}:w:c2", "workload": "w",
-             "spec": {"api": "chat", "shape": "concurrency", "concurrency": 2, "input_tokens": 8, "output_tokens": 4,
-                      "warmup_s": 0.0, "duration_s": 10.0, "max_requests": 4, "timeout_s": 5}}
-    return {"deployment_id": name, "build_id": cfg.build_id(), "engine_config": asdict(cfg), "target": "external",
-            "url": url, "telemetry": "none", "idle_baseline_s": 0, "health_timeout_s": 5, "load_points": [point]}
+    point = {
+        "load_point_id": f"{name}:w:c2",
+        "workload": "w",
+        "spec": {
+            "api": "chat",
+            "shape": "concurrency",
+            "concurrency": 2,
+            "input_tokens": 8,
+            "output_tokens": 4,
+            "warmup_s": 0.0,
+            "duration_s": 10.0,
+            "max_requests": 4,
+            "timeout_s": 5,
+        },
+    }
+    return {
+        "deployment_id": name,
+        "build_id": cfg.build_id(),
+        "engine_config": asdict(cfg),
+        "target": "external",
+        "url": url,
+        "telemetry": "none",
+        "idle_baseline_s": 0,
+        "health_timeout_s": 5,
+        "load_points": [point],
+    }
 
 
 def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
@@ -72,9 +96,15 @@ def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
     logs: list[str] = []
     with server.running():
         port = server.url.rsplit(":", 1)[1]
-        spec = {"run_id": "r-secret", "source": "measured", "out": str(tmp_path / "bundle"), "deployments": [
-            external("up", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1"),
-            external("down", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1?api_key={PASSWORD}")]}
+        spec = {
+            "run_id": "r-secret",
+            "source": "measured",
+            "out": str(tmp_path / "bundle"),
+            "deployments": [
+                external("up", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1"),
+                external("down", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1?api_key={PASSWORD}"),
+            ],
+        }
         bundle = run_spec(spec, log=logs.append)
     deployments = {r["deployment_id"]: r for r in rows(bundle, "deployments")}
     assert deployments["up"]["status"] == "healthy" and deployments["up"]["url"] == f"http://***@127.0.0.1:{port}"
@@ -86,14 +116,19 @@ def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
 
 
 def test_redact_url():
-    assert redact_url(f"https://u:{PASSWORD}@h:8000/v1?api_key=k&model=m") == "https://***@h:8000/v1?api_key=%2A%2A%2A&model=m"
+    assert (
+        redact_url(f"https://u:{PASSWORD}@h:8000/v1?api_key=k&model=m")
+        == "https://***@h:8000/v1?api_key=%2A%2A%2A&model=m"
+    )
     assert redact_url("http://h:8000/v1") == "http://h:8000/v1"
 
 
 def _pods():
     target = K8sTarget(models_pvc="models", gpu_product="NVIDIA-H100-80GB-HBM3")
     cfg = EngineConfig(engine="vllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="c", precision="bf16", tp=2)
-    trt = EngineConfig(engine="trtllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="t", precision="fp8", tp=2)
+    trt = EngineConfig(
+        engine="trtllm", model="meta-llama/Llama-3.1-8B-Instruct", config_name="t", precision="fp8", tp=2
+    )
     from kubernetes import client as k8s
 
     api = k8s.ApiClient()

@@ -17,8 +17,10 @@ def warehouse(tmp_path) -> Path:
     db = tmp_path / "w.duckdb"
     with connect(db) as con:
         con.execute("INSERT INTO runs (run_id, source, status) VALUES ('r1', 'emulated', 'succeeded')")
-        con.execute("INSERT INTO requests (run_id, source, deployment_id, load_point_id, request_id, ttft_ms) "
-                    "VALUES ('r1', 'emulated', 'd', 'lp', '1', 12.5), ('r1', 'emulated', 'd', 'lp', '2', 13.5)")
+        con.execute(
+            "INSERT INTO requests (run_id, source, deployment_id, load_point_id, request_id, ttft_ms) "
+            "VALUES ('r1', 'emulated', 'd', 'lp', '1', 12.5), ('r1', 'emulated', 'd', 'lp', '2', 13.5)"
+        )
     return db
 
 
@@ -55,16 +57,26 @@ def test_copy_to_a_file_is_refused_and_the_file_is_untouched(warehouse, tmp_path
 def test_attaching_a_warehouse_read_write_and_deleting_is_refused(warehouse, tmp_path, capsys):
     other = tmp_path / "other.duckdb"
     with connect(other) as con:
-        con.execute("INSERT INTO requests (run_id, source, deployment_id, load_point_id, request_id) "
-                    "VALUES ('r9', 'emulated', 'd', 'lp', '1')")
+        con.execute(
+            "INSERT INTO requests (run_id, source, deployment_id, load_point_id, request_id) "
+            "VALUES ('r9', 'emulated', 'd', 'lp', '1')"
+        )
     for target in (other, warehouse):
         rc, _, err = sql(warehouse, f"ATTACH '{target}' AS w (READ_WRITE); DELETE FROM w.requests", capsys)
         assert rc == 2 and "read-only" in err
     assert n_requests(other) == 1 and n_requests(warehouse) == 2
 
 
-@pytest.mark.parametrize("query", ["INSTALL httpfs", "LOAD httpfs", "SELECT * FROM read_csv('https://example.com/x.csv')",
-                                   "SELECT * FROM read_text('/etc/hostname')", "EXPORT DATABASE '{tmp}/export'"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SELECT * FROM read_csv('https://example.com/x.csv')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "EXPORT DATABASE '{tmp}/export'",
+    ],
+)
 def test_extensions_network_and_other_files_are_out_of_reach(warehouse, tmp_path, capsys, query):
     rc, _, err = sql(warehouse, query.format(tmp=tmp_path), capsys)
     assert rc == 2 and "read-only" in err
@@ -72,8 +84,10 @@ def test_extensions_network_and_other_files_are_out_of_reach(warehouse, tmp_path
     assert not (tmp_path / "export").exists()
 
 
-@pytest.mark.parametrize("query", ["SET enable_external_access = true", "SET lock_configuration = false",
-                                   "SET log_query_path = '{tmp}/q.log'"])
+@pytest.mark.parametrize(
+    "query",
+    ["SET enable_external_access = true", "SET lock_configuration = false", "SET log_query_path = '{tmp}/q.log'"],
+)
 def test_the_sandbox_cannot_be_switched_off(warehouse, tmp_path, capsys, query):
     rc, _, err = sql(warehouse, query.format(tmp=tmp_path), capsys)
     assert rc == 2 and "locked" in err

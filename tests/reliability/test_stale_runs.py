@@ -38,8 +38,11 @@ def place(tmp_path, monkeypatch):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {"DAGSTER_HOME": str(home), "WATTBENCH_RUNS_DIR": str(tmp_path / "runs"),
-           "WATTBENCH_DB": str(tmp_path / "w.duckdb")}
+    env = {
+        "DAGSTER_HOME": str(home),
+        "WATTBENCH_RUNS_DIR": str(tmp_path / "runs"),
+        "WATTBENCH_DB": str(tmp_path / "w.duckdb"),
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return {"tmp": tmp_path, "env": {**os.environ, **env}, "db": tmp_path / "w.duckdb", "runs": tmp_path / "runs"}
@@ -48,16 +51,22 @@ def place(tmp_path, monkeypatch):
 def long_plan(tmp: Path, seconds: int = 60) -> Path:
     """The smoke plan with windows long enough to stop a run in the middle of one."""
     path = tmp / "long.yaml"
-    path.write_text(SMOKE.read_text().replace("duration_s: 2.5", f"duration_s: {seconds}").replace("name: smoke",
-                                                                                                 "name: long"))
+    path.write_text(
+        SMOKE.read_text().replace("duration_s: 2.5", f"duration_s: {seconds}").replace("name: smoke", "name: long")
+    )
     return path
 
 
 def start_run(place: dict, plan: Path, name: str) -> tuple[subprocess.Popen, Path]:
     log = place["tmp"] / f"{name}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "run", "--plan", str(plan), "--db",
-                             str(place["db"])], cwd=REPO, env=place["env"], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "run", "--plan", str(plan), "--db", str(place["db"])],
+        cwd=REPO,
+        env=place["env"],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return proc, log
 
 
@@ -170,8 +179,13 @@ def test_a_signal_stops_the_agent_and_engines_and_marks_the_run_interrupted(plac
 def fake_run(instance: dg.DagsterInstance, owner: dict, place: dict, status=dg.DagsterRunStatus.STARTED) -> str:
     """A run as `wattbench run` tags it, executed by the process `owner` names, holding the writer slot."""
     run_id = str(uuid.uuid4())
-    tags = {PID_TAG: str(owner["pid"]), START_TAG: str(owner["start_ticks"] or ""), HOST_TAG: owner["host"],
-            WAREHOUSE_TAG: str(place["db"]), RUNS_DIR_TAG: str(place["runs"])}
+    tags = {
+        PID_TAG: str(owner["pid"]),
+        START_TAG: str(owner["start_ticks"] or ""),
+        HOST_TAG: owner["host"],
+        WAREHOUSE_TAG: str(place["db"]),
+        RUNS_DIR_TAG: str(place["runs"]),
+    }
     instance.add_run(dg.DagsterRun(job_name="__ephemeral_asset_job__", run_id=run_id, status=status, tags=tags))
     storage = instance.event_log_storage
     if POOL not in storage.get_concurrency_keys():
@@ -196,8 +210,18 @@ def test_runs_clean_stops_what_a_dead_run_left_frees_its_slot_and_marks_it_faile
         bundle = place["runs"] / run_id / "bundle"
         bundle.mkdir(parents=True)
         stranger_ident = {**procs.identity(stranger.pid), "start_ticks": 1}  # its pid, but not its start: reused
-        (bundle / "manifest.json").write_text(json.dumps({"run_id": run_id, "processes": {
-            "agent": procs.identity(agent.pid), "engine:e": procs.identity(engine.pid), "engine:old": stranger_ident}}))
+        (bundle / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "processes": {
+                        "agent": procs.identity(agent.pid),
+                        "engine:e": procs.identity(engine.pid),
+                        "engine:old": stranger_ident,
+                    },
+                }
+            )
+        )
         with connect(place["db"]) as con:
             con.execute("INSERT INTO runs (run_id, source, status) VALUES (?, 'emulated', 'running')", [run_id])
 

@@ -9,18 +9,31 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wattbench_agent.bundle import BundleError, BundleWriter
 from resources.validation import suites, table_frame, validate_table
 from resources.warehouse import connect, ingest_bundle
+from wattbench_agent.bundle import BundleError, BundleWriter
 
 # Issue 7, item 1: every rule, by the name the plan uses to set its severity.
 ISSUE_RULES = {
     "engine_builds": ["hash_present", "build_time_positive"],
     "deployments": ["healthy", "hbm_within_gpu", "startup_positive"],
-    "requests": ["ttft_le_e2e", "tpot_nonnegative", "completion_le_max_tokens", "no_truncation", "error_rate",
-                 "sent_before_first_token", "first_before_last_token"],
-    "gpu_samples": ["power_nonnegative", "power_within_limit", "energy_monotone", "no_gaps", "hbm_within_total",
-                    "no_nan"],
+    "requests": [
+        "ttft_le_e2e",
+        "tpot_nonnegative",
+        "completion_le_max_tokens",
+        "no_truncation",
+        "error_rate",
+        "sent_before_first_token",
+        "first_before_last_token",
+    ],
+    "gpu_samples": [
+        "power_nonnegative",
+        "power_within_limit",
+        "energy_monotone",
+        "no_gaps",
+        "hbm_within_total",
+        "no_nan",
+    ],
     "load_runs": ["min_energy_window", "counter_vs_trace_2pct", "achieved_rate_5pct", "achieved_concurrency_5pct"],
     "server_metrics": ["metric_present", "value_present", "t_ns_present"],
 }
@@ -43,9 +56,20 @@ def test_counter_vs_trace_is_a_warning_by_default():
 
 
 def gpu_rows(n=20):
-    return [{"deployment_id": "d", "gpu_uuid": "GPU-0", "t_ns": i * 100_000_000, "power_w": 300.0,
-             "power_limit_w": 700.0, "energy_mj": 1000.0 + 30 * i, "hbm_used_mib": 1.0, "hbm_total_mib": 2.0,
-             "hbm_temp_c": None} for i in range(n)]
+    return [
+        {
+            "deployment_id": "d",
+            "gpu_uuid": "GPU-0",
+            "t_ns": i * 100_000_000,
+            "power_w": 300.0,
+            "power_limit_w": 700.0,
+            "energy_mj": 1000.0 + 30 * i,
+            "hbm_used_mib": 1.0,
+            "hbm_total_mib": 2.0,
+            "hbm_temp_c": None,
+        }
+        for i in range(n)
+    ]
 
 
 def test_nan_is_an_error_and_null_is_not_measured(tmp_path):
@@ -73,14 +97,35 @@ def test_inf_is_caught_without_the_sql_helper():
 
 
 def test_startup_and_achieved_load_rules():
-    dep = pd.DataFrame({"run_id": "r", "source": "emulated", "deployment_id": ["a", "b", "c"], "engine": "e",
-                        "status": "healthy", "startup_s": [12.0, 0.0, None]})  # None: attached, not started
+    dep = pd.DataFrame(
+        {
+            "run_id": "r",
+            "source": "emulated",
+            "deployment_id": ["a", "b", "c"],
+            "engine": "e",
+            "status": "healthy",
+            "startup_s": [12.0, 0.0, None],
+        }
+    )  # None: attached, not started
     (bad,) = [o for o in validate_table("deployments", dep).errors if o.rule == "deployments.startup_positive"]
     assert bad.unexpected_count == 1
-    lr = pd.DataFrame({"run_id": "r", "source": "emulated", "load_point_id": ["a", "b"], "window_s": 30.0,
-                       "status": "ok", "completed": 10, "shape": "concurrency", "concurrency": [8, 8],
-                       "achieved_concurrency": [7.9, 6.0], "rate": None, "achieved_rate": None,
-                       "energy_j": 1.0, "energy_trace_j": 1.0})
+    lr = pd.DataFrame(
+        {
+            "run_id": "r",
+            "source": "emulated",
+            "load_point_id": ["a", "b"],
+            "window_s": 30.0,
+            "status": "ok",
+            "completed": 10,
+            "shape": "concurrency",
+            "concurrency": [8, 8],
+            "achieved_concurrency": [7.9, 6.0],
+            "rate": None,
+            "achieved_rate": None,
+            "energy_j": 1.0,
+            "energy_trace_j": 1.0,
+        }
+    )
     result = validate_table("load_runs", lr)
     (warn,) = [o for o in result.warnings if o.rule == "load_runs.achieved_concurrency_5pct"]
     assert warn.unexpected_count == 1 and warn.sample == [75.0] and result.passed
@@ -88,8 +133,11 @@ def test_startup_and_achieved_load_rules():
 
 def test_nan_written_to_a_bundle_is_named(tmp_path):
     w = BundleWriter(tmp_path / "b", run_id="r", source="measured")
-    with pytest.raises(BundleError, match=r"gpu_samples.jsonl: row 1 of this write has NaN/Inf in power_w; "
-                                          r"expected a finite number, or null where not measured"):
+    with pytest.raises(
+        BundleError,
+        match=r"gpu_samples.jsonl: row 1 of this write has NaN/Inf in power_w; "
+        r"expected a finite number, or null where not measured",
+    ):
         w.write("gpu_samples", [{**gpu_rows(1)[0], "power_w": float("nan")}])
     w.close(complete=False)
 
@@ -97,13 +145,18 @@ def test_nan_written_to_a_bundle_is_named(tmp_path):
 def test_duplicate_rows_in_a_bundle_are_named_and_nothing_loads(tmp_path):
     path = tmp_path / "b"
     with BundleWriter(path, run_id="r", source="emulated") as w:
-        w.write("deployments", [{"deployment_id": "d", "model": "m", "engine": "e", "config_name": "c",
-                                 "status": "healthy"}])
+        w.write(
+            "deployments",
+            [{"deployment_id": "d", "model": "m", "engine": "e", "config_name": "c", "status": "healthy"}],
+        )
         row = {"deployment_id": "d", "load_point_id": "d:w:c1", "workload": "w", "shape": "concurrency", "status": "ok"}
         w.write("load_runs", [row, row])
     with connect(tmp_path / "w.duckdb") as con:
-        with pytest.raises(BundleError, match=r"load_runs.jsonl:2: the same row as line 1 \(load_point_id = d:w:c1\); "
-                                              r"expected each row once; nothing was loaded"):
+        with pytest.raises(
+            BundleError,
+            match=r"load_runs.jsonl:2: the same row as line 1 \(load_point_id = d:w:c1\); "
+            r"expected each row once; nothing was loaded",
+        ):
             ingest_bundle(con, path)
         assert con.execute("SELECT count(*) FROM deployments").fetchone()[0] == 0
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from wattbench_agent.bundle import BundleWriter
 from resources.warehouse import connect, ingest_bundle, replace_rows
+from wattbench_agent.bundle import BundleWriter
 
 S = 1_000_000_000  # ns per second
 T0 = datetime(2026, 1, 1, 12, 0, 0)
@@ -60,22 +60,62 @@ class Deployment:
     idle_w: tuple[float | None, float | None] = (None, None)  # idle power before and after its points
 
 
-def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *, started: datetime | None = None,
-              model: str = "m", gpu: str = "h100-sxm", price: float = 2.0, kwh: float = 0.12, pue: float = 1.3,
-              slo_ttft_ms: float | None = 2000.0, slo_tpot_ms: float | None = 200.0, source: str = "emulated") -> str:
+def write_run(
+    db: Path,
+    tmp: Path,
+    run_id: str,
+    deployments: list[Deployment],
+    *,
+    started: datetime | None = None,
+    model: str = "m",
+    gpu: str = "h100-sxm",
+    price: float = 2.0,
+    kwh: float = 0.12,
+    pue: float = 1.3,
+    slo_ttft_ms: float | None = 2000.0,
+    slo_tpot_ms: float | None = 200.0,
+    source: str = "emulated",
+) -> str:
     bundle = tmp / f"bundle-{run_id}"
     builds, deps, loads, reqs, samples = [], [], [], [], []
     for d in deployments:
         build_id = f"b-{d.name}"
-        builds.append({"build_id": build_id, "model": model, "engine": d.engine, "config_name": d.name,
-                       "precision": "fp8", "tp": d.tp, "gpu_name": gpu, "status": d.build_status, "build_s": d.build_s,
-                       "hardware_lock": d.hardware_lock})
+        builds.append(
+            {
+                "build_id": build_id,
+                "model": model,
+                "engine": d.engine,
+                "config_name": d.name,
+                "precision": "fp8",
+                "tp": d.tp,
+                "gpu_name": gpu,
+                "status": d.build_status,
+                "build_s": d.build_s,
+                "hardware_lock": d.hardware_lock,
+            }
+        )
         uuids = [f"GPU-{d.name}-{i}" for i in range(d.tp)]
-        deps.append({"deployment_id": d.name, "build_id": build_id, "model": model, "engine": d.engine,
-                     "config_name": d.name, "precision": "fp8", "tp": d.tp, "gpu_name": gpu, "n_gpus": d.tp,
-                     "gpu_uuids": uuids, "status": d.status, "startup_s": d.startup_s, "error_kind": d.error_kind,
-                     "error_text": d.error_text, "engine_version": "1.0",
-                     "idle_power_w_before": d.idle_w[0], "idle_power_w_after": d.idle_w[1]})
+        deps.append(
+            {
+                "deployment_id": d.name,
+                "build_id": build_id,
+                "model": model,
+                "engine": d.engine,
+                "config_name": d.name,
+                "precision": "fp8",
+                "tp": d.tp,
+                "gpu_name": gpu,
+                "n_gpus": d.tp,
+                "gpu_uuids": uuids,
+                "status": d.status,
+                "startup_s": d.startup_s,
+                "error_kind": d.error_kind,
+                "error_text": d.error_text,
+                "engine_version": "1.0",
+                "idle_power_w_before": d.idle_w[0],
+                "idle_power_w_after": d.idle_w[1],
+            }
+        )
         for idx, p in enumerate(d.points):
             lp = f"{d.name}:{p.workload}:{p.label}" + (f"#{p.repeat}" if p.repeat is not None else "")
             start = (10 + 1000 * idx) * S  # each point its own stretch of time, so samples land in one window
@@ -83,14 +123,33 @@ def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *
             n = len(p.ttft_ms)
             tpots = p.tpot_ms if isinstance(p.tpot_ms, list) else [p.tpot_ms] * n
             tokens = p.output_tokens_in_window if p.output_tokens_in_window is not None else n * p.output_tokens
-            loads.append({"deployment_id": d.name, "load_point_id": lp, "workload": p.workload, "shape": p.shape,
-                          "concurrency": p.concurrency, "rate": p.rate, "input_tokens": p.input_tokens,
-                          "output_tokens": p.output_tokens, "window_start_ns": start, "window_end_ns": end,
-                          "window_s": p.window_s, "achieved_rate": n / p.window_s,
-                          "achieved_concurrency": float(p.concurrency or 4), "sent": n + len(p.errors),
-                          "completed": n, "failed": len(p.errors), "output_tokens_in_window": tokens,
-                          "energy_j": p.energy_j, "energy_trace_j": p.energy_trace_j, "status": p.status,
-                          "error_kind": p.error_kind, "point_label": p.label, "repeat": p.repeat})
+            loads.append(
+                {
+                    "deployment_id": d.name,
+                    "load_point_id": lp,
+                    "workload": p.workload,
+                    "shape": p.shape,
+                    "concurrency": p.concurrency,
+                    "rate": p.rate,
+                    "input_tokens": p.input_tokens,
+                    "output_tokens": p.output_tokens,
+                    "window_start_ns": start,
+                    "window_end_ns": end,
+                    "window_s": p.window_s,
+                    "achieved_rate": n / p.window_s,
+                    "achieved_concurrency": float(p.concurrency or 4),
+                    "sent": n + len(p.errors),
+                    "completed": n,
+                    "failed": len(p.errors),
+                    "output_tokens_in_window": tokens,
+                    "energy_j": p.energy_j,
+                    "energy_trace_j": p.energy_trace_j,
+                    "status": p.status,
+                    "error_kind": p.error_kind,
+                    "point_label": p.label,
+                    "repeat": p.repeat,
+                }
+            )
             # sends spread so that every request also completes inside the window: latency figures count requests
             # sent in the window, throughput figures requests completed in it, and here both are the n requests
             longest_ms = max((t + tp * (p.output_tokens - 1) for t, tp in zip(p.ttft_ms, tpots)), default=0.0)
@@ -100,30 +159,83 @@ def write_run(db: Path, tmp: Path, run_id: str, deployments: list[Deployment], *
                 first = sent + int(ttft * 1e6)
                 chunks = [first + int(k * tpot * 1e6) for k in range(p.output_tokens)]
                 e2e = ttft + tpot * (p.output_tokens - 1)
-                reqs.append({"deployment_id": d.name, "load_point_id": lp, "request_id": f"{lp}-{i}", "sent_ns": sent,
-                             "first_token_ns": first, "last_token_ns": chunks[-1], "ttft_ms": ttft, "tpot_ms": tpot,
-                             "e2e_ms": e2e, "prompt_tokens": p.input_tokens, "completion_tokens": p.output_tokens,
-                             "max_tokens": p.output_tokens, "chunk_ns": chunks, "chunk_tokens": [1] * len(chunks),
-                             "in_window": True, "finish_reason": "length", "http_status": 200})
+                reqs.append(
+                    {
+                        "deployment_id": d.name,
+                        "load_point_id": lp,
+                        "request_id": f"{lp}-{i}",
+                        "sent_ns": sent,
+                        "first_token_ns": first,
+                        "last_token_ns": chunks[-1],
+                        "ttft_ms": ttft,
+                        "tpot_ms": tpot,
+                        "e2e_ms": e2e,
+                        "prompt_tokens": p.input_tokens,
+                        "completion_tokens": p.output_tokens,
+                        "max_tokens": p.output_tokens,
+                        "chunk_ns": chunks,
+                        "chunk_tokens": [1] * len(chunks),
+                        "in_window": True,
+                        "finish_reason": "length",
+                        "http_status": 200,
+                    }
+                )
             for j, kind in enumerate(p.errors):
-                reqs.append({"deployment_id": d.name, "load_point_id": lp, "request_id": f"{lp}-err{j}",
-                             "sent_ns": start, "in_window": True, "error_kind": kind, "http_status": 500})
+                reqs.append(
+                    {
+                        "deployment_id": d.name,
+                        "load_point_id": lp,
+                        "request_id": f"{lp}-err{j}",
+                        "sent_ns": start,
+                        "in_window": True,
+                        "error_kind": kind,
+                        "http_status": 500,
+                    }
+                )
             for k, (w, ev) in enumerate(zip(p.power_w, p.clock_events)):
                 for g in uuids:
-                    samples.append({"deployment_id": d.name, "gpu_uuid": g, "t_ns": start + (k + 1) * S, "power_w": w,
-                                    "hbm_used_mib": 70000.0 + k, "clock_events": ev})
+                    samples.append(
+                        {
+                            "deployment_id": d.name,
+                            "gpu_uuid": g,
+                            "t_ns": start + (k + 1) * S,
+                            "power_w": w,
+                            "hbm_used_mib": 70000.0 + k,
+                            "clock_events": ev,
+                        }
+                    )
     with BundleWriter(bundle, run_id=run_id, source=source) as w:
-        for table, rows in (("engine_builds", builds), ("deployments", deps), ("load_runs", loads),
-                            ("requests", reqs), ("gpu_samples", samples)):
+        for table, rows in (
+            ("engine_builds", builds),
+            ("deployments", deps),
+            ("load_runs", loads),
+            ("requests", reqs),
+            ("gpu_samples", samples),
+        ):
             if rows:
                 w.write(table, rows)
     with connect(db) as con:
         ingest_bundle(con, bundle)
-        replace_rows(con, "runs", [{
-            "run_id": run_id, "source": source, "plan_name": "synthetic", "started_at": started or T0,
-            "status": "complete", "gpu_price_per_hour": price, "energy_price_per_kwh": kwh, "pue": pue,
-            "slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms, "slo_e2e_ms": None,
-        }], key=("run_id",))
+        replace_rows(
+            con,
+            "runs",
+            [
+                {
+                    "run_id": run_id,
+                    "source": source,
+                    "plan_name": "synthetic",
+                    "started_at": started or T0,
+                    "status": "complete",
+                    "gpu_price_per_hour": price,
+                    "energy_price_per_kwh": kwh,
+                    "pue": pue,
+                    "slo_ttft_ms": slo_ttft_ms,
+                    "slo_tpot_ms": slo_tpot_ms,
+                    "slo_e2e_ms": None,
+                }
+            ],
+            key=("run_id",),
+        )
     return run_id
 
 

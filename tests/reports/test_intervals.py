@@ -14,11 +14,13 @@ from .synth import Deployment, Point, write_run
 T975_2 = 4.303  # Student t, 0.975 quantile, 2 degrees of freedom
 
 
-def _point(label: str, n: int, ttft: float | list[float], repeat: int | None, energy: float = 5000.0,
-           tokens: int | None = None) -> Point:
+def _point(
+    label: str, n: int, ttft: float | list[float], repeat: int | None, energy: float = 5000.0, tokens: int | None = None
+) -> Point:
     ttfts = ttft if isinstance(ttft, list) else [ttft] * n
-    return Point(workload="steady", label=label, ttft_ms=ttfts, repeat=repeat, energy_j=energy,
-                 output_tokens_in_window=tokens)
+    return Point(
+        workload="steady", label=label, ttft_ms=ttfts, repeat=repeat, energy_j=energy, output_tokens_in_window=tokens
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +30,31 @@ def wh(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("intervals")
     db = tmp / "w.duckdb"
     rng = np.random.default_rng(1)
-    fast = Deployment("fast", idle_w=(100.0, 120.0), points=[
-        _point("c8", 100, list(rng.normal(50 * r, 5, 100)), r, tokens=t) for r, t in ((1, 20_000), (2, 21_000), (3, 22_000))
-    ] + [_point("c32", 100, 80.0, None, tokens=40_000)])
-    slow = Deployment("slow", points=[_point("c8", 100, 60.0, r, tokens=t) for r, t in ((1, 10_000), (2, 10_500), (3, 11_000))])
-    same = Deployment("same", points=[_point("c8", 100, 60.0, r, tokens=t) for r, t in ((1, 10_400), (2, 10_100), (3, 11_100))])
+    fast = Deployment(
+        "fast",
+        idle_w=(100.0, 120.0),
+        points=[
+            _point("c8", 100, list(rng.normal(50 * r, 5, 100)), r, tokens=t)
+            for r, t in ((1, 20_000), (2, 21_000), (3, 22_000))
+        ]
+        + [_point("c32", 100, 80.0, None, tokens=40_000)],
+    )
+    slow = Deployment(
+        "slow", points=[_point("c8", 100, 60.0, r, tokens=t) for r, t in ((1, 10_000), (2, 10_500), (3, 11_000))]
+    )
+    same = Deployment(
+        "same", points=[_point("c8", 100, 60.0, r, tokens=t) for r, t in ((1, 10_400), (2, 10_100), (3, 11_100))]
+    )
     write_run(db, tmp, "r", [fast, slow, same])
     return db
 
 
 def _fig(con, engine, label, metric):
-    return con.execute("SELECT estimate, lo, hi, repeats, method FROM v_point_figures WHERE engine = ? AND "
-                       "point_label = ? AND metric = ?", [engine, label, metric]).fetchone()
+    return con.execute(
+        "SELECT estimate, lo, hi, repeats, method FROM v_point_figures WHERE engine = ? AND "
+        "point_label = ? AND metric = ?",
+        [engine, label, metric],
+    ).fetchone()
 
 
 def test_repeat_level_figures_get_a_t_interval_over_repeats(wh):
@@ -48,8 +63,12 @@ def test_repeat_level_figures_get_a_t_interval_over_repeats(wh):
         one = _fig(con, "fast", "c32", "output_tok_s")
     per_repeat = np.array([20_000, 21_000, 22_000]) / 10.0
     half = T975_2 * per_repeat.std(ddof=1) / math.sqrt(3)
-    assert (est, lo, hi, n) == (pytest.approx(per_repeat.mean()), pytest.approx(per_repeat.mean() - half),
-                                pytest.approx(per_repeat.mean() + half), 3)
+    assert (est, lo, hi, n) == (
+        pytest.approx(per_repeat.mean()),
+        pytest.approx(per_repeat.mean() - half),
+        pytest.approx(per_repeat.mean() + half),
+        3,
+    )
     assert method == "t interval over 3 repeats"
     assert one[0] == pytest.approx(4000.0) and one[1] is None and one[2] is None and one[4] == "one repeat: no interval"
 
@@ -59,8 +78,10 @@ def test_latency_percentiles_get_a_two_stage_bootstrap_that_sees_run_to_run_spre
     interval around the pooled median (~100 ms); drawing repeats first spans most of that spread."""
     with connect(wh, read_only=True) as con:
         est, lo, hi, n, method = _fig(con, "fast", "c8", "ttft_p50_ms")
-        pooled = con.execute("SELECT quantile_cont(ttft_ms, 0.5) FROM requests WHERE load_point_id LIKE 'fast:steady:c8#%'"
-                             " AND in_window AND error_kind IS NULL").fetchone()[0]
+        pooled = con.execute(
+            "SELECT quantile_cont(ttft_ms, 0.5) FROM requests WHERE load_point_id LIKE 'fast:steady:c8#%'"
+            " AND in_window AND error_kind IS NULL"
+        ).fetchone()[0]
     assert est == pytest.approx(pooled)
     assert lo < 70 and hi > 130, (lo, hi)
     assert method.startswith("two-stage bootstrap: 3 repeats")
@@ -89,14 +110,18 @@ def test_engine_contrasts_call_a_difference_only_when_the_interval_excludes_one(
 
 def test_above_idle_energy_subtracts_the_deployments_idle_power(wh):
     with connect(wh, read_only=True) as con:
-        v = con.execute("SELECT idle_power_w, output_tokens_per_j_above_idle, above_idle_power_w, output_tokens_per_j "
-                        "FROM v_load_points WHERE load_point_id = 'fast:steady:c8#1'").fetchone()
-        slow = con.execute("SELECT idle_power_w, output_tokens_per_j_above_idle FROM v_load_points "
-                           "WHERE load_point_id = 'slow:steady:c8#1'").fetchone()
-    assert v[0] == pytest.approx(110.0)                                 # mean of before (100) and after (120)
+        v = con.execute(
+            "SELECT idle_power_w, output_tokens_per_j_above_idle, above_idle_power_w, output_tokens_per_j "
+            "FROM v_load_points WHERE load_point_id = 'fast:steady:c8#1'"
+        ).fetchone()
+        slow = con.execute(
+            "SELECT idle_power_w, output_tokens_per_j_above_idle FROM v_load_points "
+            "WHERE load_point_id = 'slow:steady:c8#1'"
+        ).fetchone()
+    assert v[0] == pytest.approx(110.0)  # mean of before (100) and after (120)
     assert v[1] == pytest.approx(20_000 / (5000.0 - 110.0 * 10.0))
     assert v[2] == pytest.approx(500.0 - 110.0) and v[3] == pytest.approx(20_000 / 5000.0)
-    assert slow == (None, None)                                         # no idle baseline: NULL, not total energy
+    assert slow == (None, None)  # no idle baseline: NULL, not total energy
 
 
 def test_load_points_summarises_repeats_with_their_intervals(wh):

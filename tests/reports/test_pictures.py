@@ -2,8 +2,8 @@
 cannot come back. Points come from a real warehouse (synthetic bundle, ingested, summarised by sql/load_points.sql)
 where the test is about the data, and from frames made here where it is about crowding (eight engines)."""
 
-import json
 import itertools
+import json
 import re
 
 import matplotlib.colors as mcolors
@@ -27,10 +27,30 @@ def frames(tmp_path_factory):
         pts = []
         for r in (1, 2, 3):
             for c, rps in ((8, 4.0), (32, 9.0), (128, 14.0)):
-                pts.append(simple_point(f"c{c}", rps * speed * (1 + 0.02 * r), ttft=20.0 + c / 4, concurrency=c,
-                                        output_tokens=16, repeat=r, energy_j=2000.0 + 40 * c + 30 * r))
-            pts.append(Point("bursty", "gamma-r6-b0.25", ttft_ms=ttfts(30, 30, 10, seed=r), shape="gamma",
-                             concurrency=None, rate=6.0, output_tokens=16, repeat=r, energy_j=1500.0 + 20 * r))
+                pts.append(
+                    simple_point(
+                        f"c{c}",
+                        rps * speed * (1 + 0.02 * r),
+                        ttft=20.0 + c / 4,
+                        concurrency=c,
+                        output_tokens=16,
+                        repeat=r,
+                        energy_j=2000.0 + 40 * c + 30 * r,
+                    )
+                )
+            pts.append(
+                Point(
+                    "bursty",
+                    "gamma-r6-b0.25",
+                    ttft_ms=ttfts(30, 30, 10, seed=r),
+                    shape="gamma",
+                    concurrency=None,
+                    rate=6.0,
+                    output_tokens=16,
+                    repeat=r,
+                    energy_j=1500.0 + 20 * r,
+                )
+            )
         deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
     write_run(db, tmp, "run", deps)
     with connect(db, read_only=True) as con:
@@ -51,8 +71,11 @@ def _labels_overlap(fig, gid: str) -> list:
 def _visible_tick_labels(ax, which="x"):
     axis = ax.xaxis if which == "x" else ax.yaxis
     lo, hi = sorted(axis.get_view_interval())
-    return [t.label1 for t in sorted(axis.get_major_ticks(), key=lambda t: t.get_loc())
-            if lo <= t.get_loc() <= hi and t.label1.get_visible() and t.label1.get_text()]
+    return [
+        t.label1
+        for t in sorted(axis.get_major_ticks(), key=lambda t: t.get_loc())
+        if lo <= t.get_loc() <= hi and t.label1.get_visible() and t.label1.get_text()
+    ]
 
 
 def test_error_bars_are_the_summaries_intervals(frames):
@@ -63,13 +86,13 @@ def test_error_bars_are_the_summaries_intervals(frames):
     closed = [c for c in ax.containers if c.get_label() and "trtllm-like" in c.get_label()]
     assert closed, "no error-bar series for trtllm-like"
     data, _caps, bars = closed[0].lines
-    ybars = bars[-1]                                     # x bars first, then y bars
+    ybars = bars[-1]  # x bars first, then y bars
     ref = reporting.load_order(points[(points["engine"] == "trtllm-like") & (points["shape"] == "concurrency")])
-    assert list(data.get_ydata()) == pytest.approx(list(ref["output_tok_s"]))           # 3 markers, not 9
+    assert list(data.get_ydata()) == pytest.approx(list(ref["output_tok_s"]))  # 3 markers, not 9
     spans = sorted((float(s[0][1]), float(s[1][1])) for s in ybars.get_segments())
     want = sorted(zip(ref["output_tok_s_lo"], ref["output_tok_s_hi"]))
     assert [v for span in spans for v in span] == pytest.approx([v for span in want for v in span], abs=0.06)
-    assert all(hi > lo for lo, hi in spans)        # three repeats that differ: a real interval
+    assert all(hi > lo for lo, hi in spans)  # three repeats that differ: a real interval
 
 
 def test_open_loop_points_are_hollow_and_off_the_pareto_line(frames):
@@ -81,7 +104,7 @@ def test_open_loop_points_are_hollow_and_off_the_pareto_line(frames):
         (front,) = [ln for ln in ax.lines if ln.get_gid() == f"frontier:{engine}"]
         g = gamma[gamma["engine"] == engine].iloc[0]
         assert g["e2e_p50_ms"] not in list(front.get_xdata())
-        assert len(set(front.get_xdata())) == 3                   # the three fixed-concurrency points
+        assert len(set(front.get_xdata())) == 3  # the three fixed-concurrency points
     hollow = [ln for ln in ax.lines if (ln.get_gid() or "").endswith(":open") and ln.get_marker() == "o"]
     assert hollow and all(mcolors.to_hex(ln.get_markerfacecolor()) == "#ffffff" for ln in hollow)
 
@@ -92,12 +115,12 @@ def test_tokens_per_joule_axis_reads_plain_concurrencies_and_has_both_measures(f
     _drawn(fig)
     for ax in (total, above):
         labels = [t.get_text() for t in _visible_tick_labels(ax)]
-        assert labels == ["8", "32", "128"], labels          # not 2^3 .. 2^7, not the open-loop achieved value
+        assert labels == ["8", "32", "128"], labels  # not 2^3 .. 2^7, not the open-loop achieved value
     assert "total" in total.get_title() and "above idle" in above.get_title()
-    assert total.lines and above.lines                       # both measured (idle power known)
+    assert total.lines and above.lines  # both measured (idle power known)
     t8 = [ln for ln in total.lines if ln.get_gid() == "sweep:vllm-like"][0].get_ydata()[0]
     a8 = [ln for ln in above.lines if ln.get_gid() == "sweep:vllm-like"][0].get_ydata()[0]
-    assert a8 > t8                                           # above idle: fewer joules per token
+    assert a8 > t8  # above idle: fewer joules per token
 
 
 def test_latency_cdf_legend_in_load_order_with_distinct_colours_and_clean_log_axis(frames):
@@ -120,17 +143,48 @@ def _crowd(n_engines: int = 8) -> pd.DataFrame:
     rows = []
     for i in range(n_engines):
         for c, tok in ((8, 1500.0), (32, 4200.0), (128, 7000.0)):
-            rows.append({"engine": f"engine-{i}", "workload": "steady", "point_label": f"c{c}", "shape": "concurrency",
-                         "concurrency": c, "rate": np.nan, "repeats": 3, "achieved_concurrency": float(c),
-                         "output_tok_s": tok * (1 + 0.01 * i), "output_tok_s_lo": tok * 0.98, "output_tok_s_hi": tok * 1.02,
-                         "e2e_p50_ms": 600.0 + 3 * c + 4 * i, "e2e_p50_ms_lo": np.nan, "e2e_p50_ms_hi": np.nan,
-                         "output_tokens_per_j": tok / 4000, "output_tokens_per_j_lo": np.nan,
-                         "output_tokens_per_j_hi": np.nan, "output_tokens_per_j_above_idle": tok / 3000,
-                         "precision": "fp8", "tp": 8})
-        rows.append({"engine": f"engine-{i}", "workload": "bursty", "point_label": "gamma-r6-b0.25", "shape": "gamma",
-                     "concurrency": np.nan, "rate": 6.0, "repeats": 3, "achieved_concurrency": 1.8 + 0.05 * i,
-                     "output_tok_s": 390.0 + i, "e2e_p50_ms": 590.0 + 2 * i, "output_tokens_per_j": 0.24,
-                     "output_tokens_per_j_above_idle": 0.36, "precision": "fp8", "tp": 8})
+            rows.append(
+                {
+                    "engine": f"engine-{i}",
+                    "workload": "steady",
+                    "point_label": f"c{c}",
+                    "shape": "concurrency",
+                    "concurrency": c,
+                    "rate": np.nan,
+                    "repeats": 3,
+                    "achieved_concurrency": float(c),
+                    "output_tok_s": tok * (1 + 0.01 * i),
+                    "output_tok_s_lo": tok * 0.98,
+                    "output_tok_s_hi": tok * 1.02,
+                    "e2e_p50_ms": 600.0 + 3 * c + 4 * i,
+                    "e2e_p50_ms_lo": np.nan,
+                    "e2e_p50_ms_hi": np.nan,
+                    "output_tokens_per_j": tok / 4000,
+                    "output_tokens_per_j_lo": np.nan,
+                    "output_tokens_per_j_hi": np.nan,
+                    "output_tokens_per_j_above_idle": tok / 3000,
+                    "precision": "fp8",
+                    "tp": 8,
+                }
+            )
+        rows.append(
+            {
+                "engine": f"engine-{i}",
+                "workload": "bursty",
+                "point_label": "gamma-r6-b0.25",
+                "shape": "gamma",
+                "concurrency": np.nan,
+                "rate": 6.0,
+                "repeats": 3,
+                "achieved_concurrency": 1.8 + 0.05 * i,
+                "output_tok_s": 390.0 + i,
+                "e2e_p50_ms": 590.0 + 2 * i,
+                "output_tokens_per_j": 0.24,
+                "output_tokens_per_j_above_idle": 0.36,
+                "precision": "fp8",
+                "tp": 8,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -161,14 +215,16 @@ def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():
     """Two GPUs sampled at slightly different instants (as NVML reads them one after the other): the trace is their
     sum per 100 ms bin, not each reading on its own."""
     t = np.arange(0, 50) * 100_000_000
-    samples = pd.concat([
-        pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-0", "t_ns": t + 1_000_000, "power_w": 300.0}),
-        pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-1", "t_ns": t + 4_000_000, "power_w": 200.0}),
-    ])
+    samples = pd.concat(
+        [
+            pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-0", "t_ns": t + 1_000_000, "power_w": 300.0}),
+            pd.DataFrame({"deployment_id": "d", "gpu_uuid": "GPU-1", "t_ns": t + 4_000_000, "power_w": 200.0}),
+        ]
+    )
     series = pictures.power_series(samples)
     assert len(series) == 50 and (series["power_w"] == 500.0).all()
     assert series["t_s"].iloc[1] - series["t_s"].iloc[0] == pytest.approx(0.1)
-    jitter = samples.copy()   # GPU-1's 10th reading lands late, in the next bin: no gap and no double count
+    jitter = samples.copy()  # GPU-1's 10th reading lands late, in the next bin: no gap and no double count
     jitter.loc[(jitter["gpu_uuid"] == "GPU-1") & (jitter["t_ns"] == 9 * 100_000_000 + 4_000_000), "t_ns"] += 99_000_000
     series = pictures.power_series(jitter)
     assert len(series) == 50 and (series["power_w"] == 500.0).all()
@@ -179,14 +235,19 @@ def test_a_tensor_parallel_deployment_shows_each_gpus_trace_under_its_total():
     from assets import charts
 
     t = np.arange(0, 30) * 100_000_000
-    samples = pd.concat([
-        pd.DataFrame({"deployment_id": "tp2", "gpu_uuid": "GPU-aa", "gpu_index": 2, "t_ns": t + 1_000_000,
-                      "power_w": 400.0}),
-        pd.DataFrame({"deployment_id": "tp2", "gpu_uuid": "GPU-bb", "gpu_index": 3, "t_ns": t + 3_000_000,
-                      "power_w": 250.0}),
-        pd.DataFrame({"deployment_id": "tp1", "gpu_uuid": "GPU-cc", "gpu_index": 0, "t_ns": t + 2_000_000,
-                      "power_w": 300.0}),
-    ])
+    samples = pd.concat(
+        [
+            pd.DataFrame(
+                {"deployment_id": "tp2", "gpu_uuid": "GPU-aa", "gpu_index": 2, "t_ns": t + 1_000_000, "power_w": 400.0}
+            ),
+            pd.DataFrame(
+                {"deployment_id": "tp2", "gpu_uuid": "GPU-bb", "gpu_index": 3, "t_ns": t + 3_000_000, "power_w": 250.0}
+            ),
+            pd.DataFrame(
+                {"deployment_id": "tp1", "gpu_uuid": "GPU-cc", "gpu_index": 0, "t_ns": t + 2_000_000, "power_w": 300.0}
+            ),
+        ]
+    )
     parts = pictures.power_series(samples, per_gpu=True)
     total = pictures.power_series(samples)
     tp2 = parts[parts["deployment_id"] == "tp2"]

@@ -30,12 +30,21 @@ def materialized(tmp_path_factory):
     db = tmp / "w.duckdb"
     instance = dg.DagsterInstance.ephemeral()
     ensure_models(instance, ["llama-3.1-8b"])
-    result = dg.materialize([engine_builds, bench], instance=instance,
-                            resources=make_resources(db_path=str(db), plan_path=str(plan), output_dir=str(tmp / "runs"),
-                                                     replay_bundle=str(tmp / "bundle-bundle-run")),
-                            partition_key=bench_partition("llama-3.1-8b", "default"))
+    result = dg.materialize(
+        [engine_builds, bench],
+        instance=instance,
+        resources=make_resources(
+            db_path=str(db),
+            plan_path=str(plan),
+            output_dir=str(tmp / "runs"),
+            replay_bundle=str(tmp / "bundle-bundle-run"),
+        ),
+        partition_key=bench_partition("llama-3.1-8b", "default"),
+    )
     assert result.success
-    return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}, db
+    return {
+        e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()
+    }, db
 
 
 def test_every_table_asset_names_its_table_and_columns(materialized):
@@ -45,18 +54,25 @@ def test_every_table_asset_names_its_table_and_columns(materialized):
         for table, meta in metas.items():
             assert meta["dagster/table_name"].value == f"w.main.{table}"
             schema = meta["dagster/column_schema"].schema
-            actual = con.execute("SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
-                                 "WHERE table_name = ? ORDER BY column_index", [table]).fetchall()
-            assert [(c.name, c.type, c.constraints.nullable) for c in schema.columns] == \
-                [(n, t, bool(null)) for n, t, null in actual], table
-            keyed = con.execute("SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? "
-                                "AND constraint_type = 'PRIMARY KEY'", [table]).fetchall()
-            if keyed:   # engine_builds, deployments, load_runs, requests; samples and scrapes have no key
+            actual = con.execute(
+                "SELECT column_name, data_type, is_nullable FROM duckdb_columns() "
+                "WHERE table_name = ? ORDER BY column_index",
+                [table],
+            ).fetchall()
+            assert [(c.name, c.type, c.constraints.nullable) for c in schema.columns] == [
+                (n, t, bool(null)) for n, t, null in actual
+            ], table
+            keyed = con.execute(
+                "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? "
+                "AND constraint_type = 'PRIMARY KEY'",
+                [table],
+            ).fetchall()
+            if keyed:  # engine_builds, deployments, load_runs, requests; samples and scrapes have no key
                 assert schema.constraints.other == [f"PRIMARY KEY ({', '.join(keyed[0][0])})"], table
             else:
                 assert schema.constraints is None or not schema.constraints.other, table
             described = {c.name: c.description for c in schema.columns}
-            for column, comment in schema_comments()[table].items():   # every comment of sql/schema.sql arrives
+            for column, comment in schema_comments()[table].items():  # every comment of sql/schema.sql arrives
                 assert comment in described[column], (table, column)
 
 

@@ -17,11 +17,25 @@ def wh(tmp_path_factory):
     18 req/s (1200 W), and beta whose only point misses the SLO."""
     tmp = tmp_path_factory.mktemp("buy")
     db = tmp / "w.duckdb"
-    write_run(db, tmp, "r-h100", [Deployment("alpha", tp=2, points=[simple_point("c8", 10.0, energy_j=10_000.0)])],
-              gpu="NVIDIA H100 80GB HBM3", price=2.0)
-    write_run(db, tmp, "r-h200", [Deployment("alpha", tp=2, points=[simple_point("c8", 18.0, energy_j=12_000.0)]),
-                                  Deployment("beta", tp=1, points=[simple_point("c8", 30.0, ttft=5000.0)])],
-              gpu="NVIDIA H200", price=3.5)
+    write_run(
+        db,
+        tmp,
+        "r-h100",
+        [Deployment("alpha", tp=2, points=[simple_point("c8", 10.0, energy_j=10_000.0)])],
+        gpu="NVIDIA H100 80GB HBM3",
+        price=2.0,
+    )
+    write_run(
+        db,
+        tmp,
+        "r-h200",
+        [
+            Deployment("alpha", tp=2, points=[simple_point("c8", 18.0, energy_j=12_000.0)]),
+            Deployment("beta", tp=1, points=[simple_point("c8", 30.0, ttft=5000.0)]),
+        ],
+        gpu="NVIDIA H200",
+        price=3.5,
+    )
     return db
 
 
@@ -44,8 +58,25 @@ def test_every_config_of_every_run_ranked_by_monthly_cost(wh):
 
 
 def test_report_buy_cli_defaults_to_the_latest_run_of_each_gpu_kind(wh, capsys):
-    assert cli(["report", "--buy", "--db", str(wh), "--steady-qps", "30", "--peak-qps", "70",
-                "--input-tokens", "512", "--output-tokens", "128"]) == 0
+    assert (
+        cli(
+            [
+                "report",
+                "--buy",
+                "--db",
+                str(wh),
+                "--steady-qps",
+                "30",
+                "--peak-qps",
+                "70",
+                "--input-tokens",
+                "512",
+                "--output-tokens",
+                "128",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "r-h100" in out and "r-h200" in out and "NVIDIA H200" in out
     assert out.index("NVIDIA H200 ") < out.index("NVIDIA H100 80GB HBM3")  # cheapest first
@@ -57,9 +88,11 @@ def test_report_buy_cli_names_an_unknown_run(wh, capsys):
 
 
 def test_report_capacity_cli_shares_the_profile_handling(wh, capsys):
-    assert cli(["report", "--capacity", "--run", "r-h100", "--db", str(wh), "--steady-qps", "30",
-                "--peak-qps", "70"]) == 0
+    assert (
+        cli(["report", "--capacity", "--run", "r-h100", "--db", str(wh), "--steady-qps", "30", "--peak-qps", "70"]) == 0
+    )
     assert "Capacity plan, run r-h100: steady 30 req/s, peak 70 req/s" in capsys.readouterr().out
-    assert cli(["report", "--capacity", "--run", "r-h100", "--db", str(wh), "--steady-qps", "30",
-                "--peak-qps", "20"]) == 2
+    assert (
+        cli(["report", "--capacity", "--run", "r-h100", "--db", str(wh), "--steady-qps", "30", "--peak-qps", "20"]) == 2
+    )
     assert "--peak-qps (20) must be >= --steady-qps (30)" in capsys.readouterr().err

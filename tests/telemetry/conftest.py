@@ -19,9 +19,15 @@ TRACE = TRACES / "h200_trace.json"
 FAULTS = TRACES / "synthetic_faults.json"
 
 PER_TICK_KEYS = (  # the calls NvmlSource.sample() makes per GPU and tick, as trace keys
-    "nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetMemoryInfo:33554472",
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetClockInfo:1", "nvmlDeviceGetClockInfo:2",
-    "nvmlDeviceGetTemperature:0", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetMemoryInfo:33554472",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetClockInfo:1",
+    "nvmlDeviceGetClockInfo:2",
+    "nvmlDeviceGetTemperature:0",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetEnforcedPowerLimit",
 )
 
 
@@ -51,9 +57,11 @@ class TraceFacts:
         # per-sample series from the batched field call: (t_s, instant W, util %, clock-event mask)
         util = self.calls.get("nvmlDeviceGetUtilizationRates", [])
         reasons = self.calls.get("nvmlDeviceGetCurrentClocksEventReasons", [])
-        self.power = [(t / 1000.0 + d / 2000.0, r["186"]["value"] / 1000.0)
-                      for t, d, r in self.calls["nvmlDeviceGetFieldValues"]
-                      if isinstance(r, dict) and "186" in r and r["186"].get("nvmlReturn", 0) == 0]
+        self.power = [
+            (t / 1000.0 + d / 2000.0, r["186"]["value"] / 1000.0)
+            for t, d, r in self.calls["nvmlDeviceGetFieldValues"]
+            if isinstance(r, dict) and "186" in r and r["186"].get("nvmlReturn", 0) == 0
+        ]
         self.busy = self._busy_span(util)
         self.idle = self._idle_span(reasons)
 
@@ -63,8 +71,7 @@ class TraceFacts:
         if self.load_phase is None:
             return None
         a, b = self.load_phase
-        busy = [t / 1000.0 for t, _, r in util
-                if isinstance(r, dict) and r.get("gpu", 0) >= 90 and a <= t / 1000.0 < b]
+        busy = [t / 1000.0 for t, _, r in util if isinstance(r, dict) and r.get("gpu", 0) >= 90 and a <= t / 1000.0 < b]
         return (busy[0], busy[-1]) if busy else None
 
     def _idle_span(self, reasons):
@@ -88,7 +95,7 @@ class TraceFacts:
         """Every return the fake can give a call of `key` made at some replay time in [a_s, b_s]."""
         i = max(bisect.bisect_right(self._t[key], a_s) - 1, 0)
         j = max(bisect.bisect_right(self._t[key], b_s) - 1, 0)
-        return [e[2] for e in self.calls[key][i: j + 1]]
+        return [e[2] for e in self.calls[key][i : j + 1]]
 
     def power_w_between(self, a_s: float, b_s: float) -> set[float]:
         return {r["186"]["value"] / 1000.0 for r in self.rets_between("nvmlDeviceGetFieldValues", a_s, b_s)}

@@ -29,6 +29,7 @@ def schema_columns(table: str) -> set[str]:
 
 class _Exporter(BaseHTTPRequestHandler):
     """The recorded page, with each GPU's energy counter advanced by its power draw x the time since start."""
+
     t0 = time.perf_counter()
     page = PAGE.read_text()
     power = {u: g["fields"]["DCGM_FI_DEV_POWER_USAGE"] for u, g in parse_page(page).items()}
@@ -49,6 +50,7 @@ class _Exporter(BaseHTTPRequestHandler):
         def bump(m: re.Match) -> str:
             uuid = re.search(r'UUID="([^"]+)"', m.group(1)).group(1)
             return f"{m.group(1)} {int(int(m.group(2)) + self.power[uuid] * dt * 1000)}"
+
         body = re.sub(r"^(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION\{.*\}) (\d+)$", bump, self.page, flags=re.M).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -84,8 +86,10 @@ def test_page_fields_become_gpu_samples_columns():
 
 
 def test_odd_lines_are_skipped():
-    text = PAGE.read_text() + '\nvllm:num_requests_running{model_name="m"} 3\nDCGM_FI_DEV_GPU_TEMP{gpu="9"\n' \
-                              'DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-x"} NaN\n'
+    text = (
+        PAGE.read_text() + '\nvllm:num_requests_running{model_name="m"} 3\nDCGM_FI_DEV_GPU_TEMP{gpu="9"\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="2",UUID="GPU-x"} NaN\n'
+    )
     gpus = parse_page(text)
     assert set(gpus) == {GPU0, GPU1, "GPU-x"} and gpus["GPU-x"]["fields"]["DCGM_FI_DEV_GPU_TEMP"] is None
 
@@ -129,8 +133,26 @@ def test_a_page_without_dcgm_samples_says_so(exporter, capfd):
 
 def test_cli_sample_kind_dcgm(exporter, tmp_path):
     out = tmp_path / "s.jsonl"
-    p = subprocess.run([sys.executable, "-m", "pipelines.cli", "telemetry", "sample", "--kind", "dcgm", "--url",
-                        exporter + "/metrics", "--seconds", "0.5", "--out", str(out)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.cli",
+            "telemetry",
+            "sample",
+            "--kind",
+            "dcgm",
+            "--url",
+            exporter + "/metrics",
+            "--seconds",
+            "0.5",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert "telemetry: dcgm" in p.stdout and out.read_text().count(GPU0) >= 2

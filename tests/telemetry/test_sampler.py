@@ -25,15 +25,33 @@ import pytest
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.telemetry import TelemetryUnavailable, decode_clock_events, idle_baseline, open_sampler
 from wattbench_agent.telemetry import sources as sources_mod
-from wattbench_agent.telemetry.fake_nvml import (FAULTS_PROVENANCE, SYNTHETIC_PROVENANCE, FakeNvml,
-                                           synthetic_faults_trace, synthetic_h200_trace)
+from wattbench_agent.telemetry.fake_nvml import (
+    FAULTS_PROVENANCE,
+    SYNTHETIC_PROVENANCE,
+    FakeNvml,
+    synthetic_faults_trace,
+    synthetic_h200_trace,
+)
 from wattbench_agent.telemetry.sampler import TRACE_DISAGREE, _integrate
 from wattbench_agent.telemetry.sources import SAMPLE_FIELDS, NvmlSource
 
 SCHEMA = Path(__file__).resolve().parents[2] / "sql" / "schema.sql"
-VALUE_COLUMNS = ("power_w", "power_avg_w", "energy_mj", "hbm_used_mib", "hbm_total_mib", "util_gpu_pct",
-                 "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "hbm_temp_c", "power_limit_w",
-                 "clock_event_reasons", "clock_events")
+VALUE_COLUMNS = (
+    "power_w",
+    "power_avg_w",
+    "energy_mj",
+    "hbm_used_mib",
+    "hbm_total_mib",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "hbm_temp_c",
+    "power_limit_w",
+    "clock_event_reasons",
+    "clock_events",
+)
 
 
 def schema_columns(table: str) -> set[str]:
@@ -53,8 +71,13 @@ class Replay:
         self.epoch_ns = time.perf_counter_ns()
         self.offset = start_offset_s
         self.speed = speed
-        self.spec = {"fake": str(trace_path), "epoch_ns": self.epoch_ns, "start_offset_s": start_offset_s,
-                     "speed": speed, **kw}
+        self.spec = {
+            "fake": str(trace_path),
+            "epoch_ns": self.epoch_ns,
+            "start_offset_s": start_offset_s,
+            "speed": speed,
+            **kw,
+        }
 
     def t(self, ns: int | None = None) -> float:
         ns = time.perf_counter_ns() if ns is None else ns
@@ -104,8 +127,12 @@ def test_trace_is_a_recording_and_self_consistent(trace, facts):
     # (the NVML call alone, what the fake replays) plus the recording wrapper's bookkeeping (< 0.15 ms)
     stats = trace["call_stats"]
     for fn, s in stats.items():
-        durs = [d for key, entries in {**trace["system"], **facts.calls}.items()
-                if key.split(":")[0] == fn for _, d, _ in entries]
+        durs = [
+            d
+            for key, entries in {**trace["system"], **facts.calls}.items()
+            if key.split(":")[0] == fn
+            for _, d, _ in entries
+        ]
         assert len(durs) == s["n"], fn
         assert statistics.mean(durs) - 2e-4 <= s["mean_ms"] <= statistics.mean(durs) + 0.15, fn
         assert max(durs) - 2e-4 <= s["max_ms"], fn
@@ -126,8 +153,9 @@ def test_recorded_counter_agrees_with_integrated_instant_power(facts):
     for name, (a, b) in (("load phase", facts.load_phase), ("busy span", facts.busy), ("steady", facts.steady())):
         counter_j, trace_j = _counter_vs_trace(facts, a, b)
         rel = (trace_j - counter_j) / counter_j
-        assert abs(rel) <= TRACE_DISAGREE, f"{name} [{a:.2f}, {b:.2f}] s: counter {counter_j:.1f} J, " \
-                                           f"trace {trace_j:.1f} J, {rel * 100:+.2f} %"
+        assert abs(rel) <= TRACE_DISAGREE, (
+            f"{name} [{a:.2f}, {b:.2f}] s: counter {counter_j:.1f} J, trace {trace_j:.1f} J, {rel * 100:+.2f} %"
+        )
     # the whole recording, idle included
     counter_j, trace_j = _counter_vs_trace(facts, 0.0, facts.seconds)
     assert abs(trace_j - counter_j) / counter_j <= TRACE_DISAGREE
@@ -166,8 +194,13 @@ def test_one_sample_is_one_batched_field_call(trace_path, facts):
 
 
 def test_not_supported_is_null_and_not_asked_again(trace_path, facts):
-    src = NvmlSource(nvml_spec={"fake": str(trace_path), "latency_scale": 0, "not_supported": [
-        "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetUtilizationRates", "field:82"]})
+    src = NvmlSource(
+        nvml_spec={
+            "fake": str(trace_path),
+            "latency_scale": 0,
+            "not_supported": ["nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetUtilizationRates", "field:82"],
+        }
+    )
     src.open()
     rows = src.sample() + src.sample()
     for row in rows:
@@ -202,8 +235,9 @@ def test_cadence_cost_and_bundle_rows(trace_path, facts, tmp_path):
     # cost measured and reported with the run; the fake sleeps each recorded call duration, so the measured
     # cost can only be at least what the recording's calls cost in the replayed span
     a, b = rp.t(rows[0]["t_ns"]), rp.t(rows[-1]["t_ns"])
-    per_tick_ms = sum(facts.median_ms(k, a, b) for k in
-                      ("nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEnergyConsumption"))
+    per_tick_ms = sum(
+        facts.median_ms(k, a, b) for k in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEnergyConsumption")
+    )
     assert info["telemetry_source"] == "nvml" and info["sampler_hz"] == 10
     assert 0 < info["sampler_cpu_share"] < 1
     assert info["sampler_call_ms"] >= 0.9 * per_tick_ms
@@ -305,37 +339,41 @@ def lost_run(tmp_path_factory, facts, trace_path):
 
     tmp = tmp_path_factory.mktemp("lost")
     flag = tmp / "gpu_lost"
-    rp = Replay(trace_path, start_offset_s=facts.steady()[0], latency_scale=0.25,
-                errors=[{"code": "NVML_ERROR_GPU_IS_LOST", "when_file": str(flag)}])
+    rp = Replay(
+        trace_path,
+        start_offset_s=facts.steady()[0],
+        latency_scale=0.25,
+        errors=[{"code": "NVML_ERROR_GPU_IS_LOST", "when_file": str(flag)}],
+    )
     err = io.StringIO()
     out = {"facts": facts, "rp": rp, "bundle": tmp / "b"}
-    with contextlib.redirect_stderr(err):
-        with BundleWriter(tmp / "b", run_id="r-lost", source="measured") as bw:
-            with open_sampler("nvml", hz=10, out=bw, deployment_id="dep-lost", nvml=rp.spec) as s:
-                time.sleep(0.3)
-                s.begin_window("span")
-                s.begin_window("end_in_gap")
-                time.sleep(1.2)  # > FLUSH_S: rows of the healthy start are in the bundle before the gap
-                out["rows_before"] = (tmp / "b" / "gpu_samples.jsonl").read_text().splitlines()
-                out["on_ns"] = time.perf_counter_ns()
-                flag.touch()
-                time.sleep(0.6)  # > MAX_TRACE_GAP_S of the sampler change: no trace_j held across it
-                out["w_end_in_gap"] = s.end_window("end_in_gap")
-                s.begin_window("start_in_gap")
-                time.sleep(0.3)
-                flag.unlink()
-                out["off_ns"] = time.perf_counter_ns()
-                time.sleep(0.3)
-                out["w_start_in_gap"] = s.end_window("start_in_gap")
-                out["w_span"] = s.end_window("span")
-                s.begin_window("after")
-                time.sleep(0.6)
-                out["w_after"] = s.end_window("after")
-            out["info"] = s.info()
+    with contextlib.redirect_stderr(err), BundleWriter(tmp / "b", run_id="r-lost", source="measured") as bw:
+        with open_sampler("nvml", hz=10, out=bw, deployment_id="dep-lost", nvml=rp.spec) as s:
+            time.sleep(0.3)
+            s.begin_window("span")
+            s.begin_window("end_in_gap")
+            time.sleep(1.2)  # > FLUSH_S: rows of the healthy start are in the bundle before the gap
+            out["rows_before"] = (tmp / "b" / "gpu_samples.jsonl").read_text().splitlines()
+            out["on_ns"] = time.perf_counter_ns()
+            flag.touch()
+            time.sleep(0.6)  # > MAX_TRACE_GAP_S of the sampler change: no trace_j held across it
+            out["w_end_in_gap"] = s.end_window("end_in_gap")
+            s.begin_window("start_in_gap")
+            time.sleep(0.3)
+            flag.unlink()
+            out["off_ns"] = time.perf_counter_ns()
+            time.sleep(0.3)
+            out["w_start_in_gap"] = s.end_window("start_in_gap")
+            out["w_span"] = s.end_window("span")
+            s.begin_window("after")
+            time.sleep(0.6)
+            out["w_after"] = s.end_window("after")
+        out["info"] = s.info()
     out["stderr"] = err.getvalue()
     out["rows"] = [json.loads(x) for x in (tmp / "b" / "gpu_samples.jsonl").read_text().splitlines()]
-    out["windows"] = {r["window_name"]: r for r in
-                      map(json.loads, (tmp / "b" / "energy_windows.jsonl").read_text().splitlines())}
+    out["windows"] = {
+        r["window_name"]: r for r in map(json.loads, (tmp / "b" / "energy_windows.jsonl").read_text().splitlines())
+    }
     out["manifest"] = json.loads((tmp / "b" / "manifest.json").read_text())
     return out
 
@@ -345,7 +383,7 @@ def test_nvml_errors_mid_run_leave_a_null_gap_and_sampling_goes_on(lost_run):
     on, off = lost_run["on_ns"], lost_run["off_ns"]
     # the rows written before the fault are still there, unchanged
     before = [json.loads(x) for x in lost_run["rows_before"]]
-    assert len(before) >= 8 and rows[:len(before)] == before
+    assert len(before) >= 8 and rows[: len(before)] == before
     # inside the gap: rows (the ticks happened) with every measured value NULL - nothing fabricated
     margin = 60_000_000
     gap = [r for r in rows if on + margin <= r["t_ns"] <= off - margin]
@@ -395,9 +433,15 @@ def test_nvml_errors_mid_run_reported_once(lost_run):
 
 
 def test_field_error_is_null_for_that_field_only(trace_path, facts):
-    rp = Replay(trace_path, start_offset_s=facts.idle[0], latency_scale=0,
-                errors=[{"code": "NVML_ERROR_UNKNOWN", "calls": ["field:186"], "from_s": 0.0, "until_s": 60.0},
-                        {"code": 999, "calls": ["nvmlDeviceGetTemperature"]}])
+    rp = Replay(
+        trace_path,
+        start_offset_s=facts.idle[0],
+        latency_scale=0,
+        errors=[
+            {"code": "NVML_ERROR_UNKNOWN", "calls": ["field:186"], "from_s": 0.0, "until_s": 60.0},
+            {"code": 999, "calls": ["nvmlDeviceGetTemperature"]},
+        ],
+    )
     src = NvmlSource(nvml_spec=rp.spec)
     src.open()
     rows = src.sample() + src.sample()
@@ -498,11 +542,28 @@ class _Emulator(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         dt = time.perf_counter() - self.t0
-        gpus = [{"gpu_uuid": f"GPU-emu-{i}", "gpu_index": i, "name": "H200 (emulated)", "power_w": 300.0 + i,
-                 "power_avg_w": 300.0, "energy_mj": 5e6 + dt * (300.0 + i) * 1000, "hbm_used_mib": 1000.0,
-                 "hbm_total_mib": 143771.0, "util_gpu_pct": 50.0, "util_mem_pct": 20.0, "sm_clock_mhz": 1800.0,
-                 "mem_clock_mhz": 3201.0, "temp_c": 50.0, "hbm_temp_c": 45.0, "power_limit_w": 700.0,
-                 "clock_event_reasons": 0, "clock_events": ""} for i in range(3)]
+        gpus = [
+            {
+                "gpu_uuid": f"GPU-emu-{i}",
+                "gpu_index": i,
+                "name": "H200 (emulated)",
+                "power_w": 300.0 + i,
+                "power_avg_w": 300.0,
+                "energy_mj": 5e6 + dt * (300.0 + i) * 1000,
+                "hbm_used_mib": 1000.0,
+                "hbm_total_mib": 143771.0,
+                "util_gpu_pct": 50.0,
+                "util_mem_pct": 20.0,
+                "sm_clock_mhz": 1800.0,
+                "mem_clock_mhz": 3201.0,
+                "temp_c": 50.0,
+                "hbm_temp_c": 45.0,
+                "power_limit_w": 700.0,
+                "clock_event_reasons": 0,
+                "clock_events": "",
+            }
+            for i in range(3)
+        ]
         body = json.dumps({"t_ns": time.perf_counter_ns(), "gpus": gpus}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -525,8 +586,9 @@ def emulator_url():
 
 
 def test_emulated_kind(emulator_url, sink):
-    with open_sampler("emulated", gpu_uuids=["GPU-emu-0", "GPU-emu-2"], url=emulator_url, hz=10, out=sink,
-                      deployment_id="e1") as s:
+    with open_sampler(
+        "emulated", gpu_uuids=["GPU-emu-0", "GPU-emu-2"], url=emulator_url, hz=10, out=sink, deployment_id="e1"
+    ) as s:
         s.begin_window("lp")
         time.sleep(1.0)
         w = s.end_window("lp")
@@ -567,8 +629,13 @@ def test_recorder_round_trip(trace_path, facts, tmp_path):
     rec = record(0.6, out, hz=10, nvml_spec=rp.spec, progress=False)
     assert rec["format"] == "wattbench-nvml-trace/1" and rec["synthetic"] is True  # recorded from a fake
     calls = rec["devices"][0]["calls"]
-    assert {"nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetClockInfo:1",
-            "nvmlDeviceGetMemoryInfo:33554472", "nvmlDeviceGetUUID"} <= set(calls)
+    assert {
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetClockInfo:1",
+        "nvmlDeviceGetMemoryInfo:33554472",
+        "nvmlDeviceGetUUID",
+    } <= set(calls)
     assert all(len(e) == 3 and e[1] >= 0 for e in calls["nvmlDeviceGetFieldValues"])
     recorded_power = {f["186"]["value"] for _, _, f in calls["nvmlDeviceGetFieldValues"]}
     assert recorded_power <= {f["186"]["value"] for _, _, f in facts.calls["nvmlDeviceGetFieldValues"]}
@@ -606,8 +673,23 @@ def test_cli_sample_with_fake_nvml(trace_path, tmp_path, capsys):
     from wattbench_agent.telemetry.cli import main
 
     out = tmp_path / "s.jsonl"
-    assert main(["telemetry", "sample", "--kind", "nvml", "--fake-nvml", str(trace_path), "--seconds", "0.6",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "telemetry",
+                "sample",
+                "--kind",
+                "nvml",
+                "--fake-nvml",
+                str(trace_path),
+                "--seconds",
+                "0.6",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "mean" in text and "peak" in text and "% of one core" in text and "energy" in text
     assert out.read_text().count("\n") >= 4

@@ -45,7 +45,7 @@ from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MODELS_MOUNT = "/models"
-ENGINES_DIR = f"{MODELS_MOUNT}/engines"         # where a serving pod expects engine <build_id>
+ENGINES_DIR = f"{MODELS_MOUNT}/engines"  # where a serving pod expects engine <build_id>
 ENGINE_CACHE_DIR = f"{MODELS_MOUNT}/engine_cache"  # the content-addressed build cache (build_cache.py)
 DEFAULT_AGENT_IMAGE = "wattbench-agent:latest"
 BUILD_AGENT_COMMAND = ["python3", "-m", "wattbench_agent.engines.build_agent"]
@@ -54,8 +54,7 @@ BUILD_AGENT_COMMAND = ["python3", "-m", "wattbench_agent.engines.build_agent"]
 def build_image_from_env() -> str:
     """The build pod's image: $WATTBENCH_BUILD_IMAGE, else the agent's ($WATTBENCH_AGENT_IMAGE), which holds the
     engines and wattbench's agent side already."""
-    return (os.environ.get("WATTBENCH_BUILD_IMAGE") or os.environ.get("WATTBENCH_AGENT_IMAGE")
-            or DEFAULT_AGENT_IMAGE)
+    return os.environ.get("WATTBENCH_BUILD_IMAGE") or os.environ.get("WATTBENCH_AGENT_IMAGE") or DEFAULT_AGENT_IMAGE
 
 
 @dataclass
@@ -63,20 +62,20 @@ class K8sTarget:
     """Where and how engines run on the cluster."""
 
     namespace: str = "wattbench"
-    image: str | None = None                    # default: the engine adapter's image
-    gpu_product: str | None = None              # node selector nvidia.com/gpu.product
+    image: str | None = None  # default: the engine adapter's image
+    gpu_product: str | None = None  # node selector nvidia.com/gpu.product
     node_selector: dict[str, str] = field(default_factory=dict)
     port: int = 8000
     shm_size: str = "16Gi"
-    models_pvc: str | None = None               # PVC mounted at /models
-    hf_token_secret: str | None = None          # Secret with key HF_TOKEN
+    models_pvc: str | None = None  # PVC mounted at /models
+    hf_token_secret: str | None = None  # Secret with key HF_TOKEN
     service_type: str = "ClusterIP"
-    startup_timeout_s: int = 1800               # startup probe budget (weights load + CUDA graphs)
-    cpu: str | None = None                      # e.g. "16"
-    memory: str | None = None                   # e.g. "128Gi"
+    startup_timeout_s: int = 1800  # startup probe budget (weights load + CUDA graphs)
+    cpu: str | None = None  # e.g. "16"
+    memory: str | None = None  # e.g. "128Gi"
     image_pull_policy: str = "IfNotPresent"
     labels: dict[str, str] = field(default_factory=dict)
-    run_as_user: int = 1000                     # never root: runAsNonRoot refuses uid 0
+    run_as_user: int = 1000  # never root: runAsNonRoot refuses uid 0
     run_as_group: int = 1000
 
     def image_for(self, engine: str) -> str:
@@ -94,9 +93,14 @@ def resource_name(cfg: EngineConfig) -> str:
 
 
 def _labels(cfg: EngineConfig, target: K8sTarget) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "wattbench-engine", "app.kubernetes.io/part-of": "wattbench",
-            "wattbench/engine": cfg.engine, "wattbench/deployment": resource_name(cfg),
-            "wattbench/build-id": cfg.build_id(), **target.labels}
+    return {
+        "app.kubernetes.io/name": "wattbench-engine",
+        "app.kubernetes.io/part-of": "wattbench",
+        "wattbench/engine": cfg.engine,
+        "wattbench/deployment": resource_name(cfg),
+        "wattbench/build-id": cfg.build_id(),
+        **target.labels,
+    }
 
 
 def _gpu_resources(n_gpus: int, target: K8sTarget) -> k8s.V1ResourceRequirements:
@@ -108,31 +112,44 @@ def _gpu_resources(n_gpus: int, target: K8sTarget) -> k8s.V1ResourceRequirements
     return k8s.V1ResourceRequirements(requests=dict(amounts), limits=dict(amounts))
 
 
-HOME_DIR = "/home/wattbench"                     # HOME of the non-root user: an emptyDir (engine caches)
+HOME_DIR = "/home/wattbench"  # HOME of the non-root user: an emptyDir (engine caches)
 
 
 def _pod_security(target: K8sTarget) -> k8s.V1PodSecurityContext:
     """Every wattbench pod: a non-root user, fsGroup so volumes are writable to it, the runtime's seccomp profile."""
     if target.run_as_user == 0 or target.run_as_group == 0:
         raise ValueError("run_as_user and run_as_group must not be 0: wattbench's pods run as a non-root user")
-    return k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=target.run_as_user,
-                                    run_as_group=target.run_as_group, fs_group=target.run_as_group,
-                                    seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"))
+    return k8s.V1PodSecurityContext(
+        run_as_non_root=True,
+        run_as_user=target.run_as_user,
+        run_as_group=target.run_as_group,
+        fs_group=target.run_as_group,
+        seccomp_profile=k8s.V1SeccompProfile(type="RuntimeDefault"),
+    )
 
 
 def _container_security() -> k8s.V1SecurityContext:
-    return k8s.V1SecurityContext(allow_privilege_escalation=False, privileged=False,
-                                 capabilities=k8s.V1Capabilities(drop=["ALL"]))
+    return k8s.V1SecurityContext(
+        allow_privilege_escalation=False, privileged=False, capabilities=k8s.V1Capabilities(drop=["ALL"])
+    )
 
 
 def _volumes(target: K8sTarget) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
-    volumes = [k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
-                                                                              size_limit=target.shm_size)),
-               k8s.V1Volume(name="home", empty_dir=k8s.V1EmptyDirVolumeSource())]
-    mounts = [k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"), k8s.V1VolumeMount(name="home", mount_path=HOME_DIR)]
+    volumes = [
+        k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=target.shm_size)),
+        k8s.V1Volume(name="home", empty_dir=k8s.V1EmptyDirVolumeSource()),
+    ]
+    mounts = [
+        k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm"),
+        k8s.V1VolumeMount(name="home", mount_path=HOME_DIR),
+    ]
     if target.models_pvc:
-        volumes.append(k8s.V1Volume(name="models", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-            claim_name=target.models_pvc)))
+        volumes.append(
+            k8s.V1Volume(
+                name="models",
+                persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=target.models_pvc),
+            )
+        )
         mounts.append(k8s.V1VolumeMount(name="models", mount_path=MODELS_MOUNT))
     return volumes, mounts
 
@@ -143,8 +160,14 @@ def _env(target: K8sTarget) -> list[k8s.V1EnvVar]:
         env.append(k8s.V1EnvVar(name="HF_HOME", value=f"{MODELS_MOUNT}/hf"))
         env.append(k8s.V1EnvVar(name="WATTBENCH_ENGINE_CACHE", value=ENGINE_CACHE_DIR))
     if target.hf_token_secret:
-        env.append(k8s.V1EnvVar(name="HF_TOKEN", value_from=k8s.V1EnvVarSource(
-            secret_key_ref=k8s.V1SecretKeySelector(name=target.hf_token_secret, key="HF_TOKEN", optional=True))))
+        env.append(
+            k8s.V1EnvVar(
+                name="HF_TOKEN",
+                value_from=k8s.V1EnvVarSource(
+                    secret_key_ref=k8s.V1SecretKeySelector(name=target.hf_token_secret, key="HF_TOKEN", optional=True)
+                ),
+            )
+        )
     return env
 
 
@@ -166,8 +189,9 @@ def engine_artifact_path(cfg: EngineConfig, artifact_path: str | None = None) ->
     return None
 
 
-def engine_container(cfg: EngineConfig, target: K8sTarget, adapter: EngineAdapter | None = None,
-                     artifact_path: str | None = None) -> k8s.V1Container:
+def engine_container(
+    cfg: EngineConfig, target: K8sTarget, adapter: EngineAdapter | None = None, artifact_path: str | None = None
+) -> k8s.V1Container:
     adapter = adapter or adapter_for(cfg.engine)
     command = adapter.serve_command(cfg, "0.0.0.0", target.port, engine_artifact_path(cfg, artifact_path))
     _, mounts = _volumes(target)
@@ -183,19 +207,28 @@ def engine_container(cfg: EngineConfig, target: K8sTarget, adapter: EngineAdapte
         resources=_gpu_resources(cfg.tp, target),
         volume_mounts=mounts,
         security_context=_container_security(),
-        startup_probe=k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=adapter.health_path, port="http"),
-                                  period_seconds=period, timeout_seconds=5,
-                                  failure_threshold=max(1, -(-target.startup_timeout_s // period))),
-        readiness_probe=k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=ready_path, port="http"),
-                                    period_seconds=period, timeout_seconds=30 if ready_path != adapter.health_path
-                                    else 5, failure_threshold=3),
-        liveness_probe=k8s.V1Probe(http_get=k8s.V1HTTPGetAction(path=adapter.health_path, port="http"),
-                                   period_seconds=30, timeout_seconds=10, failure_threshold=6),
+        startup_probe=k8s.V1Probe(
+            http_get=k8s.V1HTTPGetAction(path=adapter.health_path, port="http"),
+            period_seconds=period,
+            timeout_seconds=5,
+            failure_threshold=max(1, -(-target.startup_timeout_s // period)),
+        ),
+        readiness_probe=k8s.V1Probe(
+            http_get=k8s.V1HTTPGetAction(path=ready_path, port="http"),
+            period_seconds=period,
+            timeout_seconds=30 if ready_path != adapter.health_path else 5,
+            failure_threshold=3,
+        ),
+        liveness_probe=k8s.V1Probe(
+            http_get=k8s.V1HTTPGetAction(path=adapter.health_path, port="http"),
+            period_seconds=30,
+            timeout_seconds=10,
+            failure_threshold=6,
+        ),
     )
 
 
-def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None,
-                    artifact_path: str | None = None) -> list[Any]:
+def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None, artifact_path: str | None = None) -> list[Any]:
     """[V1Deployment, V1Service] that serve one engine config on the cluster."""
     target = target or K8sTarget()
     if cfg.engine == "external":
@@ -206,51 +239,91 @@ def build_manifests(cfg: EngineConfig, target: K8sTarget | None = None,
     node_selector, tolerations = _scheduling(target)
     selector = {"wattbench/deployment": name}
     pod = k8s.V1PodTemplateSpec(
-        metadata=k8s.V1ObjectMeta(labels=labels, annotations={
-            "wattbench/engine-version": adapter.follows_version, "wattbench/model": cfg.model}),
-        spec=k8s.V1PodSpec(containers=[engine_container(cfg, target, adapter, artifact_path)], volumes=volumes,
-                           node_selector=node_selector, tolerations=tolerations, restart_policy="Always",
-                           termination_grace_period_seconds=60, security_context=_pod_security(target),
-                           automount_service_account_token=False),
+        metadata=k8s.V1ObjectMeta(
+            labels=labels,
+            annotations={"wattbench/engine-version": adapter.follows_version, "wattbench/model": cfg.model},
+        ),
+        spec=k8s.V1PodSpec(
+            containers=[engine_container(cfg, target, adapter, artifact_path)],
+            volumes=volumes,
+            node_selector=node_selector,
+            tolerations=tolerations,
+            restart_policy="Always",
+            termination_grace_period_seconds=60,
+            security_context=_pod_security(target),
+            automount_service_account_token=False,
+        ),
     )
     deployment = k8s.V1Deployment(
-        api_version="apps/v1", kind="Deployment",
+        api_version="apps/v1",
+        kind="Deployment",
         metadata=k8s.V1ObjectMeta(name=name, namespace=target.namespace, labels=labels),
-        spec=k8s.V1DeploymentSpec(replicas=1, selector=k8s.V1LabelSelector(match_labels=selector), template=pod,
-                                  strategy=k8s.V1DeploymentStrategy(type="Recreate")),  # GPUs: never two at once
+        spec=k8s.V1DeploymentSpec(
+            replicas=1,
+            selector=k8s.V1LabelSelector(match_labels=selector),
+            template=pod,
+            strategy=k8s.V1DeploymentStrategy(type="Recreate"),
+        ),  # GPUs: never two at once
     )
     service = k8s.V1Service(
-        api_version="v1", kind="Service",
+        api_version="v1",
+        kind="Service",
         metadata=k8s.V1ObjectMeta(name=name, namespace=target.namespace, labels=labels),
-        spec=k8s.V1ServiceSpec(type=target.service_type, selector=selector,
-                               ports=[k8s.V1ServicePort(name="http", port=target.port, target_port="http",
-                                                        protocol="TCP")]),
+        spec=k8s.V1ServiceSpec(
+            type=target.service_type,
+            selector=selector,
+            ports=[k8s.V1ServicePort(name="http", port=target.port, target_port="http", protocol="TCP")],
+        ),
     )
     return [deployment, service]
 
 
-def _gpu_pod_spec(n_gpus: int, target: K8sTarget, service_account: str | None = None,
-                  bundle_pvc: str | None = None, bundle_mount: str = "/data") -> k8s.V1PodSpec:
+def _gpu_pod_spec(
+    n_gpus: int,
+    target: K8sTarget,
+    service_account: str | None = None,
+    bundle_pvc: str | None = None,
+    bundle_mount: str = "/data",
+) -> k8s.V1PodSpec:
     """A run-to-completion pod with `n_gpus` GPUs, /dev/shm, the node selector and the models volume (what the
     agent and the build pod share); `bundle_pvc` mounted at `bundle_mount` when given. Its one container is named
     as PipesK8sClient expects, which sets the image and command."""
     volumes, mounts = _volumes(target)
     if bundle_pvc:
-        volumes.append(k8s.V1Volume(name="bundles", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(
-            claim_name=bundle_pvc)))
+        volumes.append(
+            k8s.V1Volume(
+                name="bundles", persistent_volume_claim=k8s.V1PersistentVolumeClaimVolumeSource(claim_name=bundle_pvc)
+            )
+        )
         mounts.append(k8s.V1VolumeMount(name="bundles", mount_path=bundle_mount))
     node_selector, tolerations = _scheduling(target)
-    container = k8s.V1Container(name="dagster-pipes-execution", resources=_gpu_resources(n_gpus, target),
-                                volume_mounts=mounts, env=_env(target),
-                                image_pull_policy=target.image_pull_policy, security_context=_container_security())
-    return k8s.V1PodSpec(containers=[container], volumes=volumes, node_selector=node_selector,
-                         tolerations=tolerations, restart_policy="Never", service_account_name=service_account,
-                         security_context=_pod_security(target), automount_service_account_token=False)
+    container = k8s.V1Container(
+        name="dagster-pipes-execution",
+        resources=_gpu_resources(n_gpus, target),
+        volume_mounts=mounts,
+        env=_env(target),
+        image_pull_policy=target.image_pull_policy,
+        security_context=_container_security(),
+    )
+    return k8s.V1PodSpec(
+        containers=[container],
+        volumes=volumes,
+        node_selector=node_selector,
+        tolerations=tolerations,
+        restart_policy="Never",
+        service_account_name=service_account,
+        security_context=_pod_security(target),
+        automount_service_account_token=False,
+    )
 
 
-def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,
-                   service_account: str | None = None, bundle_pvc: str | None = None,
-                   bundle_mount: str = "/data") -> dict[str, Any]:
+def agent_pod_spec(
+    n_gpus: int,
+    target: K8sTarget | None = None,
+    service_account: str | None = None,
+    bundle_pvc: str | None = None,
+    bundle_mount: str = "/data",
+) -> dict[str, Any]:
     """The base pod spec (as a dict, the shape PipesK8sClient's base_pod_spec takes) of the bench agent's pod.
 
     The agent starts each engine as a local process inside this pod (the image must hold the engine and
@@ -262,12 +335,21 @@ def agent_pod_spec(n_gpus: int, target: K8sTarget | None = None,
 
 
 def build_pod_labels(cfg: EngineConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "wattbench-build", "app.kubernetes.io/part-of": "wattbench",
-            "wattbench/engine": cfg.engine, "wattbench/build-id": cfg.build_id()}
+    return {
+        "app.kubernetes.io/name": "wattbench-build",
+        "app.kubernetes.io/part-of": "wattbench",
+        "wattbench/engine": cfg.engine,
+        "wattbench/build-id": cfg.build_id(),
+    }
 
 
-def build_pod_spec(cfg: EngineConfig, target: K8sTarget | None = None, service_account: str | None = None,
-                   bundle_pvc: str | None = None, bundle_mount: str = "/data") -> dict[str, Any]:
+def build_pod_spec(
+    cfg: EngineConfig,
+    target: K8sTarget | None = None,
+    service_account: str | None = None,
+    bundle_pvc: str | None = None,
+    bundle_mount: str = "/data",
+) -> dict[str, Any]:
     """The base pod spec (PipesK8sClient's base_pod_spec) of the pod that builds one engine config: GPUs = tp
     (trtllm-build --workers tp), on the node selector's GPU kind, with the models PVC at /models where
     WATTBENCH_ENGINE_CACHE points, so the engine lands in the cache the serving pods read. Build logs go to the
@@ -276,8 +358,9 @@ def build_pod_spec(cfg: EngineConfig, target: K8sTarget | None = None, service_a
     return k8s.ApiClient().sanitize_for_serialization(spec)
 
 
-def build_pod(cfg: EngineConfig, target: K8sTarget | None = None, image: str | None = None,
-              service_account: str | None = None) -> k8s.V1Pod:
+def build_pod(
+    cfg: EngineConfig, target: K8sTarget | None = None, image: str | None = None, service_account: str | None = None
+) -> k8s.V1Pod:
     """The build pod of one config as a standalone manifest (`wattbench deploy --target kubernetes --dry-run`): the
     pod the cluster job starts through Pipes, with the build spec in $WATTBENCH_BUILD_SPEC instead of the Pipes
     extras. With a models PVC the agent also links /models/engines/<build_id> to the built engine, the path the
@@ -290,9 +373,11 @@ def build_pod(cfg: EngineConfig, target: K8sTarget | None = None, image: str | N
     build = build_spec([cfg], engines_dir=ENGINES_DIR if target.models_pvc else None)
     container.env = [*(container.env or []), k8s.V1EnvVar(name=BUILD_SPEC_ENV, value=json.dumps(build))]
     metadata = k8s.V1ObjectMeta(
-        name=f"{resource_name(cfg)}-build", namespace=target.namespace,
+        name=f"{resource_name(cfg)}-build",
+        namespace=target.namespace,
         labels={**build_pod_labels(cfg), **target.labels},
-        annotations={"wattbench/engine-version": adapter_for(cfg.engine).follows_version, "wattbench/model": cfg.model})
+        annotations={"wattbench/engine-version": adapter_for(cfg.engine).follows_version, "wattbench/model": cfg.model},
+    )
     return k8s.V1Pod(api_version="v1", kind="Pod", metadata=metadata, spec=spec)
 
 

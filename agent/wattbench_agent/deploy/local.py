@@ -32,9 +32,14 @@ class DeployError(RuntimeError):
 # models's max seq len (4096), (0.50 GiB KV cache is needed, which is larger than the available KV cache memory
 # (0.12 GiB)"; older releases and the emulator: "The model's max seq len (4096) is larger than the maximum number
 # of tokens that can be stored in KV cache (1000)".
-_OOM_MARKERS = ("out of memory", "outofmemoryerror", "no available memory for the cache blocks", "insufficient memory",
-                "larger than the available kv cache memory",
-                "larger than the maximum number of tokens that can be stored in kv cache")
+_OOM_MARKERS = (
+    "out of memory",
+    "outofmemoryerror",
+    "no available memory for the cache blocks",
+    "insufficient memory",
+    "larger than the available kv cache memory",
+    "larger than the maximum number of tokens that can be stored in kv cache",
+)
 
 
 def _die_with_parent() -> None:
@@ -70,8 +75,11 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 # Lines TensorRT prints when an engine was compiled for another GPU architecture or TensorRT release.
-_HW_MARKERS = ("generated on an incompatible device", "engine plan file is not compatible",
-               "serialization assertion stdversionread == kserialization_version failed")
+_HW_MARKERS = (
+    "generated on an incompatible device",
+    "engine plan file is not compatible",
+    "serialization assertion stdversionread == kserialization_version failed",
+)
 
 
 # How much of a failed server's log is read for its kind and cause: a multi-process engine (vLLM) prints the root
@@ -81,8 +89,10 @@ START_LOG_BYTES = 200_000
 # A log line's prefixes: vLLM's process tag "(EngineCore pid=1885) " / "(APIServer pid=1765) ", then its logger's
 # "ERROR 12-03 01:22:36 [core.py:708] ".
 _PROCESS_TAG = r"^\s*(?:\([\w.-]+ pid=\d+\)\s*)?"
-_LINE_PREFIX = re.compile(_PROCESS_TAG + r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-                                         r"\s+\[[^\]]*\]\s*)?")
+_LINE_PREFIX = re.compile(
+    _PROCESS_TAG + r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+    r"\s+\[[^\]]*\]\s*)?"
+)
 # The last line of a Python traceback: "ModuleNotFoundError: No module named 'flashinfer'",
 # "torch.OutOfMemoryError: CUDA out of memory. ...", "RuntimeError: [TensorRT-LLM][ERROR] ...".
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)(?::\s.*)?$")
@@ -100,11 +110,14 @@ def start_failure_cause(log_text: str, max_chars: int = 500) -> str | None:
     raw = log_text.splitlines()
     lines = [_LINE_PREFIX.sub("", line).strip() for line in raw]
     raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
-    cause = next((line for line in raised if not any(m in line.lower() for m in _WRAPPER_MARKERS)),
-                 raised[0] if raised else None)
+    cause = next(
+        (line for line in raised if not any(m in line.lower() for m in _WRAPPER_MARKERS)), raised[0] if raised else None
+    )
     if cause is None:
-        cause = next((line for line, original in zip(reversed(lines), reversed(raw))
-                      if line and _ERROR_LINE.search(original)), None)
+        cause = next(
+            (line for line, original in zip(reversed(lines), reversed(raw)) if line and _ERROR_LINE.search(original)),
+            None,
+        )
     if cause is not None and len(cause) > max_chars:
         cause = cause[: max_chars - 3] + "..."
     return cause
@@ -139,9 +152,11 @@ class LocalProcess:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "LocalProcess":
+    def start(self) -> LocalProcess:
         if self.port and port_in_use(self.host, self.port):
-            raise DeployError("port_in_use", f"{self.host}:{self.port} is already in use; choose another port or stop what holds it")
+            raise DeployError(
+                "port_in_use", f"{self.host}:{self.port} is already in use; choose another port or stop what holds it"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.started_ns = time.perf_counter_ns()
@@ -175,7 +190,8 @@ class LocalProcess:
                     cause = start_failure_cause(log)
                     raise DeployError(
                         classify_start_failure(log),
-                        f"server exited with code {code} before it was healthy" + (f": {cause}" if cause else "")
+                        f"server exited with code {code} before it was healthy"
+                        + (f": {cause}" if cause else "")
                         + f"\nlog {self.log_path}, last lines:\n{log[-1200:]}",
                     )
                 try:
@@ -209,9 +225,16 @@ class LocalProcess:
             return self.proc.wait(timeout=5)
 
 
-def start_server(command_for_port, log_path: Path, host: str = "127.0.0.1", port: int = 0,
-                 health_path: str = "/health", health_timeout_s: float = 600.0, env: dict[str, str] | None = None,
-                 port_retries: int = 2) -> tuple[LocalProcess, float]:
+def start_server(
+    command_for_port,
+    log_path: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    health_path: str = "/health",
+    health_timeout_s: float = 600.0,
+    env: dict[str, str] | None = None,
+    port_retries: int = 2,
+) -> tuple[LocalProcess, float]:
     """Start a server and wait for health; returns (process, startup seconds).
 
     `command_for_port(port)` gives the command line for a port. With port 0 a free port is picked, and when the
@@ -222,8 +245,9 @@ def start_server(command_for_port, log_path: Path, host: str = "127.0.0.1", port
     last: DeployError | None = None
     for _ in range(attempts):
         p = port or free_port(host)
-        server = LocalProcess(command=list(command_for_port(p)), log_path=log_path, host=host, port=p,
-                              env=dict(env or {}))
+        server = LocalProcess(
+            command=list(command_for_port(p)), log_path=log_path, host=host, port=p, env=dict(env or {})
+        )
         server.start()
         try:
             return server, server.wait_healthy(health_path, health_timeout_s)

@@ -9,7 +9,6 @@ from wattbench_agent.argtypes import port_number
 from wattbench_agent.emulator.profiles import PROFILES, ConfigError, EngineStartupError, parse_config_items, setup
 from wattbench_agent.emulator.specs import SpecError
 
-
 # With no flags: a small model on one GPU, the smallest deployment that serves at once.
 DEFAULTS = {"profile": "vllm-like", "model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "precision": "bf16"}
 
@@ -19,27 +18,39 @@ def describe(args: argparse.Namespace, st) -> str:
     d = st.dep
     given = [k for k in ("profile", "model", "gpu", "tp", "precision") if getattr(args, k) == DEFAULTS[k]]
     served = st.options.get("served_model_name") or d.model.id
-    return (f"wattbench emulate: emulating a {args.profile} engine serving {d.model.id} ({d.model.hf_id}) on "
-            f"{d.tp}x {d.gpu.name} at {d.precision.id}; requests name the model {served!r}"
-            + (f" (defaults used: {', '.join(f'--{k} {DEFAULTS[k]}' for k in given)})" if given else ""))
+    return (
+        f"wattbench emulate: emulating a {args.profile} engine serving {d.model.id} ({d.model.hf_id}) on "
+        f"{d.tp}x {d.gpu.name} at {d.precision.id}; requests name the model {served!r}"
+        + (f" (defaults used: {', '.join(f'--{k} {DEFAULTS[k]}' for k in given)})" if given else "")
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "emulate", help="serve an EMULATED engine (OpenAI API, /metrics, /emulator/telemetry) from a performance model",
+        "emulate",
+        help="serve an EMULATED engine (OpenAI API, /metrics, /emulator/telemetry) from a performance model",
         description="Start a real HTTP server whose timing and GPU telemetry come from the emulator's performance "
-                    "model (labelled source=emulated). Exits non-zero before listening when the config does not fit.")
+        "model (labelled source=emulated). Exits non-zero before listening when the config does not fit.",
+    )
     p.add_argument("--profile", choices=PROFILES, default=DEFAULTS["profile"])
-    p.add_argument("--model", default=DEFAULTS["model"],
-                   help=f"llama-3.1-8b, llama-3-70b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, qwen2.5-72b (or their "
-                        f"Hub names); default {DEFAULTS['model']}")
+    p.add_argument(
+        "--model",
+        default=DEFAULTS["model"],
+        help=f"llama-3.1-8b, llama-3-70b, llama-3.1-70b, llama-3.1-405b, mixtral-8x7b, qwen2.5-72b (or their "
+        f"Hub names); default {DEFAULTS['model']}",
+    )
     p.add_argument("--gpu", default=DEFAULTS["gpu"], help="h100-sxm, h100-pcie, h200, a100-80gb")
     p.add_argument("--tp", type=int, default=DEFAULTS["tp"], help="tensor-parallel GPUs")
     p.add_argument("--precision", default=DEFAULTS["precision"], help="fp16, bf16, fp8, int4-awq")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port_number, default=8000, help="0 picks a free port (printed on the listening line)")
-    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="engine knob, repeatable (e.g. max_batch_size=128, max_num_seqs=256, block_size=16)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine knob, repeatable (e.g. max_batch_size=128, max_num_seqs=256, block_size=16)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seeds token text and GPU uuids")
     p.add_argument("--check", action="store_true", help="check that the config fits, print it as JSON, and exit")
     p.set_defaults(func=run)

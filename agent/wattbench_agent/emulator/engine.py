@@ -20,20 +20,52 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from wattbench_agent.emulator.perf import StepLoad
 from wattbench_agent.emulator.profiles import EngineSetup
 
 
 class Request:
-    __slots__ = ("rid", "prompt_len", "target", "max_tokens", "arrival", "block_hashes", "num_computed",
-                 "generated", "nblocks", "cached_blocks", "state", "finish_reason", "aborted", "sink",
-                 "first_token_t", "last_token_t", "preemptions", "seq_no", "truncated", "pending", "stride",
-                 "meta", "reserved", "hit_tokens", "ready_t")
+    __slots__ = (
+        "rid",
+        "prompt_len",
+        "target",
+        "max_tokens",
+        "arrival",
+        "block_hashes",
+        "num_computed",
+        "generated",
+        "nblocks",
+        "cached_blocks",
+        "state",
+        "finish_reason",
+        "aborted",
+        "sink",
+        "first_token_t",
+        "last_token_t",
+        "preemptions",
+        "seq_no",
+        "truncated",
+        "pending",
+        "stride",
+        "meta",
+        "reserved",
+        "hit_tokens",
+        "ready_t",
+    )
 
-    def __init__(self, rid: str, prompt_len: int, max_tokens: int, arrival: float = 0.0,
-                 block_hashes: list[int] | None = None, sink: Any = None, meta: Any = None):
+    def __init__(
+        self,
+        rid: str,
+        prompt_len: int,
+        max_tokens: int,
+        arrival: float = 0.0,
+        block_hashes: list[int] | None = None,
+        sink: Any = None,
+        meta: Any = None,
+    ):
         self.rid = rid
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
@@ -167,9 +199,15 @@ class Scheduler:
         o = self.st.options
         if self.profile == "trtllm-like":
             if prompt_len > int(o["max_input_len"]):
-                return 0, False, (f"Prompt length ({prompt_len}) exceeds maximum input length "
-                                  f"({o['max_input_len']}). Set log level to info and check TRTGptModel logs for "
-                                  "how maximum input length is set")
+                return (
+                    0,
+                    False,
+                    (
+                        f"Prompt length ({prompt_len}) exceeds maximum input length "
+                        f"({o['max_input_len']}). Set log level to info and check TRTGptModel logs for "
+                        "how maximum input length is set"
+                    ),
+                )
             room = int(o["max_seq_len"]) - prompt_len
             mt = room if max_tokens is None else max_tokens
             if mt > room:  # the seed's warning: silently truncated to max_seq_len
@@ -180,9 +218,15 @@ class Scheduler:
         if max_tokens is None:
             max_tokens = room
         if prompt_len + max_tokens > mml or room <= 0:
-            return 0, False, (f"This model's maximum context length is {mml} tokens. However, you requested "
-                              f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in "
-                              "the completion). Please reduce the length of the messages or completion.")
+            return (
+                0,
+                False,
+                (
+                    f"This model's maximum context length is {mml} tokens. However, you requested "
+                    f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in "
+                    "the completion). Please reduce the length of the messages or completion."
+                ),
+            )
         return max_tokens, False, None
 
     def submit(self, r: Request, now: float) -> None:

@@ -233,13 +233,19 @@ class Deployment:
         u_mem = min(1.0, nbytes / (self.gpu.hbm_bw * dt))
         # tensor activity: time spent in matmul/attention math at the profile's efficiency, normalised by a common
         # reference efficiency -- an inefficient kernel burns about the same power, for longer
-        u_cmp = min(1.0, REF_EFF * (lin_flops / (self.peak * self.gemm_eff)
-                                    + attn_flops / (self.peak_attn * kf.attn_eff)) / dt)
+        u_cmp = min(
+            1.0, REF_EFF * (lin_flops / (self.peak * self.gemm_eff) + attn_flops / (self.peak_attn * kf.attn_eff)) / dt
+        )
         pf, tdp = self.pf, self.gpu.tdp_w
         # static active power is drawn for the whole iteration: host gaps of a few hundred microseconds are far
         # shorter than the GPU's power-management reaction time, so clocks and voltage stay up (ML.ENERGY's
         # "static power wastage" of CPU-bound small batches)
-        power = self.gpu.idle_w + self.gpu.clock_up_w + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk ** pf.clk_exp) + self.mem_power_w * u_mem
+        power = (
+            self.gpu.idle_w
+            + self.gpu.clock_up_w
+            + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk**pf.clk_exp)
+            + self.mem_power_w * u_mem
+        )
         return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)
 
     def idle_power(self) -> float:

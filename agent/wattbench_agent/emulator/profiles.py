@@ -24,24 +24,47 @@ EMULATES = {"vllm-like": "vllm 0.25.0", "trtllm-like": "tensorrt-llm 0.18.2"}
 _INTAKE_S, _FINISH_S, _INTAKE_LATENCY_S = 0.0025, 0.00125, 0.015  # API server, fitted on the H200 vLLM runs
 # vLLM V1: torch.compile + CUDA graphs, FlashAttention (bf16 math), CUTLASS scaled-mm fp8 GEMMs, Python scheduler
 # (serial with the GPU unless async_scheduling, the vLLM 0.25 default), custom all-reduce
-_VLLM = KernelFactors(gemm_eff=0.503, attn_eff=0.625, fp8_attention=False, mem_eff=0.6,
-                      layer_overhead_s=2.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
-                      step_overhead_s=0.15e-3, seq_overhead_s=3.0e-6, frontend_event_s=30e-6,
-                      host_overlap=0.0, fp8_gemm_scale=0.95, online_fp8_layer_s=2e-05,
-                      online_fp8_bytes=7.5, intake_s=_INTAKE_S, finish_s=_FINISH_S,
-                      intake_latency_s=_INTAKE_LATENCY_S)
+_VLLM = KernelFactors(
+    gemm_eff=0.503,
+    attn_eff=0.625,
+    fp8_attention=False,
+    mem_eff=0.6,
+    layer_overhead_s=2.5e-6,
+    allreduce_latency_s=2.5e-6,
+    nvlink_eff=0.90,
+    step_overhead_s=0.15e-3,
+    seq_overhead_s=3.0e-6,
+    frontend_event_s=30e-6,
+    host_overlap=0.0,
+    fp8_gemm_scale=0.95,
+    online_fp8_layer_s=2e-05,
+    online_fp8_bytes=7.5,
+    intake_s=_INTAKE_S,
+    finish_s=_FINISH_S,
+    intake_latency_s=_INTAKE_LATENCY_S,
+)
 # TensorRT-LLM: fused kernels, fp8 context FMHA, C++ runtime with CUDA graphs whose scheduler overlaps the GPU
 # (host_overlap), custom all-reduce. Assumed ratios to vLLM's fitted factors: GEMMs ~10% better (fused epilogues,
 # tuned tactics), attention ~20% better (fp8 FMHA), the same weight-streaming bandwidth (same kernel class).
 TRT_RELATIVE = {"gemm_eff": 1.10, "attn_eff": 1.20, "mem_eff": 1.0}
 FACTORS: dict[str, KernelFactors] = {
-    "trtllm-like": KernelFactors(gemm_eff=min(0.95, _VLLM.gemm_eff * TRT_RELATIVE["gemm_eff"]),
-                                 attn_eff=min(0.95, _VLLM.attn_eff * TRT_RELATIVE["attn_eff"]), fp8_attention=True,
-                                 mem_eff=_VLLM.mem_eff * TRT_RELATIVE["mem_eff"],
-                                 layer_overhead_s=1.5e-6, allreduce_latency_s=2.5e-6, nvlink_eff=0.90,
-                                 step_overhead_s=0.20e-3, seq_overhead_s=1.0e-6, frontend_event_s=20e-6,
-                                 host_overlap=1.0, fp8_gemm_scale=0.95, intake_s=_INTAKE_S, finish_s=_FINISH_S,
-                                 intake_latency_s=_INTAKE_LATENCY_S),
+    "trtllm-like": KernelFactors(
+        gemm_eff=min(0.95, _VLLM.gemm_eff * TRT_RELATIVE["gemm_eff"]),
+        attn_eff=min(0.95, _VLLM.attn_eff * TRT_RELATIVE["attn_eff"]),
+        fp8_attention=True,
+        mem_eff=_VLLM.mem_eff * TRT_RELATIVE["mem_eff"],
+        layer_overhead_s=1.5e-6,
+        allreduce_latency_s=2.5e-6,
+        nvlink_eff=0.90,
+        step_overhead_s=0.20e-3,
+        seq_overhead_s=1.0e-6,
+        frontend_event_s=20e-6,
+        host_overlap=1.0,
+        fp8_gemm_scale=0.95,
+        intake_s=_INTAKE_S,
+        finish_s=_FINISH_S,
+        intake_latency_s=_INTAKE_LATENCY_S,
+    ),
     "vllm-like": _VLLM,
 }
 
@@ -66,17 +89,28 @@ KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
         "max_num_batched_tokens": (8192, "token budget per step, chunked prefill (--max-num-batched-tokens)"),
         "max_model_len": (None, "context length (--max-model-len; default: the model's)"),
         "gpu_memory_utilization": (0.9, "share of HBM the engine may use (--gpu-memory-utilization)"),
-        "kv_cache_memory_bytes": (None, "KV cache size per GPU in bytes, instead of what gpu_memory_utilization "
-                                        "leaves (--kv-cache-memory-bytes)"),
+        "kv_cache_memory_bytes": (
+            None,
+            "KV cache size per GPU in bytes, instead of what gpu_memory_utilization leaves (--kv-cache-memory-bytes)",
+        ),
         "block_size": (16, "paged KV block size in tokens (--block-size)"),
         "enable_prefix_caching": (True, "reuse KV blocks of shared prompt prefixes (--enable-prefix-caching)"),
-        "async_scheduling": (False, "schedule step n+1 while step n runs (--async-scheduling; on by default in the "
-                                    "vLLM 0.25.0 measured on the H200, off in 0.11)"),
-        "quantization": ("checkpoint", "fp8 only: checkpoint (pre-quantised fp8 weights, static activation scales) | "
-                                       "online (--quantization fp8 on a 16-bit checkpoint: weights quantised at load, "
-                                       "dynamic activation scales, KV cache 16-bit unless kv_cache_dtype=fp8)"),
-        "kv_cache_dtype": ("auto", "auto (fp8 KV with an fp8 checkpoint, 16-bit with online fp8 and 16-bit "
-                                   "precisions) | fp8 | bf16 | fp16 (--kv-cache-dtype)"),
+        "async_scheduling": (
+            False,
+            "schedule step n+1 while step n runs (--async-scheduling; on by default in the "
+            "vLLM 0.25.0 measured on the H200, off in 0.11)",
+        ),
+        "quantization": (
+            "checkpoint",
+            "fp8 only: checkpoint (pre-quantised fp8 weights, static activation scales) | "
+            "online (--quantization fp8 on a 16-bit checkpoint: weights quantised at load, "
+            "dynamic activation scales, KV cache 16-bit unless kv_cache_dtype=fp8)",
+        ),
+        "kv_cache_dtype": (
+            "auto",
+            "auto (fp8 KV with an fp8 checkpoint, 16-bit with online fp8 and 16-bit "
+            "precisions) | fp8 | bf16 | fp16 (--kv-cache-dtype)",
+        ),
         "stream_interval": (1, "least tokens per SSE event"),
         "power_limit_w": (None, "per-GPU power limit (default: TDP)"),
         "served_model_name": (None, "extra model name accepted by the API"),
@@ -143,14 +177,25 @@ class EngineSetup:
     def summary(self) -> dict[str, Any]:
         d = self.dep
         return {
-            "profile": self.profile, "model": d.model.id, "gpu": d.gpu.id, "gpu_name": d.gpu.name, "tp": d.tp,
-            "precision": d.precision.id, "options": self.options, "kv_blocks": self.kv_blocks,
-            "block_size": self.block_size, "kv_tokens": self.kv_tokens, "max_model_len": self.max_model_len,
+            "profile": self.profile,
+            "model": d.model.id,
+            "gpu": d.gpu.id,
+            "gpu_name": d.gpu.name,
+            "tp": d.tp,
+            "precision": d.precision.id,
+            "options": self.options,
+            "kv_blocks": self.kv_blocks,
+            "block_size": self.block_size,
+            "kv_tokens": self.kv_tokens,
+            "max_model_len": self.max_model_len,
             "weights_gib_per_gpu": round(d.weight_bytes_per_gpu / 2**30, 2),
             "hbm_used_mib_per_gpu": round(self.hbm_used_bytes / 2**20, 1),
-            "kv_bytes_per_token": d.kv_bytes_per_token, "kv_bytes_per_element": d.kv_bytes_elem,
-            "online_fp8": d.online_fp8, "power_limit_w": d.power_limit_w,
-            "emulator_version": EMULATOR_VERSION, "source": "emulated",
+            "kv_bytes_per_token": d.kv_bytes_per_token,
+            "kv_bytes_per_element": d.kv_bytes_elem,
+            "online_fp8": d.online_fp8,
+            "power_limit_w": d.power_limit_w,
+            "emulator_version": EMULATOR_VERSION,
+            "source": "emulated",
         }
 
 
@@ -162,8 +207,9 @@ def resolve_options(profile: str, options: dict[str, Any] | None) -> dict[str, A
     for k, v in (options or {}).items():
         key = str(k).replace("-", "_")
         if key not in knobs:
-            raise ConfigError(f"unknown config key {k!r} for profile {profile}; accepted keys: "
-                              f"{', '.join(sorted(knobs))}")
+            raise ConfigError(
+                f"unknown config key {k!r} for profile {profile}; accepted keys: {', '.join(sorted(knobs))}"
+            )
         default = knobs[key][0]
         if isinstance(v, str) and not isinstance(default, str):
             v = parse_value(v)
@@ -180,8 +226,9 @@ def resolve_options(profile: str, options: dict[str, Any] | None) -> dict[str, A
     return out
 
 
-def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
-          options: dict[str, Any] | None = None) -> EngineSetup:
+def setup(
+    profile: str, model: str, gpu: str, tp: int, precision: str, options: dict[str, Any] | None = None
+) -> EngineSetup:
     """Resolve and check a deployment. Raises SpecError/ConfigError (bad input) or EngineStartupError (no fit)."""
     opts = resolve_options(profile, options)
     m, g, p = model_spec(model), gpu_spec(gpu), precision_spec(precision)
@@ -189,16 +236,26 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
         raise ConfigError(f"--tp must be a positive integer, got {tp!r}")
     if m.heads % tp:
         raise ConfigError(f"--tp {tp} does not divide the {m.heads} attention heads of {m.id}")
-    for k in ("max_batch_size", "max_num_tokens", "max_num_seqs", "max_num_batched_tokens", "block_size",
-              "tokens_per_block", "max_input_len", "max_seq_len", "stream_interval"):
+    for k in (
+        "max_batch_size",
+        "max_num_tokens",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "tokens_per_block",
+        "max_input_len",
+        "max_seq_len",
+        "stream_interval",
+    ):
         if k in opts and opts[k] is not None and opts[k] < 1:
             raise ConfigError(f"config key {k!r} must be >= 1, got {opts[k]!r}")
     quant = str(opts.get("quantization") or "checkpoint")
     if quant not in ("checkpoint", "online"):
         raise ConfigError(f"config key 'quantization' expects checkpoint or online, got {quant!r}")
     if quant == "online" and p.id != "fp8":
-        raise ConfigError(f"quantization=online quantises a 16-bit checkpoint to fp8 at load: it needs precision fp8, "
-                          f"got {p.id}")
+        raise ConfigError(
+            f"quantization=online quantises a 16-bit checkpoint to fp8 at load: it needs precision fp8, got {p.id}"
+        )
     kvd = str(opts.get("kv_cache_dtype") or "auto").lower()
     if kvd == "auto":
         kv_elem = 2.0 if quant == "online" else p.kv_bytes
@@ -211,9 +268,16 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
     kf = FACTORS[profile]
     if opts.get("async_scheduling"):
         kf = replace(kf, host_overlap=1.0)
-    dep = Deployment(model=m, gpu=g, precision=p, tp=tp, kf=kf,
-                     power_limit_w=float(opts["power_limit_w"]) if opts.get("power_limit_w") else None,
-                     online_fp8=quant == "online", kv_bytes_elem=kv_elem)
+    dep = Deployment(
+        model=m,
+        gpu=g,
+        precision=p,
+        tp=tp,
+        kf=kf,
+        power_limit_w=float(opts["power_limit_w"]) if opts.get("power_limit_w") else None,
+        online_fp8=quant == "online",
+        kv_bytes_elem=kv_elem,
+    )
     hbm = g.hbm_bytes
     w = dep.weight_bytes_per_gpu
     kvt = dep.kv_bytes_per_token_gpu
@@ -221,8 +285,10 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
     if profile == "trtllm-like":
         if p.id == "fp8" and not g.has_fp8:
             raise EngineStartupError(
-                "RuntimeError", f"[TensorRT-LLM][ERROR] FP8 is not supported on {g.name} (compute capability "
-                f"{g.compute_capability}); FP8 GEMM and FP8 KV cache need SM89 or newer")
+                "RuntimeError",
+                f"[TensorRT-LLM][ERROR] FP8 is not supported on {g.name} (compute capability "
+                f"{g.compute_capability}); FP8 GEMM and FP8 KV cache need SM89 or newer",
+            )
         bs = int(opts["tokens_per_block"])
         max_seq = int(opts["max_seq_len"])
         if opts["max_input_len"] > max_seq:
@@ -233,36 +299,44 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
         free = hbm - w - act
         if free <= 0:
             raise EngineStartupError(
-                "RuntimeError", f"[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of memory "
+                "RuntimeError",
+                f"[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of memory "
                 f"(engine weights {w / gib:.1f} GiB + activations {act / gib:.1f} GiB per GPU on a "
-                f"{hbm / gib:.1f} GiB {g.name}; use more GPUs (tp) or a smaller precision)")
+                f"{hbm / gib:.1f} GiB {g.name}; use more GPUs (tp) or a smaller precision)",
+            )
         kv_bytes = free * float(opts["kv_cache_free_gpu_mem_fraction"])
         blocks = int(kv_bytes // (bs * kvt))
         need = math.ceil(max_seq / bs)
         if blocks < need:
             raise EngineStartupError(
-                "RuntimeError", f"[TensorRT-LLM][ERROR] Assertion failed: the KV cache pool ({blocks} blocks of "
+                "RuntimeError",
+                f"[TensorRT-LLM][ERROR] Assertion failed: the KV cache pool ({blocks} blocks of "
                 f"{bs} tokens) cannot hold one sequence of max_seq_len {max_seq} ({need} blocks); "
-                f"weights use {w / gib:.1f} GiB of {hbm / gib:.1f} GiB per GPU")
+                f"weights use {w / gib:.1f} GiB of {hbm / gib:.1f} GiB per GPU",
+            )
         used = w + act + blocks * bs * kvt
         return EngineSetup(profile, dep, opts, blocks, bs, used, max_seq)
     # vllm-like
     bs = int(opts["block_size"])
     mml = int(opts["max_model_len"] or m.max_position)
     if mml > m.max_position:
-        raise ConfigError(f"max_model_len {mml} exceeds {m.id}'s max_position_embeddings {m.max_position} "
-                          f"(vLLM: 'User-specified max_model_len ({mml}) is greater than the derived "
-                          f"max_model_len')")
+        raise ConfigError(
+            f"max_model_len {mml} exceeds {m.id}'s max_position_embeddings {m.max_position} "
+            f"(vLLM: 'User-specified max_model_len ({mml}) is greater than the derived "
+            f"max_model_len')"
+        )
     util = float(opts["gpu_memory_utilization"])
     if not 0 < util <= 1:
         raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {util}")
     budget = hbm * util
     if w > budget:
         raise EngineStartupError(
-            "torch.OutOfMemoryError", f"CUDA out of memory. Tried to allocate {w / gib:.2f} GiB. GPU 0 has a "
+            "torch.OutOfMemoryError",
+            f"CUDA out of memory. Tried to allocate {w / gib:.2f} GiB. GPU 0 has a "
             f"total capacity of {hbm / gib:.2f} GiB of which {max(0.0, hbm - budget) / gib:.2f} GiB is reserved "
             f"by gpu_memory_utilization={util}; model weights need {w / gib:.2f} GiB per GPU at tp={tp}, "
-            f"{p.id}. Use more GPUs (--tensor-parallel-size) or a smaller dtype")
+            f"{p.id}. Use more GPUs (--tensor-parallel-size) or a smaller dtype",
+        )
     act = dep.activation_reserve_bytes(int(opts["max_num_batched_tokens"]))
     kv_bytes = budget - w - act
     if opts.get("kv_cache_memory_bytes"):
@@ -270,13 +344,17 @@ def setup(profile: str, model: str, gpu: str, tp: int, precision: str,
         budget = w + act + kv_bytes
     if kv_bytes <= 0:
         raise EngineStartupError(
-            "ValueError", "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+            "ValueError",
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
             f"when initializing the engine. (weights {w / gib:.2f} GiB + activations {act / gib:.2f} GiB "
-            f"per GPU > {budget / gib:.2f} GiB)")
+            f"per GPU > {budget / gib:.2f} GiB)",
+        )
     blocks = int(kv_bytes // (bs * kvt))
     if blocks * bs < mml:
         raise EngineStartupError(
-            "ValueError", f"The model's max seq len ({mml}) is larger than the maximum number of tokens that can "
+            "ValueError",
+            f"The model's max seq len ({mml}) is larger than the maximum number of tokens that can "
             f"be stored in KV cache ({blocks * bs}). Try increasing `gpu_memory_utilization` or decreasing "
-            "`max_model_len` when initializing the engine.")
+            "`max_model_len` when initializing the engine.",
+        )
     return EngineSetup(profile, dep, opts, blocks, bs, budget, mml)

@@ -20,28 +20,100 @@ from wattbench_agent.emulator.profiles import EMULATES, EMULATOR_VERSION, Engine
 from wattbench_agent.emulator.telemetry import Telemetry
 from wattbench_agent.http_request import MAX_BODY_BYTES, MAX_HEAD_BYTES, BadRequest, parse_request
 
-_WORDS = ("the of and to in is that for it as with was on be by at this from are or an have not but they "
-          "which one you all were her she there would their we him been has when who will more no if out so "
-          "said what up its about into than them can only other new some could time these two may then do "
-          "first any my now such like our over man me even most made after also did many before must through "
-          "back years where much your way well down should because each just those people how too little "
-          "state good very make world still own see men work long get here between both life being under "
-          "never day same another know while last might us great old year off come since against go came "
-          "right used take three").split()
+_WORDS = (
+    "the of and to in is that for it as with was on be by at this from are or an have not but they "
+    "which one you all were her she there would their we him been has when who will more no if out so "
+    "said what up its about into than them can only other new some could time these two may then do "
+    "first any my now such like our over man me even most made after also did many before must through "
+    "back years where much your way well down should because each just those people how too little "
+    "state good very make world still own see men work long get here between both life being under "
+    "never day same another know while last might us great old year off come since against go came "
+    "right used take three"
+).split()
 WORDS = tuple(" " + w for w in _WORDS)  # one token each
 NW = len(WORDS)
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-            413: "Payload Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 # Bounds on what one client may make the server hold (http_request.py): the request head, 64 KiB, and one request
 # body, 16 MiB (a 128k-token prompt is under 1 MiB of JSON). Bytes a client sends ahead while its request streams
 # are not read beyond this either.
-_BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-_BUCKETS_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0)
-_BUCKETS_E2E = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-                480.0, 960.0, 1920.0, 7680.0)
+_BUCKETS_TTFT = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+_BUCKETS_ITL = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+_BUCKETS_E2E = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Histogram:
@@ -89,18 +161,49 @@ def _int_field(body: dict[str, Any], name: str, default: int) -> int:
 
 
 def error_body(status: int, message: str, etype: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": status},
-                       "object": "error", "message": message, "type": etype, "code": status}).encode()
+    return json.dumps(
+        {
+            "error": {"message": message, "type": etype, "param": None, "code": status},
+            "object": "error",
+            "message": message,
+            "type": etype,
+            "code": status,
+        }
+    ).encode()
 
 
 class Stream:
     """The response side of one generation request."""
 
-    __slots__ = ("conn", "stream", "chat", "prefix", "suffix", "rid", "created", "model", "usage", "off",
-                 "sent_role", "req", "prompt_tokens", "done_fut", "text_pos")
+    __slots__ = (
+        "conn",
+        "stream",
+        "chat",
+        "prefix",
+        "suffix",
+        "rid",
+        "created",
+        "model",
+        "usage",
+        "off",
+        "sent_role",
+        "req",
+        "prompt_tokens",
+        "done_fut",
+        "text_pos",
+    )
 
-    def __init__(self, conn: HttpConnection, stream: bool, chat: bool, rid: str, model: str, usage: bool,
-                 off: int, prompt_tokens: int):
+    def __init__(
+        self,
+        conn: HttpConnection,
+        stream: bool,
+        chat: bool,
+        rid: str,
+        model: str,
+        usage: bool,
+        off: int,
+        prompt_tokens: int,
+    ):
         self.conn = conn
         self.stream = stream
         self.chat = chat
@@ -210,9 +313,15 @@ class EmulatorServer:
         r = sched.waiting.popleft()
         s: Stream = r.sink
         if s is not None:
-            s.conn.fail_request(s, ApiError(400, f"request of {r.prompt_len} prompt tokens + {r.target} output "
-                                                 f"tokens does not fit in the KV cache ({sched.total_blocks} "
-                                                 f"blocks of {sched.bs} tokens)"))
+            s.conn.fail_request(
+                s,
+                ApiError(
+                    400,
+                    f"request of {r.prompt_len} prompt tokens + {r.target} output "
+                    f"tokens does not fit in the KV cache ({sched.total_blocks} "
+                    f"blocks of {sched.bs} tokens)",
+                ),
+            )
 
     def _emit(self, r: Request, n: int, done: bool) -> None:
         s: Stream = r.sink
@@ -238,7 +347,11 @@ class EmulatorServer:
                 suffix = s.suffix
             chunk += suffix
             if not s.sent_role and s.chat:
-                chunk = s.prefix[:-len('"content":"')] + '"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n' + chunk
+                chunk = (
+                    s.prefix[: -len('"content":"')]
+                    + '"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                    + chunk
+                )
                 s.sent_role = True
             self.events_total += 1
             self.tokens_streamed += r.pending
@@ -247,9 +360,11 @@ class EmulatorServer:
                 tail = []
                 if s.usage:
                     obj = "chat.completion.chunk" if s.chat else "text_completion"
-                    tail.append(f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":'
-                                f'{json.dumps(s.model)},"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},'
-                                f'"total_tokens":{r.prompt_len + r.generated},"completion_tokens":{r.generated}}}}}\n\n')
+                    tail.append(
+                        f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":'
+                        f'{json.dumps(s.model)},"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},'
+                        f'"total_tokens":{r.prompt_len + r.generated},"completion_tokens":{r.generated}}}}}\n\n'
+                    )
                 tail.append("data: [DONE]\n\n")
                 chunk += "".join(tail)
                 s.conn.write_chunk(chunk.encode(), last=True)
@@ -280,7 +395,7 @@ class EmulatorServer:
         out = []
         h = 0
         for i in range(0, len(toks) - bs + 1, bs):
-            h = hash((h, tuple(toks[i:i + bs])))
+            h = hash((h, tuple(toks[i : i + bs])))
             out.append(h)
         return out
 
@@ -302,7 +417,11 @@ class EmulatorServer:
                 raise ApiError(400, "prompt must be a string or a list of token ids")
         if _int_field(body, "n", 1) != 1:
             raise ApiError(400, "the emulator serves n=1 only")
-        mt = body.get("max_completion_tokens") if chat and body.get("max_completion_tokens") is not None else body.get("max_tokens")
+        mt = (
+            body.get("max_completion_tokens")
+            if chat and body.get("max_completion_tokens") is not None
+            else body.get("max_tokens")
+        )
         if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or mt < 1):
             raise ApiError(400, f"max_tokens must be at least 1, got {mt!r}.")
         min_t = _int_field(body, "min_tokens", 0)
@@ -337,10 +456,23 @@ class EmulatorServer:
 
     # ------------------------------------------------------------ other endpoints
     def models_body(self) -> bytes:
-        return json.dumps({"object": "list", "data": [{
-            "id": self.served_name, "object": "model", "created": int(self.started), "owned_by": "wattbench-emulator",
-            "root": self.dep.model.hf_id, "parent": None, "max_model_len": self.st.max_model_len,
-            "permission": []}]}).encode()
+        return json.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.served_name,
+                        "object": "model",
+                        "created": int(self.started),
+                        "owned_by": "wattbench-emulator",
+                        "root": self.dep.model.hf_id,
+                        "parent": None,
+                        "max_model_len": self.st.max_model_len,
+                        "permission": [],
+                    }
+                ],
+            }
+        ).encode()
 
     def metrics_body(self) -> bytes:
         """The engine's Prometheus page in vLLM 0.25.0's names, labels and HELP texts (checked against a real page
@@ -354,26 +486,66 @@ class EmulatorServer:
         g("vllm:num_requests_running", "gauge", len(s.running), "Number of requests in model execution batches.")
         g("vllm:num_requests_waiting", "gauge", len(s.waiting), "Number of requests waiting to be processed.")
         g("vllm:kv_cache_usage_perc", "gauge", round(s.kv_usage(), 6), "KV-cache usage. 1 means 100 percent usage.")
-        g("vllm:prefix_cache_queries_total", "counter", s.prefix_queries,
-          "Prefix cache queries, in terms of number of queried tokens.")
-        g("vllm:prefix_cache_hits_total", "counter", s.prefix_hits, "Prefix cache hits, in terms of number of cached tokens.")
-        g("vllm:num_preemptions_total", "counter", s.num_preemptions, "Cumulative number of preemption from the engine.")
+        g(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            s.prefix_queries,
+            "Prefix cache queries, in terms of number of queried tokens.",
+        )
+        g(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            s.prefix_hits,
+            "Prefix cache hits, in terms of number of cached tokens.",
+        )
+        g(
+            "vllm:num_preemptions_total",
+            "counter",
+            s.num_preemptions,
+            "Cumulative number of preemption from the engine.",
+        )
         g("vllm:prompt_tokens_total", "counter", s.prompt_tokens_total, "Number of prefill tokens processed.")
-        g("vllm:generation_tokens_total", "counter", s.generation_tokens_total, "Number of generation tokens processed.")
-        lines += ["# HELP vllm:request_success_total Count of successfully processed requests.",
-                  "# TYPE vllm:request_success_total counter"]
+        g(
+            "vllm:generation_tokens_total",
+            "counter",
+            s.generation_tokens_total,
+            "Number of generation tokens processed.",
+        )
+        lines += [
+            "# HELP vllm:request_success_total Count of successfully processed requests.",
+            "# TYPE vllm:request_success_total counter",
+        ]
         for reason in ("stop", "length", "abort", "error", "repetition"):  # vLLM 0.25.0's finished reasons
-            lines.append(f'vllm:request_success_total{{{L},finished_reason="{reason}"}} {s.finished_by_reason.get(reason, 0)}')
-        lines += self.h_ttft.render("vllm:time_to_first_token_seconds", L, "Histogram of time to first token in seconds.")
-        lines += self.h_itl.render("vllm:inter_token_latency_seconds", L, "Histogram of inter-token latency in seconds.")
-        lines += self.h_tpot.render("vllm:request_time_per_output_token_seconds", L,
-                                    "Histogram of time_per_output_token_seconds per request.")
-        lines += self.h_e2e.render("vllm:e2e_request_latency_seconds", L, "Histogram of e2e request latency in seconds.")
-        g("wattbench_emulator_info", "gauge", 1, "Emulated deployment (source=emulated).",
-          f',profile="{self.st.profile}",gpu="{self.dep.gpu.id}",tp="{self.dep.tp}",precision="{self.dep.precision.id}",version="{EMULATOR_VERSION}"')
+            lines.append(
+                f'vllm:request_success_total{{{L},finished_reason="{reason}"}} {s.finished_by_reason.get(reason, 0)}'
+            )
+        lines += self.h_ttft.render(
+            "vllm:time_to_first_token_seconds", L, "Histogram of time to first token in seconds."
+        )
+        lines += self.h_itl.render(
+            "vllm:inter_token_latency_seconds", L, "Histogram of inter-token latency in seconds."
+        )
+        lines += self.h_tpot.render(
+            "vllm:request_time_per_output_token_seconds", L, "Histogram of time_per_output_token_seconds per request."
+        )
+        lines += self.h_e2e.render(
+            "vllm:e2e_request_latency_seconds", L, "Histogram of e2e request latency in seconds."
+        )
+        g(
+            "wattbench_emulator_info",
+            "gauge",
+            1,
+            "Emulated deployment (source=emulated).",
+            f',profile="{self.st.profile}",gpu="{self.dep.gpu.id}",tp="{self.dep.tp}",precision="{self.dep.precision.id}",version="{EMULATOR_VERSION}"',
+        )
         g("wattbench_emulator_steps_total", "counter", s.steps, "Scheduler iterations run.")
         g("wattbench_emulator_sse_events_total", "counter", self.events_total, "Content-bearing SSE events sent.")
-        g("wattbench_emulator_lag_seconds_max", "gauge", round(self.lag_max, 6), "Largest lag of the engine loop behind modelled time.")
+        g(
+            "wattbench_emulator_lag_seconds_max",
+            "gauge",
+            round(self.lag_max, 6),
+            "Largest lag of the engine loop behind modelled time.",
+        )
         return ("\n".join(lines) + "\n").encode()
 
     def telemetry_body(self) -> bytes:
@@ -381,24 +553,32 @@ class EmulatorServer:
 
     def info_body(self) -> bytes:
         d = self.st.summary()
-        d.update({"served_model_name": self.served_name, "kv_usage": self.sched.kv_usage(),
-                  "num_preemptions": self.sched.num_preemptions})
+        d.update(
+            {
+                "served_model_name": self.served_name,
+                "kv_usage": self.sched.kv_usage(),
+                "num_preemptions": self.sched.num_preemptions,
+            }
+        )
         return json.dumps(d).encode()
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.wake = asyncio.Event()
-        self.server = await loop.create_server(lambda: HttpConnection(self), self.host, self.port, backlog=1024,
-                                               reuse_address=True)
+        self.server = await loop.create_server(
+            lambda: HttpConnection(self), self.host, self.port, backlog=1024, reuse_address=True
+        )
         self.port = self.server.sockets[0].getsockname()[1]
         self._engine_task = loop.create_task(self.engine_loop())
 
     def listening_line(self) -> str:
         d = self.dep
-        return (f"wattbench emulator listening on http://{self.host}:{self.port} (emulated {self.st.profile}, "
-                f"{d.model.id} on {d.tp}x {d.gpu.id} at {d.precision.id}; kv cache {self.st.kv_tokens} tokens; "
-                "timing and telemetry from a performance model, not a GPU)")
+        return (
+            f"wattbench emulator listening on http://{self.host}:{self.port} (emulated {self.st.profile}, "
+            f"{d.model.id} on {d.tp}x {d.gpu.id} at {d.precision.id}; kv cache {self.st.kv_tokens} tokens; "
+            "timing and telemetry from a performance model, not a GPU)"
+        )
 
 
 class HttpConnection(asyncio.Protocol):
@@ -418,6 +598,7 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         try:
             import socket
+
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -445,14 +626,19 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._process()
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
-            print(f"wattbench emulator: internal error on a request ({type(exc).__name__}: {exc}); "
-                  "the connection is closed, the server goes on", file=sys.stderr, flush=True)
+            print(
+                f"wattbench emulator: internal error on a request ({type(exc).__name__}: {exc}); "
+                "the connection is closed, the server goes on",
+                file=sys.stderr,
+                flush=True,
+            )
             if self.active is not None and self.active.req is not None:
                 self.srv.sched.abort(self.active.req)
             self.active = None
             self.busy = False
-            self._respond(500, error_body(500, f"internal error: {type(exc).__name__}", "InternalServerError"),
-                          close=True)
+            self._respond(
+                500, error_body(500, f"internal error: {type(exc).__name__}", "InternalServerError"), close=True
+            )
 
     def _bad_request(self, status: int, message: str) -> None:
         """A request head that cannot be read: answer once and close (the next request's start is unknown)."""
@@ -488,9 +674,11 @@ class HttpConnection(asyncio.Protocol):
                 self.active = s
                 self.busy = True
                 if s.stream:
-                    self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                                         b"cache-control: no-cache\r\nx-wattbench-emulated: true\r\n"
-                                         b"transfer-encoding: chunked\r\n\r\n")
+                    self.transport.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                        b"cache-control: no-cache\r\nx-wattbench-emulated: true\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n"
+                    )
                 if s.req.state == "finished":  # zero tokens to generate
                     if s.stream:
                         self._finish_empty_stream(s)
@@ -498,8 +686,11 @@ class HttpConnection(asyncio.Protocol):
                         self.finish_nonstream(s, s.req)
                 return
             if method != "GET":
-                raise ApiError(405 if path in ("/health", "/metrics", "/v1/models", "/emulator/telemetry") else 404,
-                               f"{method} {path} is not served", "NotFoundError")
+                raise ApiError(
+                    405 if path in ("/health", "/metrics", "/v1/models", "/emulator/telemetry") else 404,
+                    f"{method} {path} is not served",
+                    "NotFoundError",
+                )
             if path == "/health":
                 self._respond(200, b"", ctype=b"application/json")
             elif path == "/v1/models":
@@ -511,9 +702,17 @@ class HttpConnection(asyncio.Protocol):
             elif path == "/emulator/info":
                 self._respond(200, srv.info_body())
             elif path == "/version":
-                self._respond(200, json.dumps({"version": f"wattbench-emulator-{EMULATOR_VERSION}",
-                                               "emulates": EMULATES[srv.st.profile], "profile": srv.st.profile,
-                                               "source": "emulated"}).encode())
+                self._respond(
+                    200,
+                    json.dumps(
+                        {
+                            "version": f"wattbench-emulator-{EMULATOR_VERSION}",
+                            "emulates": EMULATES[srv.st.profile],
+                            "profile": srv.st.profile,
+                            "source": "emulated",
+                        }
+                    ).encode(),
+                )
             else:
                 raise ApiError(404, f"{path} not found", "NotFoundError")
         except ApiError as e:
@@ -526,16 +725,24 @@ class HttpConnection(asyncio.Protocol):
         chunk = s.prefix + s.suffix.replace('"finish_reason":null', '"finish_reason":"length"', 1)
         if s.usage:
             obj = "chat.completion.chunk" if s.chat else "text_completion"
-            chunk += (f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":{json.dumps(s.model)},'
-                      f'"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},"total_tokens":{r.prompt_len},'
-                      '"completion_tokens":0}}\n\n')
+            chunk += (
+                f'data: {{"id":"{s.rid}","object":"{obj}","created":{s.created},"model":{json.dumps(s.model)},'
+                f'"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},"total_tokens":{r.prompt_len},'
+                '"completion_tokens":0}}\n\n'
+            )
         self.write_chunk((chunk + "data: [DONE]\n\n").encode(), last=True)
 
     def _respond(self, status: int, body: bytes, ctype: bytes = b"application/json", close: bool = False) -> None:
         if self.transport is None or self.closed:
             return
-        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n").encode() + b"content-type: " + ctype + \
-            b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\nx-wattbench-emulated: true\r\n"
+        head = (
+            (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n").encode()
+            + b"content-type: "
+            + ctype
+            + b"\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\nx-wattbench-emulated: true\r\n"
+        )
         if close or not self.keep_alive:
             head += b"connection: close\r\n"
         self.transport.write(head + b"\r\n" + body)
@@ -555,17 +762,26 @@ class HttpConnection(asyncio.Protocol):
 
     def finish_nonstream(self, s: Stream, r: Request) -> None:
         text = s.text(0, r.generated)
-        usage = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.generated,
-                 "completion_tokens": r.generated}
+        usage = {
+            "prompt_tokens": r.prompt_len,
+            "total_tokens": r.prompt_len + r.generated,
+            "completion_tokens": r.generated,
+        }
         if s.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                      "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": r.finish_reason,
+                "stop_reason": None,
+            }
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}
             obj = "text_completion"
-        body = json.dumps({"id": s.rid, "object": obj, "created": s.created, "model": s.model,
-                           "choices": [choice], "usage": usage}).encode()
+        body = json.dumps(
+            {"id": s.rid, "object": obj, "created": s.created, "model": s.model, "choices": [choice], "usage": usage}
+        ).encode()
         self.srv.tokens_streamed += r.generated
         self.active = None
         self.busy = False
@@ -575,7 +791,10 @@ class HttpConnection(asyncio.Protocol):
     def fail_request(self, s: Stream, e: ApiError) -> None:
         self.active = None
         if s.stream:  # headers already sent: report the error in the stream, as vLLM does
-            self.write_chunk(("data: " + error_body(e.status, e.message, e.etype).decode() + "\n\ndata: [DONE]\n\n").encode(), last=True)
+            self.write_chunk(
+                ("data: " + error_body(e.status, e.message, e.etype).decode() + "\n\ndata: [DONE]\n\n").encode(),
+                last=True,
+            )
         else:
             self.busy = False
             self._respond(e.status, error_body(e.status, e.message, e.etype))

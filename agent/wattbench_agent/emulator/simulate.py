@@ -1,9 +1,9 @@
 """Pure-Python use of the emulator, without a server: run the same schedulers and step model in virtual time.
 
-    from wattbench_agent.emulator import simulate, Workload
-    r = simulate("trtllm-like", "llama-3-70b", "h200", tp=4, precision="fp8",
-                 workload=Workload(shape="poisson", rate=5, input_tokens=2000, output_tokens=300), duration_s=120)
-    r.output_tok_s, r.ttft_ms["p99"], r.j_per_token, r.avg_power_w
+from wattbench_agent.emulator import simulate, Workload
+r = simulate("trtllm-like", "llama-3-70b", "h200", tp=4, precision="fp8",
+             workload=Workload(shape="poisson", rate=5, input_tokens=2000, output_tokens=300), duration_s=120)
+r.output_tok_s, r.ttft_ms["p99"], r.j_per_token, r.avg_power_w
 """
 
 from __future__ import annotations
@@ -108,23 +108,49 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def step_time(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16", *, batch: int = 1,
-              context: int = 512, prefill_tokens: int = 0, prefill_context: int = 0,
-              config: dict[str, Any] | None = None) -> StepCost:
+def step_time(
+    profile: str,
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    precision: str = "bf16",
+    *,
+    batch: int = 1,
+    context: int = 512,
+    prefill_tokens: int = 0,
+    prefill_context: int = 0,
+    config: dict[str, Any] | None = None,
+) -> StepCost:
     """Cost of one iteration: `batch` decoding sequences at `context` tokens, plus one prefill chunk of
     `prefill_tokens` tokens after `prefill_context` cached ones."""
     st = setup(profile, model, gpu, tp, precision, config)
-    ld = StepLoad(tokens=batch + prefill_tokens, seqs=batch + (1 if prefill_tokens else 0),
-                  sampled=batch + (1 if prefill_tokens else 0),
-                  attn_work=batch * (context + 1.0) + prefill_tokens * (prefill_context + (prefill_tokens + 1) / 2),
-                  kv_read=batch * context + prefill_context, prefill_tokens=prefill_tokens)
+    ld = StepLoad(
+        tokens=batch + prefill_tokens,
+        seqs=batch + (1 if prefill_tokens else 0),
+        sampled=batch + (1 if prefill_tokens else 0),
+        attn_work=batch * (context + 1.0) + prefill_tokens * (prefill_context + (prefill_tokens + 1) / 2),
+        kv_read=batch * context + prefill_context,
+        prefill_tokens=prefill_tokens,
+    )
     return st.dep.step(ld)
 
 
-def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "bf16",
-             config: dict[str, Any] | None = None, workload: Workload | None = None, *,
-             duration_s: float = 60.0, warmup_s: float = 10.0, seed: int = 0,
-             setup_: EngineSetup | None = None, record: bool = False, **workload_kw: Any) -> SimResult:
+def simulate(
+    profile: str,
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    precision: str = "bf16",
+    config: dict[str, Any] | None = None,
+    workload: Workload | None = None,
+    *,
+    duration_s: float = 60.0,
+    warmup_s: float = 10.0,
+    seed: int = 0,
+    setup_: EngineSetup | None = None,
+    record: bool = False,
+    **workload_kw: Any,
+) -> SimResult:
     """Run a workload through the emulated engine in virtual time (no sleeping) and report what a load generator
     and an energy counter would have measured in the window [warmup_s, warmup_s + duration_s]. `record`: also
     return every completed request (send, token times, lengths) in extra["requests"]."""
@@ -167,8 +193,21 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
     tpot: list[float] = []
     e2e: list[float] = []
     itl_w: list[tuple[float, int]] = []
-    stats = {"tokens": 0, "completed": 0, "energy": 0.0, "batch_time": 0.0, "kv_time": 0.0, "capped": 0.0,
-             "events": 0, "ev_tokens": 0, "busy": 0.0, "umem": 0.0, "ucmp": 0.0, "clk_busy": 0.0, "run_time": 0.0}
+    stats = {
+        "tokens": 0,
+        "completed": 0,
+        "energy": 0.0,
+        "batch_time": 0.0,
+        "kv_time": 0.0,
+        "capped": 0.0,
+        "events": 0,
+        "ev_tokens": 0,
+        "busy": 0.0,
+        "umem": 0.0,
+        "ucmp": 0.0,
+        "clk_busy": 0.0,
+        "run_time": 0.0,
+    }
     now = [0.0]
 
     def overlap(a: float, b: float) -> float:
@@ -181,8 +220,16 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
         if record:
             r.meta.append(t)
             if done:
-                records.append({"id": r.rid, "sent": r.arrival, "tokens_at": r.meta, "prompt_tokens": r.prompt_len,
-                                "completion_tokens": r.generated, "max_tokens": r.max_tokens})
+                records.append(
+                    {
+                        "id": r.rid,
+                        "sent": r.arrival,
+                        "tokens_at": r.meta,
+                        "prompt_tokens": r.prompt_len,
+                        "completion_tokens": r.generated,
+                        "max_tokens": r.max_tokens,
+                    }
+                )
         if r.generated == 1 and r.arrival >= t0:
             ttft.append((t - r.arrival) * 1e3)
         if t0 <= t <= t1:
@@ -230,7 +277,7 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
                 stats["capped"] += ov
             stats["busy"] += c.util_gpu * ov
             stats["umem"] += c.util_mem * ov
-            stats["ucmp"] += c.util_cmp * c.clk ** dep.pf.clk_exp * ov
+            stats["ucmp"] += c.util_cmp * c.clk**dep.pf.clk_exp * ov
             stats["clk_busy"] += c.clk * ov
             k = max(si, math.ceil(len(sched.running) * fe / c.dt))
             n_dec = b.load.sampled
@@ -251,20 +298,42 @@ def simulate(profile: str, model: str, gpu: str, tp: int = 1, precision: str = "
         for dt_ms, n in itl_w[::stride]:
             itl_samples.extend([dt_ms] * min(n, 64))
     return SimResult(
-        profile=st.profile, model=dep.model.id, gpu=dep.gpu.id, tp=dep.tp, precision=dep.precision.id,
-        workload=asdict(wl), window_s=win, output_tokens=tokens, output_tok_s=tokens / win,
-        request_throughput=stats["completed"] / win, completed=stats["completed"], ttft_ms=_pct(ttft),
-        tpot_ms=_pct(tpot), e2e_ms=_pct(e2e), itl_ms=_pct(itl_samples), energy_j=energy,
-        avg_power_w=energy / win / n_gpu, j_per_token=energy / tokens if tokens else None,
-        tokens_per_joule=tokens / energy if energy else None, mean_batch=stats["batch_time"] / win,
-        kv_usage_mean=stats["kv_time"] / win, preemptions=sched.num_preemptions,
+        profile=st.profile,
+        model=dep.model.id,
+        gpu=dep.gpu.id,
+        tp=dep.tp,
+        precision=dep.precision.id,
+        workload=asdict(wl),
+        window_s=win,
+        output_tokens=tokens,
+        output_tok_s=tokens / win,
+        request_throughput=stats["completed"] / win,
+        completed=stats["completed"],
+        ttft_ms=_pct(ttft),
+        tpot_ms=_pct(tpot),
+        e2e_ms=_pct(e2e),
+        itl_ms=_pct(itl_samples),
+        energy_j=energy,
+        avg_power_w=energy / win / n_gpu,
+        j_per_token=energy / tokens if tokens else None,
+        tokens_per_joule=tokens / energy if energy else None,
+        mean_batch=stats["batch_time"] / win,
+        kv_usage_mean=stats["kv_time"] / win,
+        preemptions=sched.num_preemptions,
         prefix_hit_rate=(sched.prefix_hits / sched.prefix_queries) if sched.prefix_queries else None,
         tokens_per_event=(stats["ev_tokens"] / stats["events"]) if stats["events"] else 1.0,
-        power_capped_share=stats["capped"] / win, steps=sched.steps, kv_tokens=st.kv_tokens,
-        extra={"util_gpu_mean": stats["busy"] / win, "util_mem_mean": stats["umem"] / win,
-               "util_cmp_mean": stats["ucmp"] / win,
-               # SM clock as NVML reports it, time-averaged over the window (idle: the GPU's idle clock)
-               "sm_clock_mean_mhz": (dep.gpu.sm_clock_max_mhz * stats["clk_busy"]
-                                     + dep.gpu.sm_clock_idle_mhz * (win - stats["run_time"])) / win,
-               **({"requests": records} if record else {})},
+        power_capped_share=stats["capped"] / win,
+        steps=sched.steps,
+        kv_tokens=st.kv_tokens,
+        extra={
+            "util_gpu_mean": stats["busy"] / win,
+            "util_mem_mean": stats["umem"] / win,
+            "util_cmp_mean": stats["ucmp"] / win,
+            # SM clock as NVML reports it, time-averaged over the window (idle: the GPU's idle clock)
+            "sm_clock_mean_mhz": (
+                dep.gpu.sm_clock_max_mhz * stats["clk_busy"] + dep.gpu.sm_clock_idle_mhz * (win - stats["run_time"])
+            )
+            / win,
+            **({"requests": records} if record else {}),
+        },
     )

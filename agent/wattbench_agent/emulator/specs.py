@@ -126,30 +126,60 @@ def _pick(table: str, name: str, kind: str) -> tuple[str, dict[str, Any]]:
 
 def model_spec(name: str) -> ModelSpec:
     mid, m = _pick("models", name, "model")
-    return ModelSpec(id=mid, hf_id=m["hf_id"], aliases=tuple(m.get("aliases", [])), params=float(m["params"]),
-                     active_params=float(m["active_params"]), layers=m["layers"], hidden=m["hidden"],
-                     heads=m["heads"], kv_heads=m["kv_heads"], head_dim=m["head_dim"],
-                     intermediate=m["intermediate"], vocab=m["vocab"], experts=m["experts"],
-                     experts_per_token=m["experts_per_token"], max_position=m["max_position"],
-                     tied_embeddings=m["tied_embeddings"], source=m["source"])
+    return ModelSpec(
+        id=mid,
+        hf_id=m["hf_id"],
+        aliases=tuple(m.get("aliases", [])),
+        params=float(m["params"]),
+        active_params=float(m["active_params"]),
+        layers=m["layers"],
+        hidden=m["hidden"],
+        heads=m["heads"],
+        kv_heads=m["kv_heads"],
+        head_dim=m["head_dim"],
+        intermediate=m["intermediate"],
+        vocab=m["vocab"],
+        experts=m["experts"],
+        experts_per_token=m["experts_per_token"],
+        max_position=m["max_position"],
+        tied_embeddings=m["tied_embeddings"],
+        source=m["source"],
+    )
 
 
 def gpu_spec(name: str) -> GPUSpec:
     gid, g = _pick("gpus", name, "GPU")
-    return GPUSpec(id=gid, name=g["name"], hbm_mib=float(g["hbm_mib"]), hbm_bw=float(g["hbm_bw"]),
-                   flops=dict(g["flops"]), tdp_w=float(g["tdp_w"]), idle_w=float(g["idle_w"]),
-                   nvlink_bw=float(g["nvlink_bw"]), compute_capability=g["compute_capability"],
-                   sm_clock_max_mhz=float(g["sm_clock_max_mhz"]), sm_clock_idle_mhz=float(g["sm_clock_idle_mhz"]),
-                   mem_clock_mhz=float(g["mem_clock_mhz"]), source=g["source"],
-                   mem_power_scale=float(g.get("mem_power_scale", 1.0)),
-                   mem_eff_scale=float(g.get("mem_eff_scale", 1.0)), clock_up_w=float(g.get("clock_up_w", 0.0)))
+    return GPUSpec(
+        id=gid,
+        name=g["name"],
+        hbm_mib=float(g["hbm_mib"]),
+        hbm_bw=float(g["hbm_bw"]),
+        flops=dict(g["flops"]),
+        tdp_w=float(g["tdp_w"]),
+        idle_w=float(g["idle_w"]),
+        nvlink_bw=float(g["nvlink_bw"]),
+        compute_capability=g["compute_capability"],
+        sm_clock_max_mhz=float(g["sm_clock_max_mhz"]),
+        sm_clock_idle_mhz=float(g["sm_clock_idle_mhz"]),
+        mem_clock_mhz=float(g["mem_clock_mhz"]),
+        source=g["source"],
+        mem_power_scale=float(g.get("mem_power_scale", 1.0)),
+        mem_eff_scale=float(g.get("mem_eff_scale", 1.0)),
+        clock_up_w=float(g.get("clock_up_w", 0.0)),
+    )
 
 
 def precision_spec(name: str) -> PrecisionSpec:
     pid, p = _pick("precisions", name, "precision")
-    return PrecisionSpec(id=pid, weight_bytes=float(p["weight_bytes"]), kv_bytes=float(p["kv_bytes"]),
-                         act_bytes=float(p["act_bytes"]), compute=p["compute"],
-                         gemm_eff_scale=float(p["gemm_eff_scale"]), source=p["source"])
+    return PrecisionSpec(
+        id=pid,
+        weight_bytes=float(p["weight_bytes"]),
+        kv_bytes=float(p["kv_bytes"]),
+        act_bytes=float(p["act_bytes"]),
+        compute=p["compute"],
+        gemm_eff_scale=float(p["gemm_eff_scale"]),
+        source=p["source"],
+    )
 
 
 def known(table: str) -> list[str]:

@@ -8,10 +8,18 @@ import math
 import time
 from typing import Any
 
-from wattbench_agent.emulator.perf import CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP, CLOCK_EVENT_SW_THERMAL, Deployment
+from wattbench_agent.emulator.perf import (
+    CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    Deployment,
+)
 
-_REASON_NAMES = ((CLOCK_EVENT_GPU_IDLE, "gpu_idle"), (CLOCK_EVENT_SW_POWER_CAP, "sw_power_cap"),
-                 (CLOCK_EVENT_SW_THERMAL, "sw_thermal_slowdown"))
+_REASON_NAMES = (
+    (CLOCK_EVENT_GPU_IDLE, "gpu_idle"),
+    (CLOCK_EVENT_SW_POWER_CAP, "sw_power_cap"),
+    (CLOCK_EVENT_SW_THERMAL, "sw_thermal_slowdown"),
+)
 
 
 def decode_reasons(mask: int) -> str:
@@ -75,15 +83,25 @@ class Telemetry:
         gpus = []
         for i in range(self.n):
             b = self.board[i]
-            gpus.append({
-                "gpu_uuid": self.uuids[i], "gpu_index": i, "name": g.name,
-                "power_w": round(self.power * b, 3), "power_avg_w": round(self.avg_power * b, 3),
-                "energy_mj": round(self.energy_j * b * 1000.0, 3),
-                "hbm_used_mib": round(self.hbm_used_mib, 1), "hbm_total_mib": g.hbm_mib,
-                "util_gpu_pct": round(100.0 * self.util_gpu, 2), "util_mem_pct": round(100.0 * self.util_mem, 2),
-                "sm_clock_mhz": round(sm, 1), "mem_clock_mhz": g.mem_clock_mhz,
-                "temp_c": round(self.temp, 2), "hbm_temp_c": round(self.temp + 4.0 + 6.0 * self.util_mem, 2),
-                "power_limit_w": self.dep.power_limit_w,
-                "clock_event_reasons": self.reasons, "clock_events": decode_reasons(self.reasons),
-            })
+            gpus.append(
+                {
+                    "gpu_uuid": self.uuids[i],
+                    "gpu_index": i,
+                    "name": g.name,
+                    "power_w": round(self.power * b, 3),
+                    "power_avg_w": round(self.avg_power * b, 3),
+                    "energy_mj": round(self.energy_j * b * 1000.0, 3),
+                    "hbm_used_mib": round(self.hbm_used_mib, 1),
+                    "hbm_total_mib": g.hbm_mib,
+                    "util_gpu_pct": round(100.0 * self.util_gpu, 2),
+                    "util_mem_pct": round(100.0 * self.util_mem, 2),
+                    "sm_clock_mhz": round(sm, 1),
+                    "mem_clock_mhz": g.mem_clock_mhz,
+                    "temp_c": round(self.temp, 2),
+                    "hbm_temp_c": round(self.temp + 4.0 + 6.0 * self.util_mem, 2),
+                    "power_limit_w": self.dep.power_limit_w,
+                    "clock_event_reasons": self.reasons,
+                    "clock_events": decode_reasons(self.reasons),
+                }
+            )
         return {"t_ns": t, "source": "emulated", "gpus": gpus}

@@ -13,18 +13,35 @@ from __future__ import annotations
 from typing import Any
 
 # plan option (the real engine's) -> emulator knob of the profile; values pass through
-_VLLM_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "gpu_memory_utilization", "block_size",
-               "enable_prefix_caching", "kv_cache_memory_bytes", "async_scheduling")
-_TRT_KNOBS = ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "kv_cache_free_gpu_mem_fraction",
-              "tokens_per_block", "enable_chunked_context", "scheduler_policy")
+_VLLM_KNOBS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "block_size",
+    "enable_prefix_caching",
+    "kv_cache_memory_bytes",
+    "async_scheduling",
+)
+_TRT_KNOBS = (
+    "max_batch_size",
+    "max_input_len",
+    "max_seq_len",
+    "max_num_tokens",
+    "kv_cache_free_gpu_mem_fraction",
+    "tokens_per_block",
+    "enable_chunked_context",
+    "scheduler_policy",
+)
 
 
 class NoTwin(ValueError):
     """The engine kind has no emulator profile."""
 
 
-def twin_engine(engine: str, precision: str, options: dict[str, Any] | None = None, profile: str | None = None,
-                model: str = "") -> tuple[str, dict[str, Any], str]:
+def twin_engine(
+    engine: str, precision: str, options: dict[str, Any] | None = None, profile: str | None = None, model: str = ""
+) -> tuple[str, dict[str, Any], str]:
     """(profile, emulator config, what the mapping assumed) for one engine entry of a plan."""
     options = dict(options or {})
     if engine == "emulator":
@@ -33,15 +50,18 @@ def twin_engine(engine: str, precision: str, options: dict[str, Any] | None = No
         return profile, options, "emulator entry: its own profile and knobs"
     if engine == "vllm":
         cfg = {k: options[k] for k in _VLLM_KNOBS if k in options}
-        cfg.setdefault("async_scheduling", True)  # vLLM 0.25.0's default (its log: 'Asynchronous scheduling is enabled')
+        cfg.setdefault(
+            "async_scheduling", True
+        )  # vLLM 0.25.0's default (its log: 'Asynchronous scheduling is enabled')
         note = "vllm-like as the vLLM 0.25.0 measured on the H200 (async scheduling"
         if precision == "fp8":
             kvd = str(options.get("kv_cache_dtype") or "auto").lower()
             prequantised = "fp8" in model.lower() or options.get("quantization") not in (None, "fp8")
             cfg["quantization"] = "checkpoint" if prequantised else "online"
             cfg["kv_cache_dtype"] = "fp8" if kvd.startswith("fp8") else "bf16"  # vLLM's auto: the model's dtype
-            note += (", fp8 checkpoint" if prequantised else ", online fp8: weights quantised at load") + \
-                f", KV cache {'fp8' if kvd.startswith('fp8') else '16-bit'}"
+            note += (
+                ", fp8 checkpoint" if prequantised else ", online fp8: weights quantised at load"
+            ) + f", KV cache {'fp8' if kvd.startswith('fp8') else '16-bit'}"
         return "vllm-like", cfg, note + ")"
     if engine == "trtllm":
         cfg = {k: options[k] for k in _TRT_KNOBS if k in options}

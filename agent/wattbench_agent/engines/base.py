@@ -157,14 +157,24 @@ class EmulatorAdapter(EngineAdapter):
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         cmd = [
-            sys.executable, "-m", "wattbench_agent", "emulate",
-            "--profile", cfg.profile or "vllm-like",
-            "--model", cfg.model,
-            "--gpu", cfg.gpu,
-            "--tp", str(cfg.tp),
-            "--precision", cfg.precision,
-            "--host", host,
-            "--port", str(port),
+            sys.executable,
+            "-m",
+            "wattbench_agent",
+            "emulate",
+            "--profile",
+            cfg.profile or "vllm-like",
+            "--model",
+            cfg.model,
+            "--gpu",
+            cfg.gpu,
+            "--tp",
+            str(cfg.tp),
+            "--precision",
+            cfg.precision,
+            "--host",
+            host,
+            "--port",
+            str(port),
         ]
         for key, value in sorted(cfg.options.items()):
             cmd += ["--config", f"{key}={value}"]

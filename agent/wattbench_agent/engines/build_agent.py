@@ -25,9 +25,10 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
 
@@ -38,10 +39,16 @@ Log = Callable[[str], None]
 Report = Callable[[dict[str, Any]], None]
 
 
-def build_spec(configs: Iterable[EngineConfig], workdir: str | os.PathLike | None = None,
-               engines_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    return {"configs": [asdict(cfg) for cfg in configs], "workdir": str(workdir) if workdir else None,
-            "engines_dir": str(engines_dir) if engines_dir else None}
+def build_spec(
+    configs: Iterable[EngineConfig],
+    workdir: str | os.PathLike | None = None,
+    engines_dir: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    return {
+        "configs": [asdict(cfg) for cfg in configs],
+        "workdir": str(workdir) if workdir else None,
+        "engines_dir": str(engines_dir) if engines_dir else None,
+    }
 
 
 def result_message(cfg: EngineConfig, result: BuildResult) -> dict[str, Any]:
@@ -65,10 +72,19 @@ def build_one(cfg: EngineConfig, workdir: Path | None) -> BuildResult:
         return adapter.build(cfg, workdir)
     except Exception as exc:  # noqa: BLE001 - any crash of one build is that build's row
         tail = "".join(traceback.format_exception(exc))[-3000:]
-        return BuildResult(status="failed", error_kind="build_failed", error_text=f"the build raised:\n{tail}",
-                           engine_version=adapter.follows_version if adapter else None,
-                           resolved_config={"engine": cfg.engine, "model": cfg.model, "precision": cfg.precision,
-                                            "tp": cfg.tp, **cfg.options})
+        return BuildResult(
+            status="failed",
+            error_kind="build_failed",
+            error_text=f"the build raised:\n{tail}",
+            engine_version=adapter.follows_version if adapter else None,
+            resolved_config={
+                "engine": cfg.engine,
+                "model": cfg.model,
+                "precision": cfg.precision,
+                "tp": cfg.tp,
+                **cfg.options,
+            },
+        )
 
 
 def link_engine(engines_dir: Path, cfg: EngineConfig, result: BuildResult) -> Path | None:
@@ -91,9 +107,11 @@ def describe(result: BuildResult) -> str:
         return f"failed ({result.error_kind}): {last_line}"
     if result.status in ("built", "cached"):
         lock = result.hardware_lock or {}
-        return (f"{result.status} in {result.build_s} s, sha256 {(result.artifact_sha256 or '')[:12]}, "
-                f"{result.artifact_bytes} bytes, for {lock.get('gpu_name')} ({lock.get('sm')}), "
-                f"TensorRT-LLM {result.engine_version}: {result.artifact_path}")
+        return (
+            f"{result.status} in {result.build_s} s, sha256 {(result.artifact_sha256 or '')[:12]}, "
+            f"{result.artifact_bytes} bytes, for {lock.get('gpu_name')} ({lock.get('sm')}), "
+            f"TensorRT-LLM {result.engine_version}: {result.artifact_path}"
+        )
     return result.status
 
 
@@ -126,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         with open_dagster_pipes() as pipes:
             run_builds(pipes.get_extra(BUILD_SPEC_EXTRA), log=pipes.log.info, report=pipes.report_custom_message)
         return 0
-    parser = argparse.ArgumentParser(prog="python3 -m wattbench_agent.engines.build_agent",
-                                     description=f"Build engines from a build spec (--spec FILE or ${BUILD_SPEC_ENV});"
-                                                 " one JSON line per result on stdout.")
+    parser = argparse.ArgumentParser(
+        prog="python3 -m wattbench_agent.engines.build_agent",
+        description=f"Build engines from a build spec (--spec FILE or ${BUILD_SPEC_ENV});"
+        " one JSON line per result on stdout.",
+    )
     parser.add_argument("--spec", help="build spec JSON file")
     args = parser.parse_args(argv)
     if args.spec:
@@ -137,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(os.environ[BUILD_SPEC_ENV])
     else:
         parser.error(f"no build spec: give --spec FILE or set ${BUILD_SPEC_ENV}")
-    run_builds(spec, log=lambda line: print(line, file=sys.stderr, flush=True),
-               report=lambda message: print(json.dumps(message), flush=True))
+    run_builds(
+        spec,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        report=lambda message: print(json.dumps(message), flush=True),
+    )
     return 0
 
 

@@ -56,8 +56,7 @@ class GpuInfo:
         return sm_name(self.compute_cap)
 
     def lock(self, engine_version: str | None = None, tp: int | None = None) -> dict[str, Any]:
-        lock = {"gpu_name": self.name, "compute_capability": self.compute_cap, "sm": self.sm,
-                "driver": self.driver}
+        lock = {"gpu_name": self.name, "compute_capability": self.compute_cap, "sm": self.sm, "driver": self.driver}
         if engine_version is not None:
             lock["engine_version"] = engine_version
         if tp is not None:
@@ -85,7 +84,9 @@ def query_gpu(nvidia_smi: str = "nvidia-smi", timeout_s: float = 15.0) -> GpuInf
     try:
         proc = subprocess.run(
             [nvidia_smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=timeout_s,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -123,12 +124,14 @@ def check_hardware_lock(lock: dict[str, Any] | None, gpu: GpuInfo | None, engine
     built_cap = lock.get("compute_capability")
     if built_cap and str(built_cap).strip() != str(gpu.compute_cap).strip():
         raise HardwareMismatch(
-            f"engine built for {describe_lock(lock)} cannot run on {gpu.name} ({gpu.sm}); rebuild for this GPU")
+            f"engine built for {describe_lock(lock)} cannot run on {gpu.name} ({gpu.sm}); rebuild for this GPU"
+        )
     built_version = lock.get("engine_version")
     if engine_version and built_version and built_version != engine_version:
         raise HardwareMismatch(
             f"engine built with TensorRT-LLM {built_version} cannot be loaded by TensorRT-LLM {engine_version}; "
-            "rebuild with this version")
+            "rebuild with this version"
+        )
 
 
 # ----------------------------------------------------------------------------------------------- artifacts
@@ -158,8 +161,15 @@ class BuildCache:
 
     @staticmethod
     def key(build_id: str, engine_version: str | None, gpu: GpuInfo) -> str:
-        blob = json.dumps({"build_id": build_id, "engine_version": engine_version or "unknown",
-                           "gpu_name": gpu.name, "compute_cap": gpu.compute_cap}, sort_keys=True).encode()
+        blob = json.dumps(
+            {
+                "build_id": build_id,
+                "engine_version": engine_version or "unknown",
+                "gpu_name": gpu.name,
+                "compute_cap": gpu.compute_cap,
+            },
+            sort_keys=True,
+        ).encode()
         return hashlib.sha256(blob).hexdigest()[:20]
 
     def entry(self, key: str) -> Path:

@@ -4,8 +4,9 @@ startup phases read from their logs. Agent-side code: stdlib only."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig
 from wattbench_agent.engines.options import Flag, OptionError, normalise
@@ -35,8 +36,9 @@ class CheckpointEngineAdapter(EngineAdapter):
     def options(self, cfg: EngineConfig) -> dict[str, Any]:
         """The plan's options as this engine's flags want them, with dtype/quantization from the precision."""
         if cfg.precision not in self.precisions:
-            raise OptionError(f"{self.name}: precision {cfg.precision!r} not supported; expected one of "
-                              f"{', '.join(self.precisions)}")
+            raise OptionError(
+                f"{self.name}: precision {cfg.precision!r} not supported; expected one of {', '.join(self.precisions)}"
+            )
         opts = normalise(cfg.options, self.option_table, self.name, self.aliases)
         dtype, quant = self.precisions[cfg.precision]
         opts.setdefault("dtype", dtype)
@@ -57,8 +59,13 @@ class CheckpointEngineAdapter(EngineAdapter):
         return opts
 
     def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        base = {"engine": self.name, "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
-                "follows_version": self.follows_version}
+        base = {
+            "engine": self.name,
+            "model": cfg.model,
+            "precision": cfg.precision,
+            "tp": cfg.tp,
+            "follows_version": self.follows_version,
+        }
         try:
             opts = self.options(cfg)
         except OptionError as exc:
@@ -71,8 +78,13 @@ class CheckpointEngineAdapter(EngineAdapter):
     def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
         resolved = self.resolved_config(cfg)
         if "config_error" in resolved:
-            return BuildResult(status="failed", error_kind="config_error", error_text=resolved["config_error"],
-                               engine_version=self.follows_version, resolved_config=resolved)
+            return BuildResult(
+                status="failed",
+                error_kind="config_error",
+                error_text=resolved["config_error"],
+                engine_version=self.follows_version,
+                resolved_config=resolved,
+            )
         return BuildResult(status="no_build", engine_version=self.follows_version, resolved_config=resolved)
 
     def served_model_name(self, cfg: EngineConfig) -> str:

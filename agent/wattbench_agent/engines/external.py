@@ -29,13 +29,23 @@ class ExternalAdapter(EngineAdapter):
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         from wattbench_agent.deploy.local import DeployError
 
-        raise DeployError("config_error", "an external endpoint is measured, not started: give its url in the plan "
-                                          "and the agent attaches to it (target 'external')")
+        raise DeployError(
+            "config_error",
+            "an external endpoint is measured, not started: give its url in the plan "
+            "and the agent attaches to it (target 'external')",
+        )
 
     def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        return {"engine": "external", "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
-                "attached": True, **cfg.options}
+        return {
+            "engine": "external",
+            "model": cfg.model,
+            "precision": cfg.precision,
+            "tp": cfg.tp,
+            "attached": True,
+            **cfg.options,
+        }
 
     def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
-        return BuildResult(status="no_build", engine_version=self.follows_version,
-                           resolved_config=self.resolved_config(cfg))
+        return BuildResult(
+            status="no_build", engine_version=self.follows_version, resolved_config=self.resolved_config(cfg)
+        )

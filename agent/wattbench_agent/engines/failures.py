@@ -18,11 +18,21 @@ Agent-side code: stdlib only.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 BUILD_ERROR_KINDS = ("config_error", "no_gpu", "build_failed", "hardware_mismatch")
-DEPLOY_ERROR_KINDS = ("start_failed", "oom_at_start", "health_timeout", "port_in_use", "hardware_mismatch",
-                      "not_built", "config_error", "server_crash", "unreachable")
+DEPLOY_ERROR_KINDS = (
+    "start_failed",
+    "oom_at_start",
+    "health_timeout",
+    "port_in_use",
+    "hardware_mismatch",
+    "not_built",
+    "config_error",
+    "server_crash",
+    "unreachable",
+)
 TRUNCATION_KINDS = ("truncated_prompt", "truncated_output")
 
 
@@ -58,9 +68,13 @@ def mark_truncations(records: Iterable[dict[str, Any]], prompt_tolerance: int = 
             counts[kind] += 1
             r["error_kind"] = kind
             if kind == "truncated_prompt":
-                r["error_text"] = (f"prompt has {r.get('prompt_tokens')} tokens by the server's usage, "
-                                   f"{r.get('input_tokens_requested')} were sent")
+                r["error_text"] = (
+                    f"prompt has {r.get('prompt_tokens')} tokens by the server's usage, "
+                    f"{r.get('input_tokens_requested')} were sent"
+                )
             else:
-                r["error_text"] = (f"{r.get('completion_tokens')} of {r.get('max_tokens')} output tokens, finish_reason "
-                                   f"{r.get('finish_reason')!r}: the engine stopped at its own limit")
+                r["error_text"] = (
+                    f"{r.get('completion_tokens')} of {r.get('max_tokens')} output tokens, finish_reason "
+                    f"{r.get('finish_reason')!r}: the engine stopped at its own limit"
+                )
     return counts

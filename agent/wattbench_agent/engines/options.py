@@ -10,8 +10,9 @@ Agent-side code: stdlib only.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 class OptionError(ValueError):
@@ -20,9 +21,9 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Flag:
-    flag: str | None                 # the CLI flag, e.g. "--max-model-len"; None = not a flag of this command
+    flag: str | None  # the CLI flag, e.g. "--max-model-len"; None = not a flag of this command
     kind: Callable[[Any], Any] | type = str  # int | float | str | bool
-    negatable: bool = False          # bool flags: False -> "--no-<flag>" (argparse BooleanOptionalAction)
+    negatable: bool = False  # bool flags: False -> "--no-<flag>" (argparse BooleanOptionalAction)
     help: str = ""
 
 
@@ -39,15 +40,18 @@ def _coerce(key: str, value: Any, kind) -> Any:
         try:
             out = kind(value)
         except (TypeError, ValueError):
-            raise OptionError(f"option {key!r} expects {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+            raise OptionError(
+                f"option {key!r} expects {'an integer' if kind is int else 'a number'}, got {value!r}"
+            ) from None
         if kind is int and float(value) != out:
             raise OptionError(f"option {key!r} expects an integer, got {value!r}")
         return out
     return kind(value)
 
 
-def normalise(options: dict[str, Any], table: dict[str, Flag], engine: str,
-              aliases: dict[str, str] | None = None) -> dict[str, Any]:
+def normalise(
+    options: dict[str, Any], table: dict[str, Flag], engine: str, aliases: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Options with '-' spelled '_', aliases resolved, values coerced; unknown keys raise OptionError."""
     out: dict[str, Any] = {}
     aliases = aliases or {}

@@ -7,7 +7,7 @@ adapter is first asked for, and a missing module gives a clear error for that en
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from wattbench_agent.engines.base import EmulatorAdapter, EngineAdapter
 from wattbench_agent.engines.external import ExternalAdapter

@@ -51,11 +51,18 @@ OPTIONS: dict[str, Flag] = {
     "python": Flag(None, str, help="interpreter that has sglang installed (default python3)"),
 }
 # The names the vLLM-style plans use, mapped onto SGLang's own flags.
-ALIASES = {"max_model_len": "context_length", "max_num_seqs": "max_running_requests",
-           "gpu_memory_utilization": "mem_fraction_static"}
+ALIASES = {
+    "max_model_len": "context_length",
+    "max_num_seqs": "max_running_requests",
+    "gpu_memory_utilization": "mem_fraction_static",
+}
 
-PRECISIONS = {"fp16": ("float16", None), "bf16": ("bfloat16", None), "fp8": ("auto", "fp8"),
-              "int4-awq": ("float16", "awq")}
+PRECISIONS = {
+    "fp16": ("float16", None),
+    "bf16": ("bfloat16", None),
+    "fp8": ("auto", "fp8"),
+    "int4-awq": ("float16", "awq"),
+}
 
 _PHASES = (
     ("weights_load_s", re.compile(r"Load weight end\..*?elapsed[=:]\s*([\d.]+)")),
@@ -81,9 +88,21 @@ class SglangAdapter(CheckpointEngineAdapter):
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         opts = self.serve_options(cfg, artifact_path)
         python = opts.pop("python", None) or os.environ.get("WATTBENCH_SGLANG_PYTHON") or "python3"
-        return [python, "-m", "sglang.launch_server", "--model-path", artifact_path or cfg.model,
-                "--host", host, "--port", str(port), "--tp-size", str(cfg.tp), *to_flags(opts, OPTIONS),
-                "--enable-metrics"]
+        return [
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            artifact_path or cfg.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tp-size",
+            str(cfg.tp),
+            *to_flags(opts, OPTIONS),
+            "--enable-metrics",
+        ]
 
     def _resolved_extra(self, cfg: EngineConfig, opts: dict[str, Any]) -> dict[str, Any]:
         opts.pop("python", None)

@@ -55,8 +55,9 @@ Summarize the following text in one sentence. Translate this paragraph into Fren
 one two three four five six seven eight nine ten hundred thousand million system user assistant tool
 """.split()
 
-_SYLLABLES = ("ka ri to mu ne sa lo vi de po ta shi ru ma ke no ba zi fe gu "
-              "la mi so nu re ko da pi ve tu ga hi jo we yu xe qi bo").split()
+_SYLLABLES = (
+    "ka ri to mu ne sa lo vi de po ta shi ru ma ke no ba zi fe gu la mi so nu re ko da pi ve tu ga hi jo we yu xe qi bo"
+).split()
 
 
 def _pseudo_words(n: int) -> list[str]:
@@ -83,7 +84,7 @@ def build_tokenizer(vocab: int, max_length: int = 4096):
         raise ValueError(f"vocab {vocab} too small; needs more than {len(base) + len(SPECIAL_TOKENS)}")
     extra = [w for w in _pseudo_words(need * 2) if w not in set(base)][: need - len(base)]
     # Lines repeat the base corpus more often, so frequent words get small ids (as in a real tokenizer).
-    lines = [" ".join(base)] * 3 + [" ".join(extra[i:i + 64]) for i in range(0, len(extra), 64)]
+    lines = [" ".join(base)] * 3 + [" ".join(extra[i : i + 64]) for i in range(0, len(extra), 64)]
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -96,14 +97,27 @@ def build_tokenizer(vocab: int, max_length: int = 4096):
     if tok.get_vocab_size() != vocab:
         raise RuntimeError(f"tokenizer vocabulary has {tok.get_vocab_size()} entries, expected {vocab}")
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-        model_max_length=max_length, chat_template=CHAT_TEMPLATE,
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        model_max_length=max_length,
+        chat_template=CHAT_TEMPLATE,
         # no eos_token on purpose: random weights must not stop early (see module docstring)
     )
 
 
-def build_tiny_llama(out_dir: str | Path, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int,
-                     vocab: int, seed: int = 0, max_position: int = 4096) -> dict[str, Any]:
+def build_tiny_llama(
+    out_dir: str | Path,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    vocab: int,
+    seed: int = 0,
+    max_position: int = 4096,
+) -> dict[str, Any]:
     """Write a random-initialised bf16 LlamaForCausalLM and its tokenizer to `out_dir`; returns a summary."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -114,11 +128,19 @@ def build_tiny_llama(out_dir: str | Path, layers: int, hidden: int, heads: int, 
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(vocab, max_position)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_position,
-        rms_norm_eps=1e-5, rope_theta=500000.0,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_position,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
         tie_word_embeddings=False,  # tied random embeddings make greedy decoding echo the prompt's last token
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=None,
+        pad_token_id=tokenizer.pad_token_id,
         dtype="bfloat16",
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"  # random init of 1B params is much faster on a GPU
@@ -126,24 +148,38 @@ def build_tiny_llama(out_dir: str | Path, layers: int, hidden: int, heads: int, 
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.config.eos_token_id = None
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
-        do_sample=False, max_new_tokens=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=None,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
+        max_new_tokens=128,
     )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     n_params = sum(p.numel() for p in model.parameters())
     summary = {
-        "path": str(out.resolve()), "n_params": n_params, "dtype": "bfloat16", "layers": layers, "hidden": hidden,
-        "heads": heads, "kv_heads": kv_heads, "intermediate": intermediate, "vocab": vocab, "seed": seed,
-        "random_init": True, "build_s": round(time.perf_counter() - t0, 2),
+        "path": str(out.resolve()),
+        "n_params": n_params,
+        "dtype": "bfloat16",
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "intermediate": intermediate,
+        "vocab": vocab,
+        "seed": seed,
+        "random_init": True,
+        "build_s": round(time.perf_counter() - t0, 2),
     }
     (out / "wattbench_tiny_model.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="wattbench make-tiny-model",
-                                     description="Build a random-initialised Llama-shaped model + tokenizer locally.")
+    parser = argparse.ArgumentParser(
+        prog="wattbench make-tiny-model",
+        description="Build a random-initialised Llama-shaped model + tokenizer locally.",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     return run(args)
@@ -165,8 +201,10 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"wattbench make-tiny-model: needs torch, transformers and tokenizers ({exc})", file=sys.stderr)
         return 2
-    print(f"built random-initialised Llama ({summary['n_params'] / 1e6:.1f} M params, bf16) -> {summary['path']} "
-          f"in {summary['build_s']} s")
+    print(
+        f"built random-initialised Llama ({summary['n_params'] / 1e6:.1f} M params, bf16) -> {summary['path']} "
+        f"in {summary['build_s']} s"
+    )
     return 0
 
 

@@ -41,8 +41,18 @@ class TransformersServeAdapter(EngineAdapter):
         model = artifact_path or cfg.model
         options = dict(cfg.options)
         device = options.pop("device", "cuda:0")
-        cmd = ["transformers", "serve", model, "--continuous-batching", "--device", str(device),
-               "--host", host, "--port", str(port)]
+        cmd = [
+            "transformers",
+            "serve",
+            model,
+            "--continuous-batching",
+            "--device",
+            str(device),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         for key, value in sorted(options.items()):
             flag = "--" + str(key).replace("_", "-")
             if value is True:
@@ -59,5 +69,8 @@ class TransformersServeAdapter(EngineAdapter):
         return cfg.model  # the folder path, exactly as given on the command line
 
     def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        return {**super().resolved_config(cfg), "continuous_batching": True,
-                "device": cfg.options.get("device", "cuda:0")}
+        return {
+            **super().resolved_config(cfg),
+            "continuous_batching": True,
+            "device": cfg.options.get("device", "cuda:0"),
+        }

@@ -38,8 +38,15 @@ from pathlib import Path
 from typing import Any
 
 from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig
-from wattbench_agent.engines.build_cache import (BuildCache, GpuInfo, GpuProbe, HardwareMismatch, check_hardware_lock,
-                                           query_gpu, tree_digest)
+from wattbench_agent.engines.build_cache import (
+    BuildCache,
+    GpuInfo,
+    GpuProbe,
+    HardwareMismatch,
+    check_hardware_lock,
+    query_gpu,
+    tree_digest,
+)
 from wattbench_agent.engines.options import Flag, OptionError, normalise
 from wattbench_agent.safety import file_name
 
@@ -61,8 +68,9 @@ OPTIONS: dict[str, Flag] = {
     "calib_size": Flag("--calib_size", int, help="quantize.py calibration samples"),
     "awq_block_size": Flag("--awq_block_size", int, help="quantize.py AWQ group size (int4-awq)"),
     # trtllm-serve (runtime)
-    "kv_cache_free_gpu_memory_fraction": Flag("--kv_cache_free_gpu_memory_fraction", float,
-                                              help="trtllm-serve share of free HBM for the KV cache"),
+    "kv_cache_free_gpu_memory_fraction": Flag(
+        "--kv_cache_free_gpu_memory_fraction", float, help="trtllm-serve share of free HBM for the KV cache"
+    ),
     "backend": Flag("--backend", str, help="trtllm-serve --backend (TensorRT-LLM 1.x: tensorrt)"),
     "tokenizer": Flag("--tokenizer", str, help="trtllm-serve --tokenizer (default: the model)"),
     # wattbench
@@ -141,37 +149,54 @@ class TrtllmAdapter(EngineAdapter):
     checked_versions = (FOLLOWS,)  # by contract tests only: no TensorRT-LLM has run under wattbench yet
     version_patterns = (_VERSION_LINE,)  # trtllm-serve logs "[TensorRT-LLM] TensorRT-LLM version: X" at start
 
-    def __init__(self, gpu_probe: GpuProbe | None = None, cache_dir: str | os.PathLike | None = None,
-                 version_probe=None):
+    def __init__(
+        self, gpu_probe: GpuProbe | None = None, cache_dir: str | os.PathLike | None = None, version_probe=None
+    ):
         self.gpu_probe: GpuProbe = gpu_probe or query_gpu
         self.cache = BuildCache(cache_dir)
         self.version_probe = version_probe or detect_version
 
     # ------------------------------------------------------------------ options
     def options(self, cfg: EngineConfig) -> dict[str, Any]:
-        opts = normalise({k: v for k, v in cfg.options.items() if k not in ("extra_build_args", "extra_serve_args")},
-                         OPTIONS, "trtllm", ALIASES)
+        opts = normalise(
+            {k: v for k, v in cfg.options.items() if k not in ("extra_build_args", "extra_serve_args")},
+            OPTIONS,
+            "trtllm",
+            ALIASES,
+        )
         for key in ("extra_build_args", "extra_serve_args"):
             if key in cfg.options:
                 opts[key] = _split(cfg.options[key])
         if cfg.precision not in PRECISIONS:
-            raise OptionError(f"trtllm: precision {cfg.precision!r} not supported; expected one of "
-                              f"{', '.join(PRECISIONS)}")
+            raise OptionError(
+                f"trtllm: precision {cfg.precision!r} not supported; expected one of {', '.join(PRECISIONS)}"
+            )
         msl, mil = opts.get("max_seq_len"), opts.get("max_input_len")
         if msl is not None and mil is not None and mil > msl:
             raise OptionError(f"trtllm: max_input_len ({mil}) exceeds max_seq_len ({msl})")
         return opts
 
     def resolved_config(self, cfg: EngineConfig) -> dict[str, Any]:
-        out: dict[str, Any] = {"engine": "trtllm", "model": cfg.model, "precision": cfg.precision, "tp": cfg.tp,
-                               "follows_version": FOLLOWS}
+        out: dict[str, Any] = {
+            "engine": "trtllm",
+            "model": cfg.model,
+            "precision": cfg.precision,
+            "tp": cfg.tp,
+            "follows_version": FOLLOWS,
+        }
         try:
             opts = self.options(cfg)
         except OptionError as exc:
             return {**out, **cfg.options, "config_error": str(exc)}
         step, ckpt_dtype, qformat, gemm = PRECISIONS[cfg.precision]
-        out.update({"checkpoint_step": step, "checkpoint_dtype": opts.get("checkpoint_dtype") or ckpt_dtype,
-                    "qformat": qformat, "gemm_plugin": opts.get("gemm_plugin") or gemm})
+        out.update(
+            {
+                "checkpoint_step": step,
+                "checkpoint_dtype": opts.get("checkpoint_dtype") or ckpt_dtype,
+                "qformat": qformat,
+                "gemm_plugin": opts.get("gemm_plugin") or gemm,
+            }
+        )
         if qformat:
             out["kv_cache_dtype"] = opts.get("kv_cache_dtype", "fp8" if qformat == "fp8" else None)
         out.update({k: v for k, v in opts.items() if k not in out})
@@ -184,25 +209,56 @@ class TrtllmAdapter(EngineAdapter):
         dtype = opts.get("checkpoint_dtype") or ckpt_dtype
         if step == "convert":
             script = find_example_script("convert_checkpoint.py", "llama")
-            return [sys.executable, script, "--model_dir", cfg.model, "--output_dir", str(ckpt_dir),
-                    "--dtype", dtype, "--tp_size", str(cfg.tp)]
+            return [
+                sys.executable,
+                script,
+                "--model_dir",
+                cfg.model,
+                "--output_dir",
+                str(ckpt_dir),
+                "--dtype",
+                dtype,
+                "--tp_size",
+                str(cfg.tp),
+            ]
         script = find_example_script("quantize.py", "quantization")
-        cmd = [sys.executable, script, "--model_dir", cfg.model, "--output_dir", str(ckpt_dir), "--dtype", dtype,
-               "--qformat", qformat]
+        cmd = [
+            sys.executable,
+            script,
+            "--model_dir",
+            cfg.model,
+            "--output_dir",
+            str(ckpt_dir),
+            "--dtype",
+            dtype,
+            "--qformat",
+            qformat,
+        ]
         kv = opts.get("kv_cache_dtype", "fp8" if qformat == "fp8" else None)
         if kv:
             cmd += ["--kv_cache_dtype", kv]
         if qformat == "int4_awq":
             cmd += ["--awq_block_size", str(opts.get("awq_block_size") or 128)]
-        cmd += ["--calib_size", str(opts.get("calib_size") or (512 if qformat == "fp8" else 32)),
-                "--tp_size", str(cfg.tp)]
+        cmd += [
+            "--calib_size",
+            str(opts.get("calib_size") or (512 if qformat == "fp8" else 32)),
+            "--tp_size",
+            str(cfg.tp),
+        ]
         return cmd
 
     def build_command(self, cfg: EngineConfig, ckpt_dir: str | Path, engine_dir: str | Path) -> list[str]:
         opts = self.options(cfg)
         gemm = opts.get("gemm_plugin") or PRECISIONS[cfg.precision][3]
-        cmd = ["trtllm-build", "--checkpoint_dir", str(ckpt_dir), "--output_dir", str(engine_dir),
-               "--gemm_plugin", gemm]
+        cmd = [
+            "trtllm-build",
+            "--checkpoint_dir",
+            str(ckpt_dir),
+            "--output_dir",
+            str(engine_dir),
+            "--gemm_plugin",
+            gemm,
+        ]
         for key in BUILD_KEYS:
             if opts.get(key) is not None:
                 cmd += [OPTIONS[key].flag, str(opts[key])]
@@ -218,8 +274,16 @@ class TrtllmAdapter(EngineAdapter):
             raise DeployError("config_error", str(exc)) from None
         engine_dir = artifact_path or opts.get("engine_dir") or self.locate_engine(cfg)
         self.check_engine(engine_dir)
-        cmd = ["trtllm-serve", str(engine_dir), "--tokenizer", opts.get("tokenizer") or cfg.model,
-               "--host", host, "--port", str(port)]
+        cmd = [
+            "trtllm-serve",
+            str(engine_dir),
+            "--tokenizer",
+            opts.get("tokenizer") or cfg.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         if opts.get("backend"):
             cmd += ["--backend", opts["backend"]]
         for key in ("max_batch_size", "max_num_tokens", "max_seq_len"):
@@ -245,8 +309,11 @@ class TrtllmAdapter(EngineAdapter):
                 check_hardware_lock(lock, gpu)
             except HardwareMismatch as exc:
                 raise DeployError("hardware_mismatch", f"{exc} ({entries[0]['engine_dir']})") from None
-        raise DeployError("not_built", f"no TensorRT-LLM engine for build {cfg.build_id()} ({cfg.config_name}) in "
-                                       f"{self.cache.root}; materialize engine_builds first (or give engine_dir)")
+        raise DeployError(
+            "not_built",
+            f"no TensorRT-LLM engine for build {cfg.build_id()} ({cfg.config_name}) in "
+            f"{self.cache.root}; materialize engine_builds first (or give engine_dir)",
+        )
 
     def check_engine(self, engine_dir: str | os.PathLike) -> None:
         """Refuse an engine whose hardware lock does not fit the GPU present (DeployError 'hardware_mismatch')."""
@@ -268,16 +335,25 @@ class TrtllmAdapter(EngineAdapter):
     def build(self, cfg: EngineConfig, workdir: Path | None) -> BuildResult:
         resolved = self.resolved_config(cfg)
         if "config_error" in resolved:
-            return BuildResult(status="failed", error_kind="config_error", error_text=resolved["config_error"],
-                               engine_version=FOLLOWS, resolved_config=resolved)
+            return BuildResult(
+                status="failed",
+                error_kind="config_error",
+                error_text=resolved["config_error"],
+                engine_version=FOLLOWS,
+                resolved_config=resolved,
+            )
         opts = self.options(cfg)
         gpu = self.gpu_probe()
         if opts.get("engine_dir"):
             return self._prebuilt(cfg, Path(opts["engine_dir"]), gpu, resolved)
         if gpu is None:
-            return BuildResult(status="failed", error_kind="no_gpu", resolved_config=resolved,
-                               error_text="TensorRT-LLM engines are built on the GPU type they run on, and nvidia-smi "
-                                          "found no NVIDIA GPU here; run engine_builds on a GPU node")
+            return BuildResult(
+                status="failed",
+                error_kind="no_gpu",
+                resolved_config=resolved,
+                error_text="TensorRT-LLM engines are built on the GPU type they run on, and nvidia-smi "
+                "found no NVIDIA GPU here; run engine_builds on a GPU node",
+            )
         version = self.version_probe()
         key = self.cache.key(cfg.build_id(), version, gpu)
         with self.cache.lock(key):
@@ -286,8 +362,15 @@ class TrtllmAdapter(EngineAdapter):
                 return self._result("cached", hit, {**resolved, "engine_dir": hit["engine_dir"], "cache_key": key})
             return self._build_into_cache(cfg, key, gpu, version, resolved, workdir)
 
-    def _build_into_cache(self, cfg: EngineConfig, key: str, gpu: GpuInfo, version: str | None,
-                          resolved: dict[str, Any], workdir: Path | None) -> BuildResult:
+    def _build_into_cache(
+        self,
+        cfg: EngineConfig,
+        key: str,
+        gpu: GpuInfo,
+        version: str | None,
+        resolved: dict[str, Any],
+        workdir: Path | None,
+    ) -> BuildResult:
         with self.cache.staging(key) as staged:
             ckpt, engine, log_path = staged / "checkpoint", staged / "engine", staged / "build.log"
             commands = [self.checkpoint_command(cfg, ckpt), self.build_command(cfg, ckpt, engine)]
@@ -305,19 +388,27 @@ class TrtllmAdapter(EngineAdapter):
                         log.flush()
                         tail = log_path.read_bytes()[-3000:].decode(errors="replace")
                         self._keep_log(log_path, workdir, cfg)
-                        return BuildResult(status="failed", engine_version=version or FOLLOWS,
-                                           error_kind="build_failed", resolved_config=resolved,
-                                           error_text=f"{Path(cmd[1] if cmd[0] == sys.executable else cmd[0]).name} "
-                                                      f"exited with {rc}:\n{tail}")
+                        return BuildResult(
+                            status="failed",
+                            engine_version=version or FOLLOWS,
+                            error_kind="build_failed",
+                            resolved_config=resolved,
+                            error_text=f"{Path(cmd[1] if cmd[0] == sys.executable else cmd[0]).name} "
+                            f"exited with {rc}:\n{tail}",
+                        )
             build_s = round(time.perf_counter() - t0, 3)
             log_text = log_path.read_text(errors="replace")
             m = _VERSION_LINE.search(log_text)
             version = m.group(1) if m else version
             if not (engine / "config.json").is_file() or not list(engine.glob("*.engine")):
                 self._keep_log(log_path, workdir, cfg)
-                return BuildResult(status="failed", engine_version=version or FOLLOWS, error_kind="build_failed",
-                                   resolved_config=resolved,
-                                   error_text=f"trtllm-build exited 0 but {engine} holds no config.json + *.engine")
+                return BuildResult(
+                    status="failed",
+                    engine_version=version or FOLLOWS,
+                    error_kind="build_failed",
+                    resolved_config=resolved,
+                    error_text=f"trtllm-build exited 0 but {engine} holds no config.json + *.engine",
+                )
             lock = gpu.lock(engine_version=version, tp=cfg.tp)
             import json
 
@@ -325,9 +416,18 @@ class TrtllmAdapter(EngineAdapter):
             if not resolved.get("keep_checkpoint"):
                 shutil.rmtree(ckpt, ignore_errors=True)
             sha, size = tree_digest(engine)
-            manifest = {"build_id": cfg.build_id(), "engine": "trtllm", "engine_version": version,
-                        "hardware_lock": lock, "build_s": build_s, "artifact_sha256": sha, "artifact_bytes": size,
-                        "commands": commands, "resolved_config": resolved, "config_name": cfg.config_name}
+            manifest = {
+                "build_id": cfg.build_id(),
+                "engine": "trtllm",
+                "engine_version": version,
+                "hardware_lock": lock,
+                "build_s": build_s,
+                "artifact_sha256": sha,
+                "artifact_bytes": size,
+                "commands": commands,
+                "resolved_config": resolved,
+                "config_name": cfg.config_name,
+            }
             entry = self.cache.commit(key, staged, manifest)
         self._keep_log(self.cache.entry(key) / "build.log", workdir, cfg)
         return self._result("built", entry, {**resolved, "engine_dir": entry["engine_dir"], "cache_key": key})
@@ -341,14 +441,20 @@ class TrtllmAdapter(EngineAdapter):
 
     @staticmethod
     def _result(status: str, manifest: dict[str, Any], resolved: dict[str, Any]) -> BuildResult:
-        return BuildResult(status=status, build_s=manifest.get("build_s"),
-                           artifact_sha256=manifest.get("artifact_sha256"),
-                           artifact_bytes=manifest.get("artifact_bytes"), artifact_path=manifest.get("engine_dir"),
-                           engine_version=manifest.get("engine_version"), hardware_lock=manifest.get("hardware_lock"),
-                           resolved_config=resolved)
+        return BuildResult(
+            status=status,
+            build_s=manifest.get("build_s"),
+            artifact_sha256=manifest.get("artifact_sha256"),
+            artifact_bytes=manifest.get("artifact_bytes"),
+            artifact_path=manifest.get("engine_dir"),
+            engine_version=manifest.get("engine_version"),
+            hardware_lock=manifest.get("hardware_lock"),
+            resolved_config=resolved,
+        )
 
-    def _prebuilt(self, cfg: EngineConfig, engine_dir: Path, gpu: GpuInfo | None,
-                  resolved: dict[str, Any]) -> BuildResult:
+    def _prebuilt(
+        self, cfg: EngineConfig, engine_dir: Path, gpu: GpuInfo | None, resolved: dict[str, Any]
+    ) -> BuildResult:
         import json
 
         try:
@@ -358,13 +464,28 @@ class TrtllmAdapter(EngineAdapter):
         try:
             check_hardware_lock(lock, gpu)
         except HardwareMismatch as exc:
-            return BuildResult(status="failed", error_kind="hardware_mismatch", error_text=str(exc),
-                               hardware_lock=lock, resolved_config=resolved,
-                               engine_version=(lock or {}).get("engine_version"))
+            return BuildResult(
+                status="failed",
+                error_kind="hardware_mismatch",
+                error_text=str(exc),
+                hardware_lock=lock,
+                resolved_config=resolved,
+                engine_version=(lock or {}).get("engine_version"),
+            )
         if not engine_dir.is_dir():
-            return BuildResult(status="failed", error_kind="build_failed", resolved_config=resolved,
-                               error_text=f"engine_dir {engine_dir} does not exist")
+            return BuildResult(
+                status="failed",
+                error_kind="build_failed",
+                resolved_config=resolved,
+                error_text=f"engine_dir {engine_dir} does not exist",
+            )
         sha, size = tree_digest(engine_dir)
-        return BuildResult(status="cached", artifact_sha256=sha, artifact_bytes=size, artifact_path=str(engine_dir),
-                           engine_version=(lock or {}).get("engine_version"), hardware_lock=lock,
-                           resolved_config={**resolved, "engine_dir": str(engine_dir), "prebuilt": True})
+        return BuildResult(
+            status="cached",
+            artifact_sha256=sha,
+            artifact_bytes=size,
+            artifact_path=str(engine_dir),
+            engine_version=(lock or {}).get("engine_version"),
+            hardware_lock=lock,
+            resolved_config={**resolved, "engine_dir": str(engine_dir), "prebuilt": True},
+        )

@@ -106,10 +106,10 @@ METRICS: dict[str, tuple[str, ...]] = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
     "requests_finished": ("vllm:request_success_total",),
-    "ttft": ("vllm:time_to_first_token_seconds",),                                # histogram
+    "ttft": ("vllm:time_to_first_token_seconds",),  # histogram
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),  # histogram, per token
-    "tpot": ("vllm:request_time_per_output_token_seconds",),                      # histogram, per request (0.11+)
-    "e2e": ("vllm:e2e_request_latency_seconds",),                                 # histogram
+    "tpot": ("vllm:request_time_per_output_token_seconds",),  # histogram, per request (0.11+)
+    "e2e": ("vllm:e2e_request_latency_seconds",),  # histogram
 }
 
 
@@ -141,9 +141,11 @@ class VllmAdapter(CheckpointEngineAdapter):
     start_failure_hints = (
         # vLLM 0.25's top-k/top-p sampler imports FlashInfer when it is built, unless told not to (seen on the H200
         # node, whose vLLM was installed without flashinfer).
-        (re.compile(r"No module named '?flashinfer"),
-         "vLLM's top-k/top-p sampler needs flashinfer unless VLLM_USE_FLASHINFER_SAMPLER=0 is in the engine's "
-         "environment (plan: engines[].env); install flashinfer or set it"),
+        (
+            re.compile(r"No module named '?flashinfer"),
+            "vLLM's top-k/top-p sampler needs flashinfer unless VLLM_USE_FLASHINFER_SAMPLER=0 is in the engine's "
+            "environment (plan: engines[].env); install flashinfer or set it",
+        ),
     )
     health_path = "/health"
     metrics_path = "/metrics"
@@ -151,8 +153,18 @@ class VllmAdapter(CheckpointEngineAdapter):
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         opts = self.serve_options(cfg, artifact_path)
-        return ["vllm", "serve", artifact_path or cfg.model, "--host", host, "--port", str(port),
-                "--tensor-parallel-size", str(cfg.tp), *to_flags(opts, OPTIONS)]
+        return [
+            "vllm",
+            "serve",
+            artifact_path or cfg.model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(cfg.tp),
+            *to_flags(opts, OPTIONS),
+        ]
 
     def _resolved_extra(self, cfg: EngineConfig, opts: dict[str, Any]) -> dict[str, Any]:
         return {**opts, "command": self.serve_command(cfg, "HOST", 0)[:3] + to_flags(opts, OPTIONS)}

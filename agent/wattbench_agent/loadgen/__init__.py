@@ -7,5 +7,15 @@ from .shapes import arrival_offsets
 from .shapes.trace import TraceError, load_trace
 from .spec import LoadSpec, LoadSpecError
 
-__all__ = ["LoadSpec", "LoadSpecError", "LoadResult", "run_load", "run_sweep", "summarize", "stats",
-           "arrival_offsets", "load_trace", "TraceError"]
+__all__ = [
+    "LoadSpec",
+    "LoadSpecError",
+    "LoadResult",
+    "run_load",
+    "run_sweep",
+    "summarize",
+    "stats",
+    "arrival_offsets",
+    "load_trace",
+    "TraceError",
+]

@@ -12,15 +12,24 @@ from wattbench_agent.argtypes import check_finite, finite_float, port_number
 from . import shapes
 from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
-from .vllm_result import (ResultArgError, parse_goodput, parse_percentile_metrics, parse_percentiles,
-                          result_filename, result_json)
+from .vllm_result import (
+    ResultArgError,
+    parse_goodput,
+    parse_percentile_metrics,
+    parse_percentiles,
+    result_filename,
+    result_json,
+)
 
 
 def _floats(s: str, flag: str = "the value") -> list[float]:
     """A comma list of positive finite numbers (--rate, --concurrency); ValueError naming the flag otherwise."""
     try:
-        values = [check_finite(x.strip(), f"{flag} {x.strip()!r}", minimum=0, strict_minimum=True)
-                  for x in s.split(",") if x.strip()]
+        values = [
+            check_finite(x.strip(), f"{flag} {x.strip()!r}", minimum=0, strict_minimum=True)
+            for x in s.split(",")
+            if x.strip()
+        ]
     except ValueError as exc:
         raise ValueError(f"{exc}; expected a comma list of positive numbers") from None
     if not values:
@@ -30,58 +39,111 @@ def _floats(s: str, flag: str = "the value") -> list[float]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "load", help="drive an OpenAI-compatible server with load and measure it",
+        "load",
+        help="drive an OpenAI-compatible server with load and measure it",
         description="Drive an OpenAI-compatible streaming server: fixed concurrency, Poisson/gamma rate, surge, or "
-                    "trace replay. Per-request records go to --out (JSONL, flushed as they complete). vllm bench "
-                    "serve's flag names work as aliases (--base-url, --endpoint, --request-rate, --num-prompts, "
-                    "--dataset-name, --goodput, --save-result, ...; docs/LOADGEN.md).")
-    p.add_argument("--url", "--base-url", dest="url",
-                   help="server base URL (http://127.0.0.1:8000 or .../v1) or a full endpoint URL "
-                        "(.../v1/chat/completions, .../v1/completions; the endpoint picks the API)")
-    p.add_argument("--endpoint", help="API path appended to --url/--base-url, as vllm bench serve: "
-                                      "/v1/chat/completions or /v1/completions")
+        "trace replay. Per-request records go to --out (JSONL, flushed as they complete). vllm bench "
+        "serve's flag names work as aliases (--base-url, --endpoint, --request-rate, --num-prompts, "
+        "--dataset-name, --goodput, --save-result, ...; docs/LOADGEN.md).",
+    )
+    p.add_argument(
+        "--url",
+        "--base-url",
+        dest="url",
+        help="server base URL (http://127.0.0.1:8000 or .../v1) or a full endpoint URL "
+        "(.../v1/chat/completions, .../v1/completions; the endpoint picks the API)",
+    )
+    p.add_argument(
+        "--endpoint",
+        help="API path appended to --url/--base-url, as vllm bench serve: /v1/chat/completions or /v1/completions",
+    )
     p.add_argument("--host", help="with --port, instead of --url (vllm bench serve's default: 127.0.0.1:8000)")
     p.add_argument("--port", type=port_number)
-    p.add_argument("--model", help="model name sent in each request (default: the server's only model, from "
-                                   "GET /v1/models)")
-    p.add_argument("--api", choices=("chat", "completions"),
-                   help="default: what the endpoint URL says, else chat")
+    p.add_argument(
+        "--model", help="model name sent in each request (default: the server's only model, from GET /v1/models)"
+    )
+    p.add_argument("--api", choices=("chat", "completions"), help="default: what the endpoint URL says, else chat")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--concurrency", help="closed-loop streams; a comma list sweeps (e.g. 8,16,32)")
-    g.add_argument("--rate", "--request-rate", dest="rate",
-                   help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
-                        "default) sends every request at once: --max-concurrency (or --num-prompts) streams")
+    g.add_argument(
+        "--rate",
+        "--request-rate",
+        dest="rate",
+        help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
+        "default) sends every request at once: --max-concurrency (or --num-prompts) streams",
+    )
     g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
-    p.add_argument("--burstiness", type=finite_float(0, strict_minimum=True), default=1.0, help="gamma shape k: 1 = Poisson, <1 burstier")
-    p.add_argument("--max-concurrency", type=int,
-                   help="cap on requests in flight for --rate/--trace; alone: that many closed-loop streams")
-    p.add_argument("--surge-factor", type=finite_float(0, strict_minimum=True), help="with --rate: multiply the rate by this ...")
-    p.add_argument("--surge-start", type=finite_float(0), default=0.0, help="... from this many seconds after start ...")
+    p.add_argument(
+        "--burstiness",
+        type=finite_float(0, strict_minimum=True),
+        default=1.0,
+        help="gamma shape k: 1 = Poisson, <1 burstier",
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        help="cap on requests in flight for --rate/--trace; alone: that many closed-loop streams",
+    )
+    p.add_argument(
+        "--surge-factor", type=finite_float(0, strict_minimum=True), help="with --rate: multiply the rate by this ..."
+    )
+    p.add_argument(
+        "--surge-start", type=finite_float(0), default=0.0, help="... from this many seconds after start ..."
+    )
     p.add_argument("--surge-duration", type=finite_float(0), default=0.0, help="... for this many seconds")
     p.add_argument("--trace-time-scale", type=finite_float(0, strict_minimum=True), default=1.0)
-    p.add_argument("--shape", choices=shapes.names(),
-                   help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
-                        "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/")
-    p.add_argument("--input-tokens", "--random-input-len", "--input-len", dest="input_tokens", type=int,
-                   help="prompt tokens per request (default 128)")
-    p.add_argument("--output-tokens", "--random-output-len", "--output-len", dest="output_tokens", type=int,
-                   help="output tokens per request (default 128; with a dataset: the dataset's own reply lengths "
-                        "unless given)")
-    p.add_argument("--random-range-ratio", type=finite_float(0, 1), default=0.0,
-                   help="vLLM's random dataset: lengths uniform in [L x (1 - r), L x (1 + r)]")
+    p.add_argument(
+        "--shape",
+        choices=shapes.names(),
+        help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
+        "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/",
+    )
+    p.add_argument(
+        "--input-tokens",
+        "--random-input-len",
+        "--input-len",
+        dest="input_tokens",
+        type=int,
+        help="prompt tokens per request (default 128)",
+    )
+    p.add_argument(
+        "--output-tokens",
+        "--random-output-len",
+        "--output-len",
+        dest="output_tokens",
+        type=int,
+        help="output tokens per request (default 128; with a dataset: the dataset's own reply lengths unless given)",
+    )
+    p.add_argument(
+        "--random-range-ratio",
+        type=finite_float(0, 1),
+        default=0.0,
+        help="vLLM's random dataset: lengths uniform in [L x (1 - r), L x (1 + r)]",
+    )
     p.add_argument("--dataset", "--dataset-path", dest="dataset", help="ShareGPT-format JSON/JSONL for prompts")
-    p.add_argument("--dataset-name", choices=("random", "sharegpt"),
-                   help="random (synthetic prompts, the default) or sharegpt (needs --dataset-path)")
+    p.add_argument(
+        "--dataset-name",
+        choices=("random", "sharegpt"),
+        help="random (synthetic prompts, the default) or sharegpt (needs --dataset-path)",
+    )
     p.add_argument("--shared-prefix-tokens", type=int, default=0)
     p.add_argument("--tokenizer", help="tokenizer.json path or HF name (optional)")
     p.add_argument("--warmup", type=finite_float(0), default=0.0, help="seconds of warm-up before the window")
-    p.add_argument("--ramp", type=finite_float(0), default=0.0,
-                   help="--concurrency: start the streams evenly over this many seconds (keep it within --warmup)")
-    p.add_argument("--duration", type=finite_float(0),
-                   help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
-                        "with --trace: the whole trace)")
-    p.add_argument("--max-requests", "--num-prompts", dest="max_requests", type=int,
-                   help="stop sending after this many requests")
+    p.add_argument(
+        "--ramp",
+        type=finite_float(0),
+        default=0.0,
+        help="--concurrency: start the streams evenly over this many seconds (keep it within --warmup)",
+    )
+    p.add_argument(
+        "--duration",
+        type=finite_float(0),
+        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
+        "with --trace: the whole trace)",
+    )
+    p.add_argument(
+        "--max-requests", "--num-prompts", dest="max_requests", type=int, help="stop sending after this many requests"
+    )
     p.add_argument("--timeout", type=finite_float(0, strict_minimum=True), default=600.0, help="per-request timeout, s")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos/min_tokens")
@@ -90,25 +152,34 @@ def register(subparsers) -> None:
     p.add_argument("--header", action="append", default=[], help="extra HTTP header 'Name: value' (repeatable)")
     p.add_argument("--transport", choices=("fast", "httpx"), default="fast")
     p.add_argument("--workers", type=int, help="client processes (default: automatic)")
-    p.add_argument("--no-fail-fast", action="store_true",
-                   help="keep sending even when the first requests all fail the same way")
+    p.add_argument(
+        "--no-fail-fast", action="store_true", help="keep sending even when the first requests all fail the same way"
+    )
     p.add_argument("--load-point-id")
     p.add_argument("--out", help="per-request JSONL (appended, flushed per record)")
     p.add_argument("--json", action="store_true", help="print a final one-line JSON summary on stdout")
     p.add_argument("--no-progress", action="store_true")
     v = p.add_argument_group("vllm bench serve results")
-    v.add_argument("--goodput", nargs="+", metavar="KEY:MS",
-                   help="SLOs for goodput, vLLM's form: ttft:500 tpot:50 e2el:2000 (milliseconds)")
-    v.add_argument("--percentile-metrics", help="metrics with percentiles in --save-result: comma list of ttft, "
-                                                "tpot, itl, e2el (default all four; vLLM: ttft,tpot,itl)")
+    v.add_argument(
+        "--goodput",
+        nargs="+",
+        metavar="KEY:MS",
+        help="SLOs for goodput, vLLM's form: ttft:500 tpot:50 e2el:2000 (milliseconds)",
+    )
+    v.add_argument(
+        "--percentile-metrics",
+        help="metrics with percentiles in --save-result: comma list of ttft, "
+        "tpot, itl, e2el (default all four; vLLM: ttft,tpot,itl)",
+    )
     v.add_argument("--metric-percentiles", help="percentiles for them, e.g. 50,90,99 (default 99)")
     v.add_argument("--save-result", action="store_true", help="write a result JSON with vllm bench serve's keys")
     v.add_argument("--save-detailed", action="store_true", help="... with the per-request lists (ttfts, itls, ...)")
     v.add_argument("--result-dir", help="folder for --save-result (default: here)")
     v.add_argument("--result-filename", help="file name for --save-result (default: vLLM's naming)")
     v.add_argument("--label", help="label in the result file and its name (default: wattbench)")
-    v.add_argument("--metadata", nargs="*", metavar="KEY=VALUE", default=[],
-                   help="key-value pairs stored in the result file")
+    v.add_argument(
+        "--metadata", nargs="*", metavar="KEY=VALUE", default=[], help="key-value pairs stored in the result file"
+    )
     p.set_defaults(func=main)
 
 
@@ -130,13 +201,16 @@ def resolve_target(a) -> tuple[str, str]:
         raise ValueError("give either --url/--base-url or --host/--port, not both")
     url = a.url or (f"http://{a.host or '127.0.0.1'}:{a.port or 8000}" if (a.host or a.port) else None)
     if not url:
-        raise ValueError("no server: give --url (a base URL such as http://127.0.0.1:8000, or a full endpoint URL "
-                         "such as http://127.0.0.1:8000/v1/completions), or --base-url/--host/--port")
+        raise ValueError(
+            "no server: give --url (a base URL such as http://127.0.0.1:8000, or a full endpoint URL "
+            "such as http://127.0.0.1:8000/v1/completions), or --base-url/--host/--port"
+        )
     check_url(url)
     if a.endpoint:
         if api_of(url):
-            raise ValueError(f"--endpoint {a.endpoint} given with a URL that already names an endpoint ({url}); "
-                             "give the base URL")
+            raise ValueError(
+                f"--endpoint {a.endpoint} given with a URL that already names an endpoint ({url}); give the base URL"
+            )
         url = join_endpoint(url, a.endpoint)
         if not api_of(url):
             raise ValueError(f"--endpoint {a.endpoint}: expected /v1/chat/completions or /v1/completions")
@@ -151,13 +225,30 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         raise ValueError(f"--dataset-name random takes no --dataset-path ({dataset}); use --dataset-name sharegpt")
     n_in = a.input_tokens if a.input_tokens is not None else 128
     n_out = a.output_tokens if a.output_tokens is not None else 128
-    d = dict(url=url, model=model, api=api, input_tokens=n_in, output_tokens=n_out,
-             warmup_s=a.warmup, ramp_s=a.ramp, duration_s=a.duration if a.duration is not None else 10.0,
-             max_requests=a.max_requests, timeout_s=a.timeout,
-             seed=a.seed, ignore_eos=not a.no_ignore_eos, extra_body=json.loads(a.extra_body) if a.extra_body else {},
-             headers=_headers(a), transport=a.transport, dataset_path=dataset,
-             shared_prefix_tokens=a.shared_prefix_tokens, tokenizer=a.tokenizer, load_point_id=a.load_point_id,
-             burstiness=a.burstiness, trace_time_scale=a.trace_time_scale, fail_fast=not a.no_fail_fast)
+    d = dict(
+        url=url,
+        model=model,
+        api=api,
+        input_tokens=n_in,
+        output_tokens=n_out,
+        warmup_s=a.warmup,
+        ramp_s=a.ramp,
+        duration_s=a.duration if a.duration is not None else 10.0,
+        max_requests=a.max_requests,
+        timeout_s=a.timeout,
+        seed=a.seed,
+        ignore_eos=not a.no_ignore_eos,
+        extra_body=json.loads(a.extra_body) if a.extra_body else {},
+        headers=_headers(a),
+        transport=a.transport,
+        dataset_path=dataset,
+        shared_prefix_tokens=a.shared_prefix_tokens,
+        tokenizer=a.tokenizer,
+        load_point_id=a.load_point_id,
+        burstiness=a.burstiness,
+        trace_time_scale=a.trace_time_scale,
+        fail_fast=not a.no_fail_fast,
+    )
     if dataset and a.output_tokens is None:
         d["output_tokens_dist"] = {"kind": "dataset"}  # vLLM's behaviour: the dataset's own reply lengths
     if a.random_range_ratio:
@@ -165,11 +256,17 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         if not 0 <= r < 1:
             raise ValueError(f"--random-range-ratio {r}: expected 0 <= r < 1")
         if not dataset:
-            d["input_tokens_dist"] = {"kind": "uniform", "min": max(1, int(n_in * (1 - r))),
-                                      "max": max(1, math.ceil(n_in * (1 + r)))}
+            d["input_tokens_dist"] = {
+                "kind": "uniform",
+                "min": max(1, int(n_in * (1 - r))),
+                "max": max(1, math.ceil(n_in * (1 + r))),
+            }
         if "output_tokens_dist" not in d:
-            d["output_tokens_dist"] = {"kind": "uniform", "min": max(1, int(n_out * (1 - r))),
-                                       "max": max(1, math.ceil(n_out * (1 + r)))}
+            d["output_tokens_dist"] = {
+                "kind": "uniform",
+                "min": max(1, int(n_out * (1 - r))),
+                "max": max(1, math.ceil(n_out * (1 + r))),
+            }
     until_sent = a.duration is None and a.max_requests is not None
     if a.trace:
         d.update(shape="trace", trace_path=a.trace, concurrency=a.max_concurrency)
@@ -177,8 +274,13 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
             d["duration_s"] = 0.0
     elif a.rate is not None and not _inf(a.rate):
         shape = "surge" if a.surge_factor else ("gamma" if a.burstiness != 1.0 else "poisson")
-        d.update(shape=shape, concurrency=a.max_concurrency, surge_factor=a.surge_factor or 1.0,
-                 surge_start_s=a.surge_start, surge_duration_s=a.surge_duration)
+        d.update(
+            shape=shape,
+            concurrency=a.max_concurrency,
+            surge_factor=a.surge_factor or 1.0,
+            surge_start_s=a.surge_start,
+            surge_duration_s=a.surge_duration,
+        )
     else:
         d.update(shape="concurrency")
     if a.shape:
@@ -198,8 +300,9 @@ def _points(a) -> tuple[str | None, list]:
     if a.concurrency is not None:
         counts = _floats(a.concurrency, "--concurrency")
         if any(v != int(v) or v > MAX_CONCURRENCY for v in counts):
-            raise ValueError(f"--concurrency {a.concurrency!r}: expected whole numbers of streams, at most "
-                             f"{MAX_CONCURRENCY}")
+            raise ValueError(
+                f"--concurrency {a.concurrency!r}: expected whole numbers of streams, at most {MAX_CONCURRENCY}"
+            )
         return "concurrency", [int(v) for v in counts]
     if a.rate is not None and not _inf(a.rate):
         return "rate", _floats(a.rate, "--rate")
@@ -209,10 +312,12 @@ def _points(a) -> tuple[str | None, list]:
     n = a.max_concurrency or (a.max_requests if a.rate is not None else None)
     if not n:
         if a.rate is not None:
-            raise ValueError("--request-rate inf needs --max-concurrency N (or --num-prompts N): that many "
-                             "closed-loop streams")
-        raise ValueError("no load shape: give --concurrency N, --rate R (--request-rate), --max-concurrency N or "
-                         "--trace FILE")
+            raise ValueError(
+                "--request-rate inf needs --max-concurrency N (or --num-prompts N): that many closed-loop streams"
+            )
+        raise ValueError(
+            "no load shape: give --concurrency N, --rate R (--request-rate), --max-concurrency N or --trace FILE"
+        )
     return "concurrency", [int(n)]
 
 
@@ -221,22 +326,29 @@ def _fmt(v, nd=2) -> str:
 
 
 def summary_table(s: dict) -> str:
-    rows = [f"load point {s.get('load_point_id')}  ({s.get('shape')}, {s.get('api')}, {s.get('workload')})",
-            f"  window {s['window_s']:.2f} s (warm-up {s.get('warmup_s', 0):g} s, drain {s.get('drain_s', 0):.2f} s)   "
-            f"sent {s['sent']}  completed {s['completed']}  failed {s['failed']}",
-            f"  {'metric':<10} {'p50':>9} {'p90':>9} {'p99':>9} {'mean':>9} {'stdev':>9}"]
+    rows = [
+        f"load point {s.get('load_point_id')}  ({s.get('shape')}, {s.get('api')}, {s.get('workload')})",
+        f"  window {s['window_s']:.2f} s (warm-up {s.get('warmup_s', 0):g} s, drain {s.get('drain_s', 0):.2f} s)   "
+        f"sent {s['sent']}  completed {s['completed']}  failed {s['failed']}",
+        f"  {'metric':<10} {'p50':>9} {'p90':>9} {'p99':>9} {'mean':>9} {'stdev':>9}",
+    ]
     for k, label in (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("itl_ms", "ITL ms"), ("e2e_ms", "E2E ms")):
         m = s[k]
-        rows.append(f"  {label:<10} {_fmt(m['p50']):>9} {_fmt(m['p90']):>9} {_fmt(m['p99']):>9} "
-                    f"{_fmt(m['mean']):>9} {_fmt(m['stdev']):>9}")
+        rows.append(
+            f"  {label:<10} {_fmt(m['p50']):>9} {_fmt(m['p90']):>9} {_fmt(m['p99']):>9} "
+            f"{_fmt(m['mean']):>9} {_fmt(m['stdev']):>9}"
+        )
     req = s.get("requested_rate")
-    rows += [f"  request throughput  {_fmt(s['request_throughput'])} req/s   output tokens {_fmt(s['output_token_throughput'], 1)} tok/s"
-             f"   total tokens {_fmt(s.get('total_token_throughput'), 1)} tok/s"
-             + (f"   goodput {_fmt(s.get('goodput'))} req/s" if s.get("slo") else ""),
-             f"  achieved rate {_fmt(s['achieved_rate'])} req/s" + (f" (requested {req:g})" if req else "") +
-             f"   achieved concurrency {_fmt(s['achieved_concurrency'])}" +
-             (f" (requested {s['requested_concurrency']})" if s.get("requested_concurrency") else ""),
-             f"  send lateness p50 {_fmt(s['send_lateness_ms']['p50'], 3)} ms  p99 {_fmt(s['send_lateness_ms']['p99'], 3)} ms"]
+    rows += [
+        f"  request throughput  {_fmt(s['request_throughput'])} req/s   output tokens {_fmt(s['output_token_throughput'], 1)} tok/s"
+        f"   total tokens {_fmt(s.get('total_token_throughput'), 1)} tok/s"
+        + (f"   goodput {_fmt(s.get('goodput'))} req/s" if s.get("slo") else ""),
+        f"  achieved rate {_fmt(s['achieved_rate'])} req/s"
+        + (f" (requested {req:g})" if req else "")
+        + f"   achieved concurrency {_fmt(s['achieved_concurrency'])}"
+        + (f" (requested {s['requested_concurrency']})" if s.get("requested_concurrency") else ""),
+        f"  send lateness p50 {_fmt(s['send_lateness_ms']['p50'], 3)} ms  p99 {_fmt(s['send_lateness_ms']['p99'], 3)} ms",
+    ]
     if s.get("errors"):
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))
     return "\n".join(rows)
@@ -244,6 +356,7 @@ def summary_table(s: dict) -> str:
 
 def main(a) -> int:
     from .runner import run_load
+
     try:
         url, api = resolve_target(a)
         key, values = _points(a)
@@ -257,9 +370,19 @@ def main(a) -> int:
                 raise ValueError(f"--metadata {item!r}: expected KEY=VALUE")
             metadata[k.strip()] = v.strip()
         model = a.model or default_model(url, _headers(a))
-        specs = [_spec(a, url, api, model, **({key: v} if key else {}),
-                       **({"load_point_id": f"{a.load_point_id}-{key[0]}{v:g}"} if a.load_point_id and len(values) > 1 else {}))
-                 for v in values]
+        specs = [
+            _spec(
+                a,
+                url,
+                api,
+                model,
+                **({key: v} if key else {}),
+                **(
+                    {"load_point_id": f"{a.load_point_id}-{key[0]}{v:g}"} if a.load_point_id and len(values) > 1 else {}
+                ),
+            )
+            for v in values
+        ]
     except (LoadSpecError, EndpointError, ResultArgError, ValueError) as exc:
         print(f"wattbench load: {exc}", file=sys.stderr)
         return 2
@@ -268,8 +391,13 @@ def main(a) -> int:
     summaries = []
     for spec in specs:
         try:
-            res = run_load(spec, out=Path(a.out) if a.out else None, progress=not a.no_progress and sys.stderr.isatty() or
-                           (not a.no_progress and not a.json), workers=a.workers, slo=slo)
+            res = run_load(
+                spec,
+                out=Path(a.out) if a.out else None,
+                progress=not a.no_progress and sys.stderr.isatty() or (not a.no_progress and not a.json),
+                workers=a.workers,
+                slo=slo,
+            )
         except (LoadSpecError, ValueError) as exc:
             print(f"wattbench load: {exc}", file=sys.stderr)
             return 2
@@ -279,9 +407,18 @@ def main(a) -> int:
         else:
             print(summary_table(res.summary), file=sys.stderr if a.json else sys.stdout, flush=True)
         if a.save_result or a.save_detailed:
-            result = result_json(res, model_id=model, label=a.label, num_prompts=a.max_requests,
-                                 tokenizer_id=a.tokenizer, percentile_metrics=pmetrics, percentiles=pcts,
-                                 goodput=slo, detailed=a.save_detailed, metadata=metadata)
+            result = result_json(
+                res,
+                model_id=model,
+                label=a.label,
+                num_prompts=a.max_requests,
+                tokenizer_id=a.tokenizer,
+                percentile_metrics=pmetrics,
+                percentiles=pcts,
+                goodput=slo,
+                detailed=a.save_detailed,
+                metadata=metadata,
+            )
             suffix = f"{key[0]}{spec.concurrency if key == 'concurrency' else spec.rate:g}" if len(specs) > 1 else None
             path = result_filename(result, a.label, a.result_dir, a.result_filename, suffix)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -46,7 +46,7 @@ def build_body(spec: Any, prompt: str, max_tokens: int) -> dict:
         body["prompt"] = prompt
     body.update(max_tokens=int(max_tokens), stream=True, stream_options={"include_usage": True})
     if spec.ignore_eos:
-        body["ignore_eos"] = True          # vLLM, SGLang, TensorRT-LLM (trtllm-serve) accept it
+        body["ignore_eos"] = True  # vLLM, SGLang, TensorRT-LLM (trtllm-serve) accept it
         body["min_tokens"] = int(max_tokens)  # vLLM, SGLang; ignored where unknown
     for k, v in (spec.extra_body or {}).items():
         if v is None:
@@ -65,6 +65,7 @@ def _retry_after(resp: httpx.Response) -> float | None:
     except ValueError:
         try:
             from email.utils import parsedate_to_datetime
+
             return max(parsedate_to_datetime(v).timestamp() - time.time(), 0.0)
         except Exception:
             return None
@@ -89,8 +90,25 @@ class SSEParser:
     errors, reasoning deltas, odd shapes) goes through json.loads, which also flags malformed lines.
     """
 
-    __slots__ = ("buf", "chat", "key", "chunk_ns", "lens", "raw", "keep_text", "usage", "finish", "empty",
-                 "err", "errtxt", "done", "exact", "tail_counts", "tail_start", "cap")
+    __slots__ = (
+        "buf",
+        "chat",
+        "key",
+        "chunk_ns",
+        "lens",
+        "raw",
+        "keep_text",
+        "usage",
+        "finish",
+        "empty",
+        "err",
+        "errtxt",
+        "done",
+        "exact",
+        "tail_counts",
+        "tail_start",
+        "cap",
+    )
 
     def __init__(self, chat: bool, keep_text: bool = False):
         self.buf = b""
@@ -98,7 +116,7 @@ class SSEParser:
         self.key = b'"content":' if chat else b'"text":'
         self.chunk_ns: list[int] = []
         self.lens: list[int] = []
-        self.raw: list = []          # content texts (str) when keep_text
+        self.raw: list = []  # content texts (str) when keep_text
         self.keep_text = keep_text
         self.usage = None
         self.finish = None
@@ -106,7 +124,7 @@ class SSEParser:
         self.err = None
         self.errtxt = None
         self.done = False
-        self.exact: int | None = None     # entries before the coalesced tail (None: every event kept)
+        self.exact: int | None = None  # entries before the coalesced tail (None: every event kept)
         self.tail_counts: list[int] = []  # events in each tail entry
         self.tail_start = 0
         self.cap = MAX_CHUNK_EVENTS
@@ -163,18 +181,18 @@ class SSEParser:
                     self._data(d, ns)
                     continue
                 k = j + len(key)
-                c = d[k:k + 1]
+                c = d[k : k + 1]
                 while c == b" ":
                     k += 1
-                    c = d[k:k + 1]
+                    c = d[k : k + 1]
                 if c == b'"':
-                    if d[k + 1:k + 2] == b'"':
+                    if d[k + 1 : k + 2] == b'"':
                         continue  # empty content (e.g. the role chunk)
                     e = d.find(b'"', k + 1)
-                    while e > 0 and d[e - 1:e] == b"\\":
+                    while e > 0 and d[e - 1 : e] == b"\\":
                         # count the backslashes: an even number means the quote is not escaped
                         b = e - 1
-                        while d[b - 1:b] == b"\\":
+                        while d[b - 1 : b] == b"\\":
                             b -= 1
                         if (e - b) % 2 == 0:
                             break
@@ -188,7 +206,7 @@ class SSEParser:
                     else:
                         self._coalesce(ns, e - k - 1)
                     if self.keep_text:
-                        self.raw.append(_loads(d[k:e + 1]))
+                        self.raw.append(_loads(d[k : e + 1]))
                 elif c != b"n":  # not null: something else, let JSON decide
                     self._data(d, ns)
         self.buf = buf[start:] if start < len(buf) else b""
@@ -260,21 +278,36 @@ class RequestRunner:
         self.url = httpx.URL(endpoint_url(spec.url, spec.api))
         self.lp = load_point_id
         self.tok = tokenizer
-        self.headers = httpx.Headers({"content-type": "application/json", "accept": "text/event-stream",
-                                      "accept-encoding": "identity", "user-agent": "wattbench-loadgen",
-                                      **(spec.headers or {})})
+        self.headers = httpx.Headers(
+            {
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+                "accept-encoding": "identity",
+                "user-agent": "wattbench-loadgen",
+                **(spec.headers or {}),
+            }
+        )
         t = float(spec.timeout_s)
         self.timeout_ext = {"connect": t, "read": t, "write": t, "pool": t}
         self.is_chat = spec.api == "chat"
         tr = getattr(client, "_transport", None) if client is not None else None
         from .transport import FastTransport
+
         self.fast = tr if isinstance(tr, FastTransport) else None
 
     def encode(self, prompt: str, max_tokens: int) -> bytes:
         return json.dumps(build_body(self.spec, prompt, max_tokens), separators=(",", ":")).encode()
 
-    async def run(self, request_id: str, body: bytes, input_tokens: int, max_tokens: int, scheduled_ns: int,
-                  prompt: str | None = None, on_status: Callable[[int, float | None], None] | None = None) -> dict:
+    async def run(
+        self,
+        request_id: str,
+        body: bytes,
+        input_tokens: int,
+        max_tokens: int,
+        scheduled_ns: int,
+        prompt: str | None = None,
+        on_status: Callable[[int, float | None], None] | None = None,
+    ) -> dict:
         p = SSEParser(self.is_chat, keep_text=self.tok is not None)
         status = None
         sent_ns = None
@@ -282,8 +315,9 @@ class RequestRunner:
         fail_ns = None
         try:
             async with asyncio.timeout(self.spec.timeout_s):
-                req = httpx.Request("POST", self.url, content=body, headers=self.headers,
-                                    extensions={"timeout": self.timeout_ext})
+                req = httpx.Request(
+                    "POST", self.url, content=body, headers=self.headers, extensions={"timeout": self.timeout_ext}
+                )
                 sent_ns = _perf_ns()
                 if self.fast is not None:
                     resp = await self.fast.handle_async_request(req)
@@ -308,6 +342,7 @@ class RequestRunner:
                             def on_done(exc, fut=fut):
                                 if not fut.done():
                                     fut.set_result(exc)
+
                             ts.set_consumer(p.feed, on_done)
                             exc = await fut
                             if exc is not None:
@@ -351,8 +386,9 @@ class RequestRunner:
             fail_ns = _perf_ns()
         return self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
 
-    def _record(self, request_id, scheduled_ns, sent_ns, fail_ns, status, p: SSEParser,
-                input_tokens, max_tokens, prompt) -> dict:
+    def _record(
+        self, request_id, scheduled_ns, sent_ns, fail_ns, status, p: SSEParser, input_tokens, max_tokens, prompt
+    ) -> dict:
         usage = p.usage or {}
         chunk_ns = p.chunk_ns
         n_events = p.events()

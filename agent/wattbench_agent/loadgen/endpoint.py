@@ -45,16 +45,19 @@ def join_endpoint(base_url: str, endpoint: str) -> str:
 def check_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EndpointError(f"--url {url!r}: expected http(s)://host:port, optionally with /v1 or a full endpoint "
-                            "path such as /v1/chat/completions")
+        raise EndpointError(
+            f"--url {url!r}: expected http(s)://host:port, optionally with /v1 or a full endpoint "
+            "path such as /v1/chat/completions"
+        )
 
 
 def resolve_api(url: str, api: str | None) -> str:
     """The API to speak: what the endpoint path says, checked against an explicit `api`; chat for a base URL."""
     implied = api_of(url)
     if implied and api and api != implied:
-        raise EndpointError(f"--api {api} does not match the endpoint {url} (which is the {implied} API); "
-                            "drop --api or give a base URL")
+        raise EndpointError(
+            f"--api {api} does not match the endpoint {url} (which is the {implied} API); drop --api or give a base URL"
+        )
     return implied or api or "chat"
 
 
@@ -71,16 +74,18 @@ def server_models(url: str, headers: dict | None = None, timeout_s: float = 10.0
     try:
         resp = httpx.get(where, headers=headers or {}, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise EndpointError(f"cannot reach {where} to find the model ({type(exc).__name__}: {exc}); "
-                            "check --url, or give --model") from None
+        raise EndpointError(
+            f"cannot reach {where} to find the model ({type(exc).__name__}: {exc}); check --url, or give --model"
+        ) from None
     if resp.status_code != 200:
         raise EndpointError(f"{where} answered HTTP {resp.status_code}: {resp.text[:300].strip()}; give --model")
     try:
         data = resp.json().get("data") or []
         ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")]
     except (ValueError, AttributeError, KeyError, TypeError):
-        raise EndpointError(f"{where} did not answer an OpenAI model list ({resp.text[:200].strip()!r}); "
-                            "give --model") from None
+        raise EndpointError(
+            f"{where} did not answer an OpenAI model list ({resp.text[:200].strip()!r}); give --model"
+        ) from None
     return ids
 
 

@@ -19,7 +19,8 @@ Percentiles are numpy's linear interpolation (as vllm bench); stdev is the popul
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,9 @@ def stats(values: Sequence[float] | np.ndarray) -> dict[str, float | None]:
         return out
     pct = np.percentile(arr, PERCENTILES)
     out = {_pkey(p): float(v) for p, v in zip(PERCENTILES, pct)}
-    out.update(mean=float(arr.mean()), stdev=float(arr.std()), min=float(arr.min()), max=float(arr.max()),
-               count=int(arr.size))
+    out.update(
+        mean=float(arr.mean()), stdev=float(arr.std()), min=float(arr.min()), max=float(arr.max()), count=int(arr.size)
+    )
     return out
 
 
@@ -107,8 +109,9 @@ def is_ok(rec: dict) -> bool:
     return rec.get("error_kind") is None
 
 
-def summarize(records: Iterable[dict], window_start_ns: int, window_end_ns: int, *,
-              slo: dict | None = None) -> dict[str, Any]:
+def summarize(
+    records: Iterable[dict], window_start_ns: int, window_end_ns: int, *, slo: dict | None = None
+) -> dict[str, Any]:
     """The load point's summary from its request rows (the `--json` summary, minus what only the run knows).
 
     `slo` (optional): {"ttft_ms": x, "tpot_ms": y, "e2e_ms": z}; adds goodput (requests/s meeting all given SLOs).
@@ -161,8 +164,11 @@ def summarize(records: Iterable[dict], window_start_ns: int, window_end_ns: int,
         lo, hi = max(s, ws), min(e, we)
         if hi > lo:
             busy_ns += hi - lo
-    lateness = [(r["sent_ns"] - r["scheduled_ns"]) / 1e6 for r in win
-                if r.get("scheduled_ns") is not None and r.get("sent_ns") is not None]
+    lateness = [
+        (r["sent_ns"] - r["scheduled_ns"]) / 1e6
+        for r in win
+        if r.get("scheduled_ns") is not None and r.get("sent_ns") is not None
+    ]
     lat = stats(lateness)
 
     in_tok = sum(int(r.get("prompt_tokens") or 0) for r in ok_win)

@@ -67,10 +67,15 @@ class _FailFast:
         if not self.fired:
             return None
         text = " ".join(str(self.first.get("error_text") or "").split())
-        return {"requests": self.n, "url": self.url, "error_kind": self.sig[0], "http_status": self.sig[1],
-                "error_text": text,
-                "message": f"stopped: the first {self.n} requests to {self.url} all failed the same way "
-                           f"({self.sig[0]}): {text[:400]}"}
+        return {
+            "requests": self.n,
+            "url": self.url,
+            "error_kind": self.sig[0],
+            "http_status": self.sig[1],
+            "error_text": text,
+            "message": f"stopped: the first {self.n} requests to {self.url} all failed the same way "
+            f"({self.sig[0]}): {text[:400]}",
+        }
 
 
 def effective_duration(spec: LoadSpec) -> float:
@@ -167,8 +172,9 @@ class LoadResult:
 class _Sink:
     """Collects records; appends each to the JSONL file and flushes it as it completes."""
 
-    def __init__(self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None,
-                 fail_fast: _FailFast | None = None):
+    def __init__(
+        self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None, fail_fast: _FailFast | None = None
+    ):
         self.records: list[dict] = []
         self.fail_fast = fail_fast or _FailFast(False, "")
         self.on_fail_fast: Callable[[], None] | None = None
@@ -226,7 +232,7 @@ class _Edges(threading.Thread):
         super().__init__(name="wattbench-window-edges", daemon=True)
         self.start_ns, self.end_ns = start_ns, end_ns
         self.cbs = (on_start, on_end)
-        self.now_evt = threading.Event()   # fire the pending edge(s) now
+        self.now_evt = threading.Event()  # fire the pending edge(s) now
         self.abort = False
         self.called: dict[str, int] = {}
         self.errors: dict[str, str] = {}
@@ -270,10 +276,14 @@ class _Progress:
         frac = min(n / self.max_requests if self.max_requests else elapsed_s / self.total_s, 1.0)
         width = 28
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        total = f"{n}/{self.max_requests} requests, {elapsed_s:6.1f} s" if self.max_requests else \
-            f"{elapsed_s:6.1f}/{self.total_s:.0f} s"
-        self.stream.write(f"\r[{bar}] {total} {phase:<7} "
-                          f"done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5} ")
+        total = (
+            f"{n}/{self.max_requests} requests, {elapsed_s:6.1f} s"
+            if self.max_requests
+            else f"{elapsed_s:6.1f}/{self.total_s:.0f} s"
+        )
+        self.stream.write(
+            f"\r[{bar}] {total} {phase:<7} done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5} "
+        )
         self.stream.flush()
 
     def finish(self) -> None:
@@ -285,6 +295,7 @@ class _Progress:
 def _new_loop():
     try:
         import uvloop  # type: ignore
+
         return uvloop.new_event_loop()
     except ImportError:  # pragma: no cover
         return asyncio.new_event_loop()
@@ -302,8 +313,9 @@ async def _main(ctx: dict) -> dict:
     if spec.transport == "fast":
         transport = FastTransport(verify=ctx["verify"])
     else:
-        transport = httpx.AsyncHTTPTransport(verify=ctx["verify"], limits=httpx.Limits(
-            max_connections=None, max_keepalive_connections=None), retries=0)
+        transport = httpx.AsyncHTTPTransport(
+            verify=ctx["verify"], limits=httpx.Limits(max_connections=None, max_keepalive_connections=None), retries=0
+        )
     client = httpx.AsyncClient(transport=transport, timeout=spec.timeout_s, follow_redirects=False)
     runner = RequestRunner(spec, client, ctx["lp"], ctx["tokenizer"])
     pre = spec.concurrency if spec.concurrency else min(64, max(1, len(offsets) if offsets is not None else 0))
@@ -330,6 +342,7 @@ async def _main(ctx: dict) -> dict:
     def fail_fast() -> None:  # the first requests all failed the same way: stop sending, short drain
         state["stop"] = state["fail_fast"] = True
         ff_evt.set()
+
     sink.on_fail_fast = fail_fast
     wk, nw = ctx.get("worker", 0), ctx.get("n_workers", 1)
     max_req = _share(spec.max_requests, wk, nw)
@@ -339,8 +352,12 @@ async def _main(ctx: dict) -> dict:
         if i < n_items:
             return items[i]
         it = workload.item(i * nw + wk)
-        return (runner.encode(it.prompt, it.output_tokens), it.input_tokens, it.output_tokens,
-                it.prompt if ctx["tokenizer"] is not None else None)
+        return (
+            runner.encode(it.prompt, it.output_tokens),
+            it.input_tokens,
+            it.output_tokens,
+            it.prompt if ctx["tokenizer"] is not None else None,
+        )
 
     async def one(i: int, scheduled: int, on_status=None) -> None:
         body, n_in, n_out, prompt = item(i)
@@ -408,8 +425,12 @@ async def _main(ctx: dict) -> dict:
     async def show_progress() -> None:
         while True:
             now = _perf_ns()
-            ctx["progress"].show((now - t0) / 1e9, sink, state["inflight"],
-                                 "warmup" if now < ws else ("steady" if now < send_end else "drain"))
+            ctx["progress"].show(
+                (now - t0) / 1e9,
+                sink,
+                state["inflight"],
+                "warmup" if now < ws else ("steady" if now < send_end else "drain"),
+            )
             await asyncio.sleep(0.5)
 
     async def watch_stop() -> None:
@@ -492,9 +513,15 @@ async def _main(ctx: dict) -> dict:
         raise asyncio.CancelledError()
     if drain_start is None:
         drain_start = drain_end
-    return {"t0": t0, "ws": ws, "we": we, "send_end": min(send_end, drain_start),
-            "drain_s": max(drain_end - drain_start, 0) / 1e9, "edges_called": dict(edges.called),
-            "edge_errors": dict(edges.errors)}
+    return {
+        "t0": t0,
+        "ws": ws,
+        "we": we,
+        "send_end": min(send_end, drain_start),
+        "drain_s": max(drain_end - drain_start, 0) / 1e9,
+        "edges_called": dict(edges.called),
+        "edge_errors": dict(edges.errors),
+    }
 
 
 def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
@@ -540,8 +567,17 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
         items.append((body, it.input_tokens, it.output_tokens, it.prompt if tok is not None else None))
         if nbytes > PREFETCH_BYTES:
             break
-    return dict(spec=spec, items=items, workload=workload, offsets=offsets, lp=lp, tokenizer=tok,
-                duration_s=duration_s, worker=wk, n_workers=nw)
+    return dict(
+        spec=spec,
+        items=items,
+        workload=workload,
+        offsets=offsets,
+        lp=lp,
+        tokenizer=tok,
+        duration_s=duration_s,
+        worker=wk,
+        n_workers=nw,
+    )
 
 
 class _PipeSink:
@@ -569,6 +605,7 @@ def _worker_main() -> int:
     """`python -m wattbench_agent.loadgen.worker`: config on stdin (one JSON line), then the t0 line, then
     optionally `stop` / `abort` lines; records and a final result on stdout as JSON lines."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sends `abort` on Ctrl-C
     out = sys.stdout
     cfg = json.loads(sys.stdin.readline())
@@ -604,10 +641,18 @@ def _worker_main() -> int:
         return t0
 
     threading.Thread(target=reader, daemon=True).start()
-    ctx.update(sink=_PipeSink(out), stop_event=stop_evt, abort_event=abort_evt, fail_fast_event=ff_evt,
-               on_window_start=None,
-               on_window_end=None, progress=_Progress(1.0, False), verify=cfg.get("verify", True), t0_fn=t0_fn,
-               edges=False)
+    ctx.update(
+        sink=_PipeSink(out),
+        stop_event=stop_evt,
+        abort_event=abort_evt,
+        fail_fast_event=ff_evt,
+        on_window_start=None,
+        on_window_end=None,
+        progress=_Progress(1.0, False),
+        verify=cfg.get("verify", True),
+        t0_fn=t0_fn,
+        edges=False,
+    )
     res = None
     try:
         with asyncio.Runner(loop_factory=_new_loop) as r:
@@ -619,8 +664,19 @@ def _worker_main() -> int:
     return 0
 
 
-def _run_multi(spec: LoadSpec, nw: int, sink: _Sink, lp: str, tok, progress: bool, on_window_start,
-               on_window_end, stop_event, verify, slo) -> LoadResult:
+def _run_multi(
+    spec: LoadSpec,
+    nw: int,
+    sink: _Sink,
+    lp: str,
+    tok,
+    progress: bool,
+    on_window_start,
+    on_window_end,
+    stop_event,
+    verify,
+    slo,
+) -> LoadResult:
     """Workers in their own processes (`python -m wattbench_agent.loadgen.worker`), started together on a
     shared CLOCK_MONOTONIC t0 (perf_counter_ns is system-wide on Linux); the window callbacks run here, in the
     parent, at the window instants; records stream back as JSON lines and are written and flushed here."""
@@ -634,8 +690,15 @@ def _run_multi(spec: LoadSpec, nw: int, sink: _Sink, lp: str, tok, progress: boo
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     procs = []
     for wk in range(nw):
-        p = subprocess.Popen([sys.executable, "-m", "wattbench_agent.loadgen.worker"], cwd=root, env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "wattbench_agent.loadgen.worker"],
+            cwd=root,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         p.stdin.write(json.dumps({"spec": spec.to_dict(), "lp": lp, "wk": wk, "nw": nw, "verify": verify}) + "\n")
         p.stdin.flush()
         procs.append(p)
@@ -733,17 +796,33 @@ def _run_multi(spec: LoadSpec, nw: int, sink: _Sink, lp: str, tok, progress: boo
     good = [r for r in results.values() if r]
     if not good:
         raise RuntimeError(f"load generator workers failed (exit codes {[p.returncode for p in procs]})")
-    res = {"t0": min(r["t0"] for r in good), "ws": min(r["ws"] for r in good), "we": max(r["we"] for r in good),
-           "send_end": max(r["send_end"] for r in good), "drain_s": max(r["drain_s"] for r in good),
-           "edges_called": dict(edges.called) if edges else {}, "edge_errors": dict(edges.errors) if edges else {},
-           "workers": nw}
+    res = {
+        "t0": min(r["t0"] for r in good),
+        "ws": min(r["ws"] for r in good),
+        "we": max(r["we"] for r in good),
+        "send_end": max(r["send_end"] for r in good),
+        "drain_s": max(r["drain_s"] for r in good),
+        "edges_called": dict(edges.called) if edges else {},
+        "edge_errors": dict(edges.errors) if edges else {},
+        "workers": nw,
+    }
     return _result(spec, sink, lp, duration_s, res, slo)
 
 
-def run_load(spec: LoadSpec, out: str | Path | IO | None = None, progress: bool = False,
-             on_window_start: Callable[[], Any] | None = None, on_window_end: Callable[[], Any] | None = None,
-             *, tokenizer=None, stop_event: threading.Event | None = None, on_record: Callable[[dict], None] | None = None,
-             verify: bool = True, slo: dict | None = None, workers: int | None = None) -> LoadResult:
+def run_load(
+    spec: LoadSpec,
+    out: str | Path | IO | None = None,
+    progress: bool = False,
+    on_window_start: Callable[[], Any] | None = None,
+    on_window_end: Callable[[], Any] | None = None,
+    *,
+    tokenizer=None,
+    stop_event: threading.Event | None = None,
+    on_record: Callable[[dict], None] | None = None,
+    verify: bool = True,
+    slo: dict | None = None,
+    workers: int | None = None,
+) -> LoadResult:
     """Run one load point; see docs/CONTRACTS.md section 2 and docs/LOADGEN.md.
 
     Synchronous: runs its own event loop (uvloop when installed), in a new thread when the calling thread
@@ -761,12 +840,18 @@ def run_load(spec: LoadSpec, out: str | Path | IO | None = None, progress: bool 
     n_workers = _auto_workers(spec, workers)
     sink = _Sink(out, on_record, _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
     if n_workers > 1:
-        return _run_multi(spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end,
-                          stop_event, verify, slo)
+        return _run_multi(
+            spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify, slo
+        )
     ctx = _prepare(spec, tok, lp, 0, 1)
-    ctx.update(sink=sink, stop_event=stop_event, on_window_start=on_window_start, on_window_end=on_window_end,
-               progress=_Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
-               verify=verify)
+    ctx.update(
+        sink=sink,
+        stop_event=stop_event,
+        on_window_start=on_window_start,
+        on_window_end=on_window_end,
+        progress=_Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
+        verify=verify,
+    )
 
     def go() -> dict:
         with asyncio.Runner(loop_factory=_new_loop) as r:
@@ -786,6 +871,7 @@ def run_load(spec: LoadSpec, out: str | Path | IO | None = None, progress: bool 
                     box["res"] = go()
                 except BaseException as exc:  # noqa: BLE001
                     box["exc"] = exc
+
             th = threading.Thread(target=target, name="wattbench-loadgen", daemon=True)
             th.start()
             th.join()
@@ -819,20 +905,38 @@ def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, 
         if not summary["completed"]:
             status, ek, et = "failed", ff["error_kind"], ff["message"]
     summary.update(
-        load_point_id=lp, workload=spec.workload or default_workload(spec), shape=spec.shape, api=spec.api,
+        load_point_id=lp,
+        workload=spec.workload or default_workload(spec),
+        shape=spec.shape,
+        api=spec.api,
         requested_rate=spec.rate if not shapes.get(spec.shape).closed_loop else None,
-        requested_concurrency=spec.concurrency, burstiness=spec.burstiness,
-        warmup_s=spec.warmup_s, drain_s=res["drain_s"],
+        requested_concurrency=spec.concurrency,
+        burstiness=spec.burstiness,
+        warmup_s=spec.warmup_s,
+        drain_s=res["drain_s"],
         duration_s=duration_s if duration_s < UNTIL_SENT_S else summary["window_s"],
-        send_s=(res["send_end"] - res["t0"]) / 1e9, transport=spec.transport, workers=res.get("workers", 1),
-        window_edge_lateness_ms={k: (v - (res["ws"] if k == "start" else res["we"])) / 1e6
-                                 for k, v in res["edges_called"].items()},
+        send_s=(res["send_end"] - res["t0"]) / 1e9,
+        transport=spec.transport,
+        workers=res.get("workers", 1),
+        window_edge_lateness_ms={
+            k: (v - (res["ws"] if k == "start" else res["we"])) / 1e6 for k, v in res["edges_called"].items()
+        },
     )
     if res["edge_errors"]:
         summary["window_callback_errors"] = res["edge_errors"]
-    return LoadResult(spec=spec, records=sink.records, summary=summary, window_start_ns=res["ws"],
-                      window_end_ns=res["we"], t0_ns=res["t0"], send_end_ns=res["send_end"],
-                      drain_s=res["drain_s"], status=status, error_kind=ek, error_text=et)
+    return LoadResult(
+        spec=spec,
+        records=sink.records,
+        summary=summary,
+        window_start_ns=res["ws"],
+        window_end_ns=res["we"],
+        t0_ns=res["t0"],
+        send_end_ns=res["send_end"],
+        drain_s=res["drain_s"],
+        status=status,
+        error_kind=ek,
+        error_text=et,
+    )
 
 
 def run_sweep(spec: LoadSpec, param: str, values, out=None, progress: bool = False, **kw) -> list[LoadResult]:
@@ -845,4 +949,3 @@ def run_sweep(spec: LoadSpec, param: str, values, out=None, progress: bool = Fal
         sp = spec.replace(**{param: v}, load_point_id=(f"{base}-{param[0]}{v:g}" if base else None))
         results.append(run_load(sp, out=out, progress=progress, **kw))
     return results
-

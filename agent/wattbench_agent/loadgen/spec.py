@@ -21,41 +21,43 @@ class LoadSpecError(ValueError):
 
 @dataclass
 class LoadSpec:
-    url: str = "http://127.0.0.1:8000"            # server base URL (with or without /v1)
+    url: str = "http://127.0.0.1:8000"  # server base URL (with or without /v1)
     model: str = "model"
-    api: str = "chat"                              # chat | completions
-    shape: str = "concurrency"                     # a registered load shape (loadgen/shapes/): concurrency | poisson | ...
-    concurrency: int | None = None                 # closed loop streams; for open-loop shapes: max in flight (None = no cap)
-    rate: float | None = None                      # requests/s for poisson | gamma | surge (base rate)
-    burstiness: float = 1.0                        # gamma shape k (vLLM convention): 1 = Poisson, <1 burstier, CV = 1/sqrt(k)
-    surge_factor: float = 1.0                      # surge: rate x surge_factor ...
-    surge_start_s: float = 0.0                     # ... from t0 + surge_start_s ...
-    surge_duration_s: float = 0.0                  # ... for surge_duration_s
-    trace_path: str | None = None                  # trace shape: JSONL or CSV (timestamp, prompt | input_tokens, output_tokens)
-    trace_time_scale: float = 1.0                  # trace timestamps are multiplied by this (0.5 = replay twice as fast)
+    api: str = "chat"  # chat | completions
+    shape: str = "concurrency"  # a registered load shape (loadgen/shapes/): concurrency | poisson | ...
+    concurrency: int | None = None  # closed loop streams; for open-loop shapes: max in flight (None = no cap)
+    rate: float | None = None  # requests/s for poisson | gamma | surge (base rate)
+    burstiness: float = 1.0  # gamma shape k (vLLM convention): 1 = Poisson, <1 burstier, CV = 1/sqrt(k)
+    surge_factor: float = 1.0  # surge: rate x surge_factor ...
+    surge_start_s: float = 0.0  # ... from t0 + surge_start_s ...
+    surge_duration_s: float = 0.0  # ... for surge_duration_s
+    trace_path: str | None = None  # trace shape: JSONL or CSV (timestamp, prompt | input_tokens, output_tokens)
+    trace_time_scale: float = 1.0  # trace timestamps are multiplied by this (0.5 = replay twice as fast)
     input_tokens: int = 128
     output_tokens: int = 128
-    input_tokens_dist: dict | None = None          # see workload.sample_lengths: fixed | uniform | normal | lognormal | choice
+    input_tokens_dist: dict | None = None  # see workload.sample_lengths: fixed | uniform | normal | lognormal | choice
     output_tokens_dist: dict | None = None
-    dataset_path: str | None = None                # ShareGPT-format JSON/JSONL: prompts (and output lengths) from it
-    shared_prefix_tokens: int = 0                  # every prompt starts with the same prefix of this many tokens
-    num_prefixes: int = 1                          # number of distinct shared prefixes (requests assigned round robin)
-    tokenizer: str | None = None                   # tokenizer.json path or HF name (optional; exact lengths + token counts)
+    dataset_path: str | None = None  # ShareGPT-format JSON/JSONL: prompts (and output lengths) from it
+    shared_prefix_tokens: int = 0  # every prompt starts with the same prefix of this many tokens
+    num_prefixes: int = 1  # number of distinct shared prefixes (requests assigned round robin)
+    tokenizer: str | None = None  # tokenizer.json path or HF name (optional; exact lengths + token counts)
     warmup_s: float = 0.0
-    ramp_s: float = 0.0                            # concurrency: start the streams evenly over this many seconds
-                                                   # (desynchronises closed-loop waves; keep it within warmup_s)
+    ramp_s: float = 0.0  # concurrency: start the streams evenly over this many seconds
+    # (desynchronises closed-loop waves; keep it within warmup_s)
     duration_s: float = 10.0
-    max_requests: int | None = None                # stop sending after this many requests
+    max_requests: int | None = None  # stop sending after this many requests
     seed: int = 0
-    ignore_eos: bool = True                        # send ignore_eos + min_tokens so outputs are as long as asked
-    timeout_s: float = 600.0                       # per request, send -> end of stream; also bounds the drain
+    ignore_eos: bool = True  # send ignore_eos + min_tokens so outputs are as long as asked
+    timeout_s: float = 600.0  # per request, send -> end of stream; also bounds the drain
     extra_body: dict = field(default_factory=dict)  # merged into every request body last; a None value deletes a key
-    headers: dict = field(default_factory=dict)    # extra HTTP headers (e.g. Authorization)
+    headers: dict = field(default_factory=dict)  # extra HTTP headers (e.g. Authorization)
     load_point_id: str | None = None
-    workload: str | None = None                    # workload name, copied to load_run_row()
-    honor_retry_after: bool = True                 # closed loop: a stream that got 429 waits Retry-After (capped) before its next request
-    transport: str = "fast"                        # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
-    fail_fast: bool = True                         # stop when the first requests all fail the same way (runner.FAIL_FAST_N)
+    workload: str | None = None  # workload name, copied to load_run_row()
+    honor_retry_after: bool = (
+        True  # closed loop: a stream that got 429 waits Retry-After (capped) before its next request
+    )
+    transport: str = "fast"  # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
+    fail_fast: bool = True  # stop when the first requests all fail the same way (runner.FAIL_FAST_N)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -89,8 +91,10 @@ class LoadSpec:
             raise LoadSpecError(f"api must be one of {APIS}, got {self.api!r}")
         implied = api_of(self.url or "")
         if implied and implied != self.api:
-            raise LoadSpecError(f"url {self.url} is the {implied} endpoint but api is {self.api!r}; set "
-                                f"api={implied!r} or give the base URL")
+            raise LoadSpecError(
+                f"url {self.url} is the {implied} endpoint but api is {self.api!r}; set "
+                f"api={implied!r} or give the base URL"
+            )
         problem = shapes.check(vars(self))
         if problem:
             raise LoadSpecError(problem)
@@ -102,7 +106,11 @@ class LoadSpec:
             raise LoadSpecError("concurrency must be >= 1")
         if self.input_tokens < 1 or self.output_tokens < 1:
             raise LoadSpecError("input_tokens and output_tokens must be >= 1")
-        if self.shared_prefix_tokens < 0 or self.shared_prefix_tokens >= max(self.input_tokens, 1) and self.shared_prefix_tokens:
+        if (
+            self.shared_prefix_tokens < 0
+            or self.shared_prefix_tokens >= max(self.input_tokens, 1)
+            and self.shared_prefix_tokens
+        ):
             raise LoadSpecError("shared_prefix_tokens must be >= 0 and < input_tokens")
         if self.ramp_s is None or self.ramp_s < 0:
             raise LoadSpecError("ramp_s must be >= 0")

@@ -35,8 +35,20 @@ from contextlib import contextmanager
 from wattbench_agent.http_request import BadRequest, parse_request
 
 _ns = time.perf_counter_ns
-MIX = ("ok", "http_500", "429", "drop", "malformed", "empty_choices", "ok", "no_usage", "http_400",
-       "stream_error", "multi", "ok")
+MIX = (
+    "ok",
+    "http_500",
+    "429",
+    "drop",
+    "malformed",
+    "empty_choices",
+    "ok",
+    "no_usage",
+    "http_400",
+    "stream_error",
+    "multi",
+    "ok",
+)
 
 
 def _chunk(payload: bytes) -> bytes:
@@ -53,7 +65,7 @@ class Server:
         self.itl_ns = int(itl_ms * 1e6)
         self.tokens = tokens
         self.mode = mode
-        self.records: list[tuple] = []   # (recv_ns, first_ns, last_ns, n_events, mode)
+        self.records: list[tuple] = []  # (recv_ns, first_ns, last_ns, n_events, mode)
         self.gaps_us: list[int] = []
         self.count = 0
         self._cache: dict = {}
@@ -67,8 +79,12 @@ class Server:
                 obj = "chat.completion.chunk"
 
                 def ch(delta, fr=None):
-                    return {**base, "object": obj, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                                "finish_reason": fr}]}
+                    return {
+                        **base,
+                        "object": obj,
+                        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}],
+                    }
+
                 role = _sse(ch({"role": "assistant", "content": ""}))
                 tok = _sse(ch({"content": " tok"}))
                 tok2 = _sse(ch({"content": " tok tok"}))
@@ -77,8 +93,12 @@ class Server:
                 obj = "text_completion"
 
                 def ch(text, fr=None):
-                    return {**base, "object": obj, "choices": [{"index": 0, "text": text, "logprobs": None,
-                                                                "finish_reason": fr}]}
+                    return {
+                        **base,
+                        "object": obj,
+                        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}],
+                    }
+
                 role = b""
                 tok = _sse(ch(" tok"))
                 tok2 = _sse(ch(" tok tok"))
@@ -90,15 +110,28 @@ class Server:
 
     def stats(self) -> dict:
         recs = self.records
-        return {"count": len(recs),
-                "requests": [{"recv_ns": r[0], "first_ns": r[1], "last_ns": r[2], "n": r[3], "mode": r[4],
-                              "ttft_ms": (r[1] - r[0]) / 1e6 if r[1] else None,
-                              "req_ms": (r[2] - r[0]) / 1e6 if r[2] else None} for r in recs],
-                "gaps_us": self.gaps_us}
+        return {
+            "count": len(recs),
+            "requests": [
+                {
+                    "recv_ns": r[0],
+                    "first_ns": r[1],
+                    "last_ns": r[2],
+                    "n": r[3],
+                    "mode": r[4],
+                    "ttft_ms": (r[1] - r[0]) / 1e6 if r[1] else None,
+                    "req_ms": (r[2] - r[0]) / 1e6 if r[2] else None,
+                }
+                for r in recs
+            ],
+            "gaps_us": self.gaps_us,
+        }
 
 
-HEAD_OK = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-           b"transfer-encoding: chunked\r\n\r\n")
+HEAD_OK = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
 
 
 class Conn(asyncio.Protocol):
@@ -136,11 +169,21 @@ class Conn(asyncio.Protocol):
 
     def simple(self, status: int, obj, extra: str = "") -> None:
         payload = json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required", 413: "Payload Too Large",
-                  429: "Too Many Requests", 431: "Request Header Fields Too Large",
-                  500: "Internal Server Error"}.get(status, "X")
-        self.tr.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{extra}"
-                      f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            411: "Length Required",
+            413: "Payload Too Large",
+            429: "Too Many Requests",
+            431: "Request Header Fields Too Large",
+            500: "Internal Server Error",
+        }.get(status, "X")
+        self.tr.write(
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{extra}"
+            f"content-length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
 
     def handle(self, method, path, hdrs, body, recv):
         srv = self.srv
@@ -184,9 +227,15 @@ class Conn(asyncio.Protocol):
                 ch["message"] = {"role": "assistant", "content": text}
             else:
                 ch["text"] = text
-            return self.simple(200, {**fr["base"], "object": "chat.completion" if chat else "text_completion",
-                                     "choices": [ch], "usage": {"prompt_tokens": 1, "completion_tokens": n,
-                                                                "total_tokens": n + 1}})
+            return self.simple(
+                200,
+                {
+                    **fr["base"],
+                    "object": "chat.completion" if chat else "text_completion",
+                    "choices": [ch],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+                },
+            )
         self.busy = True
         self.tr.write(HEAD_OK + fr["role"])
         rec = [recv, 0, 0, 0, mode]
@@ -239,9 +288,18 @@ class Conn(asyncio.Protocol):
     def finish(self, fr, prompt_tokens, n, usage: bool):
         out = fr["fin"]
         if usage:
-            out += _sse({**fr["base"], "object": fr["obj"], "choices": [],
-                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                                   "total_tokens": prompt_tokens + n}})
+            out += _sse(
+                {
+                    **fr["base"],
+                    "object": fr["obj"],
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": n,
+                        "total_tokens": prompt_tokens + n,
+                    },
+                }
+            )
         out += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.tr.write(out)
         self.busy = False
@@ -253,6 +311,7 @@ class Conn(asyncio.Protocol):
 def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode: str, ready=None) -> None:
     try:
         import uvloop  # type: ignore
+
         loop = uvloop.new_event_loop()
     except ImportError:  # pragma: no cover
         loop = asyncio.new_event_loop()
@@ -279,12 +338,26 @@ def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode
 @contextmanager
 def server_process(ttft_ms: float = 50, itl_ms: float = 10, tokens: int = 0, mode: str = "ok", nice: int = 0):
     """Start the server in its own process; yields its base URL ('http://127.0.0.1:PORT')."""
-    cmd = [sys.executable, "-m", "wattbench_agent.loadgen.testserver", "--port", "0", "--ttft-ms", str(ttft_ms),
-           "--itl-ms", str(itl_ms), "--tokens", str(tokens), "--mode", mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "wattbench_agent.loadgen.testserver",
+        "--port",
+        "0",
+        "--ttft-ms",
+        str(ttft_ms),
+        "--itl-ms",
+        str(itl_ms),
+        "--tokens",
+        str(tokens),
+        "--mode",
+        mode,
+    ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=root, env=env,
-                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, text=True, cwd=root, env=env, preexec_fn=(lambda: os.nice(nice)) if nice else None
+    )
     try:
         line = proc.stdout.readline()
         if not line.startswith("LISTENING"):
@@ -305,8 +378,9 @@ def get_stats(url: str) -> dict:
 
 
 def reset(url: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/reset", method="POST", data=b""),
-                           timeout=30).read()
+    urllib.request.urlopen(
+        urllib.request.Request(url.rstrip("/") + "/reset", method="POST", data=b""), timeout=30
+    ).read()
 
 
 def main(argv=None) -> None:

@@ -22,7 +22,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -34,7 +34,7 @@ _H_HEAD, _H_BODY_CL, _H_BODY_CHUNK, _H_BODY_EOF, _H_DONE = range(5)
 class _Body(httpx.AsyncByteStream):
     __slots__ = ("_q", "_waiter", "_done", "_exc", "_conn", "_consumer", "_on_done")
 
-    def __init__(self, conn: "_Conn"):
+    def __init__(self, conn: _Conn):
         self._q: deque = deque()
         self._waiter: asyncio.Future | None = None
         self._done = False
@@ -108,7 +108,7 @@ class _Body(httpx.AsyncByteStream):
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, pool: "FastTransport", key: tuple):
+    def __init__(self, pool: FastTransport, key: tuple):
         self.pool = pool
         self.key = key
         self.tr: asyncio.Transport | None = None
@@ -117,8 +117,8 @@ class _Conn(asyncio.Protocol):
         self.buf = b""
         self.head_fut: asyncio.Future | None = None
         self.body: _Body | None = None
-        self.remaining = 0          # Content-Length left, or bytes left in the current chunk (+2 for CRLF)
-        self.chunk_phase = 0        # 0: want size line, 1: in data, 2: want trailer end
+        self.remaining = 0  # Content-Length left, or bytes left in the current chunk (+2 for CRLF)
+        self.chunk_phase = 0  # 0: want size line, 1: in data, 2: want trailer end
         self.keep_alive = True
         self.got_bytes = False
 
@@ -157,7 +157,7 @@ class _Conn(asyncio.Protocol):
             except Exception as exc:  # malformed head
                 self._fail_head(httpx.RemoteProtocolError(f"malformed response head: {exc}"))
                 return
-            data = buf[i + 4:]
+            data = buf[i + 4 :]
             st = self.state
             if not data:
                 if st == _H_BODY_CL and self.remaining == 0:
@@ -241,7 +241,7 @@ class _Conn(asyncio.Protocol):
                 take = rem if rem <= n - pos else n - pos
                 payload = min(take, rem - 2) if rem > 2 else 0
                 if payload > 0:
-                    out.append(buf[pos:pos + payload])
+                    out.append(buf[pos : pos + payload])
                 self.remaining = rem - take
                 pos += take
                 if self.remaining == 0:
@@ -347,11 +347,15 @@ class FastTransport(httpx.AsyncBaseTransport):
         scheme, host, port = key
         loop = asyncio.get_running_loop()
         try:
-            coro = loop.create_connection(lambda: _Conn(self, key), host, port,
-                                          ssl=self._ssl_ctx() if scheme == "https" else None,
-                                          server_hostname=host if scheme == "https" else None)
+            coro = loop.create_connection(
+                lambda: _Conn(self, key),
+                host,
+                port,
+                ssl=self._ssl_ctx() if scheme == "https" else None,
+                server_hostname=host if scheme == "https" else None,
+            )
             _tr, conn = await (asyncio.wait_for(coro, timeout) if timeout else coro)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
             raise httpx.ConnectError(f"connect to {host}:{port}: {exc}") from exc
@@ -366,8 +370,9 @@ class FastTransport(httpx.AsyncBaseTransport):
         made = 0
         batch = 64
         for start in range(have, n, batch):
-            conns = await asyncio.gather(*[self._connect(key, timeout) for _ in range(min(batch, n - start))],
-                                         return_exceptions=True)
+            conns = await asyncio.gather(
+                *[self._connect(key, timeout) for _ in range(min(batch, n - start))], return_exceptions=True
+            )
             for c in conns:
                 if isinstance(c, _Conn):
                     self._release(c)
@@ -424,7 +429,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                     status, headers, body_stream = await asyncio.wait_for(fut, read_to)
                 else:
                     status, headers, body_stream = await fut
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 conn._abort()
                 raise httpx.ReadTimeout("no response head within the read timeout", request=request) from None
             except httpx.RemoteProtocolError:
@@ -434,8 +439,9 @@ class FastTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 conn._abort()
                 raise
-            return httpx.Response(status, headers=headers, stream=body_stream, request=request,
-                                  extensions={"http_version": b"HTTP/1.1"})
+            return httpx.Response(
+                status, headers=headers, stream=body_stream, request=request, extensions={"http_version": b"HTTP/1.1"}
+            )
         raise httpx.RemoteProtocolError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:

@@ -44,8 +44,10 @@ def parse_goodput(pairs: Iterable[str]) -> dict[str, float]:
         for item in str(pair).replace(",", " ").split():
             name, sep, value = item.partition(":")
             if not sep or name not in ("ttft", "tpot", "e2el"):
-                raise ResultArgError(f"--goodput {item!r}: expected KEY:MILLISECONDS with KEY one of ttft, tpot, "
-                                     "e2el (e.g. ttft:500 tpot:50)")
+                raise ResultArgError(
+                    f"--goodput {item!r}: expected KEY:MILLISECONDS with KEY one of ttft, tpot, "
+                    "e2el (e.g. ttft:500 tpot:50)"
+                )
             try:
                 ms = float(value)
             except ValueError:
@@ -62,8 +64,9 @@ def parse_percentile_metrics(text: str | None) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in METRICS]
     if bad:
-        raise ResultArgError(f"--percentile-metrics: unknown metric(s) {', '.join(bad)}; expected a comma list of "
-                             f"{', '.join(METRICS)}")
+        raise ResultArgError(
+            f"--percentile-metrics: unknown metric(s) {', '.join(bad)}; expected a comma list of {', '.join(METRICS)}"
+        )
     return names
 
 
@@ -73,8 +76,9 @@ def parse_percentiles(text: str | None) -> tuple[float, ...]:
     try:
         ps = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ResultArgError(f"--metric-percentiles {text!r}: expected a comma list of numbers, e.g. 50,90,99") \
-            from None
+        raise ResultArgError(
+            f"--metric-percentiles {text!r}: expected a comma list of numbers, e.g. 50,90,99"
+        ) from None
     if not ps or any(not 0 < p <= 100 for p in ps):
         raise ResultArgError(f"--metric-percentiles {text!r}: percentiles must be in (0, 100]")
     return ps
@@ -104,8 +108,7 @@ def _stat_block(name: str, values: list[float], percentiles: tuple[float, ...]) 
         d.update({f"p{p_word(p)}_{name}_ms": None for p in percentiles})
         return d
     a = np.asarray(values, dtype=float)
-    d = {f"mean_{name}_ms": float(a.mean()), f"median_{name}_ms": float(np.median(a)),
-         f"std_{name}_ms": float(a.std())}
+    d = {f"mean_{name}_ms": float(a.mean()), f"median_{name}_ms": float(np.median(a)), f"std_{name}_ms": float(a.std())}
     d.update({f"p{p_word(p)}_{name}_ms": float(np.percentile(a, p)) for p in percentiles})
     return d
 
@@ -113,8 +116,11 @@ def _stat_block(name: str, values: list[float], percentiles: tuple[float, ...]) 
 def _peaks(records: list[dict]) -> tuple[float | None, int | None]:
     """vLLM's max_output_tokens_per_s (tokens in 1-s buckets from the first send) and max_concurrent_requests
     (sweep over [sent, sent + e2e) of the successful requests)."""
-    ok = [r for r in records if r.get("error_kind") is None and r.get("sent_ns") is not None
-          and r.get("e2e_ms") is not None]
+    ok = [
+        r
+        for r in records
+        if r.get("error_kind") is None and r.get("sent_ns") is not None and r.get("e2e_ms") is not None
+    ]
     if not ok:
         return None, None
     t0 = min(r["sent_ns"] for r in ok)
@@ -137,10 +143,20 @@ def _peaks(records: list[dict]) -> tuple[float | None, int | None]:
     return float(max(buckets.values())) if buckets else None, peak
 
 
-def result_json(res, *, model_id: str, label: str | None = None, num_prompts: int | None = None,
-                tokenizer_id: str | None = None, percentile_metrics: tuple[str, ...] = DEFAULT_PERCENTILE_METRICS,
-                percentiles: tuple[float, ...] = DEFAULT_PERCENTILES, goodput: dict | None = None,
-                detailed: bool = False, metadata: dict | None = None, now: _dt.datetime | None = None) -> dict:
+def result_json(
+    res,
+    *,
+    model_id: str,
+    label: str | None = None,
+    num_prompts: int | None = None,
+    tokenizer_id: str | None = None,
+    percentile_metrics: tuple[str, ...] = DEFAULT_PERCENTILE_METRICS,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    goodput: dict | None = None,
+    detailed: bool = False,
+    metadata: dict | None = None,
+    now: _dt.datetime | None = None,
+) -> dict:
     """vLLM's result dict for one load point (`res`: a loadgen LoadResult)."""
     spec, s, recs = res.spec, res.summary, res.records
     backend = "openai-chat" if spec.api == "chat" else "openai"
@@ -158,44 +174,59 @@ def result_json(res, *, model_id: str, label: str | None = None, num_prompts: in
         "num_prompts": num_prompts,
     }
     out.update(metadata or {})
-    out.update({
-        "request_rate": rate,
-        "burstiness": spec.burstiness,
-        "max_concurrency": max_conc,
-        "duration": s.get("window_s"),
-        "completed": s.get("completed"),
-        "failed": s.get("failed"),
-        "total_input_tokens": sum(int(r.get("prompt_tokens") or 0) for r in ok),
-        "total_output_tokens": sum(int(r.get("completion_tokens") or 0) for r in ok),
-        "request_throughput": s.get("request_throughput"),
-        "request_goodput": s.get("goodput") if goodput else None,
-        "output_throughput": s.get("output_token_throughput"),
-        "total_token_throughput": s.get("total_token_throughput"),
-        "max_output_tokens_per_s": peak_tok_s,
-        "max_concurrent_requests": peak_conc,
-    })
+    out.update(
+        {
+            "request_rate": rate,
+            "burstiness": spec.burstiness,
+            "max_concurrency": max_conc,
+            "duration": s.get("window_s"),
+            "completed": s.get("completed"),
+            "failed": s.get("failed"),
+            "total_input_tokens": sum(int(r.get("prompt_tokens") or 0) for r in ok),
+            "total_output_tokens": sum(int(r.get("completion_tokens") or 0) for r in ok),
+            "request_throughput": s.get("request_throughput"),
+            "request_goodput": s.get("goodput") if goodput else None,
+            "output_throughput": s.get("output_token_throughput"),
+            "total_token_throughput": s.get("total_token_throughput"),
+            "max_output_tokens_per_s": peak_tok_s,
+            "max_concurrent_requests": peak_conc,
+        }
+    )
     if detailed:
         order = sorted(recs, key=lambda r: (r.get("sent_ns") is None, r.get("sent_ns") or 0))
-        out.update({
-            "input_lens": [r.get("prompt_tokens") for r in order],
-            "output_lens": [int(r.get("completion_tokens") or 0) if r.get("error_kind") is None else 0 for r in order],
-            "ttfts": [r["ttft_ms"] / 1e3 if r.get("ttft_ms") is not None else None for r in order],
-            "itls": [[(b - a) / 1e9 for a, b in zip(exact_chunks(r), exact_chunks(r)[1:])] for r in order],
-            "latencies": [r["e2e_ms"] / 1e3 if r.get("e2e_ms") is not None else None for r in order],
-            "start_times": [r["sent_ns"] / 1e9 if r.get("sent_ns") is not None else None for r in order],
-            "generated_texts": [None for _ in order],  # wattbench does not keep the text
-            "errors": [r.get("error_text") or "" if r.get("error_kind") else "" for r in order],
-        })
+        out.update(
+            {
+                "input_lens": [r.get("prompt_tokens") for r in order],
+                "output_lens": [
+                    int(r.get("completion_tokens") or 0) if r.get("error_kind") is None else 0 for r in order
+                ],
+                "ttfts": [r["ttft_ms"] / 1e3 if r.get("ttft_ms") is not None else None for r in order],
+                "itls": [[(b - a) / 1e9 for a, b in zip(exact_chunks(r), exact_chunks(r)[1:])] for r in order],
+                "latencies": [r["e2e_ms"] / 1e3 if r.get("e2e_ms") is not None else None for r in order],
+                "start_times": [r["sent_ns"] / 1e9 if r.get("sent_ns") is not None else None for r in order],
+                "generated_texts": [None for _ in order],  # wattbench does not keep the text
+                "errors": [r.get("error_text") or "" if r.get("error_kind") else "" for r in order],
+            }
+        )
     for name in percentile_metrics:
         out.update(_stat_block(name, metric_values(recs, name), percentiles))
     out["wattbench"] = {
         "definitions": "docs/MEASUREMENT.md: latency statistics over the successful requests sent inside the "
-                       "steady-state window; throughputs over the window (duration = window_s)",
-        "load_point_id": s.get("load_point_id"), "shape": spec.shape, "api": spec.api, "url": spec.url,
-        "warmup_s": spec.warmup_s, "window_s": s.get("window_s"), "drain_s": s.get("drain_s"),
-        "sent": s.get("sent"), "completed_in_window": s.get("completed_in_window"),
-        "achieved_rate": s.get("achieved_rate"), "achieved_concurrency": s.get("achieved_concurrency"),
-        "errors": s.get("errors"), "slo": s.get("slo"), "fail_fast": s.get("fail_fast"),
+        "steady-state window; throughputs over the window (duration = window_s)",
+        "load_point_id": s.get("load_point_id"),
+        "shape": spec.shape,
+        "api": spec.api,
+        "url": spec.url,
+        "warmup_s": spec.warmup_s,
+        "window_s": s.get("window_s"),
+        "drain_s": s.get("drain_s"),
+        "sent": s.get("sent"),
+        "completed_in_window": s.get("completed_in_window"),
+        "achieved_rate": s.get("achieved_rate"),
+        "achieved_concurrency": s.get("achieved_concurrency"),
+        "errors": s.get("errors"),
+        "slo": s.get("slo"),
+        "fail_fast": s.get("fail_fast"),
     }
     return _finite(out)
 
@@ -211,8 +242,9 @@ def _finite(x):
     return x
 
 
-def result_filename(result: dict, label: str | None, result_dir: str | None, result_filename: str | None,
-                    suffix: str | None = None) -> Path:
+def result_filename(
+    result: dict, label: str | None, result_dir: str | None, result_filename: str | None, suffix: str | None = None
+) -> Path:
     """vLLM's naming: {label}-{request_rate}qps[-concurrency{N}]-{model basename}-{date}.json, or --result-filename;
     under --result-dir. `suffix` (sweeps) goes before .json."""
     if result_filename:

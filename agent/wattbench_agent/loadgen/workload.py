@@ -56,6 +56,7 @@ def load_tokenizer(name_or_path: str):
                 return tok.decode(ids)
 
             vocab_size = tok.get_vocab_size()
+
         return _Wrap()
     try:
         from transformers import AutoTokenizer  # type: ignore
@@ -71,6 +72,7 @@ def load_tokenizer(name_or_path: str):
 
         def decode(self, ids: list[int]) -> str:
             return hf.decode(ids)
+
     return _HF()
 
 
@@ -146,8 +148,8 @@ def synthetic_text(n_tokens: int, rng: np.random.Generator, tokenizer=None) -> s
 @dataclass
 class Item:
     prompt: str
-    input_tokens: int          # requested prompt length (tokens)
-    output_tokens: int         # max_tokens to ask for
+    input_tokens: int  # requested prompt length (tokens)
+    output_tokens: int  # max_tokens to ask for
 
 
 def load_sharegpt(path: str | Path) -> list[tuple[str, str | None]]:
@@ -213,14 +215,19 @@ class Workload:
         self._prefixes: list[str] = []
         if spec.shared_prefix_tokens:
             prng = np.random.default_rng(spec.seed + 104729)
-            self._prefixes = [synthetic_text(spec.shared_prefix_tokens, prng, self.tok)
-                              for _ in range(max(spec.num_prefixes, 1))]
+            self._prefixes = [
+                synthetic_text(spec.shared_prefix_tokens, prng, self.tok) for _ in range(max(spec.num_prefixes, 1))
+            ]
 
     def _lengths(self, i: int) -> tuple[int, int]:
         if i >= self._n:  # grow deterministically
             extra = max(self._n, i + 1 - self._n)
-            self._in = np.concatenate([self._in, sample_lengths(self.spec.input_tokens_dist, self.spec.input_tokens, extra, self.rng)])
-            self._out = np.concatenate([self._out, sample_lengths(self.spec.output_tokens_dist, self.spec.output_tokens, extra, self.rng)])
+            self._in = np.concatenate(
+                [self._in, sample_lengths(self.spec.input_tokens_dist, self.spec.input_tokens, extra, self.rng)]
+            )
+            self._out = np.concatenate(
+                [self._out, sample_lengths(self.spec.output_tokens_dist, self.spec.output_tokens, extra, self.rng)]
+            )
             self._n += extra
         return int(self._in[i]), int(self._out[i])
 

@@ -31,10 +31,12 @@ class JsonlSink:
 
 
 def summarize(sink: JsonlSink, window: dict[str, Any], info: dict[str, Any]) -> str:
-    lines = [f"telemetry: {info['telemetry_source']}"
-             + (f" ({info['telemetry_error']})" if info.get("telemetry_error") else "")
-             + f", {info['n_gpus'] or 0} GPU(s), driver {info['driver_version']}, "
-             f"power limit {info['power_limit_w']} W, persistence {info['persistence_mode']}"]
+    lines = [
+        f"telemetry: {info['telemetry_source']}"
+        + (f" ({info['telemetry_error']})" if info.get("telemetry_error") else "")
+        + f", {info['n_gpus'] or 0} GPU(s), driver {info['driver_version']}, "
+        f"power limit {info['power_limit_w']} W, persistence {info['persistence_mode']}"
+    ]
     by_gpu: dict[str, list[float]] = {}
     for row in sink.rows["gpu_samples"]:
         if row.get("power_w") is not None:
@@ -42,18 +44,28 @@ def summarize(sink: JsonlSink, window: dict[str, Any], info: dict[str, Any]) -> 
     for uuid in info["gpu_uuids"]:
         p = by_gpu.get(uuid, [])
         e = window.get(uuid)
-        lines.append(f"  {uuid}: {len(p)} samples, mean {sum(p) / len(p):.1f} W, peak {max(p):.1f} W, "
-                     f"energy {'NULL' if e is None else f'{e:.1f} J'}" if p else
-                     f"  {uuid}: no power samples, energy {'NULL' if e is None else f'{e:.1f} J'}")
+        lines.append(
+            f"  {uuid}: {len(p)} samples, mean {sum(p) / len(p):.1f} W, peak {max(p):.1f} W, "
+            f"energy {'NULL' if e is None else f'{e:.1f} J'}"
+            if p
+            else f"  {uuid}: no power samples, energy {'NULL' if e is None else f'{e:.1f} J'}"
+        )
     tj, tr = window.get("total_j"), window.get("trace_j")
-    lines.append(f"  window {window['seconds']:.2f} s: counter {'NULL' if tj is None else f'{tj:.1f} J'}, "
-                 f"trace {'NULL' if tr is None else f'{tr:.1f} J'}"
-                 + (f" ({window['trace_rel_diff'] * 100:+.2f} %{', FLAGGED > 2 %' if window['trace_flag'] else ''})"
-                    if window.get("trace_rel_diff") is not None else ""))
+    lines.append(
+        f"  window {window['seconds']:.2f} s: counter {'NULL' if tj is None else f'{tj:.1f} J'}, "
+        f"trace {'NULL' if tr is None else f'{tr:.1f} J'}"
+        + (
+            f" ({window['trace_rel_diff'] * 100:+.2f} %{', FLAGGED > 2 %' if window['trace_flag'] else ''})"
+            if window.get("trace_rel_diff") is not None
+            else ""
+        )
+    )
     if info.get("sampler_cpu_share") is not None:
-        lines.append(f"  sampler: {info['sampler_hz']} Hz, {info['sampler_ticks']} ticks "
-                     f"({info['sampler_missed_ticks']} missed), {info['sampler_cpu_share'] * 100:.1f} % of one core, "
-                     f"{info['sampler_call_ms']:.2f} ms per sample; window read {info['window_read_ms'] or 0:.2f} ms")
+        lines.append(
+            f"  sampler: {info['sampler_hz']} Hz, {info['sampler_ticks']} ticks "
+            f"({info['sampler_missed_ticks']} missed), {info['sampler_cpu_share'] * 100:.1f} % of one core, "
+            f"{info['sampler_call_ms']:.2f} ms per sample; window read {info['window_read_ms'] or 0:.2f} ms"
+        )
     return "\n".join(lines)
 
 
@@ -62,9 +74,16 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
     sink = JsonlSink(Path(args.out))
     nvml = {"fake": args.fake_nvml} if args.fake_nvml else None
-    with open_sampler(args.kind, gpu_uuids=args.gpu or None, url=args.url, hz=args.hz, out=sink,
-                      deployment_id=args.deployment_id, nvml=nvml,
-                      dcgm_url=args.url if args.kind == "dcgm" else None) as sampler:
+    with open_sampler(
+        args.kind,
+        gpu_uuids=args.gpu or None,
+        url=args.url,
+        hz=args.hz,
+        out=sink,
+        deployment_id=args.deployment_id,
+        nvml=nvml,
+        dcgm_url=args.url if args.kind == "dcgm" else None,
+    ) as sampler:
         sampler.begin_window("cli")
         time.sleep(args.seconds)
         window = sampler.end_window("cli")
@@ -93,14 +112,19 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("telemetry", help="GPU telemetry: sample, record an NVML trace",
-                              description="GPU power/energy telemetry through NVML (docs/TELEMETRY.md).")
+    p = subparsers.add_parser(
+        "telemetry",
+        help="GPU telemetry: sample, record an NVML trace",
+        description="GPU power/energy telemetry through NVML (docs/TELEMETRY.md).",
+    )
     sub = p.add_subparsers(dest="telemetry_command", metavar="ACTION")
 
     s = sub.add_parser("sample", help="sample GPUs for S seconds into FILE.jsonl and print a summary")
     s.add_argument("--kind", choices=("nvml", "dcgm", "emulated", "none"), default="nvml")
-    s.add_argument("--url", help="emulator base URL (kind emulated); dcgm-exporter URL, e.g. "
-                                 "http://127.0.0.1:9400/metrics (kind dcgm)")
+    s.add_argument(
+        "--url",
+        help="emulator base URL (kind emulated); dcgm-exporter URL, e.g. http://127.0.0.1:9400/metrics (kind dcgm)",
+    )
     s.add_argument("--gpu", action="append", metavar="UUID", help="GPU UUID (repeatable; default: all GPUs)")
     s.add_argument("--hz", type=finite_float(0, 1000, strict_minimum=True), default=10.0)
     s.add_argument("--seconds", type=finite_float(0, 86400 * 7), required=True)
@@ -115,8 +139,12 @@ def register(subparsers: Any) -> None:
     r.add_argument("--out", required=True)
     r.add_argument("--hz", type=finite_float(0, 1000, strict_minimum=True), default=10.0)
     r.add_argument("--gpu", action="append", metavar="UUID")
-    r.add_argument("--load", choices=("none", "matmul"), default="none",
-                   help="matmul: bf16 matmul loop (torch) on the first GPU for the middle half")
+    r.add_argument(
+        "--load",
+        choices=("none", "matmul"),
+        default="none",
+        help="matmul: bf16 matmul loop (torch) on the first GPU for the middle half",
+    )
     r.add_argument("--fake-nvml", metavar="TRACE", help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_record)
 

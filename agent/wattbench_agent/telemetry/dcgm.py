@@ -36,7 +36,7 @@ from wattbench_agent.telemetry.sources import CallStats, TelemetryUnavailable, d
 
 INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 FP64_BLANK = 140737488355328.0  # 2**47: DCGM_FP64_BLANK and the special values above it
-_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?\s*$')
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?\s*$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 # gpu_samples column <- DCGM field (first present wins)
@@ -108,11 +108,20 @@ def row_of(uuid: str, g: dict[str, Any], t_ns: int) -> dict[str, Any]:
     reasons = pick("clock_event_reasons")
     idx = g["labels"].get("gpu")
     return {
-        "gpu_uuid": uuid, "gpu_index": int(idx) if idx is not None and idx.isdigit() else None, "t_ns": t_ns,
-        "power_w": pick("power_w"), "power_avg_w": pick("power_avg_w"), "energy_mj": pick("energy_mj"),
-        "hbm_used_mib": used, "hbm_total_mib": total, "util_gpu_pct": pick("util_gpu_pct"),
-        "util_mem_pct": pick("util_mem_pct"), "sm_clock_mhz": pick("sm_clock_mhz"),
-        "mem_clock_mhz": pick("mem_clock_mhz"), "temp_c": pick("temp_c"), "hbm_temp_c": pick("hbm_temp_c"),
+        "gpu_uuid": uuid,
+        "gpu_index": int(idx) if idx is not None and idx.isdigit() else None,
+        "t_ns": t_ns,
+        "power_w": pick("power_w"),
+        "power_avg_w": pick("power_avg_w"),
+        "energy_mj": pick("energy_mj"),
+        "hbm_used_mib": used,
+        "hbm_total_mib": total,
+        "util_gpu_pct": pick("util_gpu_pct"),
+        "util_mem_pct": pick("util_mem_pct"),
+        "sm_clock_mhz": pick("sm_clock_mhz"),
+        "mem_clock_mhz": pick("mem_clock_mhz"),
+        "temp_c": pick("temp_c"),
+        "hbm_temp_c": pick("hbm_temp_c"),
         "power_limit_w": pick("power_limit_w"),
         "clock_event_reasons": int(reasons) if reasons is not None else None,
         "clock_events": decode_clock_events(int(reasons)) if reasons is not None else None,
@@ -131,8 +140,10 @@ class DcgmSource:
 
     def __init__(self, url: str | None, gpu_uuids: list[str] | None = None, timeout_s: float = 2.0):
         if not url:
-            raise TelemetryUnavailable("kind='dcgm' needs the dcgm-exporter URL (http://HOST:9400/metrics; "
-                                       "WATTBENCH_DCGM_URL on the agent's host)")
+            raise TelemetryUnavailable(
+                "kind='dcgm' needs the dcgm-exporter URL (http://HOST:9400/metrics; "
+                "WATTBENCH_DCGM_URL on the agent's host)"
+            )
         self.url = metrics_url(url)
         self.wanted = list(gpu_uuids) if gpu_uuids else None
         self.timeout_s = timeout_s
@@ -176,9 +187,16 @@ class DcgmSource:
             self.driver_version = self.driver_version or lab.get("DCGM_FI_DRIVER_VERSION")
             idx = lab.get("gpu")
             limit = g["fields"].get("DCGM_FI_DEV_POWER_MGMT_LIMIT")
-            self.gpus.append({"uuid": uuid, "index": int(idx) if idx and idx.isdigit() else None,
-                              "name": lab.get("modelName"), "power_limit_w": limit, "persistence_mode": None,
-                              "hostname": lab.get("Hostname")})
+            self.gpus.append(
+                {
+                    "uuid": uuid,
+                    "index": int(idx) if idx and idx.isdigit() else None,
+                    "name": lab.get("modelName"),
+                    "power_limit_w": limit,
+                    "persistence_mode": None,
+                    "hostname": lab.get("Hostname"),
+                }
+            )
         return self.info()
 
     def info(self) -> dict[str, Any]:
@@ -201,5 +219,7 @@ class DcgmSource:
             gpus, t_ns = self._get()
         except Exception:  # noqa: BLE001
             return {g["uuid"]: (None, time.perf_counter_ns()) for g in self.gpus}
-        return {g["uuid"]: ((gpus.get(g["uuid"]) or {}).get("fields", {}).get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
-                            t_ns) for g in self.gpus}
+        return {
+            g["uuid"]: ((gpus.get(g["uuid"]) or {}).get("fields", {}).get("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"), t_ns)
+            for g in self.gpus
+        }

@@ -47,8 +47,10 @@ import pynvml as _real  # constants and the NVMLError classes only; the library 
 TRACE_FORMAT = "wattbench-nvml-trace/1"
 ENERGY_KEY = "nvmlDeviceGetTotalEnergyConsumption"
 SYNTHETIC_PROVENANCE = "synthetic, shaped after MEASUREMENT.md facts, replace with a recording"
-FAULTS_PROVENANCE = ("synthetic fault cases the H200 recording does not contain (recorded NotSupported answers, "
-                     "a counter reset, GPU_IS_LOST mid-run); not a recording")
+FAULTS_PROVENANCE = (
+    "synthetic fault cases the H200 recording does not contain (recorded NotSupported answers, "
+    "a counter reset, GPU_IS_LOST mid-run); not a recording"
+)
 
 
 def _error_code(code: int | str) -> int:
@@ -107,11 +109,18 @@ class FakeNvml:
 
     NVMLError = _real.NVMLError
 
-    def __init__(self, trace: str | Path | dict[str, Any], epoch_ns: int | None = None, speed: float = 1.0,
-                 start_offset_s: float = 0.0, reset_after_s: float | None = None,
-                 not_supported: list[str] | tuple[str, ...] = (), latency_scale: float = 1.0,
-                 errors: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
-                 reset_when_file: str | Path | None = None):
+    def __init__(
+        self,
+        trace: str | Path | dict[str, Any],
+        epoch_ns: int | None = None,
+        speed: float = 1.0,
+        start_offset_s: float = 0.0,
+        reset_after_s: float | None = None,
+        not_supported: list[str] | tuple[str, ...] = (),
+        latency_scale: float = 1.0,
+        errors: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
+        reset_when_file: str | Path | None = None,
+    ):
         data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
         if data.get("format") != TRACE_FORMAT:
             raise ValueError(f"{trace}: not a {TRACE_FORMAT} trace (format={data.get('format')!r})")
@@ -178,10 +187,14 @@ class FakeNvml:
             # keep counting across laps; with speed != 1 the counter advances in real time (power x real
             # seconds), so the energy stays consistent with the replayed power readings
             ret = first + (ret + lap * (last - first) - first) / self.speed
-            reset_due = self._reset_offset[dev] is not None or (
-                self.reset_after_s is not None
-                and (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed >= self.reset_after_s
-            ) or (self.reset_when_file is not None and self.reset_when_file.exists())
+            reset_due = (
+                self._reset_offset[dev] is not None
+                or (
+                    self.reset_after_s is not None
+                    and (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed >= self.reset_after_s
+                )
+                or (self.reset_when_file is not None and self.reset_when_file.exists())
+            )
             if reset_due:
                 if self._reset_offset[dev] is None:
                     self._reset_offset[dev] = ret - 1000.0  # the counter restarts near zero
@@ -272,16 +285,29 @@ class FakeNvml:
         for fid in ids:
             rec = recorded.get(str(fid))
             if rec is None or f"field:{fid}" in self.not_supported:
-                rec = {"value": 0, "valueType": 1, "nvmlReturn": _real.NVML_ERROR_NOT_SUPPORTED,
-                       "timestamp": 0, "latencyUsec": 0}
+                rec = {
+                    "value": 0,
+                    "valueType": 1,
+                    "nvmlReturn": _real.NVML_ERROR_NOT_SUPPORTED,
+                    "timestamp": 0,
+                    "latencyUsec": 0,
+                }
             injected = self._injected(f"field:{fid}")
             if injected is not None:
                 rec = {"value": 0, "valueType": 1, "nvmlReturn": injected, "timestamp": 0, "latencyUsec": 0}
             v = rec["value"]
             value = SimpleNamespace(dVal=v, uiVal=v, ulVal=v, ullVal=v, sllVal=v, siVal=v, usVal=v)
-            out.append(SimpleNamespace(fieldId=fid, scopeId=0, timestamp=rec.get("timestamp", 0),
-                                       latencyUsec=rec.get("latencyUsec", 0), valueType=rec.get("valueType", 1),
-                                       nvmlReturn=rec.get("nvmlReturn", 0), value=value))
+            out.append(
+                SimpleNamespace(
+                    fieldId=fid,
+                    scopeId=0,
+                    timestamp=rec.get("timestamp", 0),
+                    latencyUsec=rec.get("latencyUsec", 0),
+                    valueType=rec.get("valueType", 1),
+                    nvmlReturn=rec.get("nvmlReturn", 0),
+                    value=value,
+                )
+            )
         return out
 
     def calls(self, fn: str) -> list[tuple]:
@@ -292,8 +318,9 @@ class FakeNvml:
 # ------------------------------------------------------------------------------------------------------------
 # A synthetic trace shaped after the H200 facts in /work/shared/MEASUREMENT.md (until a recording replaces it)
 # ------------------------------------------------------------------------------------------------------------
-def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
-                         load: tuple[float, float] = (6.0, 18.0)) -> dict[str, Any]:
+def synthetic_h200_trace(
+    seconds: float = 24.0, hz: float = 10.0, seed: int = 0, load: tuple[float, float] = (6.0, 18.0)
+) -> dict[str, Any]:
     """One H200: idle 85 W, a bf16 matmul load at 686-690 W against the 700 W limit (sw_power_cap) during `load`,
     idle again. Power, average power and the energy counter change every 100 ms; the counter is the exact sum of
     the 100 ms power steps. Call durations: energy counter 3.3-3.8 ms, field values ~0.1 ms, memory info 0.04 ms
@@ -322,7 +349,7 @@ def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
         return min(int(t / step), n_steps - 1)
 
     def avg_power(k: int) -> float:  # NVML_FI_DEV_POWER_AVERAGE: ~1 s average
-        window = power[max(0, k - 9): k + 1]
+        window = power[max(0, k - 9) : k + 1]
         return sum(window) / len(window)
 
     def under_load(t: float) -> bool:
@@ -349,21 +376,49 @@ def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
         temp += ((62.0 if busy else 29.0) - temp) * 0.02
         hbm += ((55.0 if busy else 33.0) - hbm) * 0.02
         fields = {
-            "186": {"value": int(power[k] * 1000), "valueType": 1, "nvmlReturn": 0,
-                    "timestamp": int((k * step) * 1e6), "latencyUsec": 0},
-            "185": {"value": int(avg_power(k) * 1000), "valueType": 1, "nvmlReturn": 0,
-                    "timestamp": int((k * step) * 1e6), "latencyUsec": 0},
-            "82": {"value": int(round(hbm)), "valueType": 1, "nvmlReturn": 0,
-                   "timestamp": int((k * step) * 1e6), "latencyUsec": 0},
+            "186": {
+                "value": int(power[k] * 1000),
+                "valueType": 1,
+                "nvmlReturn": 0,
+                "timestamp": int((k * step) * 1e6),
+                "latencyUsec": 0,
+            },
+            "185": {
+                "value": int(avg_power(k) * 1000),
+                "valueType": 1,
+                "nvmlReturn": 0,
+                "timestamp": int((k * step) * 1e6),
+                "latencyUsec": 0,
+            },
+            "82": {
+                "value": int(round(hbm)),
+                "valueType": 1,
+                "nvmlReturn": 0,
+                "timestamp": int((k * step) * 1e6),
+                "latencyUsec": 0,
+            },
         }
         add("nvmlDeviceGetFieldValues", t, rng.uniform(0.09, 0.13), fields)
         add(ENERGY_KEY, t + 0.0002, rng.uniform(3.3, 3.8), int(energy[k]))
         used = (17_850 if busy else 1_310) * 1024 * 1024
-        add("nvmlDeviceGetMemoryInfo:33554472", t + 0.004, 0.04,
-            {"version": 33554472, "total": total_bytes, "reserved": 520 * 1024 * 1024,
-             "free": total_bytes - used, "used": used})
-        add("nvmlDeviceGetUtilizationRates", t + 0.0041, rng.uniform(0.04, 0.06),
-            {"gpu": 100 if busy else 0, "memory": 38 if busy else 0})
+        add(
+            "nvmlDeviceGetMemoryInfo:33554472",
+            t + 0.004,
+            0.04,
+            {
+                "version": 33554472,
+                "total": total_bytes,
+                "reserved": 520 * 1024 * 1024,
+                "free": total_bytes - used,
+                "used": used,
+            },
+        )
+        add(
+            "nvmlDeviceGetUtilizationRates",
+            t + 0.0041,
+            rng.uniform(0.04, 0.06),
+            {"gpu": 100 if busy else 0, "memory": 38 if busy else 0},
+        )
         add("nvmlDeviceGetClockInfo:1", t + 0.0042, 0.03, int(1755 + rng.uniform(-60, 60)) if busy else 345)
         add("nvmlDeviceGetClockInfo:2", t + 0.0043, 0.03, 3201 if busy else 3201)
         add("nvmlDeviceGetTemperature:0", t + 0.0044, 0.05, int(round(temp)))
@@ -374,14 +429,16 @@ def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
         "synthetic": True,
         "provenance": SYNTHETIC_PROVENANCE,
         "generator": "wattbench_agent.telemetry.fake_nvml.synthetic_h200_trace"
-                     f"(seconds={seconds}, hz={hz}, seed={seed}, load={list(load)})",
+        f"(seconds={seconds}, hz={hz}, seed={seed}, load={list(load)})",
         "driver_version": "580.159.04",
         "hz": hz,
         "seconds": seconds,
-        "phases": [{"name": "idle", "start_s": 0.0}, {"name": "matmul_bf16", "start_s": lo},
-                   {"name": "idle", "start_s": hi}],
-        "system": {"nvmlSystemGetDriverVersion": [[0.0, 0.02, "580.159.04"]],
-                   "nvmlDeviceGetCount": [[0.0, 0.01, 1]]},
+        "phases": [
+            {"name": "idle", "start_s": 0.0},
+            {"name": "matmul_bf16", "start_s": lo},
+            {"name": "idle", "start_s": hi},
+        ],
+        "system": {"nvmlSystemGetDriverVersion": [[0.0, 0.02, "580.159.04"]], "nvmlDeviceGetCount": [[0.0, 0.01, 1]]},
         "devices": [{"index": 0, "calls": calls}],
     }
 
@@ -389,8 +446,9 @@ def synthetic_h200_trace(seconds: float = 24.0, hz: float = 10.0, seed: int = 0,
 # ------------------------------------------------------------------------------------------------------------
 # A small SYNTHETIC trace with the fault cases the H200 recording does not contain
 # ------------------------------------------------------------------------------------------------------------
-def synthetic_faults_trace(seconds: float = 3.0, reset_at_s: float = 1.5,
-                           lost: tuple[float, float] = (2.0, 2.4)) -> dict[str, Any]:
+def synthetic_faults_trace(
+    seconds: float = 3.0, reset_at_s: float = 1.5, lost: tuple[float, float] = (2.0, 2.4)
+) -> dict[str, Any]:
     """SYNTHETIC, not a recording: an idle H200-shaped trace (synthetic_h200_trace) edited to hold, as recorded
     answers, what a faulty GPU would return: nvmlDeviceGetUtilizationRates answers NOT_SUPPORTED and field 82 (HBM
     temperature) has a per-field NOT_SUPPORTED return throughout; the energy counter restarts near zero at
@@ -400,8 +458,9 @@ def synthetic_faults_trace(seconds: float = 3.0, reset_at_s: float = 1.5,
     calls = trace["devices"][0]["calls"]
     not_supported = {"nvml_error": int(_real.NVML_ERROR_NOT_SUPPORTED)}
     gpu_lost = {"nvml_error": int(_real.NVML_ERROR_GPU_IS_LOST)}
-    calls["nvmlDeviceGetUtilizationRates"] = [[t, d, not_supported] for t, d, _ in
-                                              calls["nvmlDeviceGetUtilizationRates"]]
+    calls["nvmlDeviceGetUtilizationRates"] = [
+        [t, d, not_supported] for t, d, _ in calls["nvmlDeviceGetUtilizationRates"]
+    ]
     for _, _, fields in calls["nvmlDeviceGetFieldValues"]:
         fields["82"].update(value=0, nvmlReturn=int(_real.NVML_ERROR_NOT_SUPPORTED))
     energy = calls[ENERGY_KEY]
@@ -417,12 +476,13 @@ def synthetic_faults_trace(seconds: float = 3.0, reset_at_s: float = 1.5,
     trace.update(
         provenance=FAULTS_PROVENANCE,
         generator=f"wattbench_agent.telemetry.fake_nvml.synthetic_faults_trace(seconds={seconds}, "
-                  f"reset_at_s={reset_at_s}, lost={list(lost)})",
+        f"reset_at_s={reset_at_s}, lost={list(lost)})",
         phases=[{"name": "idle", "start_s": 0.0}],
-        faults=[{"kind": "not_supported", "calls": ["nvmlDeviceGetUtilizationRates", "field:82"]},
-                {"kind": "counter_reset", "at_s": reset_at_s},
-                {"kind": "nvml_error", "code": int(_real.NVML_ERROR_GPU_IS_LOST), "from_s": lost[0],
-                 "until_s": lost[1]}],
+        faults=[
+            {"kind": "not_supported", "calls": ["nvmlDeviceGetUtilizationRates", "field:82"]},
+            {"kind": "counter_reset", "at_s": reset_at_s},
+            {"kind": "nvml_error", "code": int(_real.NVML_ERROR_GPU_IS_LOST), "from_s": lost[0], "until_s": lost[1]},
+        ],
     )
     return trace
 
@@ -442,5 +502,10 @@ def node_trace(trace: dict[str, Any] | str | Path, n_gpus: int) -> dict[str, Any
         devices.append({**base, "index": i, "calls": calls})
     system = json.loads(json.dumps(data["system"]))
     system["nvmlDeviceGetCount"] = [[0.0, 0.01, n_gpus]]
-    return {**data, "synthetic": True, "system": system, "devices": devices,
-            "provenance": f"{data.get('provenance', 'a trace')}; cloned to {n_gpus} GPUs (synthetic node)"}
+    return {
+        **data,
+        "synthetic": True,
+        "system": system,
+        "devices": devices,
+        "provenance": f"{data.get('provenance', 'a trace')}; cloned to {n_gpus} GPUs (synthetic node)",
+    }

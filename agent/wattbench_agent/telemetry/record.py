@@ -50,7 +50,7 @@ def _stamp_marks(stream: Any, start: float, marks: dict[str, float]) -> None:
     """Reader thread: the recording time (s) of each 'wattbench-load: X' line of the load process."""
     for line in stream:
         if line.startswith(LOAD_MARK):
-            marks.setdefault(line[len(LOAD_MARK):].strip(), round(time.perf_counter() - start, 3))
+            marks.setdefault(line[len(LOAD_MARK) :].strip(), round(time.perf_counter() - start, 3))
 
 
 def _plain(value: Any) -> Any:
@@ -74,8 +74,11 @@ def _field_values(values: Any) -> dict[str, Any]:
         vt = int(fv.valueType)
         out[str(int(fv.fieldId))] = {
             "value": getattr(fv.value, members[vt] if 0 <= vt <= 6 else "ullVal"),
-            "valueType": vt, "nvmlReturn": int(fv.nvmlReturn), "scopeId": int(fv.scopeId),
-            "timestamp": int(fv.timestamp), "latencyUsec": int(fv.latencyUsec),
+            "valueType": vt,
+            "nvmlReturn": int(fv.nvmlReturn),
+            "scopeId": int(fv.scopeId),
+            "timestamp": int(fv.timestamp),
+            "latencyUsec": int(fv.latencyUsec),
         }
     return out
 
@@ -140,8 +143,15 @@ class RecordingNvml:
             self.system.setdefault(call_key(name, tuple(args)), []).append(entry)
 
 
-def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[str] | None = None,
-           load: str = "none", nvml_spec: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
+def record(
+    seconds: float,
+    out: str | Path,
+    hz: float = 10.0,
+    gpu_uuids: list[str] | None = None,
+    load: str = "none",
+    nvml_spec: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Record `seconds` of NVML returns at `hz` into `out`; returns the trace dict (also written to `out`)."""
     rec = RecordingNvml(load_nvml(nvml_spec))
     src = NvmlSource(gpu_uuids, nvml_module=rec)
@@ -163,9 +173,12 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
                 break
             if load == "matmul" and load_proc is None and elapsed >= seconds / 4:
                 load_planned = (round(elapsed, 3), round(seconds * 3 / 4, 3))
-                load_proc = subprocess.Popen([sys.executable, "-c", _MATMUL, str(seconds / 2)],
-                                             env={**os.environ, "CUDA_VISIBLE_DEVICES": src.gpus[0]["uuid"]},
-                                             stdout=subprocess.PIPE, text=True)
+                load_proc = subprocess.Popen(
+                    [sys.executable, "-c", _MATMUL, str(seconds / 2)],
+                    env={**os.environ, "CUDA_VISIBLE_DEVICES": src.gpus[0]["uuid"]},
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 reader = threading.Thread(target=_stamp_marks, args=(load_proc.stdout, start, marks), daemon=True)
                 reader.start()
             if load_proc is not None and load_exit_s is None and load_proc.poll() is not None:
@@ -204,8 +217,11 @@ def record(seconds: float, out: str | Path, hz: float = 10.0, gpu_uuids: list[st
     trace = {
         "format": TRACE_FORMAT,
         "synthetic": bool(nvml_spec and nvml_spec.get("fake")),
-        "provenance": ("re-recorded from a fake NVML (test)" if nvml_spec and nvml_spec.get("fake") else
-                       f"recorded with `wattbench telemetry record` on {socket.gethostname()}"),
+        "provenance": (
+            "re-recorded from a fake NVML (test)"
+            if nvml_spec and nvml_spec.get("fake")
+            else f"recorded with `wattbench telemetry record` on {socket.gethostname()}"
+        ),
         "recorded_unix": time.time(),
         "host": socket.gethostname(),
         "python": platform.python_version(),

@@ -97,9 +97,19 @@ def _sampler_main(kind: str, source_args: dict[str, Any], hz: float, data, ctrl)
 class Sampler:
     """Handle on one deployment's telemetry. Use through `open_sampler(...)` as a context manager."""
 
-    def __init__(self, kind: str, gpu_uuids: list[str] | None = None, url: str | None = None, hz: float = 10.0,
-                 out: Any = None, deployment_id: str | None = None, nvml: dict[str, Any] | None = None,
-                 strict: bool = False, sample_energy: bool = True, dcgm_url: str | None = None):
+    def __init__(
+        self,
+        kind: str,
+        gpu_uuids: list[str] | None = None,
+        url: str | None = None,
+        hz: float = 10.0,
+        out: Any = None,
+        deployment_id: str | None = None,
+        nvml: dict[str, Any] | None = None,
+        strict: bool = False,
+        sample_energy: bool = True,
+        dcgm_url: str | None = None,
+    ):
         if kind not in KINDS:
             raise ValueError(f"unknown telemetry kind {kind!r}; expected {', '.join(KINDS)}")
         if hz <= 0:
@@ -141,14 +151,18 @@ class Sampler:
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------------------------
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         if self.kind == "none":
             self._warn("telemetry kind 'none'")
             return self
         if self.nvml_spec and self.nvml_spec.get("fake") and "epoch_ns" not in self.nvml_spec:
             self.nvml_spec["epoch_ns"] = time.perf_counter_ns()  # one replay clock for both processes
-        args = {"gpu_uuids": self.gpu_uuids_requested, "url": self.url, "nvml_spec": self.nvml_spec,
-                "sample_energy": self.sample_energy}
+        args = {
+            "gpu_uuids": self.gpu_uuids_requested,
+            "url": self.url,
+            "nvml_spec": self.nvml_spec,
+            "sample_energy": self.sample_energy,
+        }
         if self.kind == "dcgm":
             args["dcgm_url"] = self.dcgm_url
         try:
@@ -163,8 +177,12 @@ class Sampler:
         ctx = mp.get_context("spawn")
         self._data, child_data = ctx.Pipe(duplex=False)
         child_ctrl, self._ctrl = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_sampler_main, name="wattbench-gpu-sampler",
-                                 args=(self.kind, args, self.hz, child_data, child_ctrl), daemon=True)
+        self._proc = ctx.Process(
+            target=_sampler_main,
+            name="wattbench-gpu-sampler",
+            args=(self.kind, args, self.hz, child_data, child_ctrl),
+            daemon=True,
+        )
         self._proc.start()
         child_data.close()
         child_ctrl.close()
@@ -182,7 +200,7 @@ class Sampler:
         self._reader.start()
         return self
 
-    def _fail_start(self, text: str) -> "Sampler":
+    def _fail_start(self, text: str) -> Sampler:
         if self._src is not None:
             self._src.close()
             self._src = None
@@ -198,8 +216,12 @@ class Sampler:
         self._warn(reason)
 
     def _warn(self, reason: str) -> None:
-        print(f"wattbench telemetry: no GPU telemetry for deployment {self.deployment_id or '-'} ({reason}); "
-              "gpu_samples stay empty and every energy value is NULL", file=sys.stderr, flush=True)
+        print(
+            f"wattbench telemetry: no GPU telemetry for deployment {self.deployment_id or '-'} ({reason}); "
+            "gpu_samples stay empty and every energy value is NULL",
+            file=sys.stderr,
+            flush=True,
+        )
         if self.out is not None and self.requested_kind != "none" and hasattr(self.out, "note_error"):
             self.out.note_error("telemetry_unavailable", reason)
 
@@ -232,7 +254,7 @@ class Sampler:
             proc.terminate()
             proc.join(5)
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -323,8 +345,12 @@ class Sampler:
                     continue
                 self._reported.add((uuid, code))
                 self.call_errors.append(text)
-            print(f"wattbench telemetry: {text} (deployment {self.deployment_id or '-'}); the values it affects are "
-                  "NULL while it lasts, sampling goes on", file=sys.stderr, flush=True)
+            print(
+                f"wattbench telemetry: {text} (deployment {self.deployment_id or '-'}); the values it affects are "
+                "NULL while it lasts, sampling goes on",
+                file=sys.stderr,
+                flush=True,
+            )
             if self.out is not None and hasattr(self.out, "note_error"):
                 self.out.note_error("telemetry_nvml_error", text)
 
@@ -355,8 +381,13 @@ class Sampler:
         self._ended.add(name)
         w = self._windows[name]
         start_ns = w["start_ns"]
-        result: dict[str, Any] = {"name": name, "start_ns": start_ns, "end_ns": end_ns,
-                                  "seconds": (end_ns - start_ns) / 1e9, "read_ms": read_ms}
+        result: dict[str, Any] = {
+            "name": name,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "seconds": (end_ns - start_ns) / 1e9,
+            "read_ms": read_ms,
+        }
         rows = []
         energies = []
         any_reset = False
@@ -373,11 +404,20 @@ class Sampler:
             any_reset = any_reset or bool(reset)
             result[uuid] = energy_j
             energies.append(energy_j)
-            rows.append({
-                "deployment_id": self.deployment_id, "source": self.row_source, "window_name": name,
-                "gpu_uuid": uuid, "start_ns": t0, "end_ns": t1, "energy_start_mj": e0, "energy_end_mj": e1,
-                "energy_j": energy_j, "counter_reset": reset,
-            })
+            rows.append(
+                {
+                    "deployment_id": self.deployment_id,
+                    "source": self.row_source,
+                    "window_name": name,
+                    "gpu_uuid": uuid,
+                    "start_ns": t0,
+                    "end_ns": t1,
+                    "energy_start_mj": e0,
+                    "energy_end_mj": e1,
+                    "energy_j": energy_j,
+                    "counter_reset": reset,
+                }
+            )
         result["total_j"] = sum(energies) if energies and all(e is not None for e in energies) else None
         known = any(r["counter_reset"] is not None for r in rows)
         result["counter_reset"] = any_reset if known else None
@@ -453,9 +493,21 @@ class Sampler:
     def deployment_columns(self) -> dict[str, Any]:
         """The deployments columns this sampler knows, named exactly as in sql/schema.sql."""
         i = self.info()
-        return {k: i[k] for k in ("gpu_uuids", "gpu_name", "n_gpus", "driver_version", "power_limit_w",
-                                  "persistence_mode", "telemetry_source", "sampler_hz", "sampler_cpu_share",
-                                  "sampler_call_ms")}
+        return {
+            k: i[k]
+            for k in (
+                "gpu_uuids",
+                "gpu_name",
+                "n_gpus",
+                "driver_version",
+                "power_limit_w",
+                "persistence_mode",
+                "telemetry_source",
+                "sampler_hz",
+                "sampler_cpu_share",
+                "sampler_call_ms",
+            )
+        }
 
 
 def _integrate(pts: list[tuple[int, float]], start_ns: int, end_ns: int) -> float:
@@ -482,9 +534,19 @@ def _integrate(pts: list[tuple[int, float]], start_ns: int, end_ns: int) -> floa
     return sum((tb - ta) / 1e9 * (pa + pb) / 2 for (ta, pa), (tb, pb) in zip(knots, knots[1:]))
 
 
-def open_sampler(kind: str, gpu_uuids: list[str] | None = None, url: str | None = None, hz: float = 10.0,
-                 out: Any = None, deployment_id: str | None = None, *, nvml: dict[str, Any] | None = None,
-                 strict: bool = False, sample_energy: bool = True, dcgm_url: str | None = None) -> Sampler:
+def open_sampler(
+    kind: str,
+    gpu_uuids: list[str] | None = None,
+    url: str | None = None,
+    hz: float = 10.0,
+    out: Any = None,
+    deployment_id: str | None = None,
+    *,
+    nvml: dict[str, Any] | None = None,
+    strict: bool = False,
+    sample_energy: bool = True,
+    dcgm_url: str | None = None,
+) -> Sampler:
     """Start sampling one deployment's GPUs; use the result as a context manager (docs/CONTRACTS.md section 4).
 
     kind: 'nvml' (real GPUs by UUID; all GPUs when gpu_uuids is None), 'emulated' (the emulator at `url`; only
@@ -496,8 +558,18 @@ def open_sampler(kind: str, gpu_uuids: list[str] | None = None, url: str | None 
     sample_energy: also read the energy counter at every sample (gpu_samples.energy_mj; ~3.5 ms per GPU on an
     H200). Window energy is read at the boundaries either way.
     """
-    return Sampler(kind, gpu_uuids, url, hz, out, deployment_id, nvml=nvml, strict=strict,
-                   sample_energy=sample_energy, dcgm_url=dcgm_url).start()
+    return Sampler(
+        kind,
+        gpu_uuids,
+        url,
+        hz,
+        out,
+        deployment_id,
+        nvml=nvml,
+        strict=strict,
+        sample_energy=sample_energy,
+        dcgm_url=dcgm_url,
+    ).start()
 
 
 def idle_baseline(sampler: Sampler, seconds: float, name: str = "idle_before") -> dict[str, Any]:

@@ -16,9 +16,23 @@ from typing import Any
 
 # gpu_samples columns a source fills in (deployment_id, run_id and source are added by the sampler).
 SAMPLE_COLUMNS = (
-    "gpu_uuid", "gpu_index", "t_ns", "power_w", "power_avg_w", "energy_mj", "hbm_used_mib", "hbm_total_mib",
-    "util_gpu_pct", "util_mem_pct", "sm_clock_mhz", "mem_clock_mhz", "temp_c", "hbm_temp_c", "power_limit_w",
-    "clock_event_reasons", "clock_events",
+    "gpu_uuid",
+    "gpu_index",
+    "t_ns",
+    "power_w",
+    "power_avg_w",
+    "energy_mj",
+    "hbm_used_mib",
+    "hbm_total_mib",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "hbm_temp_c",
+    "power_limit_w",
+    "clock_event_reasons",
+    "clock_events",
 )
 
 # NVML field ids read in ONE nvmlDeviceGetFieldValues call per GPU and sample (values as in nvml.h).
@@ -111,8 +125,13 @@ class NvmlSource:
 
     kind = "nvml"
 
-    def __init__(self, gpu_uuids: list[str] | None = None, nvml_spec: dict[str, Any] | None = None,
-                 sample_energy: bool = True, nvml_module: Any = None):
+    def __init__(
+        self,
+        gpu_uuids: list[str] | None = None,
+        nvml_spec: dict[str, Any] | None = None,
+        sample_energy: bool = True,
+        nvml_module: Any = None,
+    ):
         self.wanted = list(gpu_uuids) if gpu_uuids else None
         self.nvml_spec = nvml_spec
         self.sample_energy = sample_energy
@@ -183,14 +202,16 @@ class NvmlSource:
             index = self._call("nvmlDeviceGetIndex", handle, gpu=pos)
             limit = self._call("nvmlDeviceGetEnforcedPowerLimit", handle, gpu=pos)
             persistence = self._call("nvmlDeviceGetPersistenceMode", handle, gpu=pos)
-            self.gpus.append({
-                "uuid": _text(uuid) if uuid is not None else (self.wanted[pos] if self.wanted else f"gpu{pos}"),
-                "index": index,
-                "name": _text(name) if name is not None else None,
-                "handle": handle,
-                "power_limit_w": limit / 1000.0 if limit is not None else None,
-                "persistence_mode": bool(persistence) if persistence is not None else None,
-            })
+            self.gpus.append(
+                {
+                    "uuid": _text(uuid) if uuid is not None else (self.wanted[pos] if self.wanted else f"gpu{pos}"),
+                    "index": index,
+                    "name": _text(name) if name is not None else None,
+                    "handle": handle,
+                    "power_limit_w": limit / 1000.0 if limit is not None else None,
+                    "persistence_mode": bool(persistence) if persistence is not None else None,
+                }
+            )
         return self.info()
 
     def take_errors(self) -> list[tuple[str, int | None, str]]:
@@ -200,8 +221,9 @@ class NvmlSource:
 
     def info(self) -> dict[str, Any]:
         return {
-            "gpus": [{k: g[k] for k in ("uuid", "index", "name", "power_limit_w", "persistence_mode")}
-                     for g in self.gpus],
+            "gpus": [
+                {k: g[k] for k in ("uuid", "index", "name", "power_limit_w", "persistence_mode")} for g in self.gpus
+            ],
             "driver_version": self.driver_version,
         }
 
@@ -222,8 +244,11 @@ class NvmlSource:
         for fv in values:
             if fv.nvmlReturn != 0:
                 continue
-            member = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")[fv.valueType] \
-                if 0 <= fv.valueType <= 6 else "ullVal"
+            member = (
+                ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")[fv.valueType]
+                if 0 <= fv.valueType <= 6
+                else "ullVal"
+            )
             out[int(fv.fieldId)] = getattr(fv.value, member)
         return out
 
@@ -244,25 +269,27 @@ class NvmlSource:
             reasons = self._call("nvmlDeviceGetCurrentClocksEventReasons", h, gpu=pos)
             limit = self._call("nvmlDeviceGetEnforcedPowerLimit", h, gpu=pos)
             p, pa, hbm_t = f[FI_POWER_INSTANT], f[FI_POWER_AVERAGE], f[FI_MEMORY_TEMP]
-            rows.append({
-                "gpu_uuid": g["uuid"],
-                "gpu_index": g["index"],
-                "t_ns": (t0 + t1) // 2,
-                "power_w": p / 1000.0 if p is not None else None,
-                "power_avg_w": pa / 1000.0 if pa is not None else None,
-                "energy_mj": float(energy) if energy is not None else None,
-                "hbm_used_mib": mem.used / MIB if mem is not None else None,
-                "hbm_total_mib": mem.total / MIB if mem is not None else None,
-                "util_gpu_pct": float(util.gpu) if util is not None else None,
-                "util_mem_pct": float(util.memory) if util is not None else None,
-                "sm_clock_mhz": float(sm) if sm is not None else None,
-                "mem_clock_mhz": float(memclk) if memclk is not None else None,
-                "temp_c": float(temp) if temp is not None else None,
-                "hbm_temp_c": float(hbm_t) if hbm_t is not None else None,
-                "power_limit_w": limit / 1000.0 if limit is not None else None,
-                "clock_event_reasons": int(reasons) if reasons is not None else None,
-                "clock_events": decode_clock_events(int(reasons)) if reasons is not None else None,
-            })
+            rows.append(
+                {
+                    "gpu_uuid": g["uuid"],
+                    "gpu_index": g["index"],
+                    "t_ns": (t0 + t1) // 2,
+                    "power_w": p / 1000.0 if p is not None else None,
+                    "power_avg_w": pa / 1000.0 if pa is not None else None,
+                    "energy_mj": float(energy) if energy is not None else None,
+                    "hbm_used_mib": mem.used / MIB if mem is not None else None,
+                    "hbm_total_mib": mem.total / MIB if mem is not None else None,
+                    "util_gpu_pct": float(util.gpu) if util is not None else None,
+                    "util_mem_pct": float(util.memory) if util is not None else None,
+                    "sm_clock_mhz": float(sm) if sm is not None else None,
+                    "mem_clock_mhz": float(memclk) if memclk is not None else None,
+                    "temp_c": float(temp) if temp is not None else None,
+                    "hbm_temp_c": float(hbm_t) if hbm_t is not None else None,
+                    "power_limit_w": limit / 1000.0 if limit is not None else None,
+                    "clock_event_reasons": int(reasons) if reasons is not None else None,
+                    "clock_events": decode_clock_events(int(reasons)) if reasons is not None else None,
+                }
+            )
         return rows
 
     def read_energy(self) -> dict[str, tuple[float | None, int]]:
@@ -319,10 +346,16 @@ class EmulatedSource:
         if not gpus:
             self.close()
             raise TelemetryUnavailable(f"emulator telemetry at {self.url} lists none of the GPUs {self.wanted}")
-        self.gpus = [{
-            "uuid": g["gpu_uuid"], "index": g.get("gpu_index"), "name": g.get("name"),
-            "power_limit_w": g.get("power_limit_w"), "persistence_mode": None,
-        } for g in gpus]
+        self.gpus = [
+            {
+                "uuid": g["gpu_uuid"],
+                "index": g.get("gpu_index"),
+                "name": g.get("name"),
+                "power_limit_w": g.get("power_limit_w"),
+                "persistence_mode": None,
+            }
+            for g in gpus
+        ]
         return self.info()
 
     def info(self) -> dict[str, Any]:

@@ -96,8 +96,9 @@ def check(p: Mapping[str, Any]) -> str | None:
     return SHAPES[shape].check(p)
 
 
-def arrival_offsets(shape: str, *, horizon_s: float, seed: int = 0, max_requests: int | None = None,
-                    **fields: Any) -> np.ndarray:
+def arrival_offsets(
+    shape: str, *, horizon_s: float, seed: int = 0, max_requests: int | None = None, **fields: Any
+) -> np.ndarray:
     """The send schedule of an open-loop shape from keyword fields, e.g. arrival_offsets("poisson", rate=4,
     horizon_s=60); at most max_requests of them."""
     return get(shape).offsets({"shape": shape, "max_requests": max_requests, **fields}, horizon_s, seed)

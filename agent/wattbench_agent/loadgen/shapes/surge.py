@@ -38,6 +38,7 @@ class Surge(Shape):
         n = p.get("max_requests")
         unit = renewal_unit(float(p.get("burstiness") or 1.0), rng, lam_end, None if n is None else max(int(n) - 1, 0))
         unit = np.concatenate([[0.0], unit])
-        offs = np.where(unit < lam_a, unit / rate,
-                        np.where(unit < lam_b, a + (unit - lam_a) / hi, b + (unit - lam_b) / rate))
+        offs = np.where(
+            unit < lam_a, unit / rate, np.where(unit < lam_b, a + (unit - lam_a) / hi, b + (unit - lam_b) / rate)
+        )
         return finish(offs, p, horizon_s)

@@ -64,8 +64,15 @@ class TraceRow:
 _TS_KEYS = ("timestamp", "ts", "time", "arrival_time", "arrival_s", "t")
 _TS_MS_KEYS = ("timestamp_ms", "ts_ms", "time_ms", "arrival_ms")
 _IN_KEYS = ("input_tokens", "input_length", "prompt_tokens", "input_len", "context_tokens", "isl")
-_OUT_KEYS = ("output_tokens", "output_length", "completion_tokens", "output_len", "generated_tokens", "osl",
-             "max_tokens")
+_OUT_KEYS = (
+    "output_tokens",
+    "output_length",
+    "completion_tokens",
+    "output_len",
+    "generated_tokens",
+    "osl",
+    "max_tokens",
+)
 _PROMPT_KEYS = ("prompt", "text", "input")
 
 
