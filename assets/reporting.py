@@ -13,17 +13,13 @@ import pandas as pd
 
 from assets import charts
 from assets.pictures import (
-    fig_throughput_latency,  # noqa: F401
     load_order,
     plot_latency_cdf,
     plot_power_trace,
     plot_throughput_latency,
     plot_tokens_per_joule,
 )
-from assets.report_text import (
-    head_to_head_rows,
-    query_params,  # noqa: F401
-    )
+from assets.report_text import head_to_head_rows
 
 
 def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
