@@ -170,3 +170,24 @@ def test_predict_a_local_model_through_its_config_json(tmp_path, capsys):
     nomodel.write_text(yaml.safe_dump({**base, "model": "/tmp/not-on-this-machine"}))
     assert main(["predict", "--plan", str(nomodel), "--no-store"]) == 2
     assert "unknown model '/tmp/not-on-this-machine'" in capsys.readouterr().err
+
+
+def test_band_for_another_model_size_takes_the_held_out_models_error(tmp_path, monkeypatch):
+    import pipelines.predict_cli as pc
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(
+        json.dumps(
+            {
+                "error_bands": {"output_tok_s": 0.08, "counter_w_per_gpu": 0.15},
+                "error_bands_other_model": {"output_tok_s": 0.20, "counter_w_per_gpu": 0.05},
+            }
+        )
+    )
+    monkeypatch.setattr(pc, "FIT_RESULTS", fit)
+    assert pc.error_bands() == {"output_tok_s": 0.08, "counter_w_per_gpu": 0.15}
+    assert pc.error_bands(other_model=True) == {"output_tok_s": 0.20, "counter_w_per_gpu": 0.15}
+    root = Path(__file__).resolve().parents[1]
+    assert pc.same_model(str(root / "results" / "h200-vllm" / "config.json"))  # the 8B random model: same shapes
+    assert not pc.same_model(str(root / "results" / "h200-vllm-14b" / "config.json"))
+    assert not pc.same_model("llama-3.1-70b")
