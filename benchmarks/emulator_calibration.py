@@ -431,8 +431,10 @@ def real_hardware_md() -> list[str]:
     ]
     what = {
         "before light data (the 10 earlier points)": "the 8 light-load points (1 and 4 streams, 512 and 2K-token "
-        "prompts, bf16 and fp8) predicted by the fit made before they were measured (fitted on the 10 steady, "
-        "long-prompt and bursty points): held out first, before any refit",
+        "prompts, bf16 and fp8) predicted by a fit on the 10 points measured before them (steady, long-prompt, bursty): "
+        "its performance knobs from the fit made before the light points existed, its power coefficients refitted "
+        "on the same 10 points with the power split (whose design had seen the light points; its coefficients "
+        "had not)",
         "leave-one-workload-out": "every point predicted by a fit on the other workloads (five folds: steady, "
         "long-prompt, bursty, light, light-long; both precisions)",
         "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their prior)",
