@@ -15,20 +15,22 @@ workloads, warm-up, window and 2 s ramp, the measured prompt length (chat templa
 seeds (the API server's intake times vary per seed, as repeats fall out of lockstep differently); one seed inside a
 fit.
 
-Protocols (`--fit` runs them, ~25 min on 2 cores with --max-minutes 6, and writes twin_fit.json; without it the
-stored fits are re-evaluated and the report re-written):
-- before light data: the light and light-long points were measured after the twin had been fitted on the ten
-  earlier points; that fit (kept in twin_fit.json) predicts them held out, before any refit.
+Protocols (`--fit` runs them, two at a time, 2-5 min each on this 2-core machine, and writes twin_fit.json; without
+it the stored fits are re-evaluated and the reports re-written):
+- before light data: a fit on the ten points measured before the light and light-long ones predicts those eight.
 - leave-one-workload-out: five folds; each fits the knobs on the other four workloads (both precisions) plus the
   public ML.ENERGY figures and predicts the fifth. Every point is predicted once by a fit that never saw its
   workload. `wattbench predict` prints each figure's largest error here as its band.
 - final: fits on every point plus ML.ENERGY: the values shipped in the emulator (rounded). Its in-sample errors
-  are benchmarks/twin_vs_h200.py's.
-Every fit starts from the pre-H200 twin (emulator 0.2.0 factors, new mechanisms off) and minimises the sum of squared
-log errors (weights in LOSS_WEIGHTS) by coordinate descent within the bounds in PARAMS, then gets the power anchor
-as a hard bound (enforce_anchor: a dense prefill step at full clock asks for more than the 700 W limit, as a matmul
-loop on this H200 did). (An earlier round also ran bf16 -> fp8, a fit on bf16 points predicting fp8 ones; it is not
-in this round, for time.)
+  are benchmarks/twin_vs_h200.py's. It also predicts, held out, the kv8 plan's points (measured after it) and every
+  HELD_OUT_MODELS folder's points (another model size, in no fit).
+A fit minimises the weighted squared log errors (LOSS_WEIGHTS) within the bounds in PARAMS (FIXED knobs held):
+coordinate steps from PRIOR (the pre-H200 twin) to find the basin, then bounded trust-region least squares until it
+converges; then the power anchor is applied as a hard bound (enforce_anchor: a dense prefill step at full clock asks
+for more than the 700 W limit, as a matmul loop on this H200 did). `--fit --power-only` refits only the power
+coefficients (POWER_KNOBS), each fold from its stored fit on the same points: how the static + memory + compute power
+split was introduced without refitting the performance knobs. (An earlier round also ran bf16 -> fp8, a fit on bf16
+points predicting fp8 ones; it is not in this round, for time.)
 
 Goal on held-out points: tok/s, TPOT, W and tok/J within 10%, TTFT p50/p99 within 25%. The report says which
 figure at which point misses it.
@@ -858,7 +860,7 @@ def write_readme_section(ev: dict, fits: dict[str, dict], path: Path = README) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.twin_fit", description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="re-run every fit (slow: ~30-60 min on 2 cores)")
+    ap.add_argument("--fit", action="store_true", help="re-run every fit (~10 min on 2 cores)")
     ap.add_argument("--refresh", action="store_true", help="re-read the measured figures from the bundles")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=None, help="stop each fit after this long (best so far)")
