@@ -442,9 +442,9 @@ def real_hardware_md() -> list[str]:
         "dimensions, results/h200-vllm-14b, plans/h200-vllm-14b.yaml), bf16 and online fp8 on one H200: in no fit, "
         "predicted by the final fit from its config.json alone; `wattbench predict` widens its band to these errors "
         "for a model of another size",
-        "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 KV "
-        "cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit and "
-        "predicted by it",
+        "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
+        "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
+        "and predicted by it",
     }
     for proto, per_fig in fit["summary"].items():
         lines += [
