@@ -45,9 +45,16 @@ BASE_NS = 864_000_123_456_789  # perf_counter_ns of a host up 10 days: timestamp
 
 
 def synthesize(
-    folder: Path, run_id: str, n_requests: int, seed: int = 0, requests_per_point: int = REQUESTS_PER_POINT
+    folder: Path,
+    run_id: str,
+    n_requests: int,
+    seed: int = 0,
+    requests_per_point: int = REQUESTS_PER_POINT,
+    bundle_version: int = 2,
 ) -> dict[str, int]:
-    """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row)."""
+    """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row). Bundle
+    version 2 (what the agent writes): per-token times in the chunk files (wattbench_agent.bundle.CHUNK_FILES);
+    version 1: inline in requests.jsonl, as agents before it wrote them."""
     import duckdb
 
     from wattbench_agent.bundle import BundleWriter
@@ -118,7 +125,7 @@ def synthesize(
         SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns, row_number() OVER () - 1 AS p
         FROM (SELECT unnest(json_extract('{lr}', '$[*]')) AS j)""")
     # TTFT 40-400 ms (a log-uniform spread), TPOT 18-30 ms per point, per-gap jitter +-40% (never negative)
-    con.execute(f"""COPY (
+    requests_sql = f"""
         WITH r AS (
             SELECT p.load_point_id, p.deployment_id, p.p, i,
                    p.start_ns + (i * 1e9 / {RATE_RPS})::BIGINT AS sent_ns,
@@ -148,8 +155,11 @@ def synthesize(
                CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: first_ns + o) END AS chunk_ns,
                CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: 1) END AS chunk_tokens,
                sent_ns >= start_ns + 2000000000 AS in_window
-        FROM c JOIN pts USING (load_point_id, deployment_id, p) ORDER BY p, i
-    ) TO '{folder / "requests.jsonl"}' (FORMAT json)""")
+        FROM c JOIN pts USING (load_point_id, deployment_id, p) WHERE {{where}} ORDER BY p, i"""
+    if bundle_version == 1:
+        con.execute(f"COPY ({requests_sql.format(where='true')}) TO '{folder / 'requests.jsonl'}' (FORMAT json)")
+    else:
+        _write_chunked_requests(con, folder, requests_sql, points)
     total_s = (max(r["window_end_ns"] for r in load_runs) - BASE_NS) / 1e9 + 5
     con.execute(f"""COPY (
         SELECT '{run_id}' AS run_id, 'emulated' AS source, '{run_id}-d' || (g // {GPUS}) AS deployment_id,
@@ -204,6 +214,36 @@ def synthesize(
     manifest["complete"] = True
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {"requests": n_requests, "load_points": points, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+
+
+def _write_chunked_requests(con, folder: Path, requests_sql: str, points: int) -> None:
+    """requests.jsonl of a version-2 bundle and its chunk files, a load point at a time (as the agent writes them)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from wattbench_agent.bundle import CHUNK_FILES
+
+    at = 0
+    part = folder / "requests.part.jsonl"
+    with (
+        open(folder / "requests.jsonl", "wb") as rows_out,
+        open(folder / CHUNK_FILES["chunk_ns"][0], "wb") as ns_out,
+        open(folder / CHUNK_FILES["chunk_tokens"][0], "wb") as tok_out,
+    ):
+        for p in range(points):
+            tbl = con.sql(requests_sql.format(where=f"p = {p}")).to_arrow_table()
+            ns = tbl.column("chunk_ns").combine_chunks()
+            offsets = np.asarray(ns.offsets, dtype=np.int64)
+            np.asarray(ns.flatten(), dtype="<i8").tofile(ns_out)
+            np.asarray(tbl.column("chunk_tokens").combine_chunks().flatten(), dtype="<i4").tofile(tok_out)
+            refs = pa.array(
+                [[at + int(a), int(b - a)] for a, b in zip(offsets[:-1], offsets[1:])], pa.list_(pa.int64())
+            )
+            at += int(offsets[-1])
+            scalars = tbl.drop_columns(["chunk_ns", "chunk_tokens"]).append_column("chunks", refs)  # noqa: F841
+            con.execute(f"COPY (SELECT * FROM scalars) TO '{part}' (FORMAT json)")
+            rows_out.write(part.read_bytes())
+    part.unlink()
 
 
 # ------------------------------------------------------------------------------------------------ measuring
