@@ -96,8 +96,8 @@ class ChunkFiles:
         self.staged = True
         bad = self.con.execute(
             f"""SELECT chunks::VARCHAR FROM {STAGING} WHERE chunks IS NOT NULL
-                AND (len(chunks) <> 2 OR chunks[1] IS NULL OR chunks[2] IS NULL OR chunks[1] < 0 OR chunks[2] < 0 OR chunks[1] + chunks[2] > ?
-                OR chunk_ns IS NOT NULL OR chunk_tokens IS NOT NULL) LIMIT 1""",
+                AND (len(chunks) <> 2 OR chunks[1] IS NULL OR chunks[2] IS NULL OR chunks[1] < 0 OR chunks[2] < 0
+                     OR chunks[1] + chunks[2] > ? OR chunk_ns IS NOT NULL OR chunk_tokens IS NOT NULL) LIMIT 1""",
             [self.events],
         ).fetchone()
         if bad:
@@ -233,8 +233,8 @@ class ChunkFiles:
         ).fetchnumpy()
         n = np.maximum(np.asarray(rows["n"], dtype=np.int64), 0)
         t, _ = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
-        req = np.repeat(np.arange(len(n), dtype=np.int64), n)
-        return req, np.repeat(np.asarray(rows["repeat"], dtype=np.int64), n), t
+        req = np.repeat(np.arange(len(n), dtype=np.int32), n)
+        return req, np.repeat(np.asarray(rows["repeat"], dtype=np.int32), n), t
 
     def drop(self) -> None:
         self.con.execute(f"DROP TABLE IF EXISTS {STAGING}")

@@ -219,14 +219,18 @@ def flat_itl(
     requests, where the central limit theorem is exact to well within a bin). Memory and time do not grow with the
     requests beyond one pass over their gaps."""
     same = req[1:] == req[:-1]
-    gaps, gap_req = (np.diff(t) / 1e6)[same], req[1:][same]
-    del t
+    gaps = np.diff(t)[same] / 1e6
+    gap_req = req[1:][same]
+    del t, same
     if gaps.size == 0:
         return {}, 0
     edges = _log_edges(gaps.min(), gaps.max())
     n_bins = len(edges) - 1
     # the bin of each gap: edges are exp(a + i * step), so a log and a floor, then checked against its edges
-    bins = np.floor((np.log(np.maximum(gaps, edges[0])) - np.log(edges[0])) / _ITL_STEP).astype(np.int64)
+    bins = np.log(np.maximum(gaps, edges[0]))
+    bins -= np.log(edges[0])
+    bins /= _ITL_STEP
+    bins = np.floor(bins, out=bins).astype(np.int32)
     np.clip(bins, 0, n_bins - 1, out=bins)
     bins -= (bins > 0) & (gaps < edges[bins])
     bins += (bins < n_bins - 1) & (gaps >= edges[np.minimum(bins + 1, n_bins)])
@@ -260,10 +264,9 @@ def flat_itl(
             b1 = int(min(np.searchsorted(edges, hi_end, side="right") + 1, n_bins))
             width = b1 - b0
             # x[:, j]: each request's gaps in bins below b0 + j (j = 0 .. width), then all its gaps
-            slot = np.clip(bins - b0 + 1, 0, width + 1)
-            per_slot = np.bincount(gap_req * (width + 2) + slot, minlength=n_req * (width + 2)).reshape(
-                n_req, width + 2
-            )
+            slot = np.clip(bins - b0 + 1, 0, width + 1).astype(np.int64)
+            slot += gap_req.astype(np.int64) * (width + 2)
+            per_slot = np.bincount(slot, minlength=n_req * (width + 2)).reshape(n_req, width + 2)
             x = np.cumsum(per_slot, axis=1, dtype=np.float64)
             x = np.concatenate([x[:, : width + 1], x[:, -1:]], axis=1)
             del per_slot, slot
