@@ -366,8 +366,8 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
         result = _child("ingest", str(db), str(bundle))
         ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
         print(
-            f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
-            f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+            f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of bundle "
+            f"(version 2); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
             f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}",
             flush=True,
         )
@@ -401,7 +401,7 @@ def write_results(results: dict, out: Path) -> None:
         "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
         "means other work competed and the times are upper bounds).",
         "",
-        "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+        "| requests | runs | bundle (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
         "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -437,10 +437,19 @@ def write_results(results: dict, out: Path) -> None:
         lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
     if results.get("before"):
         b = results["before"]
+        mine = b.get("this_code_version_1", {})
         lines += [
             "",
-            f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
-            f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB.",
+            f"Before: the same {b['requests']:,}-request run written as a version-1 bundle (every list inline in "
+            f"requests.jsonl, {b['bytes'] / 1e6:,.0f} MB), ingested by the code of {b['code']} (commit {b['commit']}): "
+            f"{b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB. This code on that version-1 bundle: "
+            + (
+                f"{mine['ingest_s']:.1f} s, peak RSS {mine['peak_rss_mb']:,.0f} MB"
+                if "ingest_s" in mine
+                else mine.get("error", "not run")
+            )
+            + "; on the version-2 bundle of the same size: the table above. 1-minute load averages around each: "
+            f"{b.get('load_average_1min')}, {mine.get('load_average_1min')}.",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
 
@@ -477,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
         "shape": {
+            "bundle_version": 2,
             "run_requests": RUN_REQUESTS,
             "requests_per_point": REQUESTS_PER_POINT,
             "output_tokens": OUTPUT_TOKENS,
@@ -489,8 +499,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.before:
             bundle = work / "bundle-before"
-            synthesize(bundle, "scale-before", SIZES[labels[0]])
+            made = synthesize(bundle, "scale-before", SIZES[labels[0]], bundle_version=1)  # what older code reads
             code = Path(args.before).resolve()
+            commit = subprocess.run(
+                ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+            ).stdout.strip()[:100]
+            load_before = os.getloadavg()[0]
             env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
             proc = subprocess.run(
                 [sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
@@ -502,9 +516,19 @@ def main(argv: list[str] | None = None) -> int:
             if proc.returncode == 0:
                 results["before"] = {
                     "code": str(code),
+                    "commit": commit,
                     "requests": SIZES[labels[0]],
+                    "bytes": made["bytes"],
+                    "load_average_1min": [load_before, os.getloadavg()[0]],
                     **json.loads(proc.stdout.strip().splitlines()[-1]),
                 }
+                load_mine = os.getloadavg()[0]
+                mine = _child("ingest", str(work / "before-this.duckdb"), str(bundle))
+                results["before"]["this_code_version_1"] = {
+                    **mine,
+                    "load_average_1min": [load_mine, os.getloadavg()[0]],
+                }
+                (work / "before-this.duckdb").unlink(missing_ok=True)
                 print(
                     f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
                     f"{results['before']['peak_rss_mb']:,.0f} MB",

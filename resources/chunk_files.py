@@ -27,10 +27,10 @@ BATCH_EVENTS = 8 << 20  # events per insert batch: 8 M events are 96 MB of array
 STAGING = "_rq"
 
 
-def chunk_paths(folder: Path) -> dict[str, Path] | None:
-    """{column: file} of a bundle folder that has chunk files (version 2), None otherwise."""
+def chunk_paths(folder: Path, bundle_version: int = 1) -> dict[str, Path] | None:
+    """{column: file} of a version-2 bundle folder (or any that has chunk files), None otherwise."""
     paths = {c: folder / name for c, (name, _, _) in CHUNK_FILES.items()}
-    if not any(p.exists() or p.is_symlink() for p in paths.values()):
+    if bundle_version < 2 and not any(p.exists() or p.is_symlink() for p in paths.values()):
         return None
     return paths
 
@@ -44,6 +44,10 @@ class ChunkFiles:
         self.con, self.paths, self.jsonl = con, paths, jsonl
         self.staged = False  # requests.jsonl is in the staging table
         sizes = {}
+        present = [p.exists() or p.is_symlink() for p in paths.values()]
+        if not any(present):  # no request had events: every reference must be empty
+            self.paths, self.events = {}, 0
+            return
         for column, path in paths.items():
             if not path.exists() and not path.is_symlink():
                 raise BundleError(
@@ -66,7 +70,7 @@ class ChunkFiles:
     def gather(self, at: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order."""
         total = int(n.sum())
-        if total == 0:
+        if total == 0 or not self.paths:
             return np.zeros(0, np.int64), np.zeros(0, np.int32)
         has = n > 0
         at_, n_ = at[has], n[has]

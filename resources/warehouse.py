@@ -192,7 +192,8 @@ def ingest_bundle(
     types = {t: table_columns(con, t) for t in files}
 
     chunks = None
-    if "requests" in files and (paths := chunk_paths(folder)) is not None:  # version 2: per-token times in binary
+    version = manifest.get("bundle_version", 1)
+    if "requests" in files and (paths := chunk_paths(folder, version)) is not None:  # version 2: token times in binary
         chunks = ChunkFiles(con, paths, files["requests"])
     counts: dict[str, int] = {}
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]

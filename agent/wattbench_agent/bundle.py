@@ -121,12 +121,13 @@ class BundleWriter:
             raise BundleError(f"unknown bundle table {table!r}; expected one of {', '.join(BUNDLE_TABLES)}")
         lines = []
         chunks: dict[str, array] = {c: array(code) for c, (_, code, _) in CHUNK_FILES.items()}
+        refs = 0  # rows whose events went to the chunk files (their files exist even when all are empty)
         for row in rows:
             row = dict(row)
             row.setdefault("run_id", self.run_id)
             row.setdefault("source", self.source)
             if table == "requests":
-                self._chunk_ref(row, chunks)
+                refs += self._chunk_ref(row, chunks)
             try:
                 lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
             except ValueError:
@@ -140,7 +141,7 @@ class BundleWriter:
         data = "".join(lines).encode("utf-8")
         with self._lock:
             # the events first, then the rows that point at them: a row on disk always has its events
-            parts = [(CHUNK_FILES[c][0], _little_endian(a)) for c, a in chunks.items() if len(a)]
+            parts = [(CHUNK_FILES[c][0], _little_endian(a)) for c, a in chunks.items() if refs]
             parts.append((f"{table}.jsonl", data))
             handles = []
             for name, _ in parts:
@@ -174,21 +175,22 @@ class BundleWriter:
                 pass  # the previous manifest stays in place (atomic replace); rows are counted on the next write
         return len(lines)
 
-    def _chunk_ref(self, row: dict[str, Any], chunks: dict[str, array]) -> None:
+    def _chunk_ref(self, row: dict[str, Any], chunks: dict[str, array]) -> bool:
         """Move a request's chunk_ns / chunk_tokens into this write's chunk arrays and leave `chunks` in the row (the
-        lists stay inline when they are not two lists of integers of one length)."""
+        lists stay inline when they are not two lists of integers of one length). Whether they moved."""
         ns, tokens = row.get("chunk_ns"), row.get("chunk_tokens")
         if not (isinstance(ns, list) and isinstance(tokens, list) and len(ns) == len(tokens)):
-            return
+            return False
         at = self._events + len(chunks["chunk_ns"])
         try:
             a, b = array("q", ns), array("i", tokens)
         except (TypeError, OverflowError):
-            return  # a float, None, a string, a number too large: inline, where ingest names it as in version 1
+            return False  # a float, None, a string, a number too large: inline, where ingest names it as in version 1
         chunks["chunk_ns"].extend(a)
         chunks["chunk_tokens"].extend(b)
         del row["chunk_ns"], row["chunk_tokens"]
         row["chunks"] = [at, len(ns)]
+        return True
 
     def _chunk_events_on_disk(self) -> int:
         """Events in this folder's chunk files (an appended bundle continues them); files cut short by a crash
