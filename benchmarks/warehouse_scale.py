@@ -212,6 +212,7 @@ def synthesize(
             fh.writelines(json.dumps(r) + "\n" for r in rows)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["complete"] = True
+    manifest["bundle_version"] = bundle_version  # a version-1 bundle says so: older code reads only that
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {"requests": n_requests, "load_points": points, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
 
@@ -448,10 +449,22 @@ def write_results(results: dict, out: Path) -> None:
                 if "ingest_s" in mine
                 else mine.get("error", "not run")
             )
-            + "; on the version-2 bundle of the same size: the table above. 1-minute load averages around each: "
-            f"{b.get('load_average_1min')}, {mine.get('load_average_1min')}.",
+            + "; on the version-2 bundle of the same size: "
+            + (
+                f"{v2['ingest_s']:.1f} s, peak RSS {v2['peak_rss_mb']:,.0f} MB"
+                if "ingest_s" in (v2 := b.get("this_code_version_2", {}))
+                else "the table above"
+            )
+            + f". Measured {b.get('measured_at', results['measured_at'])}, one after the other; 1-minute load "
+            f"averages around each: {_loads(b)}, {_loads(mine)}"
+            + (f", {_loads(v2)}" if v2 else "")
+            + ".",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def _loads(entry: dict) -> str:
+    return "-".join(f"{x:.1f}" for x in entry.get("load_average_1min", [])) or "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
                     "load_average_1min": [load_mine, os.getloadavg()[0]],
                 }
                 (work / "before-this.duckdb").unlink(missing_ok=True)
+            else:  # said, not dropped: a before that failed is no figure
+                print(f"  before ({code}) failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
                 print(
                     f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
                     f"{results['before']['peak_rss_mb']:,.0f} MB",

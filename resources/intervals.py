@@ -18,8 +18,11 @@ Points of more than EXACT_MAX_REQUESTS requests (an hour at 300 req/s is a milli
 0.5% log-spaced bins, in memory and time that do not grow with the requests: the estimate is still the exact
 percentile of the pooled requests; a resample draws the repeats, then from each drawn repeat its share of requests as
 one multinomial draw over that repeat's histogram (the same distribution as drawing its requests one by one), so the
-interval's ends are exact to within a bin (0.5%). ITL: the gaps' histogram of each request is made in DuckDB (no
-gap reaches Python) and a resample is a sparse product; the method text says "binned".
+interval's ends are exact to within a bin (0.5%). ITL: the repeats are drawn exactly; within a drawn repeat, what a
+percentile needs of its resampled requests (how many of their gaps lie below each bin edge near it) is a sum of
+independent draws of one request's counts, drawn from its normal limit (flat_itl); the token times come laid flat,
+from DuckDB or from a version-2 bundle's chunk files, never as a Python object per request. The method text ends
+"on 0.5% bins".
 
 Rows go to the `latency_intervals` table (sql/schema.sql), replaced per run and deployment.
 """
