@@ -14,7 +14,7 @@ import pandas as pd
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets import benchmark_run, report_text, reporting
+from assets import benchmark_run, pictures, report_text, reporting
 from assets.bench import STAGE_TABLES
 from assets.common import (
     BENCH_PARTITIONS,
@@ -192,7 +192,7 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     if params is None:
         meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
         return dg.MaterializeResult(metadata=meta)
-    picture = reporting.plot_capacity(topologies, source, note=_topology_note(topologies))
+    picture = pictures.plot_capacity(topologies, source, note=_topology_note(topologies))
     meta.update(
         {
             "traffic_profile": _profile_text(params),
@@ -326,9 +326,9 @@ def _html_sections(
         (
             "Head to head",
             (
-                f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: value [95% interval] "
-                "@ the load point (workload:point) it came from. Tokens per joule above idle (the deployment's idle power "
-                "with the model loaded subtracted) is the row after the total.</p>"
+                f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: "
+                "value [95% interval] @ the load point (workload:point) it came from. Tokens per joule above idle "
+                "(the deployment's idle power with the model loaded subtracted) is the row after the total.</p>"
                 + reporting.html_table(h2h, index=True)
             ),
         )
@@ -340,8 +340,8 @@ def _html_sections(
             (
                 how
                 + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
-                "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is energy-counter "
-                "energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
+                "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is "
+                "energy-counter energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
             ),
         )
     )
@@ -351,13 +351,14 @@ def _html_sections(
         (
             "Engines compared at each point",
             (
-                "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair up "
-                "(the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A difference "
-                "is called only when the interval excludes 1 (latency percentiles: when the two engines' intervals do not "
-                "overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
+                "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair "
+                "up (the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A "
+                "difference is called only when the interval excludes 1 (latency percentiles: when the two engines' "
+                "intervals do not overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
                 + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
                 + (
-                    f"<details><summary>every figure ({len(every)} rows)</summary>{reporting.html_table(every)}</details>"
+                    f"<details><summary>every figure ({len(every)} rows)</summary>"
+                    f"{reporting.html_table(every)}</details>"
                     if len(every) > len(headline)
                     else ""
                 )
@@ -404,8 +405,8 @@ def _html_sections(
         (
             "Every load run (each repeat)",
             (
-                "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come from the "
-                "sampled power trace (diagnosis), every other W from the energy counter.</p>"
+                "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come "
+                "from the sampled power trace (diagnosis), every other W from the energy counter.</p>"
                 + reporting.html_table(frames["per_repeat"], empty="no load runs")
             ),
         )
@@ -441,7 +442,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         regress = run_sql(con, "regressions", {"run_id": run_id})
         source = _source(con, run_id)
     plots = _load_point_plots(frames, source)
-    plots["capacity plan"] = reporting.plot_capacity(
+    plots["capacity plan"] = pictures.plot_capacity(
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies)
     )
     interactive = reporting.interactive_charts(frames, source)
