@@ -122,7 +122,8 @@ def synthesize(
     con.execute("SET enable_progress_bar = false")
     lr = json.dumps([[r["load_point_id"], r["deployment_id"], r["window_start_ns"] - 2_000_000_000] for r in load_runs])
     con.execute(f"""CREATE TEMP TABLE pts AS
-        SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns, row_number() OVER () - 1 AS p
+        SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns,
+               row_number() OVER () - 1 AS p
         FROM (SELECT unnest(json_extract('{lr}', '$[*]')) AS j)""")
     # TTFT 40-400 ms (a log-uniform spread), TPOT 18-30 ms per point, per-gap jitter +-40% (never negative)
     requests_sql = f"""
@@ -456,9 +457,7 @@ def write_results(results: dict, out: Path) -> None:
                 else "the table above"
             )
             + f". Measured {b.get('measured_at', results['measured_at'])}, one after the other; 1-minute load "
-            f"averages around each: {_loads(b)}, {_loads(mine)}"
-            + (f", {_loads(v2)}" if v2 else "")
-            + ".",
+            f"averages around each: {_loads(b)}, {_loads(mine)}" + (f", {_loads(v2)}" if v2 else "") + ".",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
 

@@ -171,7 +171,8 @@ ORDER BY 1, 2, 3, 4
 _LARGE_POINT_CHUNKS = """
 WITH q AS (
     SELECT coalesce(l.repeat, 1) AS repeat,
-           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END AS chunk_ns,
+           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END
+               AS chunk_ns,
            row_number() OVER (ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id) - 1 AS req
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload

@@ -372,8 +372,10 @@ _POINT_STATS_PARTS = {
     "r": """SELECT q.run_id, q.deployment_id, q.load_point_id,
            avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
            count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
-           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
-           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns)
+                                       AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns)
+                                  AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL AND q.{where}
     GROUP BY ALL""",
@@ -382,24 +384,27 @@ _POINT_STATS_PARTS = {
 # v_client_stats_live (their definitions in sql/views.sql; tests/test_point_stats.py checks they agree): the events
 # unnested from the stored lists, or laid flat from a version-2 bundle's chunk files (ChunkFiles.point_events).
 _TOKEN_EVENTS = """
-        SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws, l.window_end_ns AS we,
-               l.run_id IS NOT NULL AS has_load_run,
+        SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws,
+               l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run,
                unnest(q.chunk_ns) AS t, unnest(q.chunk_tokens) AS n,
                unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
                            ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
-                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END) AS prev
+                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END)
+                 AS prev
         FROM requests q LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
         WHERE q.error_kind IS NULL AND q.{where}"""
 _TOKEN_FIGURES = """
     SELECT run_id, deployment_id, load_point_id,
-           quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999]) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_q,
+           quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999])
+               FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_q,
            avg((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_mean_ms,
            stddev_pop((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_stdev_ms,
            count(*) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_samples,
            count(*) FILTER (WHERE has_load_run AND we > ws) AS steady_events,
            sum(n) FILTER (WHERE we > ws AND t >= ws AND t < (ws + we) / 2) AS first_half_tokens,
            sum(n) FILTER (WHERE we > ws AND t >= (ws + we) / 2 AND t <= we) AS second_half_tokens,
-           avg((t - prev) / 1e6) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_ms,
+           avg((t - prev) / 1e6) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we)
+               AS client_itl_ms,
            count(*) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_n
     FROM ev GROUP BY ALL"""
 _POINT_STATS_PARTS["t"] = "WITH ev AS (" + _TOKEN_EVENTS + ")" + _TOKEN_FIGURES
@@ -411,8 +416,10 @@ WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
 SELECT k.run_id, coalesce(lr.source, r.source, 'unknown') AS source, k.deployment_id, k.load_point_id,
        q.run_id IS NOT NULL AS has_requests, q.* EXCLUDE (run_id, deployment_id, load_point_id),
        r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, c.meeting_slo_completed_in_window, c.meeting_slo_in_window,
-       CASE WHEN t.itl_samples > 0 THEN t.itl_q[1] END AS itl_p50_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[2] END AS itl_p90_ms,
-       CASE WHEN t.itl_samples > 0 THEN t.itl_q[3] END AS itl_p95_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[4] END AS itl_p99_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[1] END AS itl_p50_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[2] END AS itl_p90_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[3] END AS itl_p95_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[4] END AS itl_p99_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_q[5] END AS itl_p999_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_mean_ms END AS itl_mean_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_stdev_ms END AS itl_stdev_ms,
