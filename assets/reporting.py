@@ -15,6 +15,7 @@ from assets import charts
 from assets.pictures import (
     fig_throughput_latency,  # noqa: F401
     load_order,
+    plot_capacity,  # noqa: F401  (assets/reports.py draws the capacity picture through this module)
     plot_latency_cdf,
     plot_power_trace,
     plot_throughput_latency,
