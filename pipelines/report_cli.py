@@ -202,22 +202,6 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
     return 0
 
 
-def head_to_head_and_contrasts(con, run_id: str) -> tuple[str, str]:
-    """The two tables of the default report. Their queries do not depend on each other, and DuckDB spends most of
-    each on planning (one core per query): the contrasts run on a second cursor in a thread while the head-to-head
-    runs here, so the report takes about as long as the longer query."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    cursor = con.cursor()
-    try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            contrasts = pool.submit(contrasts_text, cursor, run_id)
-            head = head_to_head_text(con, run_id)
-            return head, contrasts.result()
-    finally:
-        cursor.close()
-
-
 def _report(args: argparse.Namespace) -> int:
     from resources.warehouse import WarehouseError, connect, run_sql
 
@@ -241,8 +225,8 @@ def _report(args: argparse.Namespace) -> int:
                 _print(df, args.format)
                 return 1 if args.fail_on_regression and (df["flag"] == "REGRESSION").any() else 0
             print(f"Head to head, run {run_id} (95% intervals in brackets):")
-            head, contrasts = head_to_head_and_contrasts(con, run_id)
-            print(head)
+            print(head_to_head_text(con, run_id))
+            contrasts = contrasts_text(con, run_id)
             if contrasts:
                 print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
                 print(contrasts)
