@@ -13,7 +13,6 @@ import pandas as pd
 
 from assets import charts
 from assets.pictures import (
-    fig_throughput_latency,  # noqa: F401
     load_order,
     plot_capacity,  # noqa: F401  (assets/reports.py draws the capacity picture through this module)
     plot_latency_cdf,
@@ -21,10 +20,7 @@ from assets.pictures import (
     plot_throughput_latency,
     plot_tokens_per_joule,
 )
-from assets.report_text import (
-    head_to_head_rows,
-    query_params,  # noqa: F401
-    )
+from assets.report_text import head_to_head_rows
 
 
 def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:

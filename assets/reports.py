@@ -14,7 +14,7 @@ import pandas as pd
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets import benchmark_run, report_text, reporting
+from assets import benchmark_run, pictures, report_text, reporting
 from assets.bench import STAGE_TABLES
 from assets.common import (
     BENCH_PARTITIONS,
@@ -192,7 +192,7 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     if params is None:
         meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
         return dg.MaterializeResult(metadata=meta)
-    picture = reporting.plot_capacity(topologies, source, note=_topology_note(topologies))
+    picture = pictures.plot_capacity(topologies, source, note=_topology_note(topologies))
     meta.update(
         {
             "traffic_profile": _profile_text(params),
@@ -441,7 +441,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         regress = run_sql(con, "regressions", {"run_id": run_id})
         source = _source(con, run_id)
     plots = _load_point_plots(frames, source)
-    plots["capacity plan"] = reporting.plot_capacity(
+    plots["capacity plan"] = pictures.plot_capacity(
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies)
     )
     interactive = reporting.interactive_charts(frames, source)

@@ -31,7 +31,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
-INGEST_MEMORY = os.environ.get("WATTBENCH_INGEST_MEMORY", "1GB")
+INGEST_MEMORY = "1GB"
+
+
+def ingest_memory() -> str:
+    """DuckDB's memory limit while a bundle loads: WATTBENCH_INGEST_MEMORY, read when a bundle loads (importing the
+    code location reads no environment variable), else INGEST_MEMORY."""
+    return os.environ.get("WATTBENCH_INGEST_MEMORY", INGEST_MEMORY)
+
+
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 _LABELS_TEXT_TO_MAP = (
     "CASE WHEN {col} IS NULL THEN NULL ELSE map("
@@ -190,7 +198,7 @@ def ingest_bundle(
 
     counts: dict[str, int] = {}
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-    con.execute(f"SET memory_limit = '{INGEST_MEMORY}'")  # DuckDB spills to disk past it: a big bundle stays bounded
+    con.execute(f"SET memory_limit = '{ingest_memory()}'")  # DuckDB spills to disk past it: a big bundle stays bounded
     try:
         return _ingest(con, folder, manifest, run_id, files, types, counts)
     finally:

@@ -3,7 +3,7 @@ report assets use:  .venv/bin/python results/h200-transformers/make_figures.py""
 
 from pathlib import Path
 
-from assets import reporting
+from assets import pictures, reporting
 from resources.warehouse import connect, ingest_bundle
 
 HERE = Path(__file__).resolve().parent
@@ -17,10 +17,10 @@ with connect(DB) as con:
 DB.unlink()
 label = "measured, 1x H200, transformers serve, random 1B"
 for name, png in {
-    "tokens_per_joule.png": reporting.plot_tokens_per_joule(frames["points"], label),
-    "power_trace.png": reporting.plot_power_trace(frames["samples"], frames["windows"], label),
-    "throughput_latency.png": reporting.plot_throughput_latency(frames["points"], label),
-    "ttft_cdf.png": reporting.plot_latency_cdf(frames["requests"], label, "ttft_ms"),
+    "tokens_per_joule.png": pictures.plot_tokens_per_joule(frames["points"], label),
+    "power_trace.png": pictures.plot_power_trace(frames["samples"], frames["windows"], label),
+    "throughput_latency.png": pictures.plot_throughput_latency(frames["points"], label),
+    "ttft_cdf.png": pictures.plot_latency_cdf(frames["requests"], label, "ttft_ms"),
 }.items():
     (HERE / name).write_bytes(png)
     print(HERE / name)

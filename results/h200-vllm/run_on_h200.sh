@@ -12,18 +12,20 @@
 # (build_pack.sh). The specs were written by `wattbench spec --plan plans/h200-vllm.yaml --workload ...`.
 # Writes to $OUT: the bundle (tar.xz), the agent's log, GPU facts, and for long-bursty the peer comparison files.
 set -uo pipefail
-HERE=results/h200-vllm
+# SIZE=14b HERE=results/h200-vllm-14b runs the held-out model's phases (light, heavy) the same way
+SIZE=${SIZE:-8b}
+HERE=${HERE:-results/h200-vllm}
 GPU=.gpu
-MODEL=/tmp/wattbench-llama8b
+MODEL=/tmp/wattbench-llama$SIZE
 TOK=/tmp/wattbench-tok
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-phase=${1:?usage: run_on_h200.sh stash|steady|long-bursty|light|light-long|kv8}
+phase=${1:?usage: [SIZE=14b HERE=results/h200-vllm-14b] run_on_h200.sh stash|steady|long-bursty|light|light-long|kv8|heavy}
 
 if [ "$phase" = stash ]; then
   bash "$GPU/stash.sh" .vllm
   if [ ! -e /tmp/model.started ]; then
     touch /tmp/model.started
-    setsid nohup bash -c "python3 $GPU/mktok_words.py $TOK && python3 $GPU/mkmodel.py $MODEL 8b $TOK && touch $MODEL/.ok" \
+    setsid nohup bash -c "python3 $GPU/mktok_words.py $TOK && python3 $GPU/mkmodel.py $MODEL $SIZE $TOK && touch $MODEL/.ok" \
       > /tmp/model.log 2>&1 < /dev/null &
   fi
   tail -3 /tmp/model.log 2>/dev/null
@@ -43,11 +45,12 @@ export PYTHONPATH=$PWD/agent:$PYTHONPATH PYTHONUNBUFFERED=1
   python3 -c "import torch, vllm, prometheus_client, httpx; print('torch', torch.__version__, 'vllm', vllm.__version__, 'httpx', httpx.__version__)"
   nproc; free -g | head -2
 } > "$OUT/facts-$phase.txt" 2>&1
+cp "$MODEL/config.json" "$OUT/config.json" 2>/dev/null
 cat "$OUT/facts-$phase.txt"
 
 echo "== bench agent: $HERE/spec-$phase.json"
 rm -rf "/tmp/bundle-$phase"
-timeout 520 python3 -m wattbench_agent --spec "$HERE/spec-$phase.json" --out "/tmp/bundle-$phase" 2>&1 \
+timeout ${AGENT_TIMEOUT_S:-520} python3 -m wattbench_agent --spec "$HERE/spec-$phase.json" --out "/tmp/bundle-$phase" 2>&1 \
   | tee "$OUT/agent-$phase.log" | grep -v "^\[.*\] load point" | tail -60
 tar cf - -C /tmp "bundle-$phase" | xz -T0 -6 > "$OUT/bundle-$phase.tar.xz"
 echo "== agent done at $(( $(date +%s) - t0 )) s; bundle $(du -h "$OUT/bundle-$phase.tar.xz" | cut -f1)"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from dagster_duckdb import DuckDBResource
 
-from assets import charts, reporting
+from assets import charts, pictures, reporting
 from assets.benchmark_run import dagster_run_id
 from assets.reports import (
     REPORT_ASSETS,
@@ -278,21 +278,21 @@ def test_pictures_are_png_even_without_data():
     empty_requests = pd.DataFrame(
         columns=["engine", "workload", "point_label", "shape", "concurrency", "rate", "ttft_ms", "e2e_ms"]
     )
-    pictures = [
-        reporting.plot_throughput_latency(empty_points, "emulated"),
-        reporting.plot_tokens_per_joule(empty_points, "emulated"),
-        reporting.plot_power_trace(
+    pngs = [
+        pictures.plot_throughput_latency(empty_points, "emulated"),
+        pictures.plot_tokens_per_joule(empty_points, "emulated"),
+        pictures.plot_power_trace(
             pd.DataFrame(columns=["deployment_id", "gpu_uuid", "t_ns", "power_w"]),
             pd.DataFrame(
                 columns=["deployment_id", "engine", "point_label", "repeat", "window_start_ns", "window_end_ns"]
             ),
             "emulated",
         ),
-        reporting.plot_latency_cdf(empty_requests, "emulated", "ttft_ms"),
-        reporting.plot_latency_cdf(empty_requests, "emulated", "e2e_ms"),
-        reporting.plot_capacity(pd.DataFrame(), "emulated", note="no traffic profile"),
+        pictures.plot_latency_cdf(empty_requests, "emulated", "ttft_ms"),
+        pictures.plot_latency_cdf(empty_requests, "emulated", "e2e_ms"),
+        pictures.plot_capacity(pd.DataFrame(), "emulated", note="no traffic profile"),
     ]
-    for png in pictures:
+    for png in pngs:
         assert png.startswith(PNG) and len(png) > 1000
     assert charts.throughput_latency_chart(empty_points, "emulated") is None
     assert charts.cdf_chart(empty_requests, "emulated") is None

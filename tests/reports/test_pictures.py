@@ -87,7 +87,7 @@ def test_error_bars_are_the_summaries_intervals(frames):
     assert closed, "no error-bar series for trtllm-like"
     data, _caps, bars = closed[0].lines
     ybars = bars[-1]  # x bars first, then y bars
-    ref = reporting.load_order(points[(points["engine"] == "trtllm-like") & (points["shape"] == "concurrency")])
+    ref = pictures.load_order(points[(points["engine"] == "trtllm-like") & (points["shape"] == "concurrency")])
     assert list(data.get_ydata()) == pytest.approx(list(ref["output_tok_s"]))  # 3 markers, not 9
     spans = sorted((float(s[0][1]), float(s[1][1])) for s in ybars.get_segments())
     want = sorted(zip(ref["output_tok_s_lo"], ref["output_tok_s_hi"]))
