@@ -14,7 +14,6 @@ import pandas as pd
 from assets import charts
 from assets.pictures import (
     load_order,
-    plot_capacity,  # noqa: F401  (assets/reports.py draws the capacity picture through this module)
     plot_latency_cdf,
     plot_power_trace,
     plot_throughput_latency,
