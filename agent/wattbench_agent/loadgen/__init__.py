@@ -2,7 +2,7 @@
 docs/LOADGEN.md). Agent side: stdlib + httpx + numpy (+ uvloop) only.
 
 The names below load on first use (PEP 562): importing a part of the package (`loadgen.shapes`, `loadgen.cli` for
-`wattbench load --help`) does not import the runner, httpx or numpy.
+`wattbench load --help`) does not import the runner or httpx.
 """
 
 from __future__ import annotations
