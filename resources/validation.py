@@ -38,8 +38,9 @@ import great_expectations as gx  # noqa: E402
 logging.getLogger("great_expectations").setLevel(logging.ERROR)
 
 SOURCES = ["emulated", "measured"]
-# DuckDB's memory while the suites run on the warehouse (it spills past it); WATTBENCH_VALIDATION_MEMORY overrides.
-VALIDATION_MEMORY = os.environ.get("WATTBENCH_VALIDATION_MEMORY", "1GB")
+# DuckDB's memory while the suites run on the warehouse (it spills past it); WATTBENCH_VALIDATION_MEMORY overrides
+# (read when the suites run, not at import).
+VALIDATION_MEMORY = "1GB"
 SAMPLE_ROWS = 20  # breaking values kept per rule: GX's partial_unexpected_list
 
 
@@ -706,7 +707,7 @@ def validate_run(
     rules = suites(plan_validation, sample_period_s)[table]
     source, params = _run_rows_sql(con, table), {"run_id": run_id}
     kept = f"_wb_checked_{table}"
-    with _memory(con, VALIDATION_MEMORY):
+    with _memory(con, os.environ.get("WATTBENCH_VALIDATION_MEMORY", VALIDATION_MEMORY)):
         try:
             if table in _FRAME_JOINS:  # a few rows joined to views that read whole tables: join once, not per query
                 con.execute(f"CREATE OR REPLACE TEMP TABLE {kept} AS {source}", params)
