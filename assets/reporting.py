@@ -263,16 +263,22 @@ def write_html(
         if source == "emulated"
         else "<div class='banner measured'>MEASURED on real engines and GPUs.</div>"
     )
-    css = """
-    body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1280px}
-    h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd} h3{font-size:1.05em}
-    table{border-collapse:collapse;font-size:13px;margin:8px 0} td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
-    th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
-    .banner{padding:10px 14px;font-weight:600;border-radius:4px;margin:12px 0}
-    .emulated{background:#fff3cd;border:1px solid #e0b000} .measured{background:#d4edda;border:1px solid #2e7d32}
-    .plots img{max-width:49%;margin:4px 0} .meta{color:#666;font-size:12px} .scroll{overflow-x:auto}
-    .chart{margin:12px 0 28px 0;min-height:120px} .chart-error{color:#b00020}
-    """
+    css = (
+        "\n"
+        "    body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;"
+        "max-width:1280px}\n"
+        "    h1{font-size:1.5em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd} "
+        "h3{font-size:1.05em}\n"
+        "    table{border-collapse:collapse;font-size:13px;margin:8px 0} "
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}\n"
+        "    th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}\n"
+        "    .banner{padding:10px 14px;font-weight:600;border-radius:4px;margin:12px 0}\n"
+        "    .emulated{background:#fff3cd;border:1px solid #e0b000} "
+        ".measured{background:#d4edda;border:1px solid #2e7d32}\n"
+        "    .plots img{max-width:49%;margin:4px 0} .meta{color:#666;font-size:12px} .scroll{overflow-x:auto}\n"
+        "    .chart{margin:12px 0 28px 0;min-height:120px} .chart-error{color:#b00020}\n"
+        "    "
+    )
     interactive = interactive or {}
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",

@@ -326,9 +326,9 @@ def _html_sections(
         (
             "Head to head",
             (
-                f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: value [95% interval] "
-                "@ the load point (workload:point) it came from. Tokens per joule above idle (the deployment's idle power "
-                "with the model loaded subtracted) is the row after the total.</p>"
+                f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: "
+                "value [95% interval] @ the load point (workload:point) it came from. Tokens per joule above idle "
+                "(the deployment's idle power with the model loaded subtracted) is the row after the total.</p>"
                 + reporting.html_table(h2h, index=True)
             ),
         )
@@ -340,8 +340,8 @@ def _html_sections(
             (
                 how
                 + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
-                "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is energy-counter "
-                "energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
+                "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is "
+                "energy-counter energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
             ),
         )
     )
@@ -351,13 +351,14 @@ def _html_sections(
         (
             "Engines compared at each point",
             (
-                "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair up "
-                "(the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A difference "
-                "is called only when the interval excludes 1 (latency percentiles: when the two engines' intervals do not "
-                "overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
+                "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair "
+                "up (the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A "
+                "difference is called only when the interval excludes 1 (latency percentiles: when the two engines' "
+                "intervals do not overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
                 + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
                 + (
-                    f"<details><summary>every figure ({len(every)} rows)</summary>{reporting.html_table(every)}</details>"
+                    f"<details><summary>every figure ({len(every)} rows)</summary>"
+                    f"{reporting.html_table(every)}</details>"
                     if len(every) > len(headline)
                     else ""
                 )
@@ -404,8 +405,8 @@ def _html_sections(
         (
             "Every load run (each repeat)",
             (
-                "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come from the "
-                "sampled power trace (diagnosis), every other W from the energy counter.</p>"
+                "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come "
+                "from the sampled power trace (diagnosis), every other W from the energy counter.</p>"
                 + reporting.html_table(frames["per_repeat"], empty="no load runs")
             ),
         )

@@ -99,7 +99,8 @@ def column_schema(con, table: str) -> dg.TableSchema:
         [table],
     ).fetchall()
     keys = con.execute(
-        "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = ? AND constraint_type = 'PRIMARY KEY' "
+        "SELECT constraint_column_names FROM duckdb_constraints() "
+        "WHERE table_name = ? AND constraint_type = 'PRIMARY KEY' "
         "AND schema_name = current_schema() AND database_name = current_database()",
         [table],
     ).fetchall()

@@ -2,8 +2,8 @@
 
     python -m benchmarks.loadgen_fidelity [--streams 32,128,512] [--duration 8] [--warmup 2]
 
-A streaming server (agent/wattbench_agent/loadgen/testserver.py, its own process, uvloop) with true TTFT 50 ms, ITL 10 ms
-and 64 output tokens records what it observed per request: TTFT (request complete -> first content write),
+A streaming server (agent/wattbench_agent/loadgen/testserver.py, its own process, uvloop) with true TTFT 50 ms,
+ITL 10 ms and 64 output tokens records what it observed per request: TTFT (request complete -> first content write),
 request time (-> last content write) and the gaps between content writes. Two clients run against it in the
 same run, one after the other, closed loop at N streams:
   - wattbench: wattbench_agent.loadgen.run_load (httpx + wattbench's FastTransport, uvloop);
@@ -256,12 +256,16 @@ def verdicts(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'streams':>7} | {'client':<13} | {'TTFT err p50/p99 ms':>20} | {'ITL err p50 ms':>14} | {'achieved/ideal rate':>26}"
+    head = (
+        f"{'streams':>7} | {'client':<13} | {'TTFT err p50/p99 ms':>20} | {'ITL err p50 ms':>14} | "
+        f"{'achieved/ideal rate':>26}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['streams']:>7} | {r['client']:<13} | {r['ttft_err_p50_ms']:>+8.2f} / {r['ttft_err_p99_ms']:>+8.2f} | "
-            f"{r['itl_err_p50_ms']:>+14.3f} | {r['rate_ratio']:>6.1%} ({r['achieved_rate_per_s']:.0f}/{r['ideal_rate_per_s']:.0f} /s)"
+            f"{r['itl_err_p50_ms']:>+14.3f} | {r['rate_ratio']:>6.1%} "
+            f"({r['achieved_rate_per_s']:.0f}/{r['ideal_rate_per_s']:.0f} /s)"
         )
     return "\n".join(lines)
 
@@ -283,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = measure(url, c, n, a.warmup, a.duration)
                 rows.append(row)
                 print(
-                    f"  {n:>4} streams {c:<13} TTFT err p50 {row['ttft_err_p50_ms']:+.2f} ms, p99 {row['ttft_err_p99_ms']:+.2f} ms, "
+                    f"  {n:>4} streams {c:<13} TTFT err p50 {row['ttft_err_p50_ms']:+.2f} ms, "
+                    f"p99 {row['ttft_err_p99_ms']:+.2f} ms, "
                     f"ITL err p50 {row['itl_err_p50_ms']:+.3f} ms, rate {row['rate_ratio']:.1%}",
                     file=sys.stderr,
                     flush=True,

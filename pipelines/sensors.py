@@ -97,10 +97,13 @@ class HubWatch(dg.ConfigurableResource):
         """Client-side filter too (a server that ignores a parameter must not start runs for other models)."""
         if self.pipeline_tag and model.pipeline_tag and model.pipeline_tag != self.pipeline_tag:
             return False
-        if self.library and (model.library or model.tags):
-            if model.library != self.library and self.library not in model.tags:
-                return False
-        return True
+        library_mismatch = (
+            self.library
+            and (model.library or model.tags)
+            and model.library != self.library
+            and self.library not in model.tags
+        )
+        return not library_mismatch
 
 
 @dataclass

@@ -117,6 +117,6 @@ def test_disk_full_keeps_what_was_written(tmp_path, monkeypatch):
     monkeypatch.setattr(bundle_mod.os, "fsync", real_fsync)
     w.close(complete=False)
     lines = (tmp_path / "b" / "gpu_samples.jsonl").read_text().splitlines()
-    assert [json.loads(l)["t_ns"] for l in lines] == [1, 2]
+    assert [json.loads(line)["t_ns"] for line in lines] == [1, 2]
     with connect(tmp_path / "w.duckdb") as con:
         assert ingest_bundle(con, tmp_path / "b")["gpu_samples"] == 2

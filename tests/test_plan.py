@@ -96,7 +96,8 @@ def test_every_shipped_plan_is_valid(path):
 
 def test_closed_loop_points_ramp_in_by_default(tmp_path):
     text = GOOD.replace(
-        "    load_options: {ramp_s: 2}   # start the streams over 2 s: closed-loop waves would otherwise skew a short window\n",
+        "    load_options: {ramp_s: 2}   # start the streams over 2 s: "
+        "closed-loop waves would otherwise skew a short window\n",
         "",
     )
     plan, _ = load_plan(_write(tmp_path, text))

@@ -197,9 +197,11 @@ def test_locked_database_waits_then_says_so(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(WarehouseError, match=r"locked by another writer.*for more than 1 s"):
-            with connect(db, wait_s=1.0):
-                pass
+        with (
+            pytest.raises(WarehouseError, match=r"locked by another writer.*for more than 1 s"),
+            connect(db, wait_s=1.0),
+        ):
+            pass
     finally:
         holder.kill()
         holder.wait()

@@ -35,7 +35,8 @@ with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as co
     ).df()
     trace = con.execute("""SELECT s.deployment_id, s.t_ns, s.power_w, s.sm_clock_mhz, l.load_point_id
                            FROM gpu_samples s LEFT JOIN load_runs l ON l.run_id = s.run_id
-                            AND l.deployment_id = s.deployment_id AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
+                            AND l.deployment_id = s.deployment_id
+                            AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
                            WHERE s.run_id = 'h200-vllm-steady' AND s.deployment_id = 'vllm-bf16'
                            ORDER BY s.t_ns""").df()
 

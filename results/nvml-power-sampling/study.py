@@ -4,12 +4,12 @@
 Run on a GPU node (torch and nvidia-ml-py; nothing of wattbench needed):
     python3 results/nvml-power-sampling/study.py --out DIR
 
-A sampler process polls NVML_FI_DEV_POWER_INSTANT as fast as one field-values call allows (~100 kHz) and keeps each new reading, while this
-process drives the GPU through load phases chosen to be hard on a 10 Hz sampler: steady compute, steady HBM
-copies, random on/off bursts (like continuous batching), and square waves whose period beats with 10 Hz. At every
-phase edge this process reads the energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ). It also reads the
-counter back to back under load, to see how often it updates. analyze.py then decimates the full-rate trace to
-10, 20, 50, 100 ... Hz at many phase offsets and compares each integral with the counter.
+A sampler process polls NVML_FI_DEV_POWER_INSTANT as fast as one field-values call allows (~100 kHz) and keeps each new
+reading, while this process drives the GPU through load phases chosen to be hard on a 10 Hz sampler: steady compute,
+steady HBM copies, random on/off bursts (like continuous batching), and square waves whose period beats with 10 Hz. At
+every phase edge this process reads the energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ). It also reads the
+counter back to back under load, to see how often it updates. analyze.py then decimates the full-rate trace to 10, 20,
+50, 100 ... Hz at many phase offsets and compares each integral with the counter.
 
 Writes DIR/raw.json.gz (samples, phase edges, counter reads) and prints a short summary.
 """

@@ -80,7 +80,8 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
             str(python),
             "-c",
             "import importlib.util, json, wattbench_agent; print(json.dumps({'present': "
-            f"[m for m in {CONTROL_PLANE_ONLY!r} if importlib.util.find_spec(m)], 'agent': wattbench_agent.__file__}}))",
+            f"[m for m in {CONTROL_PLANE_ONLY!r} if importlib.util.find_spec(m)], "
+            "'agent': wattbench_agent.__file__}))",
         ],
         cwd=tmp_path,
         env=env,

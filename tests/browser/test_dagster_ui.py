@@ -6,7 +6,8 @@ the run's HTML report renders its interactive charts offline (nothing fetched). 
 models of the scenario from the same dialog ("Launch backfill"), opens the backfill's page from the toast and waits
 for both partitions' runs to succeed.
 Screenshots go to docs/img/ (ui-asset-graph.png, ui-run-success.png, ui-asset-head-to-head.png, ui-asset-report.png,
-report-html.png, ui-backfill.png) for `make test-browser`, else to WATTBENCH_SCREENSHOTS_DIR (/tmp/wattbench-ui-screenshots).
+report-html.png, ui-backfill.png) for `make test-browser`, else to WATTBENCH_SCREENSHOTS_DIR
+(/tmp/wattbench-ui-screenshots).
 
 The plan is the small tests/data/smoke_plan.yaml (WATTBENCH_PLAN), so its stem `smoke_plan` is a scenario of the
 served code location and the run takes well under a minute. Skips (with the reason) without /usr/bin/chromium or

@@ -46,7 +46,9 @@ def exchange(url: str, raw: bytes, timeout: float = 5.0) -> bytes:
             if b"\r\n\r\n" in out:
                 head, _, body = out.partition(b"\r\n\r\n")
                 length = [
-                    int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
                 ]
                 if length and len(body) >= length[0]:
                     break

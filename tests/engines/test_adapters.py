@@ -285,7 +285,8 @@ def test_a_long_start_failure_keeps_its_first_line_and_the_log_tail():
 
 def test_agent_side_imports_no_dagster_duckdb_or_gx():
     code = (
-        "import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, wattbench_agent.engines.failures, "
+        "import sys; import wattbench_agent.engines.registry, wattbench_agent.engines.cli, "
+        "wattbench_agent.engines.failures, "
         "wattbench_agent.deploy.local, wattbench_agent.deploy.kubernetes; "
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'great_expectations'}); "
         "print(bad); sys.exit(1 if bad else 0)"

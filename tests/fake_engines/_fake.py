@@ -7,7 +7,8 @@ and non-stream), /metrics (Prometheus text with the engine's metric names).
 
 Scenarios, by environment variable. A value of "1" applies to every fake; otherwise it is a comma-separated list
 and applies when one item equals the program name (vllm, sglang, trtllm-serve, trtllm-build, ...) or any argv item:
-    FAKE_ENGINE_FAIL_BUILD    trtllm-build fails with a traceback, exit 1 (FAKE_ENGINE_FAIL_CONVERT: the checkpoint step)
+    FAKE_ENGINE_FAIL_BUILD    trtllm-build fails with a traceback, exit 1
+                              (FAKE_ENGINE_FAIL_CONVERT: the checkpoint step)
     FAKE_ENGINE_OOM           print "torch.OutOfMemoryError: CUDA out of memory" at start, exit 1
     FAKE_ENGINE_HANG          never listen (health never answers -> health_timeout)
     FAKE_ENGINE_CRASH_AFTER   N: die (exit 1, CUDA error in the log) after answering N completion requests

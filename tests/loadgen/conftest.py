@@ -1,4 +1,5 @@
-"""Real loopback servers (agent/wattbench_agent/loadgen/testserver.py, each in its own process) for the load generator tests."""
+"""Real loopback servers (agent/wattbench_agent/loadgen/testserver.py, each in its own process) for the load
+generator tests."""
 
 import re
 from pathlib import Path

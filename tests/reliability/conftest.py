@@ -43,7 +43,9 @@ class _Handler(socketserver.StreamRequestHandler):
             header, _, body = head.partition(b"\r\n\r\n")
             lines = header.decode("latin-1").split("\r\n")
             path = lines[0].split(" ")[1]
-            length = next((int(l.split(":", 1)[1]) for l in lines[1:] if l.lower().startswith("content-length:")), 0)
+            length = next(
+                (int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length:")), 0
+            )
             while len(body) < length:
                 body += self.request.recv(65536)
             self.server.owner.respond(self.request, path, body)

@@ -1,5 +1,5 @@
-"""Property-based tests of the load generator's metric computations (agent/wattbench_agent/loadgen/metrics.py) against the
-definitions of docs/MEASUREMENT.md: TPOT = (E2E - TTFT) / (N - 1), ITL pools every gap between consecutive
+"""Property-based tests of the load generator's metric computations (agent/wattbench_agent/loadgen/metrics.py)
+against the definitions of docs/MEASUREMENT.md: TPOT = (E2E - TTFT) / (N - 1), ITL pools every gap between consecutive
 content events, throughput counts only the tokens that arrived inside the window, percentiles are monotone,
 and nothing depends on the order of the records."""
 

@@ -67,10 +67,12 @@ def fingerprint(db: Path, run_id: str) -> dict[str, tuple]:
     with connect(db, read_only=True) as con:
         for t in TABLES:
             out[t] = con.execute(
-                f"SELECT count(*), md5(coalesce(string_agg(CAST(x AS VARCHAR), '|' ORDER BY CAST(x AS VARCHAR)), '')) "
+                "SELECT count(*), md5(coalesce(string_agg(CAST(x AS VARCHAR), '|' "
+                "ORDER BY CAST(x AS VARCHAR)), '')) "
                 f"FROM (SELECT * EXCLUDE (checked_at) FROM {t} WHERE run_id = ?) x"
                 if t == "validation_results"
-                else f"SELECT count(*), md5(coalesce(string_agg(CAST(x AS VARCHAR), '|' ORDER BY CAST(x AS VARCHAR)), '')) "
+                else "SELECT count(*), md5(coalesce(string_agg(CAST(x AS VARCHAR), '|' "
+                "ORDER BY CAST(x AS VARCHAR)), '')) "
                 f"FROM (SELECT * FROM {t} WHERE run_id = ?) x",
                 [run_id],
             ).fetchone()

@@ -88,7 +88,7 @@ def test_compare_cli_prints_side_by_side_with_deltas_and_flags(wh, capsys):
     assert main(["report", "--db", str(wh), "--compare", "h3", "drop"]) == 0
     out = capsys.readouterr().out
     assert "A = run h3" in out and "B = run drop" in out
-    line = next(l for l in out.splitlines() if "output_tok_s" in l)
+    line = next(row for row in out.splitlines() if "output_tok_s" in row)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[0] == "alpha steady:c8" and cells[3:] == ["804", "640", "-20.4%", "±5.0%", "REGRESSION"]
     assert "regression(s)" in out and "Rule: change = (B - A) / |A|" in out

@@ -1,8 +1,9 @@
 """`python3 -m wattbench_agent.engines.build_agent`: build engines on the GPU node they will serve on.
 
-A TensorRT-LLM engine is locked to the GPU it was compiled on (agent/wattbench_agent/engines/build_cache.py), so on a cluster the
-`engine_builds` step does not build in its own, GPU-less pod: it starts this agent in a build pod on a node of the
-target GPU kind (pipelines/k8s.py, K8sBuildLauncher) and writes the engine_builds rows from what the agent reports.
+A TensorRT-LLM engine is locked to the GPU it was compiled on (agent/wattbench_agent/engines/build_cache.py), so on a
+cluster the `engine_builds` step does not build in its own, GPU-less pod: it starts this agent in a build pod on a node
+of the target GPU kind (pipelines/k8s.py, K8sBuildLauncher) and writes the engine_builds rows from what the agent
+reports.
 
 The build spec, `build_spec()`'s shape:
 

@@ -5,7 +5,8 @@
         # TensorRT-LLM: the build pod (agent/wattbench_agent/engines/build_agent.py) is printed before the Deployment
     wattbench deploy --engine vllm --model M --target local [--port 8000]      # start, wait for health, Ctrl-C stops
     wattbench deploy --engine vllm --model M --target local --dry-run           # print the command line only
-    wattbench make-tiny-model --out DIR [--size tiny|1b]                        # agent/wattbench_agent/engines/tiny_model.py
+    wattbench make-tiny-model --out DIR [--size tiny|1b]
+        # a random-initialised model folder for smoke tests (agent/wattbench_agent/engines/tiny_model.py)
 
 Agent-side code: no Dagster. The kubernetes target imports the `kubernetes` client only when used.
 """

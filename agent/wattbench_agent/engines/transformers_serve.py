@@ -8,8 +8,8 @@ It serves /health, /v1/models, /v1/completions and /v1/chat/completions (streami
 even though stream_options is ignored). Requests name the model by the folder path given on the command line.
 No Prometheus /metrics endpoint is known for it, so metrics_path is None. No build step.
 It needs fastapi 0.118 + starlette 0.48, uvicorn, pydantic, openai 1.109.x ... (wheels in .whl/, see README.txt
-there). For smoke tests without downloads, `wattbench make-tiny-model` (agent/wattbench_agent/engines/tiny_model.py) builds a
-random-initialised Llama-shaped model folder to serve.
+there). For smoke tests without downloads, `wattbench make-tiny-model` (agent/wattbench_agent/engines/tiny_model.py)
+builds a random-initialised Llama-shaped model folder to serve.
 
 Plan options (EngineConfig.options) are passed through as extra flags: {"dtype": "bfloat16"} -> --dtype bfloat16,
 {"flag": True} -> --flag, {"flag": False} -> --no-flag, None -> omitted; "device" replaces the default cuda:0.

@@ -340,14 +340,16 @@ def summary_table(s: dict) -> str:
         )
     req = s.get("requested_rate")
     rows += [
-        f"  request throughput  {_fmt(s['request_throughput'])} req/s   output tokens {_fmt(s['output_token_throughput'], 1)} tok/s"
+        f"  request throughput  {_fmt(s['request_throughput'])} req/s   "
+        f"output tokens {_fmt(s['output_token_throughput'], 1)} tok/s"
         f"   total tokens {_fmt(s.get('total_token_throughput'), 1)} tok/s"
         + (f"   goodput {_fmt(s.get('goodput'))} req/s" if s.get("slo") else ""),
         f"  achieved rate {_fmt(s['achieved_rate'])} req/s"
         + (f" (requested {req:g})" if req else "")
         + f"   achieved concurrency {_fmt(s['achieved_concurrency'])}"
         + (f" (requested {s['requested_concurrency']})" if s.get("requested_concurrency") else ""),
-        f"  send lateness p50 {_fmt(s['send_lateness_ms']['p50'], 3)} ms  p99 {_fmt(s['send_lateness_ms']['p99'], 3)} ms",
+        f"  send lateness p50 {_fmt(s['send_lateness_ms']['p50'], 3)} ms  "
+        f"p99 {_fmt(s['send_lateness_ms']['p99'], 3)} ms",
     ]
     if s.get("errors"):
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))

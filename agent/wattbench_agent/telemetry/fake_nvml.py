@@ -468,7 +468,7 @@ def synthetic_faults_trace(
     for entry in energy:
         if entry[0] >= reset_at_s * 1000.0:
             entry[2] -= base  # restarts near zero (as after a driver reload)
-    for key, entries in calls.items():
+    for entries in calls.values():
         if len(entries) > 1:  # the per-sample calls
             for entry in entries:
                 if lost[0] * 1000.0 <= entry[0] < lost[1] * 1000.0:

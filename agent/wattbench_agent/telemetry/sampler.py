@@ -68,9 +68,8 @@ def _sampler_main(kind: str, source_args: dict[str, Any], hz: float, data, ctrl)
                 lag = (now - next_ns) // period_ns + 1
                 missed += lag
                 next_ns += lag * period_ns
-            if ctrl.poll(max(0.0, (next_ns - time.perf_counter_ns()) / 1e9)):
-                if ctrl.recv() == "stop":
-                    break
+            if ctrl.poll(max(0.0, (next_ns - time.perf_counter_ns()) / 1e9)) and ctrl.recv() == "stop":
+                break
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     finally:
@@ -442,7 +441,7 @@ class Sampler:
         have = False
         with self._lock:
             traces = {u: list(self._trace.get(u, [])) for u in self._uuids()}
-        for uuid, pts in traces.items():
+        for pts in traces.values():
             if not pts:
                 return None  # one GPU without a trace: no deployment-wide trace figure
             pts = [p for p in pts if p[0] >= start_ns - 5e8 and p[0] <= end_ns + 5e8]
