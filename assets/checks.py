@@ -36,7 +36,8 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         name=check_name,
         blocking=True,
         pool=WRITER_POOL,
-        description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures block the reports.",
+        description=f"Great Expectations suite for {', '.join(tables)} (this run's rows); error-level failures "
+        "block the reports.",
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
         run_id = benchmark_run.benchmark_for_step(warehouse, context, "check")
@@ -62,8 +63,9 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
                 rows = outcome_rows(run_id, check_name, result)
                 if rows:
                     con.executemany(
-                        "INSERT INTO validation_results (run_id, check_name, table_name, expectation, column_name, severity, "
-                        "success, element_count, unexpected_count, sample) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO validation_results (run_id, check_name, table_name, expectation, column_name, "
+                        "severity, success, element_count, unexpected_count, sample) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [list(r.values()) for r in rows],
                     )
             errors = [o for r in results for o in r.errors]
