@@ -317,7 +317,7 @@ def child_queries(db: str) -> dict:
 
 def child_validation(db: str) -> dict:
     """The GX suites of every table on the latest run (as assets/checks.py runs them)."""
-    from resources.validation import suites, table_frame, validate_table
+    from resources.validation import suites, validate_run
     from resources.warehouse import connect
 
     t0 = time.perf_counter()
@@ -325,7 +325,7 @@ def child_validation(db: str) -> dict:
     with connect(db, read_only=True) as con:
         run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
         for table in suites():
-            result = validate_table(table, table_frame(con, table, run_id))
+            result = validate_run(con, table, run_id)
             failed += [o.rule for o in result.outcomes if not o.success and o.severity == "error"]
     return {"validation_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "errors": failed}
 
