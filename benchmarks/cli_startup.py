@@ -3,10 +3,11 @@
 Each command runs N times in a fresh process (the `wattbench` console script of this interpreter's environment) on
 a small warehouse made here: one synthetic run of two engines x one point x three repeats, ingested from a real
 bundle. Wall time per process (start to exit, perf_counter around subprocess.run), median with min, max and the
-interquartile range, against the target of 0.5 s (issue 18, item 5). One more run of each command under
-`python -X importtime` lists which heavy modules it imported (dagster, great_expectations, pandas, matplotlib,
-altair): a fact next to the timing. `--compare EXE` times another wattbench (e.g. an older checkout's) the same way.
-Writes results/cli_startup.json.
+interquartile range, against the target of 0.5 s (issue 18, item 5), and the median CPU seconds of the process
+(user + system: what the command costs, without the waiting for a core that a busy machine adds to wall time).
+One more run of each command under `python -X importtime` lists which heavy modules it imported (dagster,
+great_expectations, pandas, matplotlib, altair): a fact next to the timing. `--compare EXE` times another
+wattbench (e.g. an older checkout's) the same way. Writes results/cli_startup.json.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -57,12 +59,21 @@ def _argv(exe: str, cmd: list[str], db: Path) -> list[str]:
     return [exe, *(a.format(db=db) for a in cmd)]
 
 
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def time_command(exe: str, cmd: list[str], db: Path, repeats: int, cwd: Path) -> dict:
-    times = []
+    """Wall seconds of each fresh process, and the CPU seconds it used (user + system, its threads included): on a
+    shared machine the wall time also holds the time spent waiting for a core, the CPU time does not."""
+    times, cpu = [], []
     for _ in range(repeats):
+        c0 = _children_cpu_s()
         t0 = time.perf_counter()
         proc = subprocess.run(_argv(exe, cmd, db), cwd=cwd, capture_output=True, text=True)
         times.append(time.perf_counter() - t0)
+        cpu.append(_children_cpu_s() - c0)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(_argv(exe, cmd, db))}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
@@ -73,6 +84,8 @@ def time_command(exe: str, cmd: list[str], db: Path, repeats: int, cwd: Path) ->
         "max_s": round(max(times), 4),
         "iqr_s": round(q[2] - q[0], 4),
         "times_s": [round(t, 4) for t in times],
+        "cpu_median_s": round(statistics.median(cpu), 4),
+        "cpu_s": [round(t, 4) for t in cpu],
     }
 
 
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         other = f"; compared: {row['compare']['median_s']:.3f} s" if "compare" in row else ""
         print(
             f"wattbench {name}: median {row['median_s']:.3f} s (min {row['min_s']:.3f}, max {row['max_s']:.3f}, "
-            f"IQR {row['iqr_s']:.3f}) over {row['runs']} processes; heavy imports: "
+            f"IQR {row['iqr_s']:.3f}; CPU {row['cpu_median_s']:.3f} s) over {row['runs']} processes; heavy imports: "
             f"{', '.join(row['heavy_modules_imported']) or 'none'}{other}; target {TARGET_S} s: "
             f"{'met' if row['target_met'] else 'NOT met'}"
         )

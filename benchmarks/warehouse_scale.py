@@ -45,9 +45,16 @@ BASE_NS = 864_000_123_456_789  # perf_counter_ns of a host up 10 days: timestamp
 
 
 def synthesize(
-    folder: Path, run_id: str, n_requests: int, seed: int = 0, requests_per_point: int = REQUESTS_PER_POINT
+    folder: Path,
+    run_id: str,
+    n_requests: int,
+    seed: int = 0,
+    requests_per_point: int = REQUESTS_PER_POINT,
+    bundle_version: int = 2,
 ) -> dict[str, int]:
-    """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row)."""
+    """Write one bundle of n_requests requests (DuckDB writes the JSON lines: fast, and no Python per row). Bundle
+    version 2 (what the agent writes): per-token times in the chunk files (wattbench_agent.bundle.CHUNK_FILES);
+    version 1: inline in requests.jsonl, as agents before it wrote them."""
     import duckdb
 
     from wattbench_agent.bundle import BundleWriter
@@ -115,10 +122,11 @@ def synthesize(
     con.execute("SET enable_progress_bar = false")
     lr = json.dumps([[r["load_point_id"], r["deployment_id"], r["window_start_ns"] - 2_000_000_000] for r in load_runs])
     con.execute(f"""CREATE TEMP TABLE pts AS
-        SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns, row_number() OVER () - 1 AS p
+        SELECT (j->>0) AS load_point_id, (j->>1) AS deployment_id, (j->>2)::BIGINT AS start_ns,
+               row_number() OVER () - 1 AS p
         FROM (SELECT unnest(json_extract('{lr}', '$[*]')) AS j)""")
     # TTFT 40-400 ms (a log-uniform spread), TPOT 18-30 ms per point, per-gap jitter +-40% (never negative)
-    con.execute(f"""COPY (
+    requests_sql = f"""
         WITH r AS (
             SELECT p.load_point_id, p.deployment_id, p.p, i,
                    p.start_ns + (i * 1e9 / {RATE_RPS})::BIGINT AS sent_ns,
@@ -148,8 +156,11 @@ def synthesize(
                CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: first_ns + o) END AS chunk_ns,
                CASE WHEN failed THEN [] ELSE list_transform(offs, lambda o: 1) END AS chunk_tokens,
                sent_ns >= start_ns + 2000000000 AS in_window
-        FROM c JOIN pts USING (load_point_id, deployment_id, p) ORDER BY p, i
-    ) TO '{folder / "requests.jsonl"}' (FORMAT json)""")
+        FROM c JOIN pts USING (load_point_id, deployment_id, p) WHERE {{where}} ORDER BY p, i"""
+    if bundle_version == 1:
+        con.execute(f"COPY ({requests_sql.format(where='true')}) TO '{folder / 'requests.jsonl'}' (FORMAT json)")
+    else:
+        _write_chunked_requests(con, folder, requests_sql, points)
     total_s = (max(r["window_end_ns"] for r in load_runs) - BASE_NS) / 1e9 + 5
     con.execute(f"""COPY (
         SELECT '{run_id}' AS run_id, 'emulated' AS source, '{run_id}-d' || (g // {GPUS}) AS deployment_id,
@@ -202,8 +213,39 @@ def synthesize(
             fh.writelines(json.dumps(r) + "\n" for r in rows)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["complete"] = True
+    manifest["bundle_version"] = bundle_version  # a version-1 bundle says so: older code reads only that
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {"requests": n_requests, "load_points": points, "bytes": sum(f.stat().st_size for f in folder.iterdir())}
+
+
+def _write_chunked_requests(con, folder: Path, requests_sql: str, points: int) -> None:
+    """requests.jsonl of a version-2 bundle and its chunk files, a load point at a time (as the agent writes them)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from wattbench_agent.bundle import CHUNK_FILES
+
+    at = 0
+    part = folder / "requests.part.jsonl"
+    with (
+        open(folder / "requests.jsonl", "wb") as rows_out,
+        open(folder / CHUNK_FILES["chunk_ns"][0], "wb") as ns_out,
+        open(folder / CHUNK_FILES["chunk_tokens"][0], "wb") as tok_out,
+    ):
+        for p in range(points):
+            tbl = con.sql(requests_sql.format(where=f"p = {p}")).to_arrow_table()
+            ns = tbl.column("chunk_ns").combine_chunks()
+            offsets = np.asarray(ns.offsets, dtype=np.int64)
+            np.asarray(ns.flatten(), dtype="<i8").tofile(ns_out)
+            np.asarray(tbl.column("chunk_tokens").combine_chunks().flatten(), dtype="<i4").tofile(tok_out)
+            refs = pa.array(
+                [[at + int(a), int(b - a)] for a, b in zip(offsets[:-1], offsets[1:])], pa.list_(pa.int64())
+            )
+            at += int(offsets[-1])
+            scalars = tbl.drop_columns(["chunk_ns", "chunk_tokens"]).append_column("chunks", refs)  # noqa: F841
+            con.execute(f"COPY (SELECT * FROM scalars) TO '{part}' (FORMAT json)")
+            rows_out.write(part.read_bytes())
+    part.unlink()
 
 
 # ------------------------------------------------------------------------------------------------ measuring
@@ -275,7 +317,7 @@ def child_queries(db: str) -> dict:
 
 def child_validation(db: str) -> dict:
     """The GX suites of every table on the latest run (as assets/checks.py runs them)."""
-    from resources.validation import suites, table_frame, validate_table
+    from resources.validation import suites, validate_run
     from resources.warehouse import connect
 
     t0 = time.perf_counter()
@@ -283,7 +325,7 @@ def child_validation(db: str) -> dict:
     with connect(db, read_only=True) as con:
         run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
         for table in suites():
-            result = validate_table(table, table_frame(con, table, run_id))
+            result = validate_run(con, table, run_id)
             failed += [o.rule for o in result.outcomes if not o.success and o.severity == "error"]
     return {"validation_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(), "errors": failed}
 
@@ -326,8 +368,8 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
         result = _child("ingest", str(db), str(bundle))
         ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
         print(
-            f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of JSON "
-            f"lines; ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+            f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of bundle "
+            f"(version 2); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
             f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}",
             flush=True,
         )
@@ -361,7 +403,7 @@ def write_results(results: dict, out: Path) -> None:
         "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
         "means other work competed and the times are upper bounds).",
         "",
-        "| requests | runs | JSON lines (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+        "| requests | runs | bundle (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
         "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -397,12 +439,31 @@ def write_results(results: dict, out: Path) -> None:
         lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
     if results.get("before"):
         b = results["before"]
+        mine = b.get("this_code_version_1", {})
         lines += [
             "",
-            f"Before (the same {b['requests']:,}-request bundle ingested by the code of {b['code']}): "
-            f"ingest {b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB.",
+            f"Before: the same {b['requests']:,}-request run written as a version-1 bundle (every list inline in "
+            f"requests.jsonl, {b['bytes'] / 1e6:,.0f} MB), ingested by the code of {b['code']} (commit {b['commit']}): "
+            f"{b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB. This code on that version-1 bundle: "
+            + (
+                f"{mine['ingest_s']:.1f} s, peak RSS {mine['peak_rss_mb']:,.0f} MB"
+                if "ingest_s" in mine
+                else mine.get("error", "not run")
+            )
+            + "; on the version-2 bundle of the same size: "
+            + (
+                f"{v2['ingest_s']:.1f} s, peak RSS {v2['peak_rss_mb']:,.0f} MB"
+                if "ingest_s" in (v2 := b.get("this_code_version_2", {}))
+                else "the table above"
+            )
+            + f". Measured {b.get('measured_at', results['measured_at'])}, one after the other; 1-minute load "
+            f"averages around each: {_loads(b)}, {_loads(mine)}" + (f", {_loads(v2)}" if v2 else "") + ".",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def _loads(entry: dict) -> str:
+    return "-".join(f"{x:.1f}" for x in entry.get("load_average_1min", [])) or "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -437,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
         "shape": {
+            "bundle_version": 2,
             "run_requests": RUN_REQUESTS,
             "requests_per_point": REQUESTS_PER_POINT,
             "output_tokens": OUTPUT_TOKENS,
@@ -449,8 +511,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.before:
             bundle = work / "bundle-before"
-            synthesize(bundle, "scale-before", SIZES[labels[0]])
+            made = synthesize(bundle, "scale-before", SIZES[labels[0]], bundle_version=1)  # what older code reads
             code = Path(args.before).resolve()
+            commit = subprocess.run(
+                ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+            ).stdout.strip()[:100]
+            load_before = os.getloadavg()[0]
             env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
             proc = subprocess.run(
                 [sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
@@ -462,9 +528,21 @@ def main(argv: list[str] | None = None) -> int:
             if proc.returncode == 0:
                 results["before"] = {
                     "code": str(code),
+                    "commit": commit,
                     "requests": SIZES[labels[0]],
+                    "bytes": made["bytes"],
+                    "load_average_1min": [load_before, os.getloadavg()[0]],
                     **json.loads(proc.stdout.strip().splitlines()[-1]),
                 }
+                load_mine = os.getloadavg()[0]
+                mine = _child("ingest", str(work / "before-this.duckdb"), str(bundle))
+                results["before"]["this_code_version_1"] = {
+                    **mine,
+                    "load_average_1min": [load_mine, os.getloadavg()[0]],
+                }
+                (work / "before-this.duckdb").unlink(missing_ok=True)
+            else:  # said, not dropped: a before that failed is no figure
+                print(f"  before ({code}) failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
                 print(
                     f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
                     f"{results['before']['peak_rss_mb']:,.0f} MB",

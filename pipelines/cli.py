@@ -26,9 +26,9 @@ _COMMAND_MODULES = (
 )
 
 
-# The control plane's commands and the module that registers each: `wattbench sql ...` builds its parser from that
-# module alone, so it imports neither the agent's modules nor the others' (tests/test_cli_imports.py keeps this
-# map true to what the modules register).
+# Every command and the module that registers it: `wattbench sql ...` or `wattbench load --help` builds its parser
+# from that module alone, so it imports none of the others (the load generator's httpx and numpy, the predictor's
+# emulator, ...). tests/test_cli_imports.py keeps this map true to what the modules register.
 OWN_COMMANDS = {
     "run": "pipelines.commands",
     "runs": "pipelines.commands",
@@ -38,6 +38,12 @@ OWN_COMMANDS = {
     "report": "pipelines.report_cli",
     "import": "pipelines.import_cli",
     "predict": "pipelines.predict_cli",
+    "agent": "wattbench_agent.cli",
+    "load": "wattbench_agent.loadgen.cli",
+    "emulate": "wattbench_agent.emulator.cli",
+    "telemetry": "wattbench_agent.telemetry.cli",
+    "deploy": "wattbench_agent.engines.cli",
+    "make-tiny-model": "wattbench_agent.engines.cli",
 }
 
 

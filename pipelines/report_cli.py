@@ -177,7 +177,8 @@ def latest_run_per_gpu(con) -> list[str]:
     rows = con.execute(
         """
         WITH per_run AS (
-            SELECT d.run_id, any_value(d.model) AS model, any_value(d.gpu_name) AS gpu_name, any_value(r.started_at) AS t
+            SELECT d.run_id, any_value(d.model) AS model, any_value(d.gpu_name) AS gpu_name,
+                   any_value(r.started_at) AS t
             FROM deployments d JOIN runs r USING (run_id) GROUP BY d.run_id)
         SELECT arg_max(run_id, t) FROM per_run
         WHERE model = (SELECT model FROM per_run WHERE run_id = ?)

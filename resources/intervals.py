@@ -18,8 +18,11 @@ Points of more than EXACT_MAX_REQUESTS requests (an hour at 300 req/s is a milli
 0.5% log-spaced bins, in memory and time that do not grow with the requests: the estimate is still the exact
 percentile of the pooled requests; a resample draws the repeats, then from each drawn repeat its share of requests as
 one multinomial draw over that repeat's histogram (the same distribution as drawing its requests one by one), so the
-interval's ends are exact to within a bin (0.5%). ITL: the gaps' histogram of each request is made in DuckDB (no
-gap reaches Python) and a resample is a sparse product; the method text says "binned".
+interval's ends are exact to within a bin (0.5%). ITL: the repeats are drawn exactly; within a drawn repeat, what a
+percentile needs of its resampled requests (how many of their gaps lie below each bin edge near it) is a sum of
+independent draws of one request's counts, drawn from its normal limit (flat_itl); the token times come laid flat,
+from DuckDB or from a version-2 bundle's chunk files, never as a Python object per request. The method text ends
+"on 0.5% bins".
 
 Rows go to the `latency_intervals` table (sql/schema.sql), replaced per run and deployment.
 """
@@ -168,7 +171,8 @@ ORDER BY 1, 2, 3, 4
 _LARGE_POINT_CHUNKS = """
 WITH q AS (
     SELECT coalesce(l.repeat, 1) AS repeat,
-           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END AS chunk_ns,
+           CASE WHEN q.chunks_exact IS NULL THEN q.chunk_ns ELSE list_slice(q.chunk_ns, 1, q.chunks_exact) END
+               AS chunk_ns,
            row_number() OVER (ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id) - 1 AS req
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload
@@ -179,47 +183,120 @@ SELECT req, repeat, unnest(chunk_ns) AS t FROM q
 
 
 def large_point_itl(
-    con, run_id: str, dep: str, workload: str, label: str, rng: np.random.Generator, n_boot: int
+    con,
+    run_id: str,
+    dep: str,
+    workload: str,
+    label: str,
+    rng: np.random.Generator,
+    n_boot: int,
+    events=None,
 ) -> tuple[dict[str, tuple[float, float, float]], int]:
     """itl_intervals for a point of many requests: the point's chunk times arrive flat (no Python object per
-    request), gaps, exact pooled percentiles and each request's gap histogram (a sparse matrix) are numpy work, and
-    resamples are sparse products in batches. ({pXX: (estimate, lo, hi)}, gaps)."""
-    from scipy import sparse
-
+    request), from DuckDB, or from `events(where)` when given (a version-2 bundle's chunk files being loaded:
+    resources/chunk_files.py). ({pXX: (estimate, lo, hi)}, gaps)."""
     where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
-    cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
-    req, t = np.asarray(cols["req"], dtype=np.int64), np.asarray(cols["t"], dtype=np.int64)
+    got = events(where) if events is not None else None
+    if got is not None:
+        req, repeat, t = got
+    else:
+        cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
+        req, repeat, t = (np.asarray(cols[c], dtype=np.int64) for c in ("req", "repeat", "t"))
     if len(req) and np.any(np.diff(req) < 0):  # rows came back out of order: a stable sort keeps each list's order
         order = np.argsort(req, kind="stable")
-        req, t = req[order], t[order]
+        req, repeat, t = req[order], repeat[order], t[order]
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):  # small products: a BLAS thread pool on a busy machine only waits for cores
+        return flat_itl(req, repeat, t, rng, n_boot)
+
+
+def flat_itl(
+    req: np.ndarray, repeat: np.ndarray, t: np.ndarray, rng: np.random.Generator, n_boot: int
+) -> tuple[dict[str, tuple[float, float, float]], int]:
+    """The ITL percentiles of one large point and their intervals from its token times laid flat: request k's times
+    are the run of `t` where req == k (req numbered 0.. by repeat, then request). The estimate is the exact pooled
+    percentile. A resample draws the repeats with replacement (exactly), and within each drawn repeat its requests
+    with replacement; what a percentile needs of the requests drawn is how many of their gaps lie below each bin edge
+    near it (and in all), a sum of `per` independent draws of one request's counts, which is drawn from its normal
+    limit (mean and covariance of the repeat's requests' counts, times `per`: at least EXACT_MAX_REQUESTS / repeats
+    requests, where the central limit theorem is exact to well within a bin). Memory and time do not grow with the
+    requests beyond one pass over their gaps."""
     same = req[1:] == req[:-1]
-    gaps, gap_req = (np.diff(t) / 1e6)[same], req[1:][same]
-    del t
+    gaps = np.diff(t)[same] / 1e6
+    gap_req = req[1:][same]
+    del t, same
     if gaps.size == 0:
         return {}, 0
     edges = _log_edges(gaps.min(), gaps.max())
-    bins = np.clip(np.searchsorted(edges, np.maximum(gaps, edges[0]), side="right") - 1, 0, len(edges) - 2)
+    n_bins = len(edges) - 1
+    # the bin of each gap: edges are exp(a + i * step), so a log and a floor, then checked against its edges
+    bins = np.log(np.maximum(gaps, edges[0]))
+    bins -= np.log(edges[0])
+    bins /= _ITL_STEP
+    bins = np.floor(bins, out=bins).astype(np.int32)
+    np.clip(bins, 0, n_bins - 1, out=bins)
+    bins -= (bins > 0) & (gaps < edges[bins])
+    bins += (bins < n_bins - 1) & (gaps >= edges[np.minimum(bins + 1, n_bins)])
     n_req = int(req.max()) + 1
-    hists = sparse.csr_matrix((np.ones(len(gaps), dtype=np.float32), (gap_req, bins)), shape=(n_req, len(edges) - 1))
-    del bins, gap_req
     first = np.unique(req, return_index=True)[1]
-    groups = np.asarray(cols["repeat"])[first]  # requests are numbered by repeat: groups sorted (two_stage_indices)
+    groups = np.asarray(repeat)[first]
+    labels, group_of = np.unique(groups, return_inverse=True)
+    k = len(labels)
+    per = max(n_req // k, 1)
     exact = np.quantile(gaps, list(QUANTILES.values()))
     n_gaps = int(gaps.size)
-    del gaps
-    boot_rows = []
-    for start in range(0, n_boot, _BOOT_BATCH):
-        idx = two_stage_indices(groups, rng, min(_BOOT_BATCH, n_boot - start))
-        flat = (np.arange(len(idx))[:, None] * n_req + idx).ravel()
-        counts = np.bincount(flat, minlength=len(idx) * n_req).reshape(len(idx), n_req).astype(np.float32)
-        boot_rows.append(np.asarray(hists.T @ counts.T).T)
-    boot_hists = np.vstack(boot_rows)
+    gap_group = group_of[gap_req]
+    levels = list(QUANTILES.values())
+    m = _drawn_counts(k, rng, n_boot)  # (n_boot, k): how often each repeat is drawn
+    # each repeat's percentiles at every level a window may need (one partition per repeat)
+    wide = sorted({min(max(q + s * margin, 0.0), 1.0) for q in levels for margin in (0.02, 0.1, 1.0) for s in (-1, 1)})
+    by_repeat = np.array([np.quantile(gaps[gap_group == g], wide) for g in range(k)])
+    del gap_group
     out = {}
     for (name, q), estimate in zip(QUANTILES.items(), exact):
         if n_req < 2:
             out[name] = (float(estimate), float("nan"), float("nan"))
             continue
-        lo, hi = np.quantile(_hist_quantile(boot_hists, edges, q), [0.025, 0.975])
+        boot = None
+        for margin in (0.02, 0.1, 1.0):
+            # a resample's percentile lies between its repeats' (a mixture's quantile lies between its parts'),
+            # give or take the draw of requests: the window spans every repeat's percentile, `margin` either side
+            lo_end = by_repeat[:, wide.index(min(max(q - margin, 0.0), 1.0))].min()
+            hi_end = by_repeat[:, wide.index(min(max(q + margin, 0.0), 1.0))].max()
+            b0 = int(max(np.searchsorted(edges, lo_end, side="right") - 2, 0))
+            b1 = int(min(np.searchsorted(edges, hi_end, side="right") + 1, n_bins))
+            width = b1 - b0
+            # x[:, j]: each request's gaps in bins below b0 + j (j = 0 .. width), then all its gaps
+            slot = np.clip(bins - b0 + 1, 0, width + 1).astype(np.int64)
+            slot += gap_req.astype(np.int64) * (width + 2)
+            per_slot = np.bincount(slot, minlength=n_req * (width + 2)).reshape(n_req, width + 2)
+            x = np.cumsum(per_slot, axis=1, dtype=np.float64)
+            x = np.concatenate([x[:, : width + 1], x[:, -1:]], axis=1)
+            del per_slot, slot
+            sums = np.zeros((n_boot, width + 2))
+            for g in range(k):
+                xg = x[group_of == g]
+                mean, cov = xg.mean(axis=0), np.cov(xg, rowvar=False, bias=True)
+                w, v = np.linalg.eigh(cov)  # a covariance is symmetric and semi-definite: its square root
+                root = v * np.sqrt(np.clip(w, 0, None))
+                draws = m[:, g] * per
+                sums += draws[:, None] * mean + np.sqrt(draws)[:, None] * (
+                    rng.standard_normal((n_boot, width + 2)) @ root.T
+                )
+            c = np.maximum.accumulate(np.maximum(sums[:, :-1], 0), axis=1)
+            target = q * sums[:, -1]
+            inside_window = (c[:, -1] >= target) & ((b0 == 0) | (c[:, 0] < target))
+            if inside_window.all() or margin == 1.0:
+                j = np.argmax(c[:, 1:] >= target[:, None], axis=1)
+                rows = np.arange(n_boot)
+                before, after = c[rows, j], c[rows, j + 1]
+                frac = np.clip(
+                    np.where(after > before, (target - before) / np.maximum(after - before, 1e-12), 0.0), 0, 1
+                )
+                boot = edges[b0 + j] + frac * (edges[b0 + j + 1] - edges[b0 + j])
+                break
+        lo, hi = np.quantile(boot, [0.025, 0.975])
         out[name] = (float(estimate), float(lo), float(hi))
     return out, n_gaps
 
@@ -242,9 +319,10 @@ ORDER BY 2
 
 
 def compute_large(
-    con, run_id: str, dep: str, workload: str, label: str, n_boot: int = BOOTSTRAP_SAMPLES
+    con, run_id: str, dep: str, workload: str, label: str, n_boot: int = BOOTSTRAP_SAMPLES, events=None
 ) -> list[dict[str, Any]]:
-    """latency_intervals rows of one point of more than EXACT_MAX_REQUESTS requests (binned bootstrap)."""
+    """latency_intervals rows of one point of more than EXACT_MAX_REQUESTS requests (binned bootstrap). `events`:
+    see large_point_itl."""
     where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
     cols = con.execute(_LARGE_POINT_REQUESTS, where).fetchnumpy()
     rng = np.random.default_rng(_seed(run_id, dep, workload, label))
@@ -277,7 +355,7 @@ def compute_large(
                 }
             )
     n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
-    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl)
+    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl, events)
     for qname, (est, lo, hi) in itl.items():
         rows.append(
             {
@@ -293,13 +371,13 @@ def compute_large(
     return rows
 
 
-def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES) -> list[dict[str, Any]]:
-    """latency_intervals rows of one run (every point, every engine)."""
+def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES, events=None) -> list[dict[str, Any]]:
+    """latency_intervals rows of one run (every point, every engine). `events`: see large_point_itl."""
     sizes = con.execute(_POINT_SIZES, {"run_id": run_id}).fetchall()
     large = [(d, w, p) for d, w, p, n in sizes if n > EXACT_MAX_REQUESTS]
     rows: list[dict[str, Any]] = []
     for dep, workload, label in sorted(large):
-        rows += compute_large(con, run_id, dep, workload, label, n_boot)
+        rows += compute_large(con, run_id, dep, workload, label, n_boot, events)
     if len(large) == len(sizes):
         return rows
     text = _REQUESTS
@@ -365,9 +443,10 @@ def _finite(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def refresh(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES) -> int:
-    """Recompute a run's latency_intervals rows (inside the caller's transaction); returns rows written."""
-    rows = compute(con, run_id, n_boot)
+def refresh(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES, events=None) -> int:
+    """Recompute a run's latency_intervals rows (inside the caller's transaction); returns rows written. `events`:
+    see large_point_itl."""
+    rows = compute(con, run_id, n_boot, events)
     con.execute("DELETE FROM latency_intervals WHERE run_id = ?", [run_id])
     if rows:
         import pandas as pd

@@ -2,8 +2,17 @@
 
 Each expectation has a short name (`<table>.<what>`) and a severity: `error` blocks the reports of the run,
 `warn` is recorded and shown but lets reports go on. The plan may override severities by name.
-Derived columns (per-GPU energy deltas, counter-vs-trace differences) are computed here before GX runs,
-so every rule stays a plain GX expectation.
+
+How the rules run (docs/RELIABILITY.md, "Validation at scale"): every rule is a GX expectation that asks a yes/no
+question of each row. DuckDB answers it: one SQL pass per table counts, for every rule, the rows in its domain, the
+rows it skips (missing values) and the rows that break it, and fetches up to 20 of the breaking values; those
+metrics are handed to the expectation's own `_validate`, so GX decides each verdict (`mostly`, vacuous truth) and
+shapes its result exactly as it does for a batch it computed itself. Nothing is sampled: every row is judged. A run
+of 10M requests never becomes a DataFrame (benchmarks/warehouse_scale.py times it). Rows handed in as a DataFrame
+(`validate_table`) go through the same SQL, in an in-memory DuckDB. tests/test_validation_sql.py checks every rule's
+SQL against GX's own pandas engine on rows that break each rule and on boundary values.
+Derived columns (per-GPU energy deltas, counter-vs-trace differences) are SQL expressions (DERIVED), computed in
+the same pass, so every rule stays a plain GX expectation.
 """
 
 from __future__ import annotations
@@ -11,10 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import pandas as pd
 
 from resources.ingest_checks import RANGES
@@ -22,11 +34,14 @@ from resources.ingest_checks import RANGES
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 import great_expectations as gx  # noqa: E402
-from great_expectations.data_context.types.base import ProgressBarsConfig  # noqa: E402
 
 logging.getLogger("great_expectations").setLevel(logging.ERROR)
 
 SOURCES = ["emulated", "measured"]
+# DuckDB's memory while the suites run on the warehouse (it spills past it); WATTBENCH_VALIDATION_MEMORY overrides
+# (read when the suites run, not at import).
+VALIDATION_MEMORY = "1GB"
+SAMPLE_ROWS = 20  # breaking values kept per rule: GX's partial_unexpected_list
 
 
 @dataclass
@@ -34,7 +49,6 @@ class Rule:
     name: str
     expectation: Any  # a gx.expectations.* instance
     severity: str = "error"
-    prepare: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # adds derived columns the rule reads
 
 
 @dataclass
@@ -79,9 +93,8 @@ class SuiteResult:
         for o in sorted(self.outcomes, key=lambda o: (o.success, o.severity != "error")):
             sample = ", ".join(str(s) for s in o.sample[:3]).replace("|", "/")
             status = "pass" if o.success else "**FAIL**"
-            lines.append(
-                f"| {o.rule} | {o.severity} | {status} | {o.unexpected_count or 0} / {o.element_count or 0} | {sample} |"
-            )
+            counts = f"{o.unexpected_count or 0} / {o.element_count or 0}"
+            lines.append(f"| {o.rule} | {o.severity} | {status} | {counts} | {sample} |")
         return "\n".join(lines)
 
 
@@ -96,47 +109,54 @@ def _source(table: str) -> Rule:
     return Rule(f"{table}.source_known", E.ExpectColumnValuesToBeInSet(column="source", value_set=SOURCES))
 
 
-def _gpu_energy_deltas(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.sort_values(["deployment_id", "gpu_uuid", "t_ns"]).copy()
-    df["energy_delta_mj"] = df.groupby(["deployment_id", "gpu_uuid"])["energy_mj"].diff()
-    df["gap_ns"] = df.groupby(["deployment_id", "gpu_uuid"])["t_ns"].diff()
-    df["power_ceiling_w"] = df["power_limit_w"] * 1.1
-    return df
-
-
-def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    for col in ("energy_j", "energy_trace_j", "rate", "achieved_rate", "concurrency", "achieved_concurrency", "shape"):
-        if col not in df.columns:
-            df[col] = None
-    both = df["energy_j"].notna() & df["energy_trace_j"].notna() & (df["energy_j"] > 0)
-    df["counter_trace_diff_pct"] = None
-    df.loc[both, "counter_trace_diff_pct"] = (
-        (df.loc[both, "energy_trace_j"] - df.loc[both, "energy_j"]).abs() / df.loc[both, "energy_j"] * 100
-    )
-    df["counter_trace_diff_pct"] = pd.to_numeric(df["counter_trace_diff_pct"])
-    df["rate_achieved_pct"] = None
-    has_rate = df["rate"].notna() & df["achieved_rate"].notna() & (df["shape"] == "poisson")
-    df.loc[has_rate, "rate_achieved_pct"] = df.loc[has_rate, "achieved_rate"] / df.loc[has_rate, "rate"] * 100
-    df["rate_achieved_pct"] = pd.to_numeric(df["rate_achieved_pct"])
-    # Closed loop: the time-averaged in-flight requests against the concurrency asked for.
-    df["concurrency_achieved_pct"] = None
-    conc = pd.to_numeric(df["concurrency"], errors="coerce")
-    achieved = pd.to_numeric(df["achieved_concurrency"], errors="coerce")
-    has_conc = (df["shape"] == "concurrency") & (conc > 0) & achieved.notna()
-    df.loc[has_conc, "concurrency_achieved_pct"] = achieved[has_conc] / conc[has_conc] * 100
-    df["concurrency_achieved_pct"] = pd.to_numeric(df["concurrency_achieved_pct"])
-    df["has_energy"] = df["energy_j"].notna()
-    if "e2e_p50_ms" in df.columns:
-        lifetime_s = pd.to_numeric(df["e2e_p50_ms"], errors="coerce") / 1000
-        df["warmup_lifetimes"] = pd.to_numeric(df["warmup_s"], errors="coerce") / lifetime_s.where(lifetime_s > 0)
-    return df
-
+# Columns computed from a row (and, for gpu_samples, the row before it on the same GPU) that rules read:
+# name -> (columns it needs, SQL). Absent when a column it needs is absent (rows handed in without it): the rules
+# reading it then fail naming the column. NaN has been turned into NULL before these run (see _rows_sql), and a
+# NaN they make (inf / inf) is NULL too: pandas and GX read NaN as missing, DuckDB orders it above every number.
+DERIVED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
+    "gpu_samples": {
+        # per GPU of a deployment, in time order; a row without a deployment or GPU belongs to no series
+        "energy_delta_mj": (
+            ("deployment_id", "gpu_uuid", "t_ns", "energy_mj"),
+            "CASE WHEN deployment_id IS NOT NULL AND gpu_uuid IS NOT NULL THEN nullif(energy_mj - lag(energy_mj) "
+            "OVER (PARTITION BY deployment_id, gpu_uuid ORDER BY t_ns), 'NaN'::DOUBLE) END",
+        ),
+        "gap_ns": (
+            ("deployment_id", "gpu_uuid", "t_ns"),
+            "CASE WHEN deployment_id IS NOT NULL AND gpu_uuid IS NOT NULL THEN t_ns - lag(t_ns) "
+            "OVER (PARTITION BY deployment_id, gpu_uuid ORDER BY t_ns) END",
+        ),
+        "power_ceiling_w": (("power_limit_w",), "nullif(power_limit_w * 1.1, 'NaN'::DOUBLE)"),
+    },
+    "load_runs": {
+        "counter_trace_diff_pct": (
+            ("energy_j", "energy_trace_j"),
+            "CASE WHEN energy_j > 0 THEN nullif(abs(energy_trace_j - energy_j) / energy_j * 100, 'NaN'::DOUBLE) END",
+        ),
+        "rate_achieved_pct": (
+            ("rate", "achieved_rate", "shape"),
+            "CASE WHEN shape = 'poisson' THEN nullif(achieved_rate / rate * 100, 'NaN'::DOUBLE) END",
+        ),
+        # Closed loop: the time-averaged in-flight requests against the concurrency asked for.
+        "concurrency_achieved_pct": (
+            ("concurrency", "achieved_concurrency", "shape"),
+            "CASE WHEN shape = 'concurrency' AND concurrency > 0 "
+            "THEN nullif(achieved_concurrency / concurrency * 100, 'NaN'::DOUBLE) END",
+        ),
+        "has_energy": (("energy_j",), "energy_j IS NOT NULL"),
+        "warmup_lifetimes": (
+            ("warmup_s", "e2e_p50_ms"),
+            "nullif(warmup_s / CASE WHEN e2e_p50_ms / 1000 > 0 THEN e2e_p50_ms / 1000 END, 'NaN'::DOUBLE)",
+        ),
+    },
+}
+# Columns a rule reads that rows handed in may lack: NULL (not measured) when absent.
+_FILL = {"load_runs": ("energy_j", "energy_trace_j", "rate", "achieved_rate", "concurrency", "achieved_concurrency")}
 
 # DuckDB's DataFrame conversion turns NULL (not measured) and NaN (a broken value) into the same NaN, so the
-# non-finite values are named in SQL, before conversion: `nonfinite_columns` lists the DOUBLE columns of a row
-# holding NaN or +-Inf (NULL when none). `table_frame` adds it; a frame without it (rows handed in directly)
-# gets it from the values where that is unambiguous (+-Inf), see _nonfinite.
+# non-finite values are named in SQL: `nonfinite_columns` lists the DOUBLE columns of a row holding NaN or +-Inf
+# (NULL when none). Rows handed in as a DataFrame arrive with NaN already NULL: there only +-Inf is told apart
+# (unambiguous), unless the frame carries the column (table_frame adds it).
 NONFINITE = "nonfinite_columns"
 
 
@@ -149,36 +169,35 @@ _FRAME_JOINS = {
 }
 
 
+def _nonfinite_sql(doubles: list[str], prefix: str = "") -> str:
+    if not doubles:
+        return f"NULL::VARCHAR AS {NONFINITE}"
+    names = ", ".join(f"CASE WHEN isnan({prefix}{_q(c)}) OR isinf({prefix}{_q(c)}) THEN '{c}' END" for c in doubles)
+    return f"nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
+
+
+def _described(con: Any, relation_sql: str) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in con.execute(f"DESCRIBE {relation_sql}").fetchall()]
+
+
+def _run_rows_sql(con: Any, table: str) -> str:
+    """One run's rows of a table (parameter $run_id) with the joined figures and `nonfinite_columns`, without the
+    list columns (requests.chunk_ns, chunk_tokens: every token's time; no rule reads them, ingest checked their
+    elements)."""
+    described = _described(con, table)
+    doubles = [c for c, t in described if t in ("DOUBLE", "FLOAT", "REAL")]
+    lists = [c for c, t in described if t.endswith("]")]
+    star = f"* EXCLUDE ({', '.join('t.' + _q(c) for c in lists)})" if lists else "*"
+    return (
+        f"SELECT {star}, {_nonfinite_sql(doubles, 't.')} FROM {table} t {_FRAME_JOINS.get(table, '')} "
+        "WHERE t.run_id = $run_id"
+    )
+
+
 def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
-    """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL. List columns
-    (requests.chunk_ns, chunk_tokens: every token's time) are left in DuckDB: no rule reads them (ingest checked
-    their elements), and a million requests' token times would be gigabytes of Python objects."""
-    described = con.execute(f"DESCRIBE {table}").fetchall()
-    doubles = [r[0] for r in described if r[1] in ("DOUBLE", "FLOAT", "REAL")]
-    lists = [r[0] for r in described if r[1].endswith("]")]
-    star = f"* EXCLUDE ({', '.join('t.' + c for c in lists)})" if lists else "*"
-    if doubles:
-        names = ", ".join(f"CASE WHEN isnan(t.{c}) OR isinf(t.{c}) THEN '{c}' END" for c in doubles)
-        extra = f", nullif(concat_ws(',', {names}), '') AS {NONFINITE}"
-    else:
-        extra = f", NULL::VARCHAR AS {NONFINITE}"
-    return con.execute(
-        f"SELECT {star}{extra} FROM {table} t {_FRAME_JOINS.get(table, '')} WHERE t.run_id = ?", [run_id]
-    ).df()
-
-
-def _nonfinite(df: pd.DataFrame) -> pd.DataFrame:
-    if NONFINITE in df.columns:
-        return df
-    df = df.copy()
-    num = df.select_dtypes("number")
-    inf = num.apply(lambda col: col.isin([float("inf"), float("-inf")]))
-    df[NONFINITE] = [",".join(num.columns[row]) or None for row in inf.to_numpy()] if len(num.columns) else None
-    return df
-
-
-def _gpu_samples_prepare(df: pd.DataFrame) -> pd.DataFrame:
-    return _gpu_energy_deltas(_nonfinite(df))
+    """One run's rows of a table as the checks read them, with `nonfinite_columns` computed in SQL, as a DataFrame
+    (for a look at the rows; the checks themselves run in SQL, `validate_run`)."""
+    return con.execute(_run_rows_sql(con, table), {"run_id": run_id}).df()
 
 
 # Ranges of the values that reach a figure: the same table as ingest's (resources/ingest_checks.RANGES), checked
@@ -192,33 +211,16 @@ _COVERED = {
     ("deployments", "tp"),
     ("load_runs", "window_s"),
 }
-_PREPARE_CACHE: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {}
-
-
-def _complete(table: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """A prepare step (one per table, so its rules share one GX batch): the range columns the frame lacks as NULL,
-    and `nonfinite_columns`."""
-    if table not in _PREPARE_CACHE:
-        columns = list(RANGES.get(table, {}))
-
-        def prepare(df: pd.DataFrame) -> pd.DataFrame:
-            df = _nonfinite(df)
-            missing = [c for c in columns if c not in df.columns]
-            return df.assign(**{c: None for c in missing}) if missing else df
-
-        _PREPARE_CACHE[table] = prepare
-    return _PREPARE_CACHE[table]
 
 
 def _finite_and_in_range(table: str) -> list[Rule]:
     """`<table>.finite` (no NaN/Inf in any DOUBLE column; the sample names the columns) and one rule per column of
     RANGES: `<col>_nonnegative`, `<col>_in_range` or `<col>_at_least_<n>`."""
-    prepare = _complete(table)
     rules = (
         []
         if table == "gpu_samples"
         else [  # gpu_samples.no_nan is the same rule under its older name
-            Rule(f"{table}.finite", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", prepare)
+            Rule(f"{table}.finite", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error")
         ]
     )
     for column, (lo, hi) in RANGES.get(table, {}).items():
@@ -230,7 +232,6 @@ def _finite_and_in_range(table: str) -> list[Rule]:
                 f"{table}.{column}_{name}",
                 E.ExpectColumnValuesToBeBetween(column=column, min_value=lo, max_value=hi),
                 "error",
-                prepare,
             )
         )
     return rules
@@ -310,7 +311,6 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                 "load_runs.energy_measured",
                 E.ExpectColumnValuesToBeInSet(column="has_energy", value_set=[True]),
                 "warn",
-                _window_checks,
             ),
             Rule(
                 "load_runs.min_energy_window",
@@ -324,20 +324,17 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                 "load_runs.counter_vs_trace_2pct",
                 E.ExpectColumnValuesToBeBetween(column="counter_trace_diff_pct", min_value=0, max_value=2.0),
                 "warn",
-                _window_checks,
             ),
             # Achieved against requested load: open loop (poisson) by rate, closed loop by time-averaged concurrency.
             Rule(
                 "load_runs.achieved_rate_5pct",
                 E.ExpectColumnValuesToBeBetween(column="rate_achieved_pct", min_value=95, max_value=105),
                 "warn",
-                _window_checks,
             ),
             Rule(
                 "load_runs.achieved_concurrency_5pct",
                 E.ExpectColumnValuesToBeBetween(column="concurrency_achieved_pct", min_value=95, max_value=105),
                 "warn",
-                _window_checks,
             ),
             # Steady state by rule (docs/MEASUREMENT.md): enough requests behind each figure, a warm-up of at least
             # two request lifetimes, and a window whose two halves delivered the same tokens within 5%.
@@ -355,7 +352,6 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                 "load_runs.warmup_two_lifetimes",
                 E.ExpectColumnValuesToBeBetween(column="warmup_lifetimes", min_value=2),
                 "warn",
-                _window_checks,
             ),
             # closed loop only: open-loop arrivals (poisson, gamma, surge, trace) vary by design
             Rule(
@@ -436,22 +432,19 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                     ignore_row_if="either_value_is_missing",
                 ),
                 "error",
-                _gpu_samples_prepare,
             ),
             Rule(
                 "gpu_samples.energy_monotone",
                 E.ExpectColumnValuesToBeBetween(column="energy_delta_mj", min_value=0),
                 "error",
-                _gpu_samples_prepare,
             ),
             Rule(
                 "gpu_samples.no_gaps",
                 E.ExpectColumnValuesToBeBetween(column="gap_ns", max_value=gap_limit_ns, mostly=0.999),
                 "warn",
-                _gpu_samples_prepare,
             ),
             # NaN/Inf is a broken reading (a value not measured is NULL); the sample names the columns.
-            Rule("gpu_samples.no_nan", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error", _gpu_samples_prepare),
+            Rule("gpu_samples.no_nan", E.ExpectColumnValuesToBeNull(column=NONFINITE), "error"),
             Rule(
                 "gpu_samples.hbm_within_total",
                 E.ExpectColumnPairValuesAToBeGreaterThanB(
@@ -471,16 +464,193 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
     }
 
 
-_CONTEXT: Any = None
+# ------------------------------------------------------------------------------------------ rules as SQL
+_CONDITION = re.compile(r'^\s*([A-Za-z_]\w*)\s*==\s*"([^"\\]*)"\s*$')  # pandas row_condition: column == "value"
+_SUPPORTED_IGNORE = ("either_value_is_missing",)
 
 
-def _context():
-    global _CONTEXT
-    if _CONTEXT is None:
-        ctx = gx.get_context(mode="ephemeral")
-        ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-        _CONTEXT = ctx
-    return _CONTEXT
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise ValueError(f"{value!r}: a rule compares with str, int, float or bool values only")
+
+
+@dataclass(frozen=True)
+class _Question:
+    """What one expectation asks of each row, as SQL over the checked rows: `domain` (its row_condition) picks the
+    rows it looks at, `skipped` the ones among them it ignores (missing values; None: it ignores none), and
+    `unexpected` those of the rest that break it. `values`: what its sample shows of a breaking row."""
+
+    columns: tuple[str, ...]
+    domain: str
+    skipped: str | None
+    unexpected: str
+    values: tuple[str, ...]
+    pair: bool = False
+
+
+def _question(exp: Any) -> _Question:
+    """The SQL of a GX expectation, with GX's meaning: a column map expectation ignores missing values except the
+    (not-)null ones, which count every row; a column pair expectation here ignores a row with either value missing.
+    An expectation or option without SQL here raises ValueError (tests/test_validation_sql.py runs every rule)."""
+    kind = type(exp).__name__
+    domain, columns = "TRUE", ()
+    if getattr(exp, "row_condition", None):
+        condition = exp.row_condition
+        condition = getattr(condition, "pass_through_filter", condition)  # GX 1.x wraps a pandas query string
+        found = _CONDITION.match(str(condition))
+        if not found or exp.condition_parser != "pandas":
+            raise ValueError(f'{kind}: row_condition {str(condition)!r}; only column == "value" runs in SQL')
+        domain, columns = f"({_q(found[1])} IS NOT DISTINCT FROM {_literal(found[2])})", (found[1],)
+    if kind == "ExpectColumnPairValuesAToBeGreaterThanB":
+        if exp.ignore_row_if not in _SUPPORTED_IGNORE:
+            raise ValueError(f"{kind}: ignore_row_if={exp.ignore_row_if!r}; only {_SUPPORTED_IGNORE} runs in SQL")
+        a, b = _q(exp.column_A), _q(exp.column_B)
+        return _Question(
+            (exp.column_A, exp.column_B, *columns),
+            domain,
+            f"{a} IS NULL OR {b} IS NULL",
+            f"NOT ({a} {'>=' if exp.or_equal else '>'} {b})",
+            (a, b),
+            pair=True,
+        )
+    c = _q(exp.column)
+    cols = (exp.column, *columns)
+    if kind == "ExpectColumnValuesToNotBeNull":
+        return _Question(cols, domain, None, f"{c} IS NULL", (c,))
+    if kind == "ExpectColumnValuesToBeNull":
+        return _Question(cols, domain, None, f"{c} IS NOT NULL", (c,))
+    if kind in ("ExpectColumnValuesToBeInSet", "ExpectColumnValuesToNotBeInSet"):
+        values = ", ".join(_literal(v) for v in exp.value_set)
+        op = "NOT IN" if kind == "ExpectColumnValuesToBeInSet" else "IN"
+        return _Question(cols, domain, f"{c} IS NULL", f"{c} {op} ({values})", (c,))
+    if kind == "ExpectColumnValuesToBeBetween":
+        bounds = []
+        if exp.min_value is not None:
+            bounds.append(f"{c} {'>' if exp.strict_min else '>='} {_literal(exp.min_value)}")
+        if exp.max_value is not None:
+            bounds.append(f"{c} {'<' if exp.strict_max else '<='} {_literal(exp.max_value)}")
+        return _Question(cols, domain, f"{c} IS NULL", f"NOT ({' AND '.join(bounds) or 'TRUE'})", (c,))
+    raise ValueError(f"{kind}: no SQL for this expectation; add it to resources/validation._question")
+
+
+def _rows_sql(con: Any, source_sql: str, params: dict[str, Any], table: str) -> tuple[str, set[str]]:
+    """The checked rows as one SQL relation: NaN turned into NULL (as GX and pandas treat it: missing; the finite
+    rules read `nonfinite_columns`, computed before), absent fill columns as NULL, and the derived columns. Returns
+    the SQL and the names of its columns."""
+    described = [(d[0], str(d[1])) for d in con.execute(f"SELECT * FROM ({source_sql}) LIMIT 0", params).description]
+    names = {c for c, _ in described}
+    cols = [
+        f"CASE WHEN isnan({_q(c)}) THEN NULL ELSE {_q(c)} END AS {_q(c)}" if t in ("DOUBLE", "FLOAT") else _q(c)
+        for c, t in described
+        if not t.endswith("]")  # list columns: no rule reads them
+    ]
+    fill = [c for c in (*RANGES.get(table, {}), *_FILL.get(table, ())) if c not in names]
+    cols += [f"NULL AS {_q(c)}" for c in dict.fromkeys(fill)]
+    names |= set(fill)
+    derived = {n: sql for n, (needs, sql) in DERIVED.get(table, {}).items() if set(needs) <= names}
+    base = f"SELECT {', '.join(cols)} FROM ({source_sql})"
+    extra = "".join(f", {sql} AS {_q(n)}" for n, sql in derived.items())
+    return f"SELECT *{extra} FROM ({base})", names | set(derived)
+
+
+def _judge(
+    con: Any, source_sql: str, params: dict[str, Any], table: str, rules: list[Rule], overrides: dict[str, str]
+) -> SuiteResult:
+    """Every rule of a table on the rows `source_sql` selects: one SQL pass for the counts, one small query per
+    rule that found breaking rows for its sample, and GX's verdict on those metrics."""
+    rows_sql, present = _rows_sql(con, source_sql, params, table)
+    aggregates: dict[str, str] = {"count(*)": "n"}
+
+    def aggregate(expr: str) -> str:
+        return aggregates.setdefault(expr, f"m{len(aggregates)}")
+
+    plans = []
+    for rule in rules:
+        q = _question(rule.expectation)
+        missing = [c for c in q.columns if c not in present]
+        if missing:
+            plans.append((rule, q, missing, None))
+            continue
+        kept = f"{q.domain} AND NOT ({q.skipped})" if q.skipped else q.domain
+        plans.append(
+            (
+                rule,
+                q,
+                [],
+                (
+                    aggregate(f"count_if({q.domain})"),
+                    aggregate(f"count_if({q.domain} AND ({q.skipped}))") if q.skipped else None,
+                    aggregate(f"count_if({kept} AND ({q.unexpected}))"),
+                    f"{kept} AND ({q.unexpected})",
+                ),
+            )
+        )
+    select = ", ".join(f"{expr} AS {alias}" for expr, alias in aggregates.items())
+    counted = con.execute(f"WITH checked AS ({rows_sql}) SELECT {select} FROM checked", params).fetchone()
+    value = dict(zip(aggregates.values(), counted, strict=True))
+    if not value["n"]:
+        return SuiteResult(table, [], 0)  # no rows: the caller says so (`has_rows`)
+    outcomes = []
+    for rule, q, missing, plan in plans:
+        severity = overrides.get(rule.name, rule.severity)
+        exp = rule.expectation
+        column = getattr(exp, "column", None) or getattr(exp, "column_A", None)
+        if missing:  # as GX says when a batch lacks the column: the rule cannot run, so it fails
+            note = f"column {', '.join(missing)} is not in the {table} rows checked"
+            outcomes.append(
+                Outcome(rule.name, table, exp.expectation_type, column, severity, False, value["n"], None, [note])
+            )
+            continue
+        rows, skipped, bad, breaking = plan
+        sample: list[Any] = []
+        if value[bad]:
+            got = con.execute(
+                f"WITH checked AS ({rows_sql}) SELECT {', '.join(q.values)} FROM checked WHERE {breaking} "
+                f"LIMIT {SAMPLE_ROWS}",
+                params,
+            ).fetchall()
+            sample = [tuple(r) if q.pair else r[0] for r in got]
+        metric = type(exp).map_metric
+        metrics = {
+            "table.row_count": value[rows],
+            "column_values.nonnull.unexpected_count": value[skipped] if skipped else 0,
+            f"{metric}.unexpected_count": value[bad],
+            f"{metric}.unexpected_values": sample,
+            f"{metric}.filtered_row_count": value[rows] - (value[skipped] if skipped else 0),
+        }
+        verdict = exp._validate(metrics)  # GX's own judgement (mostly, vacuous truth) on the SQL's metrics
+        res = verdict.get("result") or {}
+        outcomes.append(
+            Outcome(
+                rule=rule.name,
+                table=table,
+                expectation=exp.expectation_type,
+                column=column,
+                severity=severity,
+                success=bool(verdict["success"]),
+                element_count=res.get("element_count"),
+                unexpected_count=res.get("unexpected_count"),
+                sample=_jsonable((res.get("partial_unexpected_list") or [])[:5]),
+            )
+        )
+    return SuiteResult(table, outcomes, value["n"])
+
+
+def _no_rows(table: str, overrides: dict[str, str]) -> SuiteResult:
+    rule = f"{table}.has_rows"
+    outcome = Outcome(
+        rule, table, "expect_table_row_count_to_be_between", None, overrides.get(rule, "error"), False, 0, 0
+    )
+    return SuiteResult(table, [outcome], 0)
 
 
 def _jsonable(value: Any) -> Any:
@@ -494,82 +664,58 @@ def _jsonable(value: Any) -> Any:
 def validate_table(
     table: str, df: pd.DataFrame, plan_validation: dict[str, Any] | None = None, sample_period_s: float = 0.1
 ) -> SuiteResult:
-    """Run a table's suite on a DataFrame of its rows (one run's rows, as the asset checks pass them)."""
-    rules = suites(plan_validation, sample_period_s)[table]
+    """Run a table's suite on a DataFrame of its rows (rows handed in directly; the checks use `validate_run`).
+    The frame goes through the same SQL as the warehouse's rows, in an in-memory DuckDB."""
     overrides = (plan_validation or {}).get("severity", {})
-    ctx = _context()
-    name = f"wb_{table}"
-    try:
-        source = ctx.data_sources.get(name)
-    except (KeyError, ValueError):
-        source = ctx.data_sources.add_pandas(name)
-    outcomes: list[Outcome] = []
     if df.empty:
-        return SuiteResult(
-            table,
-            [
-                Outcome(
-                    f"{table}.has_rows",
-                    table,
-                    "expect_table_row_count_to_be_between",
-                    None,
-                    overrides.get(f"{table}.has_rows", "error"),
-                    False,
-                    0,
-                    0,
-                )
-            ],
-            0,
-        )
-    # One GX suite per distinct `prepare`, so derived columns are computed once per batch.
-    groups: dict[Any, list[Rule]] = {}
-    for rule in rules:
-        groups.setdefault(rule.prepare, []).append(rule)
-    for i, (prepare, group) in enumerate(groups.items()):
-        frame = prepare(df) if prepare else df
-        asset_name = f"{table}_{i}"
+        return _no_rows(table, overrides)
+    rules = suites(plan_validation, sample_period_s)[table]
+    con = duckdb.connect()  # in memory, this call's own
+    try:
+        con.register("handed_in", df)
+        described = [(d[0], str(d[1])) for d in con.execute("SELECT * FROM handed_in LIMIT 0").description]
+        extra = ""
+        if NONFINITE not in df.columns:  # NaN arrived as NULL: only +-Inf is told apart here
+            extra = ", " + _nonfinite_sql([c for c, t in described if t in ("DOUBLE", "FLOAT")])
+        return _judge(con, f"SELECT *{extra} FROM handed_in", {}, table, rules, overrides)
+    finally:
+        con.close()
+
+
+@contextmanager
+def _memory(con: Any, limit: str) -> Iterator[None]:
+    before = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    con.execute(f"SET memory_limit = '{limit}'")  # DuckDB spills past it: a run of any size stays bounded
+    try:
+        yield
+    finally:  # the default back exactly (the setting reads back rounded, e.g. '18.7 GiB'), else what was set
+        con.execute("RESET memory_limit")
+        if con.execute("SELECT current_setting('memory_limit')").fetchone()[0] != before:
+            con.execute(f"SET memory_limit = '{before}'")
+
+
+def validate_run(
+    con: Any,
+    table: str,
+    run_id: str,
+    plan_validation: dict[str, Any] | None = None,
+    sample_period_s: float = 0.1,
+) -> SuiteResult:
+    """Run a table's suite on one run's rows where they are, in the warehouse (as the blocking checks do): every
+    row judged in SQL, nothing but counts and samples leaves DuckDB."""
+    overrides = (plan_validation or {}).get("severity", {})
+    rules = suites(plan_validation, sample_period_s)[table]
+    source, params = _run_rows_sql(con, table), {"run_id": run_id}
+    kept = f"_wb_checked_{table}"
+    with _memory(con, os.environ.get("WATTBENCH_VALIDATION_MEMORY", VALIDATION_MEMORY)):
         try:
-            asset = source.get_asset(asset_name)
-        except LookupError:
-            asset = source.add_dataframe_asset(name=asset_name)
-        try:
-            batch_def = asset.get_batch_definition("all")
-        except (KeyError, ValueError, LookupError):
-            batch_def = asset.add_batch_definition_whole_dataframe("all")
-        suite = gx.ExpectationSuite(name=f"{table}_{i}")
-        by_id = {}
-        for rule in group:
-            severity = overrides.get(rule.name, rule.severity)
-            exp = (
-                rule.expectation.model_copy(deep=True) if hasattr(rule.expectation, "model_copy") else rule.expectation
-            )
-            exp.severity = "critical" if severity == "error" else "warning"
-            exp.meta = {"rule": rule.name, "severity": severity}
-            suite.add_expectation(exp)
-            by_id[id(exp)] = rule
-        result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
-        for r in result.results:
-            cfg = r.expectation_config
-            meta = cfg.meta or {}
-            res = r.result or {}
-            failed_to_run = bool(r.exception_info and r.exception_info.get("raised_exception"))
-            sample = res.get("partial_unexpected_list") or []
-            if failed_to_run:
-                sample = [str(r.exception_info.get("exception_message"))[:200]]
-            outcomes.append(
-                Outcome(
-                    rule=meta.get("rule", cfg.type),
-                    table=table,
-                    expectation=cfg.type,
-                    column=cfg.kwargs.get("column") or cfg.kwargs.get("column_A"),
-                    severity=meta.get("severity", "error"),
-                    success=bool(r.success) and not failed_to_run,
-                    element_count=res.get("element_count"),
-                    unexpected_count=res.get("unexpected_count"),
-                    sample=_jsonable(sample[:5]),
-                )
-            )
-    return SuiteResult(table, outcomes, len(df))
+            if table in _FRAME_JOINS:  # a few rows joined to views that read whole tables: join once, not per query
+                con.execute(f"CREATE OR REPLACE TEMP TABLE {kept} AS {source}", params)
+                source, params = f"SELECT * FROM temp.{kept}", {}
+            result = _judge(con, source, params, table, rules, overrides)
+        finally:
+            con.execute(f"DROP TABLE IF EXISTS temp.{kept}")
+    return result if result.rows else _no_rows(table, overrides)
 
 
 def outcome_rows(run_id: str, check_name: str, result: SuiteResult) -> list[dict[str, Any]]:

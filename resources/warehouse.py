@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 
+from resources.chunk_files import STAGING, ChunkFiles, chunk_paths
 from resources.ingest_checks import (
     check_table_file,
     ensure_natural_keys,
@@ -126,6 +127,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
             "ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
             + _LABELS_TEXT_TO_MAP.format(col="labels")
         )
+    if table_columns(con, "point_stats").get("longest_context_tokens") == "INTEGER":  # a sum past 2^31 overflowed
+        con.execute("ALTER TABLE point_stats ALTER longest_context_tokens SET DATA TYPE BIGINT")
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
@@ -196,16 +199,27 @@ def ingest_bundle(
         regular_file(path, f"a JSON-lines file of table {table}")
     types = {t: table_columns(con, t) for t in files}
 
+    chunks = None
+    version = manifest.get("bundle_version", 1)
+    if "requests" in files and (paths := chunk_paths(folder, version)) is not None:  # version 2: token times in binary
+        chunks = ChunkFiles(con, paths, files["requests"])
     counts: dict[str, int] = {}
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     con.execute(f"SET memory_limit = '{ingest_memory()}'")  # DuckDB spills to disk past it: a big bundle stays bounded
     try:
-        return _ingest(con, folder, manifest, run_id, files, types, counts)
+        return _ingest(con, folder, manifest, run_id, files, types, counts, chunks)
     finally:
+        if chunks is not None:
+            chunks.drop()
         con.execute(f"SET memory_limit = '{limit}'")
 
 
-def _ingest(con, folder, manifest, run_id, files, types, counts) -> dict[str, int]:
+def _allowed(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> set[str]:
+    """The keys a row of a table file may have: its table's columns, and a version-2 request's `chunks`."""
+    return set(cols) | ({"chunks"} if chunks is not None and table == "requests" else set())
+
+
+def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) -> dict[str, int]:
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(
@@ -232,25 +246,35 @@ def _ingest(con, folder, manifest, run_id, files, types, counts) -> dict[str, in
                 lambda t=t, p=p: scan_lines(
                     con,
                     p,
-                    set(types[t]),
+                    _allowed(t, types[t], chunks),
                     ("deployment_id",) if t in _DEPLOYMENT_TABLES else ("build_id",) if t == "engine_builds" else (),
                 ),
+                _allowed(t, types[t], chunks),
             )
             for t, p in files.items()
         }
         for table, (suspect, _) in scans.items():
             if suspect:
-                check_table_file(files[table], table, set(types[table]))  # file, line and reason
+                check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
         deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
         for table, path in files.items():
             counts[table] = _load_table(
-                con, table, path, types[table], run_id, deployment_ids, scans[table][1].get("build_id", [])
+                con,
+                table,
+                path,
+                types[table],
+                run_id,
+                deployment_ids,
+                scans[table][1].get("build_id", []),
+                chunks if table == "requests" else None,
             )
         _derive_deployment_hbm(con, run_id)
         from resources import intervals
 
-        counts["latency_intervals"] = intervals.refresh(con, run_id)
-        refresh_point_stats(con, run_id)
+        # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
+        flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
+        counts["latency_intervals"] = intervals.refresh(con, run_id, events=flat.label_events if flat else None)
+        refresh_point_stats(con, run_id, events=flat)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -269,20 +293,23 @@ def table_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def _checked(con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], read):
+def _checked(
+    con: duckdb.DuckDBPyConnection, table: str, path: Path, cols: dict[str, str], read, allowed: set[str] | None = None
+):
     """Run `read` (DuckDB reading the file); where DuckDB refuses it, the line-by-line check names file, line and
     reason (BundleError), and otherwise DuckDB's own message is said as a BundleError."""
+    allowed = allowed if allowed is not None else set(cols)
     try:
         return read()
     except duckdb.ConstraintException as exc:
-        check_table_file(path, table, set(cols))
+        check_table_file(path, table, allowed)
         raise BundleError(
             f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
             "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
             "nothing was loaded"
         ) from None
     except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
-        check_table_file(path, table, set(cols))
+        check_table_file(path, table, allowed)
         raise BundleError(
             f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
             f"(table {table}); nothing was loaded"
@@ -297,9 +324,11 @@ def _load_table(
     run_id: str,
     deployment_ids: list[str],
     build_ids: list[str],
+    chunks: ChunkFiles | None = None,
 ) -> int:
     """Replace this bundle's rows of one table by the file's (inside the ingest's transaction); rows loaded. The
-    rules of resources/ingest_checks.py run in SQL on the rows just loaded."""
+    rules of resources/ingest_checks.py run in SQL on the rows just loaded. `chunks`: the requests' per-token times
+    come from a version-2 bundle's chunk files (resources/chunk_files.py)."""
     if table in _DEPLOYMENT_TABLES:
         mine, params = "run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))", [run_id, deployment_ids]
     elif table == "engine_builds":
@@ -309,26 +338,29 @@ def _load_table(
     if table in _DEPLOYMENT_TABLES or table == "engine_builds":
         con.execute(f"DELETE FROM {table} WHERE {mine}", params)
     read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    if chunks is not None:
+        read_types["chunks"] = "BIGINT[]"
     columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
     converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
     if not path.stat().st_size:
         return 0
-    _checked(
-        con,
-        table,
-        path,
-        cols,
-        lambda: con.execute(
-            f"INSERT INTO {table} BY NAME SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-            f"read_json(?, format='newline_delimited', columns={columns_literal})",
-            [run_id, str(path)],
-        ),
+    select = (
+        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"read_json(?, format='newline_delimited', columns={columns_literal})"
     )
+    allowed = _allowed(table, cols, chunks)
+    if chunks is None:
+        _checked(
+            con, table, path, cols, lambda: con.execute(f"INSERT INTO {table} BY NAME " + select, [run_id, str(path)])
+        )
+    else:
+        _checked(con, table, path, cols, lambda: chunks.stage(select, [run_id, str(path)]), allowed)
+        _checked(con, table, path, cols, chunks.load, allowed)
     loaded, suspect = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
     ).fetchone()
     if suspect:
-        check_table_file(path, table, set(cols))  # names file, line and reason; a JSON text that only looked odd passes
+        check_table_file(path, table, allowed)  # names file, line and reason; a JSON text that only looked odd passes
     return loaded
 
 
@@ -340,34 +372,42 @@ _POINT_STATS_PARTS = {
     "r": """SELECT q.run_id, q.deployment_id, q.load_point_id,
            avg(q.ttft_ms) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_ms,
            count(*) FILTER (WHERE q.first_token_ns BETWEEN l.window_start_ns AND l.window_end_ns) AS ttft_n,
-           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
-           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns) AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
+           avg(q.e2e_ms) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns)
+                                       AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_ms,
+           count(*) FILTER (WHERE q.last_token_ns BETWEEN coalesce(l.window_start_ns, q.last_token_ns)
+                                  AND coalesce(l.window_end_ns, q.last_token_ns)) AS e2e_n
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL AND q.{where}
     GROUP BY ALL""",
-    # Every token event read once for v_itl_stats_live, v_window_steadiness_live and the client's ITL of
-    # v_client_stats_live (their definitions in sql/views.sql; tests/test_point_stats.py checks they agree).
-    "t": """WITH ev AS (
-        SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws, l.window_end_ns AS we,
-               l.run_id IS NOT NULL AS has_load_run,
+}
+# Every token event read once for v_itl_stats_live, v_window_steadiness_live and the client's ITL of
+# v_client_stats_live (their definitions in sql/views.sql; tests/test_point_stats.py checks they agree): the events
+# unnested from the stored lists, or laid flat from a version-2 bundle's chunk files (ChunkFiles.point_events).
+_TOKEN_EVENTS = """
+        SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws,
+               l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run,
                unnest(q.chunk_ns) AS t, unnest(q.chunk_tokens) AS n,
                unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
                            ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
-                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END) AS prev
+                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END)
+                 AS prev
         FROM requests q LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-        WHERE q.error_kind IS NULL AND q.{where})
+        WHERE q.error_kind IS NULL AND q.{where}"""
+_TOKEN_FIGURES = """
     SELECT run_id, deployment_id, load_point_id,
-           quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999]) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_q,
+           quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999])
+               FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_q,
            avg((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_mean_ms,
            stddev_pop((t - prev) / 1e6) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_stdev_ms,
            count(*) FILTER (WHERE in_window AND prev IS NOT NULL) AS itl_samples,
            count(*) FILTER (WHERE has_load_run AND we > ws) AS steady_events,
            sum(n) FILTER (WHERE we > ws AND t >= ws AND t < (ws + we) / 2) AS first_half_tokens,
            sum(n) FILTER (WHERE we > ws AND t >= (ws + we) / 2 AND t <= we) AS second_half_tokens,
-           avg((t - prev) / 1e6) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_ms,
+           avg((t - prev) / 1e6) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we)
+               AS client_itl_ms,
            count(*) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_n
-    FROM ev GROUP BY ALL""",
-}
+    FROM ev GROUP BY ALL"""
+_POINT_STATS_PARTS["t"] = "WITH ev AS (" + _TOKEN_EVENTS + ")" + _TOKEN_FIGURES
 _POINT_STATS = """
 WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
               UNION SELECT run_id, deployment_id, load_point_id FROM _ps_t
@@ -376,8 +416,10 @@ WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
 SELECT k.run_id, coalesce(lr.source, r.source, 'unknown') AS source, k.deployment_id, k.load_point_id,
        q.run_id IS NOT NULL AS has_requests, q.* EXCLUDE (run_id, deployment_id, load_point_id),
        r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, c.meeting_slo_completed_in_window, c.meeting_slo_in_window,
-       CASE WHEN t.itl_samples > 0 THEN t.itl_q[1] END AS itl_p50_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[2] END AS itl_p90_ms,
-       CASE WHEN t.itl_samples > 0 THEN t.itl_q[3] END AS itl_p95_ms, CASE WHEN t.itl_samples > 0 THEN t.itl_q[4] END AS itl_p99_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[1] END AS itl_p50_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[2] END AS itl_p90_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[3] END AS itl_p95_ms,
+       CASE WHEN t.itl_samples > 0 THEN t.itl_q[4] END AS itl_p99_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_q[5] END AS itl_p999_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_mean_ms END AS itl_mean_ms,
        CASE WHEN t.itl_samples > 0 THEN t.itl_stdev_ms END AS itl_stdev_ms,
@@ -401,10 +443,11 @@ LEFT JOIN load_runs lr USING (run_id, deployment_id, load_point_id)
 """
 
 
-def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, events: ChunkFiles | None = None) -> int:
     """Recompute the kept per-load-point figures (point_stats) of one run (every run: None) from the requests, as
     the *_live definitions of sql/views.sql compute them, every token event read once; inside the caller's
-    transaction. Returns the rows written."""
+    transaction. `events`: the run's token events come from the chunk files being ingested. Returns the rows
+    written."""
     where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
     for name, sql in _POINT_STATS_PARTS.items():
         if name != "t":
@@ -415,6 +458,20 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None) -> i
     ).fetchall()
     one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
+    if events is not None and run_id is not None:
+        flat_one = (
+            "WITH ev AS (SELECT $run_id AS run_id, $dep AS deployment_id, $lp AS load_point_id, * FROM flat)"
+            + _TOKEN_FIGURES
+        )
+        for dep, lp in events.points():
+            flat = events.point_events(run_id, dep, lp)  # noqa: F841 - read by DuckDB below
+            con.execute("INSERT INTO _ps_t " + flat_one, {"run_id": run_id, "dep": dep, "lp": lp})
+        # the run's other deployments (loaded from another bundle) from their stored lists
+        points = con.execute(
+            f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} AND deployment_id NOT IN "
+            f"(SELECT deployment_id FROM {STAGING}) ORDER BY ALL",
+            params,
+        ).fetchall()
     for rid, lp in points:
         con.execute("INSERT INTO _ps_t " + one, {"run_id": rid, "lp": lp})
     try:

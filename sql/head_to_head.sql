@@ -41,8 +41,8 @@ lp AS (
                  AND (r.slo_tpot_ms IS NULL OR pt.tpot99 <= r.slo_tpot_ms)
                  AND (r.slo_e2e_ms IS NULL OR pt.e2e99 <= r.slo_e2e_ms) AS meets_slo_p99
     FROM pt LEFT JOIN runs r ON r.run_id = $run_id),
-ctx AS (SELECT d.config_name AS engine, max(q.prompt_tokens + q.completion_tokens) AS ctx_v,
-               regexp_extract(arg_max(q.load_point_id, q.prompt_tokens + q.completion_tokens),
+ctx AS (SELECT d.config_name AS engine, max(q.prompt_tokens::BIGINT + q.completion_tokens) AS ctx_v,
+               regexp_extract(arg_max(q.load_point_id, q.prompt_tokens::BIGINT + q.completion_tokens),
                               '^[^:]*:(.*?)(#[0-9]+)?$', 1) AS ctx_lp
         FROM requests q JOIN deployments d USING (run_id, deployment_id)
         WHERE q.run_id = $run_id AND q.error_kind IS NULL GROUP BY ALL),

@@ -253,7 +253,7 @@ CREATE TABLE IF NOT EXISTS point_stats (
     e2e_p50_ms DOUBLE, e2e_p90_ms DOUBLE, e2e_p95_ms DOUBLE, e2e_p99_ms DOUBLE, e2e_p999_ms DOUBLE,
     e2e_mean_ms DOUBLE, e2e_stdev_ms DOUBLE,
     tpot_samples            BIGINT,
-    longest_context_tokens  INTEGER,
+    longest_context_tokens  BIGINT,             -- prompt + completion tokens of the longest request
     vllm_output_throughput  DOUBLE,
     slo_ttft_ms DOUBLE, slo_tpot_ms DOUBLE, slo_e2e_ms DOUBLE,
     meeting_slo_completed_in_window BIGINT,

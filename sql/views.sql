@@ -99,7 +99,7 @@ SELECT q.run_id, q.deployment_id, q.load_point_id,
        avg(q.e2e_ms)                   FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_mean_ms,
        stddev_pop(q.e2e_ms)            FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS e2e_stdev_ms,
        count(q.tpot_ms) FILTER (WHERE q.in_window AND q.error_kind IS NULL) AS tpot_samples,
-       max(q.prompt_tokens + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens,
+       max(q.prompt_tokens::BIGINT + q.completion_tokens) FILTER (WHERE q.error_kind IS NULL) AS longest_context_tokens,
        -- vllm bench serve's whole-run figure: output tokens of every successful request / first send to last token
        sum(q.completion_tokens) FILTER (WHERE q.error_kind IS NULL)
          / nullif((max(q.last_token_ns) FILTER (WHERE q.error_kind IS NULL) - min(q.sent_ns)) / 1e9, 0)

@@ -1,0 +1,279 @@
+"""A version-2 bundle's per-token times: two binary files beside requests.jsonl, read by numpy, never parsed.
+
+The agent (wattbench_agent.bundle, CHUNK_FILES) appends each request's `chunk_ns` (int64) and `chunk_tokens` (int32),
+little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin` and writes `"chunks": [first event, events]`
+in its row of requests.jsonl. At ingest (resources/warehouse.py):
+- DuckDB reads requests.jsonl (now a few hundred bytes a row) into a staging table, `_rq`;
+- `ChunkFiles.load` reads the events in batches of rows (numpy reads the files as they are: no JSON, no Python object
+  per value), checks them (a reference outside the files, a negative token count: the file, the line of the row and the
+  reason) and inserts the rows into `requests` with their lists (Arrow lists over the numpy arrays, which DuckDB reads
+  without a copy per value);
+- the per-load-point token figures (warehouse.refresh_point_stats) and the latency intervals of large points
+  (intervals.large_point_itl) read the events from the files again, laid flat (`point_events`, `label_events`),
+  instead of unnesting the lists just stored.
+Memory is bounded by BATCH_EVENTS (the batch being inserted) and by one load point's events (the exact percentiles).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from wattbench_agent.bundle import CHUNK_FILES, BundleError
+
+BATCH_EVENTS = 8 << 20  # events per insert batch: 8 M events are 96 MB of arrays
+STAGING = "_rq"
+
+
+def chunk_paths(folder: Path, bundle_version: int = 1) -> dict[str, Path] | None:
+    """{column: file} of a version-2 bundle folder (or any that has chunk files), None otherwise."""
+    paths = {c: folder / name for c, (name, _, _) in CHUNK_FILES.items()}
+    if bundle_version < 2 and not any(p.exists() or p.is_symlink() for p in paths.values()):
+        return None
+    return paths
+
+
+class ChunkFiles:
+    """The chunk files of one bundle being ingested, and the staging table of its requests."""
+
+    def __init__(self, con, paths: dict[str, Path], jsonl: Path):
+        from wattbench_agent.bundle import regular_file
+
+        self.con, self.paths, self.jsonl = con, paths, jsonl
+        self.staged = False  # requests.jsonl is in the staging table
+        sizes = {}
+        present = [p.exists() or p.is_symlink() for p in paths.values()]
+        if not any(present):  # no request had events: every reference must be empty
+            self.paths, self.events = {}, 0
+            return
+        for column, path in paths.items():
+            if not path.exists() and not path.is_symlink():
+                raise BundleError(
+                    f"{path}: missing, while {paths[_other(column)].name} is there; expected both chunk files of "
+                    "a version-2 bundle (docs/CONTRACTS.md)"
+                )
+            sizes[column] = regular_file(path, f"the binary {column} file of a version-2 bundle").st_size
+        self.events = sizes["chunk_ns"] // CHUNK_FILES["chunk_ns"][2]
+        for column, size in sizes.items():
+            width = CHUNK_FILES[column][2]
+            if size % width:
+                raise BundleError(
+                    f"{paths[column]}: {size} bytes, not a whole number of {width}-byte values; expected the agent's "
+                    "chunk file (cut short while written?)"
+                )
+        if sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2] < self.events:
+            self.events = sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2]  # refs past it are named below
+
+    # -------------------------------------------------------------------------------------------- reading
+    def gather(self, at: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order."""
+        total = int(n.sum())
+        if total == 0 or not self.paths:
+            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+        has = n > 0
+        at_, n_ = at[has], n[has]
+        lo, hi = int(at_.min()), int((at_ + n_).max())
+        ns = self._read("chunk_ns", lo, hi - lo)
+        tok = self._read("chunk_tokens", lo, hi - lo)
+        if len(at_) == 1 or (np.all(at_[1:] == at_[:-1] + n_[:-1]) and at_[0] == lo and hi - lo == total):
+            return ns, tok  # the usual case: the rows' events lie one after another
+        starts = np.cumsum(n_) - n_
+        idx = np.arange(total) - np.repeat(starts - (at_ - lo), n_)
+        return ns[idx], tok[idx]
+
+    def _read(self, column: str, first: int, count: int) -> np.ndarray:
+        _, code, width = CHUNK_FILES[column]
+        dtype = np.dtype("<i8" if code == "q" else "<i4")
+        return np.fromfile(self.paths[column], dtype=dtype, count=count, offset=first * width).astype(
+            dtype.newbyteorder("="), copy=False
+        )
+
+    # -------------------------------------------------------------------------------------------- loading
+    def stage(self, read_json_sql: str, params: list) -> None:
+        """The rows of requests.jsonl into the staging table (`seq`: the row's place in the file)."""
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {STAGING} AS SELECT row_number() OVER () AS seq, * FROM ({read_json_sql})",
+            params,
+        )
+        self.staged = True
+        bad = self.con.execute(
+            f"""SELECT chunks::VARCHAR FROM {STAGING} WHERE chunks IS NOT NULL
+                AND (len(chunks) <> 2 OR chunks[1] IS NULL OR chunks[2] IS NULL OR chunks[1] < 0 OR chunks[2] < 0
+                     OR chunks[1] + chunks[2] > ? OR chunk_ns IS NOT NULL OR chunk_tokens IS NOT NULL) LIMIT 1""",
+            [self.events],
+        ).fetchone()
+        if bad:
+            self._refuse(
+                lambda row: (
+                    row.get("chunks") is not None
+                    and (
+                        not (isinstance(row["chunks"], list) and len(row["chunks"]) == 2)
+                        or not all(isinstance(v, int) and v >= 0 for v in row["chunks"])
+                        or row["chunks"][0] + row["chunks"][1] > self.events
+                        or "chunk_ns" in row
+                        or "chunk_tokens" in row
+                    )
+                ),
+                f"chunks = {{value}}; expected [first event, events] within the {self.events} events of "
+                f"{self.paths['chunk_ns'].name} (and no inline chunk_ns / chunk_tokens beside it)",
+            )
+
+    def inline_rows(self) -> int:
+        """Rows that keep their lists in the JSON (not of two integer lists of one length)."""
+        return self.con.execute(
+            f"SELECT count(*) FROM {STAGING} WHERE chunks IS NULL AND chunk_ns IS NOT NULL"
+        ).fetchone()[0]
+
+    def load(self) -> None:
+        """Insert the staged rows into requests, each with its lists from the chunk files, in batches."""
+        import pyarrow as pa
+
+        con = self.con
+        con.execute(f"INSERT INTO requests BY NAME SELECT * EXCLUDE (seq, chunks) FROM {STAGING} WHERE chunks IS NULL")
+        refs = con.execute(
+            f"SELECT seq, chunks[1] AS at, chunks[2] AS n FROM {STAGING} WHERE chunks IS NOT NULL ORDER BY seq"
+        ).fetchnumpy()
+        seq, at, n = (np.asarray(refs[c], dtype=np.int64) for c in ("seq", "at", "n"))
+        cum = np.cumsum(n)
+        start = 0
+        while start < len(seq):
+            stop = max(
+                int(np.searchsorted(cum, (cum[start - 1] if start else 0) + BATCH_EVENTS, side="right")), start + 1
+            )
+            ns, tok = self.gather(at[start:stop], n[start:stop])
+            if len(tok) and tok.min() < 0:
+                first = int(np.argmax(tok < 0))
+                row = int(np.searchsorted(np.cumsum(n[start:stop]), first, side="right"))
+                self._refuse_seq(
+                    int(seq[start + row]),
+                    f"chunk_tokens[{first - int((np.cumsum(n[start:stop]) - n[start:stop])[row])}] = {int(tok[first])} "
+                    f"(in {self.paths['chunk_tokens'].name}); expected >= 0",
+                )
+            offsets = np.zeros(stop - start + 1, dtype=np.int64)
+            np.cumsum(n[start:stop], out=offsets[1:])
+            batch = pa.table(  # noqa: F841 - read by DuckDB below
+                {
+                    "seq": seq[start:stop],
+                    "chunk_ns": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ns)),
+                    "chunk_tokens": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tok)),
+                }
+            )
+            con.execute(
+                f"""INSERT INTO requests BY NAME SELECT r.* EXCLUDE (seq, chunks, chunk_ns, chunk_tokens),
+                       b.chunk_ns, b.chunk_tokens
+                    FROM {STAGING} r JOIN batch b USING (seq)
+                    WHERE r.seq BETWEEN {int(seq[start])} AND {int(seq[stop - 1])}"""
+            )
+            start = stop
+
+    # -------------------------------------------------------------------------------------------- flat events
+    def points(self) -> list[tuple[str, str]]:
+        """(deployment_id, load_point_id) of every load point of the staged requests."""
+        return self.con.execute(f"SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} ORDER BY ALL").fetchall()
+
+    def point_events(self, run_id: str, deployment_id: str, load_point_id: str):
+        """The token events of one load point's successful requests, laid flat as sql/views.sql's unnest lays them
+        (an Arrow table: in_window, ws, we, has_load_run, t, n, prev), for warehouse.refresh_point_stats."""
+        import pyarrow as pa
+
+        rows = self.con.execute(
+            f"""SELECT q.chunks[1] AS at, q.chunks[2] AS n, q.chunks_exact AS exact, q.in_window,
+                       l.window_start_ns AS ws, l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run
+                FROM {STAGING} q LEFT JOIN load_runs l
+                  ON l.run_id = $run_id AND l.deployment_id = q.deployment_id AND l.load_point_id = q.load_point_id
+                WHERE q.error_kind IS NULL AND q.chunks IS NOT NULL AND q.deployment_id = $dep
+                  AND q.load_point_id = $lp
+                ORDER BY q.seq""",
+            {"run_id": run_id, "dep": deployment_id, "lp": load_point_id},
+        ).fetchnumpy()
+        n = np.asarray(rows["n"], dtype=np.int64)
+        t, tok = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
+        starts = np.cumsum(n) - n
+        pos = np.arange(len(t)) - np.repeat(starts, n) + 1  # 1-based place of each event in its request
+        exact = _filled(rows["exact"], n)
+        has_prev = (pos > 1) & (pos <= np.repeat(exact, n))
+        prev = np.empty_like(t)
+        prev[1:] = t[:-1]
+
+        def col(name):
+            values = rows[name]
+            mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
+            data = np.repeat(np.ma.getdata(values), n)
+            return pa.array(data, mask=None if mask is None or not mask.any() else np.repeat(mask, n))
+
+        return pa.table(
+            {
+                "in_window": col("in_window"),
+                "ws": col("ws"),
+                "we": col("we"),
+                "has_load_run": col("has_load_run"),
+                "t": pa.array(t),
+                "n": pa.array(tok),
+                "prev": pa.array(prev, mask=~has_prev),
+            }
+        )
+
+    def label_events(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(req, repeat, t) of one point of intervals.large_point_itl (its repeats pooled): as its SQL numbers and
+        slices them (requests by repeat, load point and request id; the exact part of a capped stream). None for a
+        deployment this bundle does not carry (its rows came from another bundle of the run)."""
+        staged = self.con.execute(
+            f"SELECT count(*) FROM {STAGING} WHERE deployment_id = $deployment_id",
+            {"deployment_id": where["deployment_id"]},
+        ).fetchone()[0]
+        if not staged:
+            return None
+        rows = self.con.execute(
+            f"""SELECT coalesce(l.repeat, 1) AS repeat, q.chunks[1] AS at,
+                       least(q.chunks[2], coalesce(q.chunks_exact, q.chunks[2])) AS n
+                FROM {STAGING} q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+                WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload
+                  AND coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) = $point_label
+                  AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok' AND q.chunks[2] > 1
+                ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id""",
+            where,
+        ).fetchnumpy()
+        n = np.maximum(np.asarray(rows["n"], dtype=np.int64), 0)
+        t, _ = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
+        req = np.repeat(np.arange(len(n), dtype=np.int32), n)
+        return req, np.repeat(np.asarray(rows["repeat"], dtype=np.int32), n), t
+
+    def drop(self) -> None:
+        self.con.execute(f"DROP TABLE IF EXISTS {STAGING}")
+
+    # -------------------------------------------------------------------------------------------- messages
+    def _refuse_seq(self, seq: int, reason: str) -> None:
+        ref = self.con.execute(f"SELECT chunks FROM {STAGING} WHERE seq = ?", [seq]).fetchone()[0]
+        self._refuse(lambda row: row.get("chunks") == list(ref), reason)
+
+    def _refuse(self, matches, reason: str) -> None:
+        """BundleError naming the first line of requests.jsonl whose row `matches` (the slow path: only on a fault)."""
+        from resources.ingest_checks import _open
+
+        with _open(self.jsonl) as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    row = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and matches(row):
+                    raise BundleError(
+                        f"{self.jsonl}:{lineno}: "
+                        + reason.format(value=json.dumps(row.get("chunks")))
+                        + "; nothing was loaded"
+                    )
+        raise BundleError(f"{self.jsonl}: {reason.format(value='?')}; nothing was loaded")
+
+
+def _other(column: str) -> str:
+    return next(c for c in CHUNK_FILES if c != column)
+
+
+def _filled(values, n: np.ndarray) -> np.ndarray:
+    """chunks_exact per row, its events' count where NULL (every event is one)."""
+    data = np.asarray(np.ma.getdata(values), dtype=np.int64)
+    if np.ma.isMaskedArray(values):
+        data = np.where(np.ma.getmaskarray(values), n, data)
+    return data

@@ -1,0 +1,150 @@
+"""Version-2 bundles (per-token times in binary chunk files, resources/chunk_files.py): the same run written as a
+version-1 bundle (every list inline in JSON) and as a version-2 bundle loads the same rows and the same figures; a
+fault in the chunk files is refused naming the file, the line and the reason; and the large-point ITL interval
+(normal limit of each repeat's request draw) agrees with the exact bootstrap over requests."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from benchmarks.warehouse_scale import synthesize
+from resources import intervals
+from resources.warehouse import connect, ingest_bundle
+from wattbench_agent.bundle import CHUNK_FILES, BundleError, BundleWriter, read_manifest
+
+
+def _load(db, folder) -> dict[str, list]:
+    with connect(db) as con:
+        ingest_bundle(con, folder)
+        return {
+            t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+            for t in ("requests", "point_stats", "latency_intervals")
+        }
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-12)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """One synthetic run (6 load points, 3 repeats a label, 1,000 requests each) as version 1 and as version 2, with
+    large-point intervals from 1,000 requests on (the path an hour-long point takes)."""
+    tmp = tmp_path_factory.mktemp("v2")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(intervals, "EXACT_MAX_REQUESTS", 1000)
+    try:
+        for version in (1, 2):
+            synthesize(tmp / f"v{version}", "same", 6000, requests_per_point=1000, bundle_version=version)
+        yield {v: _load(tmp / f"{v}.duckdb", tmp / v) for v in ("v1", "v2")}, tmp
+    finally:
+        mp.undo()
+
+
+def test_the_agent_writes_version_2_with_chunk_files(tmp_path):
+    with BundleWriter(tmp_path / "b", run_id="r", source="emulated") as w:
+        w.write(
+            "requests",
+            [
+                {"load_point_id": "a", "request_id": "1", "chunk_ns": [5, 9, 12], "chunk_tokens": [1, 1, 2]},
+                {"load_point_id": "a", "request_id": "2", "chunk_ns": [1.5], "chunk_tokens": [1]},  # stays inline
+                {"load_point_id": "a", "request_id": "3", "chunk_ns": [20], "chunk_tokens": [4]},
+            ],
+        )
+    assert read_manifest(tmp_path / "b")["bundle_version"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "b" / "requests.jsonl").read_text().splitlines()]
+    assert [r.get("chunks") for r in rows] == [[0, 3], None, [3, 1]]
+    assert rows[1]["chunk_ns"] == [1.5] and "chunk_ns" not in rows[0]
+    ns = np.fromfile(tmp_path / "b" / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
+    tokens = np.fromfile(tmp_path / "b" / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
+    assert ns.tolist() == [5, 9, 12, 20] and tokens.tolist() == [1, 1, 2, 4]
+
+
+def test_version_1_and_2_of_one_run_load_the_same_rows_and_figures(both):
+    loaded, _ = both
+    assert len(loaded["v1"]["requests"]) == 6000
+    assert loaded["v1"]["requests"] == loaded["v2"]["requests"]
+    assert loaded["v1"]["latency_intervals"] == loaded["v2"]["latency_intervals"]
+    assert any(r[-1].endswith("on 0.5% bins") for r in loaded["v2"]["latency_intervals"])  # the large-point path ran
+    # percentiles and counts to the bit; a mean or deviation of millions of gaps to its summation order
+    for a, b in zip(loaded["v1"]["point_stats"], loaded["v2"]["point_stats"], strict=True):
+        assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_negative_token_count_in_the_chunk_file_is_refused_naming_its_line(both, tmp_path):
+    _, tmp = both
+    folder = _copy(tmp / "v2", tmp_path / "neg")
+    rows = (folder / "requests.jsonl").read_text().splitlines()
+    at, n = json.loads(rows[41])["chunks"]
+    tokens = np.fromfile(folder / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
+    tokens[at + 2] = -3
+    tokens.tofile(folder / CHUNK_FILES["chunk_tokens"][0])
+    with pytest.raises(BundleError, match=r"requests\.jsonl:42: chunk_tokens\[2\] = -3 .*expected >= 0"):
+        _load(tmp_path / "w.duckdb", folder)
+    with connect(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0  # nothing of the bundle stayed
+
+
+def test_a_reference_past_the_chunk_files_is_refused_naming_its_line(both, tmp_path):
+    _, tmp = both
+    folder = _copy(tmp / "v2", tmp_path / "past")
+    ns = folder / CHUNK_FILES["chunk_ns"][0]
+    with open(ns, "r+b") as fh:  # the last request's events cut off, as a copy cut short would leave them
+        fh.truncate(ns.stat().st_size - 8 * 200)
+    tok = folder / CHUNK_FILES["chunk_tokens"][0]
+    with open(tok, "r+b") as fh:
+        fh.truncate(tok.stat().st_size - 4 * 200)
+    events = ns.stat().st_size // 8
+    refs = [json.loads(line)["chunks"] for line in (folder / "requests.jsonl").read_text().splitlines()]
+    first = next(i for i, (at, n) in enumerate(refs, 1) if at + n > events)
+    with pytest.raises(BundleError, match=rf"requests\.jsonl:{first}: chunks = \[\d+, 128\]; expected .* within"):
+        _load(tmp_path / "w.duckdb", folder)
+
+
+def test_a_chunk_file_cut_mid_value_or_missing_is_named(both, tmp_path):
+    _, tmp = both
+    folder = _copy(tmp / "v2", tmp_path / "cut")
+    ns = folder / CHUNK_FILES["chunk_ns"][0]
+    with open(ns, "r+b") as fh:
+        fh.truncate(ns.stat().st_size - 3)
+    with pytest.raises(BundleError, match=r"requests\.chunk_ns\.bin: \d+ bytes, not a whole number of 8-byte values"):
+        _load(tmp_path / "w.duckdb", folder)
+    (folder / CHUNK_FILES["chunk_tokens"][0]).unlink()
+    with pytest.raises(BundleError, match=r"requests\.chunk_tokens\.bin: missing"):
+        _load(tmp_path / "w.duckdb", folder)
+
+
+def test_the_normal_limit_itl_interval_agrees_with_the_exact_bootstrap():
+    """6,000 requests of one repeat whose typical gap differs from request to request and whose gaps vary within a
+    request: the large-point interval (flat_itl: each resample's request sums drawn from their normal limit) and the
+    exact bootstrap over requests (itl_intervals, whole histograms) agree within 2% (their draws differ: with several
+    repeats, which repeats are drawn dominates and both draw them alike)."""
+    rng = np.random.default_rng(7)
+    gaps, groups = [], []
+    for _ in range(6000):
+        gaps.append(20.0 * rng.lognormal(0, 0.15) * rng.lognormal(0, 0.3, size=int(rng.integers(20, 60))))
+        groups.append(1)
+    exact = intervals.itl_intervals(gaps, np.asarray(groups), np.random.default_rng(1), n_boot=1000)
+    t = np.concatenate([np.concatenate([[0], np.cumsum(np.round(g * 1e6).astype(np.int64))]) for g in gaps])
+    req = np.repeat(np.arange(len(gaps)), [len(g) + 1 for g in gaps])
+    repeat = np.repeat(np.asarray(groups), [len(g) + 1 for g in gaps])
+    limit, n_gaps = intervals.flat_itl(req, repeat, t, np.random.default_rng(2), 1000)
+    assert n_gaps == sum(len(g) for g in gaps)
+    for name, (est, lo, hi) in exact.items():
+        e2, lo2, hi2 = limit[name]
+        assert e2 == pytest.approx(est, rel=1e-6)
+        assert lo2 == pytest.approx(lo, rel=0.02) and hi2 == pytest.approx(hi, rel=0.02), (name, exact, limit)
+        assert lo2 < e2 < hi2
