@@ -59,8 +59,9 @@ def measured() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         q = ", ".join("?" for _ in RATIOS)
         ratios = (
             con.execute(
-                "SELECT workload, point_label, metric, ratio, ratio_lo, ratio_hi, pairs, finding FROM v_engine_contrasts "
-                f"WHERE engine = 'vllm-fp8' AND other = 'vllm-bf16' AND metric IN ({q}) ORDER BY workload, point_label",
+                "SELECT workload, point_label, metric, ratio, ratio_lo, ratio_hi, pairs, finding "
+                "FROM v_engine_contrasts WHERE engine = 'vllm-fp8' AND other = 'vllm-bf16' "
+                f"AND metric IN ({q}) ORDER BY workload, point_label",
                 RATIOS,
             )
             .df()

@@ -37,7 +37,7 @@ def compare() -> list[dict[str, Any]]:
         if twin_fit.MEASURED_CACHE.exists()
         else twin_fit.refresh_measured()
     )
-    points, _meas = twin_fit.load_points()
+    points, _meas = twin_fit.load_points(held_out_models=False)  # the fitted model's points only
     by_key = {p.key: p for p in points}
     preds = {k: twin_fit.predict_point(p, {}) for k, p in by_key.items()}  # {}: the factors as shipped
     out = []

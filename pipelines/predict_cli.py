@@ -7,7 +7,12 @@ stands for each engine of the plan (wattbench_agent.emulator.twin). The band bes
 error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py, leave-one-workload-out;
 results/h200-vllm/twin_fit.json). It was validated on one domain only (vLLM 0.25.0, Llama-3.1-8B shape, one H200,
 bf16 and online fp8, 512- and 2K-token prompts); every row says where it leaves that domain, and TensorRT-LLM rows
-have no band at all (trtllm-like factors are assumptions, never measured).
+have no band at all (trtllm-like factors are assumptions, never measured). For a model of another size the band is
+the larger of that error and the twin's error on a held-out model (a 14.5B model measured on the H200 and in no fit,
+twin_fit.json's error_bands_other_model) where that was measured.
+
+The model the twin runs is the plan's twin_model, else its model: a specs.json name, or a Hugging Face config.json
+(a local model folder holding one, or the file); a plan where no engine has a twin is refused and nothing is filed.
 """
 
 from __future__ import annotations
@@ -41,13 +46,44 @@ FIGURES = [
 ]
 
 
-def error_bands(path: Path | None = None) -> dict[str, float]:
-    """figure -> largest held-out |relative error| (empty when the fit results are missing)."""
+def error_bands(path: Path | None = None, other_model: bool = False) -> dict[str, float]:
+    """figure -> largest held-out |relative error| (empty when the fit results are missing). other_model: the band
+    for a model of another size than the fitted one: per figure the larger of the leave-one-workload-out error and
+    the error on a held-out model (benchmarks/twin_fit.py, error_bands_other_model) where that was measured."""
     try:
-        text = (path or FIT_RESULTS).read_text()
-        return {k: float(v) for k, v in json.loads(text).get("error_bands", {}).items()}
+        fit = json.loads((path or FIT_RESULTS).read_text())
     except (OSError, ValueError):
         return {}
+    bands = {k: float(v) for k, v in fit.get("error_bands", {}).items()}
+    if other_model:
+        for k, v in (fit.get("error_bands_other_model") or {}).items():
+            bands[k] = max(bands.get(k, 0.0), float(v))
+    return bands
+
+
+def _shape(model: str) -> tuple:
+    from wattbench_agent.emulator.specs import model_spec
+
+    m = model_spec(model)
+    return (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.intermediate, m.vocab, m.experts, m.tied_embeddings)
+
+
+def same_model(model: str) -> bool:
+    """Whether the twin model has the validated model's shapes (a config.json of the same architecture counts)."""
+    try:
+        return _shape(model) == _shape(VALIDATED["model"])
+    except ValueError:
+        return False
+
+
+def _model_note(model: str) -> str:
+    from wattbench_agent.emulator.specs import SpecError, model_spec
+
+    try:
+        m = model_spec(model)
+    except SpecError as exc:
+        return str(exc)
+    return f"{m.id}, {m.params / 1e9:.2f}B parameters ({m.source})"
 
 
 def extrapolation(profile: str, model: str, gpu: str, tp: int, precision: str, prompt_tokens: int) -> list[str]:
@@ -56,7 +92,7 @@ def extrapolation(profile: str, model: str, gpu: str, tp: int, precision: str, p
     out = []
     if profile != v["profile"]:
         out.append("TensorRT-LLM: factors assumed, never measured")
-    if model != v["model"]:
+    if not same_model(model):
         out.append(f"model {model}")
     if gpu != v["gpu"]:
         out.append(f"GPU {gpu}")
@@ -91,27 +127,58 @@ def _workload(load: dict[str, Any]):
     return Workload(shape=shape, **fields, **common)
 
 
-def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, Any]]:
-    """Simulate every engine x point x repeat of the plan and write a bundle (source 'predicted') to `out`.
-    Returns one note per engine (profile, mapping, extrapolation)."""
-    from resources.plan import point_label
-    from wattbench_agent.bundle import BundleWriter
-    from wattbench_agent.emulator import EMULATOR_VERSION, EngineStartupError, setup, simulate
-    from wattbench_agent.emulator.specs import SpecError, model_spec
+class NothingToPredict(ValueError):
+    """No engine of the plan has a twin: nothing is simulated, nothing filed."""
+
+
+def twin_model(plan) -> str:
+    """What the twin runs for the plan's model: its twin_model (a specs.json name or a config.json, resolved by
+    load_plan), else the model itself (a specs.json name, or a local folder holding a config.json)."""
+    return plan.twin_model or plan.model
+
+
+def twins(plan) -> tuple[list[tuple], list[dict[str, Any]]]:
+    """[(engine spec, profile, twin config, mapping, setup)] for the engines with a twin, and one note per engine
+    without one (why)."""
+    from wattbench_agent.emulator import EngineStartupError, setup
+    from wattbench_agent.emulator.specs import SpecError
     from wattbench_agent.emulator.twin import NoTwin, twin_engine
 
-    notes = []
+    found, skipped = [], []
+    for spec, _cfg in plan.engine_configs():
+        try:
+            profile, config, how = twin_engine(spec.engine, spec.precision, spec.options, spec.profile, plan.model)
+            st = setup(profile, twin_model(plan), plan.gpu, spec.tp, spec.precision, config)
+        except (NoTwin, SpecError, EngineStartupError, ValueError) as exc:
+            skipped.append({"engine": spec.name, "skipped": str(exc)})
+            continue
+        found.append((spec, profile, config, how, st))
+    return found, skipped
+
+
+def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, Any]]:
+    """Simulate every engine x point x repeat of the plan and write a bundle (source 'predicted') to `out`.
+    Returns one note per engine (profile, mapping, extrapolation). Raises NothingToPredict (and writes nothing)
+    when no engine of the plan has a twin."""
+    from resources.plan import point_label
+    from wattbench_agent.bundle import BundleWriter
+    from wattbench_agent.emulator import EMULATOR_VERSION, setup, simulate
+    from wattbench_agent.emulator.specs import model_spec
+
+    found, notes = twins(plan)
+    for n in notes:
+        log(f"  {n['engine']}: not predicted: {n['skipped']}")
+    if not found:
+        raise NothingToPredict(
+            f"no engine of plan {plan.name} has a twin ("
+            + "; ".join(f"{n['engine']}: {n['skipped']}" for n in notes)
+            + "); nothing predicted, nothing filed"
+        )
+    model = twin_model(plan)
     with BundleWriter(out, run_id, "predicted", plan=plan.name, twin=f"emulator {EMULATOR_VERSION}") as bw:
-        for spec, _cfg in plan.engine_configs():
-            try:
-                profile, config, how = twin_engine(spec.engine, spec.precision, spec.options, spec.profile, plan.model)
-                st = setup(profile, plan.model, plan.gpu, spec.tp, spec.precision, config)
-            except (NoTwin, SpecError, EngineStartupError, ValueError) as exc:
-                notes.append({"engine": spec.name, "skipped": str(exc)})
-                log(f"  {spec.name}: not predicted: {exc}")
-                continue
+        for spec, profile, config, how, st in found:
             dep = st.dep
-            mid = model_spec(plan.model).id
+            mid = model_spec(model).id
             deployment = {
                 "deployment_id": spec.name,
                 "source": "predicted",
@@ -146,11 +213,11 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                             log(f"  {spec.name} {workload.name}:{label}: shape {load['shape']} is not in the twin")
                             continue
                         extra = extrapolation(
-                            profile, mid, dep.gpu.id, spec.tp, spec.precision, int(load["input_tokens"])
+                            profile, model, dep.gpu.id, spec.tp, spec.precision, int(load["input_tokens"])
                         )
                         r = simulate(
                             profile,
-                            plan.model,
+                            model,
                             plan.gpu,
                             spec.tp,
                             spec.precision,
@@ -159,7 +226,7 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                             duration_s=float(load["duration_s"]),
                             warmup_s=float(load["warmup_s"]),
                             seed=repeat - 1,
-                            setup_=setup(profile, plan.model, plan.gpu, spec.tp, spec.precision, config),
+                            setup_=setup(profile, model, plan.gpu, spec.tp, spec.precision, config),
                             record=True,
                         )
                         suffix = f"#{repeat}" if plan.repeats > 1 else ""
@@ -167,7 +234,9 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                         bw.write("load_runs", [_load_run(spec.name, lp, workload, load, label, repeat, r, dep)])
                         t0 = float(load["warmup_s"])
                         bw.write("requests", _requests(spec.name, lp, r, t0, t0 + float(load["duration_s"])))
-            notes.append({"engine": spec.name, "profile": profile, "mapping": how, "extrapolates": extra})
+            notes.append(
+                {"engine": spec.name, "profile": profile, "mapping": how, "extrapolates": extra, "twin_model": mid}
+            )
     return notes
 
 
@@ -286,14 +355,21 @@ def main(args: argparse.Namespace) -> int:
         return 2
     stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
-    bands = error_bands()
+    model = twin_model(plan)
+    other_model = not same_model(model)
+    bands = error_bands(other_model=other_model)
     print(
         f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
         f"(the emulator in virtual time), not measured",
         file=sys.stderr,
     )
+    print(f"twin model: {_model_note(model)}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
-        notes = predict_bundle(plan, Path(tmp) / "bundle", run_id, log=lambda s: print(s, file=sys.stderr))
+        try:
+            notes = predict_bundle(plan, Path(tmp) / "bundle", run_id, log=lambda s: print(s, file=sys.stderr))
+        except NothingToPredict as exc:
+            print(f"wattbench predict: {exc}", file=sys.stderr)
+            return 2
         db = Path(tmp) / "predict.duckdb" if args.no_store else args.db
         try:
             with connect(db) as con:
@@ -326,7 +402,9 @@ def main(args: argparse.Namespace) -> int:
     if bands:
         print(
             "± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
-            "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out)",
+            "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out"
+            + (", and the held-out model of another size, whichever is larger" if other_model else "")
+            + ")",
             file=sys.stderr,
         )
     else:

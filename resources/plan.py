@@ -264,6 +264,13 @@ class Plan(_Strict):
     name: str
     description: str = ""
     model: str
+    twin_model: str | None = Field(
+        None,
+        description="what the digital twin (wattbench predict, benchmarks/twin_fit.py) takes `model` to be: a "
+        "twin model name (wattbench_agent/emulator/specs.json: id, Hub name or alias) or a Hugging Face config.json "
+        "(the file, or a folder holding one; relative to the plan's folder). Default: `model` itself, which may "
+        "also be a local model folder holding a config.json",
+    )
     gpu: str = "h100-sxm"
     engines: list[EngineSpec] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
@@ -361,6 +368,16 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
         got = err.get("input")
         got_text = "" if isinstance(got, dict) or got is None else f"; got {got!r}"
         raise PlanError(f"{path}: field '{field}': {err['msg']}{got_text}{more}") from None
+    if plan.twin_model:
+        from wattbench_agent.emulator.specs import SpecError, config_path, model_spec
+
+        local = path.parent / plan.twin_model
+        if config_path(local) is not None and config_path(plan.twin_model) is None:
+            plan.twin_model = str(local.resolve())  # relative to the plan's folder
+        try:
+            model_spec(plan.twin_model)
+        except SpecError as exc:
+            raise PlanError(f"{path}: field 'twin_model': {exc}") from None
     from wattbench_agent.loadgen import LoadSpec
 
     for w_index, workload in enumerate(plan.workloads):

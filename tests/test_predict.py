@@ -119,3 +119,75 @@ def test_shipped_band_is_the_fits_held_out_error():
     for r in rows:
         expected[r["figure"]] = max(expected.get(r["figure"], 0.0), abs(r["error"]))
     assert pc.error_bands() == pytest.approx({f: round(v, 4) for f, v in expected.items()})
+
+
+def test_predict_refuses_a_plan_without_any_twin_and_files_nothing(tmp_path, capsys):
+    """No engine maps to a twin: one clear line, exit 2, no run filed (no empty predicted run)."""
+    plan = {**PLAN, "engines": [PLAN["engines"][2]]}  # sglang only
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    db = tmp_path / "wh.duckdb"
+    assert main(["predict", "--plan", str(path), "--db", str(db), "--run-id", "pred-none"]) == 2
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("wattbench predict: no engine")]
+    assert len(line) == 1 and "sglang" in line[0] and "nothing filed" in line[0]
+    if db.exists():
+        with connect(db, read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_predict_a_local_model_through_its_config_json(tmp_path, capsys):
+    """A plan whose model is a folder on the GPU node predicts here through twin_model (a config.json relative to
+    the plan); a model folder holding a config.json works as the model itself. Parameters are stated computed."""
+    from resources.plan import PlanError, load_plan
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = json.loads((root / "results" / "h200-vllm" / "config.json").read_text())
+    (tmp_path / "models" / "llama8b").mkdir(parents=True)
+    (tmp_path / "models" / "llama8b" / "config.json").write_text(json.dumps(cfg))
+    engines = [{**PLAN["engines"][0], "tp": 1, "options": {"max_num_seqs": 16}}]
+    workloads = [{**PLAN["workloads"][0], "sweep": {"concurrency": [4]}}]
+    base = {**PLAN, "engines": engines, "workloads": workloads, "gpu": "h200"}
+    plans = {
+        "twin": {**base, "model": "/tmp/not-on-this-machine", "twin_model": "models/llama8b/config.json"},
+        "folder": {**base, "model": str(tmp_path / "models" / "llama8b")},
+    }
+    for name, plan in plans.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(plan))
+        assert main(["predict", "--plan", str(path), "--no-store"]) == 0, name
+        out, err = capsys.readouterr()
+        assert "| vllm-fp8-tp4" in out
+        assert "8.03B parameters" in err and "computed" in err
+        assert "inside the validated domain" in err  # the same shapes as the fitted model
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**base, "model": "/tmp/x", "twin_model": "models/missing.json"}))
+    with pytest.raises(PlanError, match="twin_model"):
+        load_plan(bad)
+    capsys.readouterr()
+    # no twin model at all: each engine says why, and nothing is filed
+    nomodel = tmp_path / "nomodel.yaml"
+    nomodel.write_text(yaml.safe_dump({**base, "model": "/tmp/not-on-this-machine"}))
+    assert main(["predict", "--plan", str(nomodel), "--no-store"]) == 2
+    assert "unknown model '/tmp/not-on-this-machine'" in capsys.readouterr().err
+
+
+def test_band_for_another_model_size_takes_the_held_out_models_error(tmp_path, monkeypatch):
+    import pipelines.predict_cli as pc
+
+    fit = tmp_path / "fit.json"
+    fit.write_text(
+        json.dumps(
+            {
+                "error_bands": {"output_tok_s": 0.08, "counter_w_per_gpu": 0.15},
+                "error_bands_other_model": {"output_tok_s": 0.20, "counter_w_per_gpu": 0.05},
+            }
+        )
+    )
+    monkeypatch.setattr(pc, "FIT_RESULTS", fit)
+    assert pc.error_bands() == {"output_tok_s": 0.08, "counter_w_per_gpu": 0.15}
+    assert pc.error_bands(other_model=True) == {"output_tok_s": 0.20, "counter_w_per_gpu": 0.15}
+    root = Path(__file__).resolve().parents[1]
+    assert pc.same_model(str(root / "results" / "h200-vllm" / "config.json"))  # the 8B random model: same shapes
+    assert not pc.same_model(str(root / "results" / "h200-vllm-14b" / "config.json"))
+    assert not pc.same_model("llama-3.1-70b")

@@ -4,6 +4,7 @@ scheduler running one step ahead, closed-loop ramps, online fp8, memory power an
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,73 @@ def test_mem_eff_scale_speeds_memory_bound_decode_only():
     prefill = StepLoad(tokens=8192, seqs=1, sampled=1, attn_work=8192 * 4096.5, prefill_tokens=8192)
     assert fast.step(decode).t_gpu < 0.9 * base.step(decode).t_gpu
     assert fast.step(prefill).t_gpu == pytest.approx(base.step(prefill).t_gpu, rel=0.02)  # compute bound
+
+
+def test_power_split_static_memory_compute():
+    """Power = static (idle + clocks + active static) + energy per byte read + energy per FLOP: at one stream the
+    memory part dominates, and fp8 (half the weight bytes) draws less than bf16; an fp8 FLOP costs half a bf16
+    one (twice the peak at the same power)."""
+    bf16 = setup("vllm-like", *H200_8B, "bf16", None).dep
+    fp8 = setup("vllm-like", *H200_8B, "fp8", {"quantization": "checkpoint"}).dep
+    decode = StepLoad(tokens=1, seqs=1, sampled=1, attn_work=601.0, kv_read=600.0)
+    b, f = bf16.step(decode), fp8.step(decode)
+    g, pf = bf16.gpu, bf16.pf
+    static = g.idle_w + g.clock_up_w + g.tdp_w * pf.k_busy
+    mem = bf16.mem_power_w * b.util_mem
+    cmp_ = b.power_w - static - mem
+    assert mem > 2 * cmp_ > 0  # memory-bound decode: bytes, not FLOPs, set the dynamic power
+    assert b.power_w == pytest.approx(static + mem + g.tdp_w * pf.k_cmp * b.flops / (bf16.peak * b.dt))
+    assert f.power_w < b.power_w and f.util_mem * f.dt == pytest.approx(b.util_mem * b.dt / 2, rel=0.1)
+    # the compute part per FLOP: fp8 half of bf16
+    assert fp8.peak == pytest.approx(2 * bf16.peak, rel=1e-3)
+    # efficiency does not change energy per FLOP: a slower kernel draws less power for longer
+    slow = replace(bf16, kf=replace(bf16.kf, gemm_eff=bf16.kf.gemm_eff / 2))
+    prefill = StepLoad(tokens=512, seqs=1, sampled=1, attn_work=512 * 256.5, prefill_tokens=512)
+    fast_c, slow_c = bf16._step(prefill, 1.0), slow._step(prefill, 1.0)
+    assert slow_c.dt > fast_c.dt
+    e_fast = (fast_c.power_w - static) * fast_c.dt - bf16.mem_power_w * fast_c.util_mem * fast_c.dt
+    e_slow = (slow_c.power_w - static) * slow_c.dt - bf16.mem_power_w * slow_c.util_mem * slow_c.dt
+    assert e_slow == pytest.approx(e_fast, rel=1e-6)
+
+
+def test_model_from_a_hugging_face_config(tmp_path):
+    """A model the twin does not list is described by its config.json (a folder holding one, or the file); its
+    parameter count is computed from the shapes and says so."""
+    import json
+
+    from wattbench_agent.emulator.specs import SpecError, model_spec
+
+    cfg = {
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+        "tie_word_embeddings": False,
+    }
+    folder = tmp_path / "qwen14-shaped"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    m = model_spec(str(folder))
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.intermediate) == (48, 5120, 40, 8, 128, 13824)
+    assert 14.0e9 < m.params < 15.0e9 and "computed" in m.source
+    assert model_spec(str(folder / "config.json")) == m
+    # the committed config.json of the random H200 model has the Llama-3.1-8B shape
+    h200 = model_spec(str(Path(__file__).resolve().parents[2] / "results" / "h200-vllm" / "config.json"))
+    assert h200.total_params_derived == model_spec("llama-3.1-8b").total_params_derived
+    # a bigger model decodes slower on the same GPU
+    small = step_time("vllm-like", str(folder / "config.json"), "h200", 1, "bf16", batch=1, context=512)
+    assert small.dt > step_time("vllm-like", *H200_8B, "bf16", batch=1, context=512).dt
+    moe = {**cfg, "num_local_experts": 8, "num_experts_per_tok": 2}
+    (tmp_path / "moe.json").write_text(json.dumps(moe))
+    mm = model_spec(str(tmp_path / "moe.json"))
+    assert mm.experts == 8 and mm.active_params < mm.params
+    bad = tmp_path / "bad" / "config.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"hidden_size": 64}))
+    with pytest.raises(SpecError, match=r"bad/config.json: no num_attention_heads"):
+        model_spec(str(bad.parent))
+    with pytest.raises(SpecError, match="config.json"):
+        model_spec("no-such-model")

@@ -7,8 +7,12 @@ Roofline per operator class (docs/EMULATOR.md has the equations):
   fixed           t_fix  = L * c_layer                     (kernel launches and tails, CUDA graphs or not)
   host            t_cpu  = c_step + c_seq * n_seqs         (scheduler, sampling, detokenization not hidden)
   step            t      = t_gpu + t_cpu - min(host_overlap * t_cpu, t_gpu)   (t_gpu = t_lin + t_attn + t_ar + t_fix)
-Power per GPU: P = P_idle + TDP * (k_busy + k_mem * u_mem + k_cmp * u_cmp) while an iteration runs, capped at the power limit by
-lowering the SM clock (compute-bound time stretches by 1/clk; clock-event reason sw_power_cap).
+Power per GPU while an iteration runs, three parts (docs/EMULATOR.md, 'Power'):
+  static   P_idle + P_clk + k_busy TDP                      (idle measured; clocks up; active static)
+  memory   k_mem TDP s_mem * bytes/s / HBM_bw               (weights + KV + activations read: energy per byte)
+  compute  k_cmp TDP * FLOP/s / peak(compute type) * clk^(e-1)   (energy per FLOP; fp8's at twice the peak costs half)
+capped at the power limit by lowering the SM clock (compute-bound time stretches by 1/clk, the compute part falls
+~clk^e; clock-event reason sw_power_cap).
 Pure Python, no dependencies: the server and simulate() share it.
 """
 
@@ -22,7 +26,6 @@ from wattbench_agent.emulator.specs import GPUSpec, ModelSpec, PrecisionSpec
 CLOCK_EVENT_GPU_IDLE = 0x1
 CLOCK_EVENT_SW_POWER_CAP = 0x4
 CLOCK_EVENT_SW_THERMAL = 0x20
-REF_EFF = 0.65  # reference tensor efficiency of the power model (u_cmp = REF_EFF x time in tensor math / step)
 
 
 @dataclass(frozen=True)
@@ -50,13 +53,13 @@ class KernelFactors:
 
 @dataclass(frozen=True)
 class PowerFactors:
-    """Power model, as fractions of the GPU's TDP (fitted on ML.ENERGY H100 figures and the H200 vLLM runs,
-    benchmarks/twin_fit.py; scaled by TDP elsewhere)."""
+    """Power model, as fractions of the GPU's TDP: static, memory traffic, compute (fitted on ML.ENERGY H100 figures
+    and the H200 vLLM runs, benchmarks/twin_fit.py, final fit; scaled by TDP elsewhere)."""
 
-    k_busy: float = 0.175  # static active power while the engine iterates (clocks up, leakage, front ends)
-    k_mem: float = 0.68  # HBM + memory-system power at 100% of an H100 SXM's bandwidth (x gpu.mem_power_scale)
-    k_cmp: float = 1.04  # tensor-core power at 100% of the dense peak (more than TDP -> power capped)
-    clk_exp: float = 2.5  # dynamic compute power ~ clk^clk_exp under DVFS
+    k_busy: float = 0.205  # static active power while the engine iterates (leakage at load, front ends)
+    k_mem: float = 0.467  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
+    k_cmp: float = 1.26  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
+    clk_exp: float = 2.5  # compute power ~ clk^clk_exp under DVFS (energy per FLOP ~ clk^(clk_exp - 1)); held
     min_clk: float = 0.55
 
 
@@ -231,11 +234,9 @@ class Deployment:
         nbytes = w_bytes + kv_bytes + q_bytes
         busy = t_gpu / dt
         u_mem = min(1.0, nbytes / (self.gpu.hbm_bw * dt))
-        # tensor activity: time spent in matmul/attention math at the profile's efficiency, normalised by a common
-        # reference efficiency -- an inefficient kernel burns about the same power, for longer
-        u_cmp = min(
-            1.0, REF_EFF * (lin_flops / (self.peak * self.gemm_eff) + attn_flops / (self.peak_attn * kf.attn_eff)) / dt
-        )
+        # tensor math: FLOP/s as a share of the compute type's dense peak (energy per FLOP; an fp8 FLOP at twice the
+        # peak costs half a bf16 one), independent of the kernels' efficiency
+        u_cmp = min(1.0, (lin_flops / self.peak + attn_flops / self.peak_attn) / dt)
         pf, tdp = self.pf, self.gpu.tdp_w
         # static active power is drawn for the whole iteration: host gaps of a few hundred microseconds are far
         # shorter than the GPU's power-management reaction time, so clocks and voltage stay up (ML.ENERGY's
@@ -243,7 +244,7 @@ class Deployment:
         power = (
             self.gpu.idle_w
             + self.gpu.clock_up_w
-            + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk**pf.clk_exp)
+            + tdp * (pf.k_busy + pf.k_cmp * u_cmp * clk ** (pf.clk_exp - 1.0))
             + self.mem_power_w * u_mem
         )
         return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)

@@ -216,7 +216,10 @@ class Stream:
         self.prompt_tokens = prompt_tokens
         self.text_pos = 0
         obj = "chat.completion.chunk" if chat else "text_completion"
-        head = f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},"model":{json.dumps(model)},"choices":[{{"index":0,'
+        head = (
+            f'data: {{"id":"{rid}","object":"{obj}","created":{self.created},"model":{json.dumps(model)},'
+            '"choices":[{"index":0,'
+        )
         if chat:
             self.prefix = head + '"delta":{"content":"'
             self.suffix = '"},"logprobs":null,"finish_reason":null}]}\n\n'

@@ -277,7 +277,7 @@ def simulate(
                 stats["capped"] += ov
             stats["busy"] += c.util_gpu * ov
             stats["umem"] += c.util_mem * ov
-            stats["ucmp"] += c.util_cmp * c.clk**dep.pf.clk_exp * ov
+            stats["ucmp"] += c.util_cmp * ov
             stats["clk_busy"] += c.clk * ov
             k = max(si, math.ceil(len(sched.running) * fe / c.dt))
             n_dec = b.load.sampled

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -121,10 +122,90 @@ def _pick(table: str, name: str, kind: str) -> tuple[str, dict[str, Any]]:
             if key in {a.lower() for a in (m["hf_id"], *m.get("aliases", []))}:
                 return mid, m
     known = ", ".join(sorted(raw))
-    raise SpecError(f"unknown {kind} {name!r}; known {kind}s: {known}")
+    more = (
+        " (or a Hugging Face config.json: a local model folder holding one, or the file)" if table == "models" else ""
+    )
+    raise SpecError(f"unknown {kind} {name!r}; known {kind}s: {known}{more}")
+
+
+def config_path(name: str | Path) -> Path | None:
+    """The Hugging Face config.json that `name` points to (a local model folder holding one, or the file itself);
+    None when `name` is not such a path."""
+    try:
+        path = Path(str(name)).expanduser()
+        if path.is_dir() and (path / "config.json").is_file():
+            return path / "config.json"
+        if path.is_file() and path.suffix == ".json":
+            return path
+    except OSError:
+        return None
+    return None
+
+
+def _cfg_int(cfg: dict[str, Any], where: Path, *keys: str, default: int | None = None) -> int:
+    for k in keys:
+        v = cfg.get(k)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise SpecError(f"{where}: {k} is {v!r}; expected a non-negative integer")
+            return v
+    if default is None:
+        raise SpecError(f"{where}: no {' / '.join(keys)}; a Hugging Face config.json of a decoder model has it")
+    return default
+
+
+def spec_from_config(path: str | Path) -> ModelSpec:
+    """A model described by its Hugging Face config.json (Llama, Qwen2, Mistral, Mixtral-style decoders: SwiGLU MLP,
+    grouped-query attention, optional experts). Parameters are COMPUTED from the shapes (the source says so)."""
+    where = Path(path)
+    try:
+        cfg = json.loads(where.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{where}: not a readable config.json ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{where}: expected a JSON object (a Hugging Face config.json)")
+    cfg = {**cfg, **(cfg.get("text_config") or {})}  # multimodal configs keep the decoder under text_config
+    hidden = _cfg_int(cfg, where, "hidden_size", "d_model", "n_embd")
+    heads = _cfg_int(cfg, where, "num_attention_heads", "n_head")
+    if not hidden or not heads:
+        raise SpecError(f"{where}: hidden_size and num_attention_heads must be positive")
+    experts = _cfg_int(cfg, where, "num_local_experts", "num_experts", "n_routed_experts", default=1) or 1
+    name = where.parent.name if where.name == "config.json" else where.stem
+    ms = ModelSpec(
+        id=f"config:{name}",
+        hf_id=str(cfg.get("_name_or_path") or name),
+        aliases=(),
+        params=0.0,
+        active_params=0.0,
+        layers=_cfg_int(cfg, where, "num_hidden_layers", "n_layer"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=_cfg_int(cfg, where, "num_key_value_heads", default=heads),
+        head_dim=_cfg_int(cfg, where, "head_dim", default=hidden // heads),
+        intermediate=_cfg_int(
+            cfg,
+            where,
+            "moe_intermediate_size" if experts > 1 and "moe_intermediate_size" in cfg else "intermediate_size",
+        ),
+        vocab=_cfg_int(cfg, where, "vocab_size"),
+        experts=experts,
+        experts_per_token=_cfg_int(cfg, where, "num_experts_per_tok", default=1) if experts > 1 else 1,
+        max_position=_cfg_int(cfg, where, "max_position_embeddings", default=4096),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        source=f"computed from {where} (Hugging Face config.json): parameters computed from the shapes, not published",
+    )
+    total = ms.total_params_derived
+    per_layer_active = ms.attn_params_per_layer + ms.experts_per_token * ms.expert_params_per_layer
+    active = ms.layers * per_layer_active + ms.embed_params * (1 if ms.tied_embeddings else 2)
+    return dataclasses.replace(ms, params=float(total), active_params=float(active))
 
 
 def model_spec(name: str) -> ModelSpec:
+    """A model of specs.json by id, Hub name or alias; or one described by a config.json (a local model folder
+    holding one, or the path of the file)."""
+    cfg = config_path(name) if name and ("/" in str(name) or str(name).endswith(".json")) else None
+    if cfg is not None:
+        return spec_from_config(cfg)
     mid, m = _pick("models", name, "model")
     return ModelSpec(
         id=mid,

@@ -1,0 +1,68 @@
+"""benchmarks/twin_fit.py's protocol: held-out points (another model size, later plans) never enter a fit; the fit
+converges on a small real problem; the H200 README's out-of-sample section is written from the fit's rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks import twin_fit
+
+
+def test_held_out_model_and_late_points_are_in_no_training_set():
+    points, meas = twin_fit.load_points(held_out_models=False)
+    assert points and meas
+    other = replace(points[0], group="held-out model", model="results/h200-vllm-14b/config.json")
+    folds = twin_fit.folds([*points, other])
+    assert "final (all points)" in folds and twin_fit.BEFORE_LIGHT in folds
+    for name, (train, test, _frozen) in folds.items():
+        assert other not in train and other not in test, name
+        assert not any(p.workload in twin_fit.LATE for p in train), name
+        if name.startswith("leave out"):
+            held = name.removeprefix("leave out ")
+            assert test and all(p.workload == held for p in test)
+            assert not any(p.workload == held for p in train)
+    light = folds[twin_fit.BEFORE_LIGHT]
+    assert all(p.workload in twin_fit.LIGHT for p in light[1])
+    assert not any(p.workload in twin_fit.LIGHT for p in light[0])
+
+
+def test_power_refit_converges_on_two_points():
+    """The power knobs alone, from a fold's stored fit, on two real light points (no ML.ENERGY): least squares ends
+    by its own criterion and lowers the loss from where it started."""
+    points, meas = twin_fit.load_points(held_out_models=False)
+    train = [p for p in points if p.workload == "light" and p.concurrency == 1]
+    stored = json.loads(twin_fit.OUT.read_text())["fits"]["final (all points)"]["params"]
+    start = {**stored, "k_busy": 0.2, "k_mem": 0.9}  # moved off the fit
+    frozen = {n for n, _w, _lo, _hi in twin_fit.PARAMS if n not in twin_fit.POWER_KNOBS}
+    orig = twin_fit.residuals
+    twin_fit.residuals = lambda prm, tr, m, with_ml=True: orig(prm, tr, m, with_ml=False)
+    try:
+        first = twin_fit.loss({**twin_fit.PRIOR, **start, **twin_fit.FIXED}, train, meas, with_ml=False)
+        res = twin_fit.fit(train, meas, frozen=frozen, start=start, coarse=(0.125,), max_nfev=15)
+    finally:
+        twin_fit.residuals = orig
+    assert res["converged"] and res["free_knobs"] == list(twin_fit.POWER_KNOBS)
+    assert res["train_loss"] < 0.5 * first
+    assert all(res["params"][n] == start[n] for n in frozen if n in start)
+
+
+def test_readme_section_is_written_from_the_rows(tmp_path: Path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## prediction\n\n{twin_fit.README_BEGIN}\nstale\n{twin_fit.README_END}\n\n## next\n")
+    row = {
+        "protocol": "leave-one-workload-out",
+        "engine": "vllm-bf16",
+        "point": "light:c1",
+        "measured": 472.3,
+        "predicted": 480.0,
+        "error": 480.0 / 472.3 - 1,
+        "meets_goal": True,
+    }
+    rows = [{**row, "figure": "counter_w_per_gpu"}, {**row, "figure": "output_tok_s", "meets_goal": False}]
+    summary = {"leave-one-workload-out": {"counter_w_per_gpu": {"within_goal": 1, "n": 1}}}
+    twin_fit.write_readme_section({"rows": rows, "summary": summary}, {}, readme)
+    text = readme.read_text()
+    assert "stale" not in text and text.startswith("# x") and text.rstrip().endswith("## next")
+    assert "472.3 / 480 (+2%)" in text and "W 1/1" in text and "(+2%)*" in text  # tok/s row marked as a miss
