@@ -90,6 +90,61 @@ def compare() -> dict:
     }
 
 
+def picture(result: dict, path: Path) -> None:
+    """Measured (mean, 95% interval) against predicted (with its band) per stream count, one panel per figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = [f for f in GOAL if any(r["figure"] == f for r in result["rows"])]
+    fig, axes = plt.subplots(2, (len(figures) + 1) // 2, figsize=(13, 7), squeeze=False)
+    colors = {"vllm-bf16": "#1f77b4", "vllm-fp8": "#d62728"}
+    for ax, f in zip(axes.flat, figures, strict=False):
+        for engine, color in colors.items():
+            rs = sorted(
+                (
+                    r
+                    for r in result["rows"]
+                    if r["figure"] == f and r["engine"] == engine and r["point"].startswith("sweep:")
+                ),
+                key=lambda r: int(r["point"].split(":c")[1]),
+            )
+            if not rs:
+                continue
+            x = [int(r["point"].split(":c")[1]) for r in rs]
+            y = [r["measured"] for r in rs]
+            err = [[r["measured"] - r["measured_lo"] for r in rs], [r["measured_hi"] - r["measured"] for r in rs]]
+            ax.errorbar(x, y, yerr=err, fmt="o-", color=color, capsize=3, label=f"{engine} measured (95% CI)")
+            band = [r["band"] or 0 for r in rs]
+            pred = [r["predicted"] for r in rs]
+            ax.errorbar(
+                [v * 1.06 for v in x],
+                pred,
+                yerr=[[p * b for p, b in zip(pred, band, strict=True)]] * 2,
+                fmt="s--",
+                color=color,
+                alpha=0.45,
+                capsize=3,
+                label=f"{engine} predicted before (band)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([2, 8, 32], ["2", "8", "32"])
+        ax.set_xlabel("closed-loop streams (512 in / 128 out)")
+        ax.set_title(f"{LABEL[f]} (goal ±{100 * GOAL[f]:.0f}%)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(figures) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(
+        "The twin's predictions filed before the run vs measured: vLLM 0.25.0, 1x H200, Llama-3.1-8B shape (random)",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def markdown(result: dict) -> str:
     lines = [
         "| engine | point | figure | measured [95% CI] | predicted | error | goal met |",
@@ -128,4 +183,5 @@ def markdown(result: dict) -> str:
 if __name__ == "__main__":
     result = compare()
     (HERE / "comparison.json").write_text(json.dumps(result, indent=1) + "\n")
+    picture(result, HERE / "predicted_vs_measured.png")
     print(markdown(result))
