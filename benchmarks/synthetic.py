@@ -180,16 +180,17 @@ class SyntheticRun:
 POINTS_PER_INSERT = 40  # requests go in 40 points (1M at the default shape) at a time: the build stays in memory
 
 
-def insert_run(con, run: SyntheticRun, plan_name: str = "scale") -> dict[str, int]:
+def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str, int]:
     """Write the run into the warehouse of `con` (its schema applied) as ingest leaves one: its rows in every table,
-    then point_stats by resources.warehouse.refresh_point_stats. Returns the rows per table."""
+    then point_stats by resources.warehouse.refresh_point_stats and latency_intervals by resources.intervals.refresh
+    (the bootstrap intervals of latency percentiles), as ingest computes them. `runs_row`: columns of its row in
+    table runs (default: status 'ingested', plan 'scale', nothing else). Returns the rows per table."""
+    from resources import intervals
     from resources.warehouse import refresh_point_stats
 
     run.stage(con)
-    con.execute(
-        "INSERT INTO runs (run_id, source, status, plan_name) VALUES (?, ?, 'ingested', ?)",
-        [run.run_id, run.source, plan_name],
-    )
+    row = {"run_id": run.run_id, "source": run.source, "status": "ingested", "plan_name": "scale", **(runs_row or {})}
+    con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
     con.execute("INSERT INTO deployments BY NAME SELECT * FROM syn_deployments")
     con.execute("INSERT INTO load_runs BY NAME SELECT * FROM syn_load_runs")
     for first in range(0, run.points, POINTS_PER_INSERT):
@@ -198,9 +199,10 @@ def insert_run(con, run: SyntheticRun, plan_name: str = "scale") -> dict[str, in
     con.execute("INSERT INTO energy_windows BY NAME " + run.energy_windows_sql())
     con.execute("INSERT INTO server_metrics BY NAME " + run.server_metrics_sql())
     refresh_point_stats(con, run.run_id)
+    intervals.refresh(con, run.run_id)
     return {
         t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run.run_id]).fetchone()[0]
-        for t in ("load_runs", "requests", "gpu_samples", "server_metrics", "point_stats")
+        for t in ("load_runs", "requests", "gpu_samples", "server_metrics", "point_stats", "latency_intervals")
     }
 
 
