@@ -439,9 +439,8 @@ INTO NAME metric VALUE value;
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
 -- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
--- reading (sql/point_figures.sql, sql/load_points.sql).
-CREATE OR REPLACE VIEW v_point_figures AS
-WITH attrs AS (
+-- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats.
+CREATE OR REPLACE VIEW v_point_attrs AS
     SELECT run_id, deployment_id, workload, point_label,
            any_value(source) AS source, any_value(engine) AS engine, any_value(engine_kind) AS engine_kind,
            any_value(engine_version) AS engine_version, any_value(model) AS model,
@@ -450,8 +449,10 @@ WITH attrs AS (
            any_value(rate) AS rate, any_value(burstiness) AS burstiness, any_value(input_tokens) AS input_tokens,
            any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
            min(window_s) AS min_window_s
-    FROM v_load_points_core GROUP BY ALL),
-over_repeats AS (
+    FROM v_load_points_core GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_point_figures AS
+WITH over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
            avg(value) AS estimate,
            avg(value) - t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS lo,
@@ -469,7 +470,7 @@ SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a
        a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
        f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
        (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
-FROM attrs a
+FROM v_point_attrs a
 JOIN (SELECT * FROM over_repeats UNION ALL BY NAME SELECT * FROM latency) f
   USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
@@ -499,16 +500,19 @@ repeat_level AS (
                 THEN 'significant' ELSE 'no significant difference' END AS verdict,
            'paired repeats, t interval of the log ratio' AS method
     FROM paired),
-latency_level AS (
-    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
-           a.estimate / nullif(b.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
-           CASE WHEN a.lo IS NULL OR b.lo IS NULL THEN 'no interval: not tested'
-                WHEN a.lo > b.hi OR a.hi < b.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
+latency_level AS (  -- v_point_figures' latency rows (a point's attributes and its latency_intervals), read directly
+    SELECT a.run_id, a.workload, a.point_label, x.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
+           x.estimate / nullif(y.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
+           CASE WHEN x.lo IS NULL OR y.lo IS NULL THEN 'no interval: not tested'
+                WHEN x.lo > y.hi OR x.hi < y.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
            '95% intervals compared' AS method
-    FROM v_point_figures a JOIN v_point_figures b
-      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
-     AND b.metric = a.metric AND b.engine <> a.engine
-    WHERE a.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
+    FROM v_point_attrs a JOIN latency_intervals x USING (run_id, deployment_id, workload, point_label)
+    JOIN v_point_attrs b
+      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label AND b.engine <> a.engine
+    JOIN latency_intervals y
+      ON y.run_id = b.run_id AND y.deployment_id = b.deployment_id AND y.workload = b.workload
+     AND y.point_label = b.point_label AND y.metric = x.metric
+    WHERE x.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
 SELECT x.*, c.label, c.unit, c.better, c.ord,
        CASE WHEN x.verdict <> 'significant' THEN x.verdict
             WHEN (x.ratio > 1) = (c.better = 'higher') THEN x.engine || ' better'
