@@ -1,12 +1,15 @@
 """How fast the CLI's read-only commands answer (run: python -m benchmarks.cli_startup; part of `make bench`).
 
 Each command runs N times in a fresh process (the `wattbench` console script of this interpreter's environment) on
-a small warehouse made here: one synthetic run of two engines x one point x three repeats, ingested from a real
-bundle. Wall time per process (start to exit, perf_counter around subprocess.run), median with min, max and the
+each of two warehouses made here: "small", one synthetic run of two engines x one point x three repeats, ingested
+from a real bundle; "h200", the five measured H200 vLLM runs kept in results/h200-vllm/ (bundle-*.tar.xz: 30,313
+requests with their per-token times, GPU samples and engine scrapes), ingested as `wattbench ingest` would: a
+warehouse with data, like the one `make run` leaves. `--db PATH` adds another (e.g. report_scale.py's 10M one, kept
+with --keep). Wall time per process (start to exit, perf_counter around subprocess.run), median with min, max and the
 interquartile range, against the target of 0.5 s (issue 18, item 5), and the median CPU seconds of the process
 (user + system: what the command costs, without the waiting for a core that a busy machine adds to wall time).
 One more run of each command under `python -X importtime` lists which heavy modules it imported (dagster,
-great_expectations, pandas, matplotlib, altair): a fact next to the timing. `--compare EXE` times another
+great_expectations, pandas, matplotlib, altair, numpy): a fact next to the timing. `--compare EXE` times another
 wattbench (e.g. an older checkout's) the same way. Writes results/cli_startup.json.
 """
 
@@ -27,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 0.5
-HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair")
+HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair", "numpy")
 COMMANDS = {
     "sql select 1": ["sql", "select 1", "--db", "{db}"],
     "sql load_points": ["sql", "load_points", "--db", "{db}"],
@@ -53,6 +56,36 @@ def make_warehouse(folder: Path) -> Path:
         started=started(0),
     )
     return db
+
+
+H200_BUNDLES = ROOT / "results" / "h200-vllm"
+
+
+def make_h200_warehouse(folder: Path) -> Path:
+    """The measured H200 vLLM runs kept in the repository, each bundle ingested (resources.warehouse.ingest_bundle)."""
+    sys.path.insert(0, str(ROOT))
+    from resources.warehouse import connect, ingest_bundle
+    from wattbench_agent.bundle import unpacked
+
+    db = folder / "h200.duckdb"
+    with connect(db) as con:
+        for bundle in sorted(H200_BUNDLES.glob("bundle-*.tar.xz")):
+            with unpacked(bundle) as unpacked_folder:
+                ingest_bundle(con, unpacked_folder)
+    return db
+
+
+def warehouse_facts(db: Path) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {
+            t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "load_runs", "requests", "gpu_samples")
+        } | {"mb": round(db.stat().st_size / 1e6, 1)}
+    finally:
+        con.close()
 
 
 def _argv(exe: str, cmd: list[str], db: Path) -> list[str]:
@@ -119,11 +152,17 @@ def main(argv: list[str] | None = None) -> int:
         "--compare", metavar="EXE", help="another wattbench to time the same way (e.g. an older checkout's)"
     )
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--db", help="also time the commands on this warehouse (read only)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        db = make_warehouse(Path(tmp))
+        made = {
+            "small": ("one synthetic run: 2 engines x 1 point x 3 repeats", make_warehouse(Path(tmp))),
+            "h200": ("the five measured H200 vLLM runs of results/h200-vllm/", make_h200_warehouse(Path(tmp))),
+        }
+        if args.db:
+            made["given"] = (f"--db {args.db}", Path(args.db))
         result = {
-            "what": "wall time of one `wattbench COMMAND` process, start to exit, on a warehouse of one synthetic run",
+            "what": "wall time of one `wattbench COMMAND` process, start to exit, on each warehouse",
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {
                 "cpus": os.cpu_count(),
@@ -132,30 +171,39 @@ def main(argv: list[str] | None = None) -> int:
                 "load_average_1_5_15_before": [round(x, 2) for x in os.getloadavg()],
             },
             "target_s": TARGET_S,
-            "commands": {},
+            "warehouses": {},
         }
-        for name, cmd in COMMANDS.items():
-            row = time_command(args.exe, cmd, db, args.repeats, ROOT)
-            row["heavy_modules_imported"] = heavy_imports(args.exe, cmd, db, ROOT)
-            row["target_met"] = row["median_s"] < TARGET_S
-            if args.compare:
-                compare_cwd = Path(args.compare).resolve().parents[2]  # <checkout>/.venv/bin/wattbench
-                row["compare"] = {"exe": args.compare, **time_command(args.compare, cmd, db, args.repeats, compare_cwd)}
-            result["commands"][name] = row
+        for label, (what, db) in made.items():
+            entry = {"what": what, **warehouse_facts(db), "commands": {}}
+            for name, cmd in COMMANDS.items():
+                if label != "small" and "{db}" not in " ".join(cmd):
+                    continue  # a command that reads no warehouse is timed once
+                row = time_command(args.exe, cmd, db, args.repeats, ROOT)
+                row["heavy_modules_imported"] = heavy_imports(args.exe, cmd, db, ROOT)
+                row["target_met"] = row["median_s"] < TARGET_S
+                if args.compare:
+                    compare_cwd = Path(args.compare).resolve().parents[2]  # <checkout>/.venv/bin/wattbench
+                    row["compare"] = {
+                        "exe": args.compare,
+                        **time_command(args.compare, cmd, db, args.repeats, compare_cwd),
+                    }
+                entry["commands"][name] = row
+            result["warehouses"][label] = entry
     result["machine"]["load_average_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
     ok = True
-    for name, row in result["commands"].items():
-        ok &= row["target_met"] and not row["heavy_modules_imported"]
-        other = f"; compared: {row['compare']['median_s']:.3f} s" if "compare" in row else ""
-        print(
-            f"wattbench {name}: median {row['median_s']:.3f} s (min {row['min_s']:.3f}, max {row['max_s']:.3f}, "
-            f"IQR {row['iqr_s']:.3f}; CPU {row['cpu_median_s']:.3f} s) over {row['runs']} processes; heavy imports: "
-            f"{', '.join(row['heavy_modules_imported']) or 'none'}{other}; target {TARGET_S} s: "
-            f"{'met' if row['target_met'] else 'NOT met'}"
-        )
+    for label, entry in result["warehouses"].items():
+        for name, row in entry["commands"].items():
+            ok &= row["target_met"] and not row["heavy_modules_imported"]
+            other = f"; compared: {row['compare']['median_s']:.3f} s" if "compare" in row else ""
+            print(
+                f"[{label}] wattbench {name}: median {row['median_s']:.3f} s (min {row['min_s']:.3f}, max "
+                f"{row['max_s']:.3f}, IQR {row['iqr_s']:.3f}; CPU {row['cpu_median_s']:.3f} s) over {row['runs']} "
+                f"processes; heavy imports: {', '.join(row['heavy_modules_imported']) or 'none'}{other}; target "
+                f"{TARGET_S} s: {'met' if row['target_met'] else 'NOT met'}"
+            )
     return 0 if ok else 1
 
 

@@ -13,11 +13,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from resources.chunk_files import STAGING, ChunkFiles, chunk_paths
 from resources.ingest_checks import (
     check_table_file,
     ensure_natural_keys,
@@ -27,6 +26,9 @@ from resources.ingest_checks import (
     suspect_rows,
 )
 from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
+
+if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
+    from resources.chunk_files import ChunkFiles
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
@@ -191,6 +193,8 @@ def ingest_bundle(
     Idempotent: ingesting the same bundle twice leaves the same rows. `run_id` files the rows under another
     run (a bundle measured elsewhere, replayed into this run). Returns rows loaded per table.
     """
+    from resources.chunk_files import ChunkFiles, chunk_paths
+
     folder = Path(bundle)
     manifest = read_manifest(folder)
     run_id = run_id or manifest["run_id"]
@@ -459,6 +463,8 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
     if events is not None and run_id is not None:
+        from resources.chunk_files import STAGING
+
         flat_one = (
             "WITH ev AS (SELECT $run_id AS run_id, $dep AS deployment_id, $lp AS load_point_id, * FROM flat)"
             + _TOKEN_FIGURES

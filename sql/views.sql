@@ -17,6 +17,11 @@ FROM (
 -- Runs imported from other tools (`wattbench import`, resources/importers/): a load point whose file carried no
 -- per-request rows takes its figures from the tool's own statistics, stored in load_runs.summary in the load
 -- generator's layout (ttft_ms.p50, ...; NULL where the tool did not report that percentile).
+-- Their requests are looked up only among the runs that hold an imported load point (v_imported_runs): a warehouse
+-- of millions of measured requests is not scanned to learn that none of them is imported.
+CREATE OR REPLACE VIEW v_imported_runs AS
+SELECT DISTINCT run_id FROM load_runs WHERE source LIKE 'imported:%';
+
 CREATE OR REPLACE VIEW v_imported_request_stats AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
        l.sent                                                           AS requests_in_window,
@@ -49,7 +54,8 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
        NULL::INTEGER                                                    AS longest_context_tokens
 FROM load_runs l
 WHERE l.source LIKE 'imported:%'
-  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id = l.run_id AND q.load_point_id = l.load_point_id);
+  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id IN (SELECT run_id FROM v_imported_runs)
+                  AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id);
 
 CREATE OR REPLACE VIEW v_imported_itl_stats AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
@@ -62,8 +68,8 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
        (l.summary->>'$.itl_ms.stdev')::DOUBLE AS itl_stdev_ms
 FROM load_runs l
 WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id = l.run_id AND q.load_point_id = l.load_point_id
-                  AND len(q.chunk_ns) > 1);
+  AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id IN (SELECT run_id FROM v_imported_runs)
+                  AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id AND len(q.chunk_ns) > 1);
 
 -- Per load point, over its requests. Latency figures: successful requests SENT inside the window (as MLPerf
 -- LoadGen and vllm bench serve: every issued request counts). Throughput figures: successful requests whose LAST
@@ -194,8 +200,20 @@ UNION ALL BY NAME
 SELECT * FROM v_imported_itl_stats;
 
 -- Power and memory inside each load point's window from the sampled trace (diagnosis; the figure of record for
--- power is the energy counter over the window, v_load_points.counter_w_per_gpu).
+-- power is the energy counter over the window, v_load_points.counter_w_per_gpu). Every sample whose t_ns is inside a
+-- window counts for it. Samples meet windows through time buckets (a quarter of the longest window, at least 1 s; a
+-- window lists the buckets it spans): an equality join pairs a sample with the few windows near it, where a join on
+-- the deployment alone would pair it with every window of its run before the BETWEEN (tests/reports/
+-- test_view_speed_rewrites.py checks it against that plain join).
 CREATE OR REPLACE VIEW v_window_gpu AS
+WITH bw AS (
+    SELECT greatest(max(window_end_ns - window_start_ns) // 4, 1000000000) AS bucket_ns
+    FROM load_runs WHERE window_end_ns >= window_start_ns),
+l AS (
+    SELECT run_id, deployment_id, load_point_id, window_start_ns, window_end_ns,
+           unnest(range(window_start_ns // bucket_ns, window_end_ns // bucket_ns + 1)) AS bucket
+    FROM load_runs, bw WHERE window_end_ns >= window_start_ns),
+s AS (SELECT g.*, g.t_ns // bw.bucket_ns AS bucket FROM gpu_samples g, bw)
 SELECT l.run_id, l.deployment_id, l.load_point_id,
        avg(s.power_w)                                          AS trace_mean_w_per_gpu,
        max(s.power_w)                                          AS trace_peak_w_per_gpu,
@@ -209,20 +227,22 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
                                                                AS thermal_capped_share,
        avg(s.sm_clock_mhz)                                     AS mean_sm_clock_mhz,
        count(*)                                                AS samples
-FROM load_runs l
-JOIN gpu_samples s
-  ON s.run_id = l.run_id AND s.deployment_id = l.deployment_id
+FROM l
+JOIN s
+  ON s.run_id = l.run_id AND s.deployment_id = l.deployment_id AND s.bucket = l.bucket
  AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
-GROUP BY ALL;
+GROUP BY l.run_id, l.deployment_id, l.load_point_id;
 
 -- One row per load run that ran (status ok; a point repeated N times has N rows): every figure of
 -- docs/MEASUREMENT.md, units in the names. Every W figure is energy-counter energy over time:
 -- mean_power_w (deployment) and counter_w_per_gpu; idle_power_w is the deployment's idle power with the model
 -- loaded (mean of the baselines before and after its points), and the *_above_idle figures subtract it.
--- trace_*_w_per_gpu come from the sampled instant power (diagnosis only).
+-- trace_*_w_per_gpu come from the sampled instant power (diagnosis only): v_load_points joins them (v_window_gpu) to
+-- v_load_points_core, which has every other figure and is what summaries over repeats, contrasts, comparisons and
+-- capacity plans read (none of them reads the GPU samples).
 -- Cost: $ per 1M output tokens = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6; energy cost (second line) =
 -- kWh per 1M output tokens x $/kWh x PUE. Summaries over repeats with 95% intervals: v_point_figures.
-CREATE OR REPLACE VIEW v_load_points AS
+CREATE OR REPLACE VIEW v_load_points_core AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
        coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
@@ -255,8 +275,6 @@ SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.e
                                                                         AS j_per_output_token_above_idle,
        l.output_tokens_in_window / nullif(l.energy_j - p.idle_power_w * l.window_s, 0)
                                                                         AS output_tokens_per_j_above_idle,
-       g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
-       g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
        r.gpu_price_per_hour * coalesce(d.n_gpus, d.tp) / nullif(l.output_tokens_in_window / l.window_s * 3600, 0) * 1e6
                                                                         AS usd_per_1m_output_tokens,
        l.energy_j / nullif(l.output_tokens_in_window, 0) * 1e6 / 3.6e6 * r.energy_price_per_kwh * r.pue
@@ -271,13 +289,23 @@ JOIN deployments d USING (run_id, deployment_id)
 LEFT JOIN runs r USING (run_id)
 LEFT JOIN v_request_stats q USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_itl_stats i USING (run_id, deployment_id, load_point_id)
-LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
 LEFT JOIN (SELECT run_id, deployment_id,
                   CASE WHEN idle_power_w_before IS NOT NULL AND idle_power_w_after IS NOT NULL
                        THEN (idle_power_w_before + idle_power_w_after) / 2
                        ELSE coalesce(idle_power_w_before, idle_power_w_after) END AS idle_power_w
            FROM deployments) p USING (run_id, deployment_id)
 WHERE l.status = 'ok';
+
+-- v_load_points: the figures above and the sampled trace inside each window (v_window_gpu), columns in this order.
+CREATE OR REPLACE VIEW v_load_points AS
+SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, meets_slo_p99, slo_ttft_ms, slo_tpot_ms,
+                    slo_e2e_ms, longest_context_tokens),
+       g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
+       g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
+       c.usd_per_1m_output_tokens, c.energy_usd_per_1m_output_tokens, c.meets_slo_p99, c.slo_ttft_ms, c.slo_tpot_ms,
+       c.slo_e2e_ms, c.longest_context_tokens
+FROM v_load_points_core c
+LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id);
 
 -- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
 -- the load points measured at the workload lengths nearest the traffic profile's (|ln(in/in')| + |ln(out/out')|;
@@ -296,7 +324,7 @@ WITH cfg AS (
 lp AS (
     SELECT *, coalesce(abs(ln(input_tokens / p_input_tokens::DOUBLE)), 0)
               + coalesce(abs(ln(output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
-    FROM v_load_points WHERE run_id = p_run_id),
+    FROM v_load_points_core WHERE run_id = p_run_id),
 near AS (SELECT * FROM lp QUALIFY len_distance = min(len_distance) OVER (PARTITION BY engine)),
 cap AS (
     SELECT engine,
@@ -401,7 +429,7 @@ UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat,
                 output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
                 output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
                 usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-         FROM v_load_points)
+         FROM v_load_points_core)
 ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
    output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
    usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
@@ -411,9 +439,8 @@ INTO NAME metric VALUE value;
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
 -- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
--- reading (sql/point_figures.sql, sql/load_points.sql).
-CREATE OR REPLACE VIEW v_point_figures AS
-WITH attrs AS (
+-- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats.
+CREATE OR REPLACE VIEW v_point_attrs AS
     SELECT run_id, deployment_id, workload, point_label,
            any_value(source) AS source, any_value(engine) AS engine, any_value(engine_kind) AS engine_kind,
            any_value(engine_version) AS engine_version, any_value(model) AS model,
@@ -422,8 +449,10 @@ WITH attrs AS (
            any_value(rate) AS rate, any_value(burstiness) AS burstiness, any_value(input_tokens) AS input_tokens,
            any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
            min(window_s) AS min_window_s
-    FROM v_load_points GROUP BY ALL),
-over_repeats AS (
+    FROM v_load_points_core GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_point_figures AS
+WITH over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
            avg(value) AS estimate,
            avg(value) - t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS lo,
@@ -441,7 +470,7 @@ SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a
        a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
        f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
        (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
-FROM attrs a
+FROM v_point_attrs a
 JOIN (SELECT * FROM over_repeats UNION ALL BY NAME SELECT * FROM latency) f
   USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
@@ -471,16 +500,19 @@ repeat_level AS (
                 THEN 'significant' ELSE 'no significant difference' END AS verdict,
            'paired repeats, t interval of the log ratio' AS method
     FROM paired),
-latency_level AS (
-    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
-           a.estimate / nullif(b.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
-           CASE WHEN a.lo IS NULL OR b.lo IS NULL THEN 'no interval: not tested'
-                WHEN a.lo > b.hi OR a.hi < b.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
+latency_level AS (  -- v_point_figures' latency rows (a point's attributes and its latency_intervals), read directly
+    SELECT a.run_id, a.workload, a.point_label, x.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
+           x.estimate / nullif(y.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
+           CASE WHEN x.lo IS NULL OR y.lo IS NULL THEN 'no interval: not tested'
+                WHEN x.lo > y.hi OR x.hi < y.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
            '95% intervals compared' AS method
-    FROM v_point_figures a JOIN v_point_figures b
-      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
-     AND b.metric = a.metric AND b.engine <> a.engine
-    WHERE a.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
+    FROM v_point_attrs a JOIN latency_intervals x USING (run_id, deployment_id, workload, point_label)
+    JOIN v_point_attrs b
+      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label AND b.engine <> a.engine
+    JOIN latency_intervals y
+      ON y.run_id = b.run_id AND y.deployment_id = b.deployment_id AND y.workload = b.workload
+     AND y.point_label = b.point_label AND y.metric = x.metric
+    WHERE x.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
 SELECT x.*, c.label, c.unit, c.better, c.ord,
        CASE WHEN x.verdict <> 'significant' THEN x.verdict
             WHEN (x.ratio > 1) = (c.better = 'higher') THEN x.engine || ' better'

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.warehouse_scale import synthesize
+from benchmarks.synthetic import synthesize
 from resources import intervals
 from resources.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, BundleWriter, read_manifest

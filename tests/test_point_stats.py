@@ -1,6 +1,6 @@
 """Kept per-load-point figures (point_stats, schema 3) equal their on-the-fly definitions, and a version-2 warehouse
 gains them on upgrade. Real bundles: the H200 runs kept under results/ (measured vLLM and transformers), and a
-synthetic run with failed requests and engine /metrics scrapes (benchmarks/warehouse_scale.py)."""
+synthetic run with failed requests and engine /metrics scrapes (benchmarks/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.warehouse_scale import synthesize
+from benchmarks.synthetic import synthesize
 from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats
 from wattbench_agent.bundle import unpacked
 
