@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from resources.chunk_files import STAGING, ChunkFiles, chunk_paths
 from resources.ingest_checks import (
@@ -408,6 +409,45 @@ _TOKEN_FIGURES = """
            count(*) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_n
     FROM ev GROUP BY ALL"""
 _POINT_STATS_PARTS["t"] = "WITH ev AS (" + _TOKEN_EVENTS + ")" + _TOKEN_FIGURES
+_ITL_LEVELS = (0.50, 0.90, 0.95, 0.99, 0.999)
+
+
+def point_token_figures(ev: dict) -> dict[str, Any]:
+    """_TOKEN_FIGURES of one load point in numpy, over its events laid flat (ChunkFiles.point_events): the same
+    definitions, the same values (percentiles, counts and sums to the bit: DuckDB's quantile_cont interpolation;
+    a mean or deviation of millions of gaps to its summation order, 1e-12 relative; tests/test_point_stats.py)."""
+    t, n, prev_ok = ev["t"], ev["n"], ev["prev_ok"]
+    gap = np.zeros(len(t))
+    np.subtract(t[1:], t[:-1], out=gap[1:], casting="unsafe")  # t - prev, where prev is the event before
+    gap /= 1e6
+    itl = gap[prev_ok & ev["in_window"]]
+    out: dict[str, Any] = {"itl_samples": len(itl), "itl_q": None, "itl_mean_ms": None, "itl_stdev_ms": None}
+    if len(itl):
+        rn = (len(itl) - 1) * np.asarray(_ITL_LEVELS)  # DuckDB's quantile_cont: lo + (hi - lo) * (rn - floor(rn))
+        lo_i, hi_i = np.floor(rn).astype(np.int64), np.ceil(rn).astype(np.int64)
+        part = np.partition(itl, np.unique(np.concatenate([lo_i, hi_i])))
+        lo, hi = part[lo_i], part[hi_i]
+        out["itl_q"] = [float(a if i == j else a + (b - a) * (r - i)) for a, b, i, j, r in zip(lo, hi, lo_i, hi_i, rn)]
+        out["itl_mean_ms"] = float(itl.mean())
+        out["itl_stdev_ms"] = float(itl.std())
+    ws, we, has = ev["ws"], ev["we"], ev["has_load_run"]
+    steady = has and ws is not None and we is not None and we > ws
+    out["steady_events"] = len(t) if steady else 0
+    out["first_half_tokens"] = out["second_half_tokens"] = None
+    if ws is not None and we is not None and we > ws:
+        mid = (ws + we) / 2  # a double, as DuckDB's / gives
+        halves = (("first_half_tokens", (t >= ws) & (t < mid)), ("second_half_tokens", (t >= mid) & (t <= we)))
+        for name, part in halves:
+            if part.any():  # sum() over no row is NULL
+                out[name] = int(n[part].sum(dtype=np.int64))
+    out["client_itl_ms"], out["client_itl_n"] = None, 0
+    if has and ws is not None and we is not None:
+        client = gap[prev_ok & (t >= ws) & (t <= we)]
+        out["client_itl_n"] = len(client)
+        out["client_itl_ms"] = float(client.mean()) if len(client) else None
+    return out
+
+
 _POINT_STATS = """
 WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
               UNION SELECT run_id, deployment_id, load_point_id FROM _ps_t
@@ -459,13 +499,16 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
     if events is not None and run_id is not None:
-        flat_one = (
-            "WITH ev AS (SELECT $run_id AS run_id, $dep AS deployment_id, $lp AS load_point_id, * FROM flat)"
-            + _TOKEN_FIGURES
-        )
+        figures = []
         for dep, lp in events.points():
-            flat = events.point_events(run_id, dep, lp)  # noqa: F841 - read by DuckDB below
-            con.execute("INSERT INTO _ps_t " + flat_one, {"run_id": run_id, "dep": dep, "lp": lp})
+            ev = events.point_events(run_id, dep, lp)
+            if ev is not None:
+                figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **point_token_figures(ev)})
+        if figures:
+            import pyarrow as pa
+
+            kept = pa.Table.from_pylist(figures)  # noqa: F841 - read by DuckDB below
+            con.execute("INSERT INTO _ps_t BY NAME SELECT * FROM kept")
         # the run's other deployments (loaded from another bundle) from their stored lists
         points = con.execute(
             f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} AND deployment_id NOT IN "
