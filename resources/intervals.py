@@ -438,7 +438,6 @@ def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES, events=None) -> l
             ORDER BY 1, 2, 3, 4""",
         )
     df = con.execute(text, {"run_id": run_id}).df()
-    rows: list[dict[str, Any]] = []
     for (dep, workload, label), g in df.groupby(["deployment_id", "workload", "point_label"], sort=True):
         rng = np.random.default_rng(_seed(run_id, dep, workload, label))
         repeats = int(g["repeat"].nunique())

@@ -236,6 +236,17 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
             ],
         )
         mark_run(con, run_id, manifest)
+        if chunks is not None:  # a version-2 requests.jsonl is read into the staging table first: its deployments
+            _checked(  # come from there, and its scan below only looks for unknown keys
+                con,
+                "requests",
+                files["requests"],
+                types["requests"],
+                lambda: chunks.stage(
+                    _read_json_select("requests", types["requests"], chunks), [run_id, str(files["requests"])]
+                ),
+                _allowed("requests", types["requests"], chunks),
+            )
         # One pass of DuckDB over each file: lines that are not objects or name unknown columns, and the ids of the
         # rows it replaces (every table of a deployment the bundle carries, and its builds)
         scans = {
@@ -248,12 +259,27 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                     con,
                     p,
                     _allowed(t, types[t], chunks),
-                    ("deployment_id",) if t in _DEPLOYMENT_TABLES else ("build_id",) if t == "engine_builds" else (),
+                    ()
+                    if t == "requests" and chunks is not None
+                    else ("deployment_id",)
+                    if t in _DEPLOYMENT_TABLES
+                    else ("build_id",)
+                    if t == "engine_builds"
+                    else (),
+                    objects=not (t == "requests" and chunks is not None),
                 ),
                 _allowed(t, types[t], chunks),
             )
             for t, p in files.items()
         }
+        if chunks is not None:
+            staged = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT deployment_id FROM {STAGING} WHERE deployment_id IS NOT NULL"
+                ).fetchall()
+            ]
+            scans["requests"] = (scans["requests"][0], {"deployment_id": sorted(staged)})
         for table, (suspect, _) in scans.items():
             if suspect:
                 check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
@@ -338,24 +364,15 @@ def _load_table(
         mine, params = "run_id = ?", [run_id]
     if table in _DEPLOYMENT_TABLES or table == "engine_builds":
         con.execute(f"DELETE FROM {table} WHERE {mine}", params)
-    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
-    if chunks is not None:
-        read_types["chunks"] = "BIGINT[]"
-    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
-    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
     if not path.stat().st_size:
         return 0
-    select = (
-        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-        f"read_json(?, format='newline_delimited', columns={columns_literal})"
-    )
+    select = _read_json_select(table, cols, chunks)
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
         _checked(
             con, table, path, cols, lambda: con.execute(f"INSERT INTO {table} BY NAME " + select, [run_id, str(path)])
         )
-    else:
-        _checked(con, table, path, cols, lambda: chunks.stage(select, [run_id, str(path)]), allowed)
+    else:  # staged already (_ingest)
         _checked(con, table, path, cols, chunks.load, allowed)
     loaded, suspect = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
@@ -363,6 +380,19 @@ def _load_table(
     if suspect:
         check_table_file(path, table, allowed)  # names file, line and reason; a JSON text that only looked odd passes
     return loaded
+
+
+def _read_json_select(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> str:
+    """SELECT of a table file's rows as the table's columns (parameters: run_id, the file)."""
+    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    if chunks is not None:
+        read_types["chunks"] = "BIGINT[]"
+    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
+    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
+    return (
+        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"read_json(?, format='newline_delimited', columns={columns_literal})"
+    )
 
 
 # The per-request parts of point_stats (no token arrays read): v_request_stats_live, v_request_slo_counts and the
