@@ -6,10 +6,11 @@ here in numpy) written, each layout in a fresh process, as
 - lists: requests' chunk_ns BIGINT[] / chunk_tokens INTEGER[] in the DuckDB file, from Arrow lists over the arrays
   (what ingest does: resources/chunk_files.py);
 - flat: one DuckDB table of (request, event, t, n), appended from Arrow;
-- parquet: the same flat table as a zstd Parquet file beside the warehouse;
+- parquet: the same flat table as a zstd Parquet file beside the warehouse (parquet_plain: uncompressed);
 - copy: the bundle's two binary chunk files copied beside the warehouse as they are.
 Each is timed to the end of a CHECKPOINT (DuckDB's compression is part of the cost), with its size on disk and the
-process's peak RSS, and the 1-minute load average (the machine is shared: above 2 on 2 cores, other work competed).
+process's peak RSS (which includes the 1.5 GB of arrays read first, at 1M requests), and the 1-minute load
+average (the machine is shared: above 2 on 2 cores, other work competed).
 Results: results/token_storage.json. Wall seconds of wattbench's own work on synthetic data, one timing each.
 """
 
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYOUTS = ("lists", "flat", "parquet", "copy")
+LAYOUTS = ("lists", "flat", "parquet", "parquet_plain", "copy")
 EVENTS = 128
 BATCH = 8 << 20  # events per Arrow batch, as ingest's BATCH_EVENTS
 
@@ -83,7 +84,7 @@ def child(layout: str, folder: str) -> dict:
             con.execute("INSERT INTO r SELECT * FROM batch")
         con.execute("CHECKPOINT")
         con.close()
-    elif layout == "parquet":
+    elif layout in ("parquet", "parquet_plain"):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -94,7 +95,9 @@ def child(layout: str, folder: str) -> dict:
             batch = pa.table(
                 {"request": idx // EVENTS, "event": (idx % EVENTS).astype(np.int16), "t": ns[s:e], "n": tok[s:e]}
             )
-            writer = writer or pq.ParquetWriter(out / "events.parquet", batch.schema, compression="zstd")
+            writer = writer or pq.ParquetWriter(
+                out / "events.parquet", batch.schema, compression="zstd" if layout == "parquet" else "none"
+            )
             writer.write_table(batch)
         writer.close()
     else:

@@ -332,18 +332,16 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
     return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
 
 
-def scan_lines(
-    con, path: Path, allowed: set[str], ids: tuple[str, ...] = (), objects: bool = True
-) -> tuple[bool, dict[str, list]]:
-    """One pass of DuckDB over a table file: whether a line is not a JSON object (`objects`: a file that DuckDB's
-    read_json with named columns has already read needs no such check, it refuses a line that is not one) or names a
-    column the table does not have (DuckDB reads a file with named columns and would drop an unknown one silently),
-    and the distinct values of the `ids` columns (what rows of the warehouse the file replaces)."""
+def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) -> tuple[bool, dict[str, list]]:
+    """One pass of DuckDB over a table file: whether a line names a column the table does not have (DuckDB reads a
+    file with named columns and would drop an unknown one silently) or is JSON null (which it would read as a row of
+    NULLs), and the distinct values of the `ids` columns (what rows of the warehouse the file replaces). A line that
+    is another non-object (an array, a number, a string) is refused by that read itself."""
     known = "[" + ", ".join("'" + c.replace("'", "''") + "'" for c in sorted(allowed)) + "]"
     distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
-    not_object = "json_type(json) <> 'OBJECT' OR " if objects else ""
     row = con.execute(
-        f"SELECT count(*) FILTER (WHERE {not_object}NOT list_has_all({known}, json_keys(json)))"
+        f"SELECT count(*) FILTER (WHERE coalesce(NOT list_has_all({known}, json_keys(json)), true) "
+        "OR trim(json::VARCHAR) = 'null')"
         f"{distinct} FROM read_json_objects(?, format='newline_delimited')",
         [str(path)],
     ).fetchone()

@@ -225,30 +225,36 @@ def flat_itl(
     every request's counts in all the windows at once: memory and time do not grow with the requests beyond two
     passes over their gaps."""
     same = req[1:] == req[:-1]
+    first = np.flatnonzero(np.concatenate([[True], ~same]))  # where each request's times start (req is sorted)
+    if len(req) and (req[0] != 0 or len(first) != int(req.max()) + 1):  # numbers without times: numbered again
+        req = np.searchsorted(np.unique(req), req)
     gaps = np.diff(t)[same]
     gap_req = req[1:][same]
-    del t, same
     if gaps.size == 0:
         return {}, 0
+    n_req = len(first)
+    del t, same
     gaps = np.divide(gaps, 1e6)  # as DuckDB and the exact path compute a gap in ms: (t - prev) / 1e6
-    levels = list(QUANTILES.values())
-    exact = np.quantile(gaps, levels)
     n_gaps = int(gaps.size)
     edges = _log_edges(gaps.min(), gaps.max())
     n_bins = len(edges) - 1
     bins = _bin_of(gaps, edges)
-    del gaps
-    n_req = int(req.max()) + 1
-    first = np.unique(req, return_index=True)[1]
     groups = np.asarray(repeat)[first]
     labels, group_of = np.unique(groups, return_inverse=True)
     k = len(labels)
     per = max(n_req // k, 1)
-    # each repeat's histogram: where its percentiles lie, to a bin
-    gap_group = group_of[gap_req]
-    hist = np.bincount(gap_group.astype(np.int64) * n_bins + bins, minlength=k * n_bins).reshape(k, n_bins)
-    del gap_group
+    # each repeat's histogram: where its percentiles lie, to a bin (a repeat's requests are consecutive, and so are
+    # their gaps, unless the caller numbered them otherwise)
+    if np.all(np.diff(group_of) >= 0):
+        bounds = np.searchsorted(gap_req, np.searchsorted(group_of, np.arange(k + 1)))
+        hist = np.stack([np.bincount(bins[a:b], minlength=n_bins) for a, b in zip(bounds[:-1], bounds[1:])])
+    else:
+        gap_group = group_of[gap_req]
+        hist = np.bincount(gap_group.astype(np.int64) * n_bins + bins, minlength=k * n_bins).reshape(k, n_bins)
+        del gap_group
     cum = np.cumsum(hist, axis=1)
+    exact = _exact_quantiles(gaps, bins, hist.sum(axis=0), list(QUANTILES.values()))
+    del gaps
 
     def bin_at(level: float) -> np.ndarray:  # per repeat, the bin holding its `level` quantile
         return np.minimum((cum < level * cum[:, -1:]).sum(axis=1), n_bins - 1)
@@ -307,6 +313,28 @@ def flat_itl(
         lo, hi = np.quantile(boots[name], [0.025, 0.975])
         out[name] = (float(estimate), float(lo), float(hi))
     return out, n_gaps
+
+
+def _exact_quantiles(values: np.ndarray, bins: np.ndarray, hist: np.ndarray, levels: list[float]) -> list[float]:
+    """The exact percentiles of `values` (linear between order statistics: lo + (hi - lo) * frac, as DuckDB's
+    quantile_cont), each order statistic found in its bin of the histogram: only that bin's values are sorted."""
+    n = len(values)
+    below = np.concatenate([[0], np.cumsum(hist)])
+    cache: dict[int, np.ndarray] = {}
+
+    def order_stat(i: int) -> float:
+        b = int(np.searchsorted(below, i, side="right") - 1)  # below[b] <= i < below[b + 1]
+        if b not in cache:
+            cache[b] = np.sort(values[bins == b])
+        return float(cache[b][i - below[b]])
+
+    out = []
+    for q in levels:
+        rn = (n - 1) * q
+        lo_i, hi_i = int(np.floor(rn)), int(np.ceil(rn))
+        lo = order_stat(lo_i)
+        out.append(lo if lo_i == hi_i else lo + (order_stat(hi_i) - lo) * (rn - lo_i))
+    return out
 
 
 def _bin_of(values: np.ndarray, edges: np.ndarray) -> np.ndarray:

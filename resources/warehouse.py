@@ -266,7 +266,6 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                     else ("build_id",)
                     if t == "engine_builds"
                     else (),
-                    objects=not (t == "requests" and chunks is not None),
                 ),
                 _allowed(t, types[t], chunks),
             )
