@@ -34,6 +34,9 @@ SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
+# Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
+# loading before the per-point figures hold a point's token times in numpy (the peak of an ingest was both at once)
+EVICT_MEMORY = "128MB"
 
 
 def ingest_memory() -> str:
@@ -295,6 +298,10 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                 chunks if table == "requests" else None,
             )
         _derive_deployment_hbm(con, run_id)
+        # the figures below hold a point's token times in numpy: DuckDB gives back the pages it cached while loading
+        # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
+        con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
+        con.execute(f"SET memory_limit = '{ingest_memory()}'")
         from resources import intervals
 
         # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
