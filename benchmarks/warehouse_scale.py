@@ -148,7 +148,31 @@ def _child(what: str, *args: str, timeout: float = 3600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
+def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
+    """Ingest `bundle` with another checkout's code (its own resources/ and agent/), in a fresh process: wall
+    seconds, peak RSS, the load around it, or the error."""
+    commit = subprocess.run(
+        ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    ).stdout.strip()[:100]
+    load_before = os.getloadavg()[0]
+    env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _BEFORE, str(code), str(db), str(bundle)],
+        cwd=code,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    db.unlink(missing_ok=True)
+    out = {"code": str(code), "commit": commit, "load_average_1min": [load_before, os.getloadavg()[0]]}
+    if proc.returncode != 0:  # said, not dropped: a before that failed is no figure
+        return {**out, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return {**out, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def run_size(label: str, n: int, work: Path, validation: bool, before: Path | None = None) -> dict:
+    """One size: synthesize its bundles, ingest each (with `before`, another checkout's code, first: the same
+    bundle, one right after the other), then the queries and the suites on the warehouse."""
     db = work / f"w-{label}.duckdb"
     runs = max(1, -(-n // RUN_REQUESTS))
     ingests = []
@@ -157,13 +181,22 @@ def run_size(label: str, n: int, work: Path, validation: bool) -> dict:
         t0 = time.perf_counter()
         made = synthesize(bundle, f"scale-{label}-{k:03d}", min(RUN_REQUESTS, n - k * RUN_REQUESTS), seed=k)
         made["synthesize_s"] = time.perf_counter() - t0
+        earlier = _before_ingest(before, work / "before.duckdb", bundle) if before else None
         load_before = os.getloadavg()[0]
         result = _child("ingest", str(db), str(bundle))
         ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
+        if earlier:
+            ingests[-1]["before"] = earlier
         print(
             f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of bundle "
             f"(version 2); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
-            f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}",
+            f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}"
+            + (
+                f"; before ({earlier['commit'][:7]}): {earlier.get('ingest_s', float('nan')):.1f} s, "
+                f"{earlier.get('peak_rss_mb', float('nan')):,.0f} MB {earlier.get('error', '')}"
+                if earlier
+                else ""
+            ),
             flush=True,
         )
         shutil.rmtree(bundle)
@@ -196,9 +229,10 @@ def write_results(results: dict, out: Path) -> None:
         "shared, so the 1-minute load average around each ingest is in warehouse_scale.json (above 2 on 2 cores "
         "means other work competed and the times are upper bounds).",
         "",
-        "| requests | runs | bundle (MB) | ingest per run (s) | ingest peak RSS (MB) | warehouse (MB) | "
+        "| requests | runs | bundle (MB) | ingest per run (s) | ingest peak RSS (MB) | before: ingest per run (s) | "
+        "before: peak RSS (MB) | 1-min load around each ingest (before; this) | warehouse (MB) | "
         "slowest report query, cold (s) | validation (s) | validation peak RSS (MB) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for label in results["sizes_run"]:
         e = results["sizes"][label]
@@ -212,7 +246,8 @@ def write_results(results: dict, out: Path) -> None:
         lines.append(
             f"| {e['requests']:,} | {e['runs']} | {sum(i['bytes'] for i in ing) / 1e6:,.0f} | "
             f"{', '.join(f'{s:.1f}' for s in secs) or 'failed'} | {max(rss, default=float('nan')):,.0f} | "
-            f"{e['warehouse_mb']:,.0f} | "
+            + _before_cells(ing)
+            + f" | {e['warehouse_mb']:,.0f} | "
             + (f"{worst[1]['cold_s']:.2f} ({worst[0]})" if worst else "-")
             + " | "
             + (f"{val['validation_s']:.1f}" if "validation_s" in val else val.get("error", "not run"))
@@ -230,29 +265,39 @@ def write_results(results: dict, out: Path) -> None:
     largest = results["sizes"][results["sizes_run"][-1]]
     for name, v in largest.get("queries", {}).items():
         lines.append(f"| {name} | {v['cold_s']:.3f} | {v['warm_s']:.3f} | {v['rows']:,} |")
-    if results.get("before"):
-        b = results["before"]
-        mine = b.get("this_code_version_1", {})
+    before = [i["before"] for e in results["sizes"].values() for i in e["ingest"] if "before" in i]
+    if before:
         lines += [
             "",
-            f"Before: the same {b['requests']:,}-request run written as a version-1 bundle (every list inline in "
-            f"requests.jsonl, {b['bytes'] / 1e6:,.0f} MB), ingested by the code of {b['code']} (commit {b['commit']}): "
-            f"{b['ingest_s']:.1f} s, peak RSS {b['peak_rss_mb']:,.0f} MB. This code on that version-1 bundle: "
+            f"Before: every bundle above was ingested first by the code of {before[0]['code']} (commit "
+            f"{before[0]['commit']}), in a fresh process, then right after by this code: the before columns, with the "
+            "1-minute load average around each ingest.",
+        ]
+    if results.get("version_1"):
+        v1 = results["version_1"]
+        lines += [
+            "",
+            f"Old bundles: the {v1['requests']:,}-request run written as a version-1 bundle (every list inline in "
+            f"requests.jsonl, {v1['bytes'] / 1e6:,.0f} MB) ingested by this code: "
             + (
-                f"{mine['ingest_s']:.1f} s, peak RSS {mine['peak_rss_mb']:,.0f} MB"
-                if "ingest_s" in mine
-                else mine.get("error", "not run")
+                f"{v1['ingest_s']:.1f} s, peak RSS {v1['peak_rss_mb']:,.0f} MB"
+                if "ingest_s" in v1
+                else v1.get("error", "failed")
             )
-            + "; on the version-2 bundle of the same size: "
-            + (
-                f"{v2['ingest_s']:.1f} s, peak RSS {v2['peak_rss_mb']:,.0f} MB"
-                if "ingest_s" in (v2 := b.get("this_code_version_2", {}))
-                else "the table above"
-            )
-            + f". Measured {b.get('measured_at', results['measured_at'])}, one after the other; 1-minute load "
-            f"averages around each: {_loads(b)}, {_loads(mine)}" + (f", {_loads(v2)}" if v2 else "") + ".",
+            + f" (1-minute load {_loads(v1)}).",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def _before_cells(ingests: list[dict]) -> str:
+    """The before columns of a size's row: another checkout's ingest of the same bundles ('-' where not run)."""
+    before = [i["before"] for i in ingests if "before" in i]
+    if not before:
+        return "- | - | -"
+    secs = ", ".join(f"{b['ingest_s']:.1f}" if "ingest_s" in b else "failed" for b in before)
+    rss = max((b["peak_rss_mb"] for b in before if "peak_rss_mb" in b), default=float("nan"))
+    loads = "; ".join(f"{_loads(i['before'])}; {_loads(i)}" for i in ingests if "before" in i)
+    return f"{secs} | {rss:,.0f} | {loads}"
 
 
 def _loads(entry: dict) -> str:
@@ -271,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--before",
         metavar="CHECKOUT",
-        help="also ingest the smallest size with another checkout's code (e.g. /work/main), for before/after",
+        help="also ingest every bundle with another checkout's code first (e.g. /work/main: the same bundle, one "
+        "right after the other), and this code on the smallest size written as a version-1 bundle",
     )
     ap.add_argument("--work", help="folder for bundles and warehouses (default: a temporary folder)")
     ap.add_argument("--out", default=str(RESULTS), help="where warehouse_scale.json/.md go (default results/)")
@@ -302,49 +348,22 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {},
     }
     try:
-        if args.before:
-            bundle = work / "bundle-before"
-            made = synthesize(bundle, "scale-before", SIZES[labels[0]], bundle_version=1)  # what older code reads
-            code = Path(args.before).resolve()
-            commit = subprocess.run(
-                ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
-            ).stdout.strip()[:100]
-            load_before = os.getloadavg()[0]
-            env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
-            proc = subprocess.run(
-                [sys.executable, "-c", _BEFORE, str(code), str(work / "before.duckdb"), str(bundle)],
-                cwd=code,
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            if proc.returncode == 0:
-                results["before"] = {
-                    "code": str(code),
-                    "commit": commit,
-                    "requests": SIZES[labels[0]],
-                    "bytes": made["bytes"],
-                    "load_average_1min": [load_before, os.getloadavg()[0]],
-                    **json.loads(proc.stdout.strip().splitlines()[-1]),
-                }
-                load_mine = os.getloadavg()[0]
-                mine = _child("ingest", str(work / "before-this.duckdb"), str(bundle))
-                results["before"]["this_code_version_1"] = {
-                    **mine,
-                    "load_average_1min": [load_mine, os.getloadavg()[0]],
-                }
-                (work / "before-this.duckdb").unlink(missing_ok=True)
-            else:  # said, not dropped: a before that failed is no figure
-                print(f"  before ({code}) failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
-                print(
-                    f"  before ({code}): {results['before']['ingest_s']:.1f} s, "
-                    f"{results['before']['peak_rss_mb']:,.0f} MB",
-                    flush=True,
-                )
+        before = Path(args.before).resolve() if args.before else None
+        if before:  # old bundles still load: this code on the smallest size written as a version-1 bundle
+            bundle = work / "bundle-version-1"
+            made = synthesize(bundle, "scale-v1", SIZES[labels[0]], bundle_version=1)
+            load_mine = os.getloadavg()[0]
+            mine = _child("ingest", str(work / "v1.duckdb"), str(bundle))
+            results["version_1"] = {
+                "requests": SIZES[labels[0]],
+                "bytes": made["bytes"],
+                **mine,
+                "load_average_1min": [load_mine, os.getloadavg()[0]],
+            }
+            (work / "v1.duckdb").unlink(missing_ok=True)
             shutil.rmtree(bundle)
-            (work / "before.duckdb").unlink(missing_ok=True)
         for label in labels:
-            results["sizes"][label] = run_size(label, SIZES[label], work, not args.no_validation)
+            results["sizes"][label] = run_size(label, SIZES[label], work, not args.no_validation, before)
             results["sizes_run"].append(label)
             write_results(results, Path(args.out))  # after every size: a later size that fails loses nothing
     finally:

@@ -68,20 +68,37 @@ class ChunkFiles:
 
     # -------------------------------------------------------------------------------------------- reading
     def gather(self, at: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order."""
+        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order. Rows whose
+        events follow one another are read as one stretch of the files; only the stretches are read (a load point's
+        repeats lie far apart in the files)."""
         total = int(n.sum())
         if total == 0 or not self.paths:
             return np.zeros(0, np.int64), np.zeros(0, np.int32)
         has = n > 0
         at_, n_ = at[has], n[has]
-        lo, hi = int(at_.min()), int((at_ + n_).max())
-        ns = self._read("chunk_ns", lo, hi - lo)
-        tok = self._read("chunk_tokens", lo, hi - lo)
-        if len(at_) == 1 or (np.all(at_[1:] == at_[:-1] + n_[:-1]) and at_[0] == lo and hi - lo == total):
-            return ns, tok  # the usual case: the rows' events lie one after another
-        starts = np.cumsum(n_) - n_
-        idx = np.arange(total) - np.repeat(starts - (at_ - lo), n_)
-        return ns[idx], tok[idx]
+        # a stretch starts where a row's events do not follow the previous row's
+        starts = np.flatnonzero(np.concatenate([[True], at_[1:] != at_[:-1] + n_[:-1]]))
+        if len(starts) > 1 and np.any(np.diff(at_) < 0):  # rows in another order than the files': read them in the
+            order = np.argsort(at_, kind="stable")  # files' order, then lay them out in the rows'
+            ns, tok = self.gather(at_[order], n_[order])
+            place = np.empty(len(order), np.int64)
+            place[order] = np.cumsum(n_[order]) - n_[order]  # where each row's events lie in what was read
+            idx = np.repeat(place - (np.cumsum(n_) - n_), n_) + np.arange(total)
+            return ns[idx], tok[idx]
+        ends = np.concatenate([starts[1:], [len(at_)]])
+        first = at_[starts]
+        count = (at_[ends - 1] + n_[ends - 1]) - first
+        if len(starts) == 1:
+            return self._read("chunk_ns", int(first[0]), int(count[0])), self._read(
+                "chunk_tokens", int(first[0]), int(count[0])
+            )
+        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32)
+        pos = 0
+        for a, c in zip(first.tolist(), count.tolist()):
+            ns[pos : pos + c] = self._read("chunk_ns", a, c)
+            tok[pos : pos + c] = self._read("chunk_tokens", a, c)
+            pos += c
+        return ns, tok
 
     def _read(self, column: str, first: int, count: int) -> np.ndarray:
         _, code, width = CHUNK_FILES[column]
@@ -173,47 +190,40 @@ class ChunkFiles:
         """(deployment_id, load_point_id) of every load point of the staged requests."""
         return self.con.execute(f"SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} ORDER BY ALL").fetchall()
 
-    def point_events(self, run_id: str, deployment_id: str, load_point_id: str):
-        """The token events of one load point's successful requests, laid flat as sql/views.sql's unnest lays them
-        (an Arrow table: in_window, ws, we, has_load_run, t, n, prev), for warehouse.refresh_point_stats."""
-        import pyarrow as pa
-
+    def point_events(self, run_id: str, deployment_id: str, load_point_id: str) -> dict | None:
+        """The token events of one load point's successful requests, laid flat as sql/views.sql's unnest lays them,
+        as numpy arrays (t, n, in_window and prev_ok per event; ws, we, has_load_run of the point), for
+        warehouse.point_token_figures. None when the point has no event."""
         rows = self.con.execute(
-            f"""SELECT q.chunks[1] AS at, q.chunks[2] AS n, q.chunks_exact AS exact, q.in_window,
-                       l.window_start_ns AS ws, l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run
-                FROM {STAGING} q LEFT JOIN load_runs l
-                  ON l.run_id = $run_id AND l.deployment_id = q.deployment_id AND l.load_point_id = q.load_point_id
+            f"""SELECT q.chunks[1] AS at, q.chunks[2] AS n, q.chunks_exact AS exact,
+                       coalesce(q.in_window, false) AS in_window
+                FROM {STAGING} q
                 WHERE q.error_kind IS NULL AND q.chunks IS NOT NULL AND q.deployment_id = $dep
                   AND q.load_point_id = $lp
                 ORDER BY q.seq""",
-            {"run_id": run_id, "dep": deployment_id, "lp": load_point_id},
+            {"dep": deployment_id, "lp": load_point_id},
         ).fetchnumpy()
         n = np.asarray(rows["n"], dtype=np.int64)
+        if not n.sum():
+            return None
+        window = self.con.execute(
+            "SELECT window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? AND deployment_id = ? "
+            "AND load_point_id = ?",
+            [run_id, deployment_id, load_point_id],
+        ).fetchone()
         t, tok = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
         starts = np.cumsum(n) - n
         pos = np.arange(len(t)) - np.repeat(starts, n) + 1  # 1-based place of each event in its request
-        exact = _filled(rows["exact"], n)
-        has_prev = (pos > 1) & (pos <= np.repeat(exact, n))
-        prev = np.empty_like(t)
-        prev[1:] = t[:-1]
-
-        def col(name):
-            values = rows[name]
-            mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
-            data = np.repeat(np.ma.getdata(values), n)
-            return pa.array(data, mask=None if mask is None or not mask.any() else np.repeat(mask, n))
-
-        return pa.table(
-            {
-                "in_window": col("in_window"),
-                "ws": col("ws"),
-                "we": col("we"),
-                "has_load_run": col("has_load_run"),
-                "t": pa.array(t),
-                "n": pa.array(tok),
-                "prev": pa.array(prev, mask=~has_prev),
-            }
-        )
+        prev_ok = (pos > 1) & (pos <= np.repeat(_filled(rows["exact"], n), n))  # the previous event of an exact one
+        return {
+            "t": t,
+            "n": tok,
+            "in_window": np.repeat(np.asarray(rows["in_window"], dtype=bool), n),
+            "prev_ok": prev_ok,
+            "has_load_run": window is not None,
+            "ws": None if window is None else window[0],
+            "we": None if window is None else window[1],
+        }
 
     def label_events(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """(req, repeat, t) of one point of intervals.large_point_itl (its repeats pooled): as its SQL numbers and

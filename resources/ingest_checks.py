@@ -333,14 +333,16 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
 
 
 def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) -> tuple[bool, dict[str, list]]:
-    """One pass of DuckDB over a table file: whether a line is not a JSON object or names a column the table does
-    not have (DuckDB reads a file with named columns and would drop an unknown one silently), and the distinct
-    values of the `ids` columns (what rows of the warehouse the file replaces)."""
+    """One pass of DuckDB over a table file: whether a line names a column the table does not have (DuckDB reads a
+    file with named columns and would drop an unknown one silently) or is JSON null (which it would read as a row of
+    NULLs), and the distinct values of the `ids` columns (what rows of the warehouse the file replaces). A line that
+    is another non-object (an array, a number, a string) is refused by that read itself."""
     known = "[" + ", ".join("'" + c.replace("'", "''") + "'" for c in sorted(allowed)) + "]"
     distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
+    # json_keys is [] for JSON null (and for {}, which the line-by-line check then lets through, as read_json does)
     row = con.execute(
-        f"SELECT count(*) FILTER (WHERE json_type(json) <> 'OBJECT' OR NOT list_has_all({known}, json_keys(json)))"
-        f"{distinct} FROM read_json_objects(?, format='newline_delimited')",
+        f"SELECT count(*) FILTER (WHERE coalesce(NOT list_has_all({known}, keys) OR len(keys) = 0, true))"
+        f"{distinct} FROM (SELECT json, json_keys(json) AS keys FROM read_json_objects(?, format='newline_delimited'))",
         [str(path)],
     ).fetchone()
     return bool(row[0]), {c: sorted(row[1 + i] or []) for i, c in enumerate(ids)}

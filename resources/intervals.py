@@ -220,60 +220,71 @@ def flat_itl(
     with replacement; what a percentile needs of the requests drawn is how many of their gaps lie below each bin edge
     near it (and in all), a sum of `per` independent draws of one request's counts, which is drawn from its normal
     limit (mean and covariance of the repeat's requests' counts, times `per`: at least EXACT_MAX_REQUESTS / repeats
-    requests, where the central limit theorem is exact to well within a bin). Memory and time do not grow with the
-    requests beyond one pass over their gaps."""
+    requests, where the central limit theorem is exact to well within a bin). The gaps are binned once; each
+    repeat's histogram (one count per bin) places every percentile's window, and one more count over the gaps gives
+    every request's counts in all the windows at once: memory and time do not grow with the requests beyond two
+    passes over their gaps."""
     same = req[1:] == req[:-1]
-    gaps = np.diff(t)[same] / 1e6
+    first = np.flatnonzero(np.concatenate([[True], ~same]))  # where each request's times start (req is sorted)
+    if len(req) and (req[0] != 0 or len(first) != int(req.max()) + 1):  # numbers without times: numbered again
+        req = np.searchsorted(np.unique(req), req)
+    gaps = np.diff(t)[same]
     gap_req = req[1:][same]
-    del t, same
     if gaps.size == 0:
         return {}, 0
+    n_req = len(first)
+    del t, same
+    gaps = np.divide(gaps, 1e6)  # as DuckDB and the exact path compute a gap in ms: (t - prev) / 1e6
+    n_gaps = int(gaps.size)
     edges = _log_edges(gaps.min(), gaps.max())
     n_bins = len(edges) - 1
-    # the bin of each gap: edges are exp(a + i * step), so a log and a floor, then checked against its edges
-    bins = np.log(np.maximum(gaps, edges[0]))
-    bins -= np.log(edges[0])
-    bins /= _ITL_STEP
-    bins = np.floor(bins, out=bins).astype(np.int32)
-    np.clip(bins, 0, n_bins - 1, out=bins)
-    bins -= (bins > 0) & (gaps < edges[bins])
-    bins += (bins < n_bins - 1) & (gaps >= edges[np.minimum(bins + 1, n_bins)])
-    n_req = int(req.max()) + 1
-    first = np.unique(req, return_index=True)[1]
+    bins = _bin_of(gaps, edges)
     groups = np.asarray(repeat)[first]
     labels, group_of = np.unique(groups, return_inverse=True)
     k = len(labels)
     per = max(n_req // k, 1)
-    exact = np.quantile(gaps, list(QUANTILES.values()))
-    n_gaps = int(gaps.size)
-    gap_group = group_of[gap_req]
-    levels = list(QUANTILES.values())
+    # each repeat's histogram: where its percentiles lie, to a bin (a repeat's requests are consecutive, and so are
+    # their gaps, unless the caller numbered them otherwise)
+    if np.all(np.diff(group_of) >= 0):
+        bounds = np.searchsorted(gap_req, np.searchsorted(group_of, np.arange(k + 1)))
+        hist = np.stack([np.bincount(bins[a:b], minlength=n_bins) for a, b in zip(bounds[:-1], bounds[1:])])
+    else:
+        gap_group = group_of[gap_req]
+        hist = np.bincount(gap_group.astype(np.int64) * n_bins + bins, minlength=k * n_bins).reshape(k, n_bins)
+        del gap_group
+    cum = np.cumsum(hist, axis=1)
+    exact = _exact_quantiles(gaps, bins, hist.sum(axis=0), list(QUANTILES.values()))
+    del gaps
+
+    def bin_at(level: float) -> np.ndarray:  # per repeat, the bin holding its `level` quantile
+        return np.minimum((cum < level * cum[:, -1:]).sum(axis=1), n_bins - 1)
+
+    def window(q: float, margin: float) -> tuple[int, int]:
+        # a resample's percentile lies between its repeats' (a mixture's quantile lies between its parts'), give or
+        # take the draw of requests: the window spans every repeat's percentile, `margin` either side, a bin beyond
+        b0 = int(max(bin_at(max(q - margin, 0.0)).min() - 1, 0))
+        b1 = int(min(bin_at(min(q + margin, 1.0)).max() + 2, n_bins))
+        return b0, b1
+
     m = _drawn_counts(k, rng, n_boot)  # (n_boot, k): how often each repeat is drawn
-    # each repeat's percentiles at every level a window may need (one partition per repeat)
-    wide = sorted({min(max(q + s * margin, 0.0), 1.0) for q in levels for margin in (0.02, 0.1, 1.0) for s in (-1, 1)})
-    by_repeat = np.array([np.quantile(gaps[gap_group == g], wide) for g in range(k)])
-    del gap_group
-    out = {}
-    for (name, q), estimate in zip(QUANTILES.items(), exact):
-        if n_req < 2:
-            out[name] = (float(estimate), float("nan"), float("nan"))
-            continue
-        boot = None
-        for margin in (0.02, 0.1, 1.0):
-            # a resample's percentile lies between its repeats' (a mixture's quantile lies between its parts'),
-            # give or take the draw of requests: the window spans every repeat's percentile, `margin` either side
-            lo_end = by_repeat[:, wide.index(min(max(q - margin, 0.0), 1.0))].min()
-            hi_end = by_repeat[:, wide.index(min(max(q + margin, 0.0), 1.0))].max()
-            b0 = int(max(np.searchsorted(edges, lo_end, side="right") - 2, 0))
-            b1 = int(min(np.searchsorted(edges, hi_end, side="right") + 1, n_bins))
+    out: dict[str, tuple[float, float, float]] = {}
+    todo = dict(QUANTILES)
+    if n_req < 2:
+        return {name: (float(e), float("nan"), float("nan")) for name, e in zip(QUANTILES, exact)}, n_gaps
+    boots: dict[str, np.ndarray] = {}
+    for widen in (1.0, 5.0, None):
+        # the margin: six standard errors of a percentile's level over one repeat's requests (and 0.02 at most),
+        # then five times that, then everything; the check below says whether every resample fell inside
+        wins = {
+            name: window(q, 1.0 if widen is None else widen * min(0.02, 6 * np.sqrt(q * (1 - q) / per)))
+            for name, q in todo.items()
+        }
+        below = _counts_below(bins, gap_req, n_req, n_bins, wins.values())  # one pass over the gaps
+        for name, q in list(todo.items()):
+            b0, b1 = wins[name]
             width = b1 - b0
             # x[:, j]: each request's gaps in bins below b0 + j (j = 0 .. width), then all its gaps
-            slot = np.clip(bins - b0 + 1, 0, width + 1).astype(np.int64)
-            slot += gap_req.astype(np.int64) * (width + 2)
-            per_slot = np.bincount(slot, minlength=n_req * (width + 2)).reshape(n_req, width + 2)
-            x = np.cumsum(per_slot, axis=1, dtype=np.float64)
-            x = np.concatenate([x[:, : width + 1], x[:, -1:]], axis=1)
-            del per_slot, slot
+            x = below(b0, b1)
             sums = np.zeros((n_boot, width + 2))
             for g in range(k):
                 xg = x[group_of == g]
@@ -287,18 +298,83 @@ def flat_itl(
             c = np.maximum.accumulate(np.maximum(sums[:, :-1], 0), axis=1)
             target = q * sums[:, -1]
             inside_window = (c[:, -1] >= target) & ((b0 == 0) | (c[:, 0] < target))
-            if inside_window.all() or margin == 1.0:
+            if inside_window.all() or widen is None:
                 j = np.argmax(c[:, 1:] >= target[:, None], axis=1)
                 rows = np.arange(n_boot)
                 before, after = c[rows, j], c[rows, j + 1]
                 frac = np.clip(
                     np.where(after > before, (target - before) / np.maximum(after - before, 1e-12), 0.0), 0, 1
                 )
-                boot = edges[b0 + j] + frac * (edges[b0 + j + 1] - edges[b0 + j])
-                break
-        lo, hi = np.quantile(boot, [0.025, 0.975])
+                boots[name] = edges[b0 + j] + frac * (edges[b0 + j + 1] - edges[b0 + j])
+                del todo[name]
+        if not todo:
+            break
+    for name, estimate in zip(QUANTILES, exact):
+        lo, hi = np.quantile(boots[name], [0.025, 0.975])
         out[name] = (float(estimate), float(lo), float(hi))
     return out, n_gaps
+
+
+def _exact_quantiles(values: np.ndarray, bins: np.ndarray, hist: np.ndarray, levels: list[float]) -> list[float]:
+    """The exact percentiles of `values` (linear between order statistics: lo + (hi - lo) * frac, as DuckDB's
+    quantile_cont), each order statistic found in its bin of the histogram: only that bin's values are sorted."""
+    n = len(values)
+    below = np.concatenate([[0], np.cumsum(hist)])
+    cache: dict[int, np.ndarray] = {}
+
+    def order_stat(i: int) -> float:
+        b = int(np.searchsorted(below, i, side="right") - 1)  # below[b] <= i < below[b + 1]
+        if b not in cache:
+            cache[b] = np.sort(values[bins == b])
+        return float(cache[b][i - below[b]])
+
+    out = []
+    for q in levels:
+        rn = (n - 1) * q
+        lo_i, hi_i = int(np.floor(rn)), int(np.ceil(rn))
+        lo = order_stat(lo_i)
+        out.append(lo if lo_i == hi_i else lo + (order_stat(hi_i) - lo) * (rn - lo_i))
+    return out
+
+
+def _bin_of(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The 0.5% log bin of each value (edges[i] <= v < edges[i + 1]; below the first: 0, past the last: the last):
+    edges are exp(a + i * step), so a log and a floor, then checked against its edges."""
+    n_bins = len(edges) - 1
+    bins = np.log(np.maximum(values, edges[0]).astype(np.float32))  # to a bin or one either side: checked below
+    bins -= np.float32(np.log(edges[0]))
+    bins /= np.float32(_ITL_STEP)
+    bins = np.floor(bins, out=bins).astype(np.int32)
+    np.clip(bins, 0, n_bins - 1, out=bins)
+    bins -= (bins > 0) & (values < edges[bins])
+    bins += (bins < n_bins - 1) & (values >= edges[np.minimum(bins + 1, n_bins)])
+    return bins
+
+
+def _counts_below(bins: np.ndarray, gap_req: np.ndarray, n_req: int, n_bins: int, windows):
+    """Every request's gap counts in every window at once, from one count over the gaps: each bin of a window gets a
+    column, each stretch of bins between windows one. Returns below(b0, b1): (requests, b1 - b0 + 2) floats, the
+    request's gaps in bins below b0 + j for j = 0 .. b1 - b0, then all its gaps."""
+    inside = np.zeros(n_bins, dtype=bool)
+    for b0, b1 in windows:
+        inside[b0:b1] = True
+    starts = inside.copy()  # a bin starts a column: a window's bin, the first bin, or the first after a window
+    starts[0] = True
+    starts[1:] |= inside[:-1]
+    col = np.cumsum(starts) - 1
+    n_cols = int(col[-1]) + 1
+    slot = gap_req.astype(np.int64) * n_cols
+    slot += col[bins]
+    per_col = np.bincount(slot, minlength=n_req * n_cols).reshape(n_req, n_cols)
+    del slot
+    cum = np.cumsum(per_col, axis=1, out=per_col)  # cum[:, c]: the request's gaps in columns 0 .. c
+
+    def below(b0: int, b1: int) -> np.ndarray:
+        c = col[b0:b1]  # one column each, consecutive
+        lower = cum[:, c[0] - 1 : c[0]] if c[0] > 0 else np.zeros((n_req, 1), dtype=cum.dtype)
+        return np.concatenate([lower, cum[:, c[0] : c[-1] + 1], cum[:, -1:]], axis=1).astype(np.float64)
+
+    return below
 
 
 _POINT_SIZES = """
@@ -390,7 +466,6 @@ def compute(con, run_id: str, n_boot: int = BOOTSTRAP_SAMPLES, events=None) -> l
             ORDER BY 1, 2, 3, 4""",
         )
     df = con.execute(text, {"run_id": run_id}).df()
-    rows: list[dict[str, Any]] = []
     for (dep, workload, label), g in df.groupby(["deployment_id", "workload", "point_label"], sort=True):
         rng = np.random.default_rng(_seed(run_id, dep, workload, label))
         repeats = int(g["repeat"].nunique())

@@ -35,6 +35,9 @@ SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
+# Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
+# loading before the per-point figures hold a point's token times in numpy (the peak of an ingest was both at once)
+EVICT_MEMORY = "128MB"
 
 
 def ingest_memory() -> str:
@@ -224,6 +227,8 @@ def _allowed(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> set
 
 
 def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) -> dict[str, int]:
+    from resources.chunk_files import STAGING
+
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(
@@ -239,6 +244,17 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
             ],
         )
         mark_run(con, run_id, manifest)
+        if chunks is not None:  # a version-2 requests.jsonl is read into the staging table first: its deployments
+            _checked(  # come from there, and its scan below only looks for unknown keys
+                con,
+                "requests",
+                files["requests"],
+                types["requests"],
+                lambda: chunks.stage(
+                    _read_json_select("requests", types["requests"], chunks), [run_id, str(files["requests"])]
+                ),
+                _allowed("requests", types["requests"], chunks),
+            )
         # One pass of DuckDB over each file: lines that are not objects or name unknown columns, and the ids of the
         # rows it replaces (every table of a deployment the bundle carries, and its builds)
         scans = {
@@ -251,12 +267,26 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                     con,
                     p,
                     _allowed(t, types[t], chunks),
-                    ("deployment_id",) if t in _DEPLOYMENT_TABLES else ("build_id",) if t == "engine_builds" else (),
+                    ()
+                    if t == "requests" and chunks is not None
+                    else ("deployment_id",)
+                    if t in _DEPLOYMENT_TABLES
+                    else ("build_id",)
+                    if t == "engine_builds"
+                    else (),
                 ),
                 _allowed(t, types[t], chunks),
             )
             for t, p in files.items()
         }
+        if chunks is not None:
+            staged = [
+                r[0]
+                for r in con.execute(
+                    f"SELECT DISTINCT deployment_id FROM {STAGING} WHERE deployment_id IS NOT NULL"
+                ).fetchall()
+            ]
+            scans["requests"] = (scans["requests"][0], {"deployment_id": sorted(staged)})
         for table, (suspect, _) in scans.items():
             if suspect:
                 check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
@@ -273,6 +303,10 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                 chunks if table == "requests" else None,
             )
         _derive_deployment_hbm(con, run_id)
+        # the figures below hold a point's token times in numpy: DuckDB gives back the pages it cached while loading
+        # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
+        con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
+        con.execute(f"SET memory_limit = '{ingest_memory()}'")
         from resources import intervals
 
         # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
@@ -341,24 +375,15 @@ def _load_table(
         mine, params = "run_id = ?", [run_id]
     if table in _DEPLOYMENT_TABLES or table == "engine_builds":
         con.execute(f"DELETE FROM {table} WHERE {mine}", params)
-    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
-    if chunks is not None:
-        read_types["chunks"] = "BIGINT[]"
-    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
-    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
     if not path.stat().st_size:
         return 0
-    select = (
-        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
-        f"read_json(?, format='newline_delimited', columns={columns_literal})"
-    )
+    select = _read_json_select(table, cols, chunks)
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
         _checked(
             con, table, path, cols, lambda: con.execute(f"INSERT INTO {table} BY NAME " + select, [run_id, str(path)])
         )
-    else:
-        _checked(con, table, path, cols, lambda: chunks.stage(select, [run_id, str(path)]), allowed)
+    else:  # staged already (_ingest)
         _checked(con, table, path, cols, chunks.load, allowed)
     loaded, suspect = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
@@ -366,6 +391,19 @@ def _load_table(
     if suspect:
         check_table_file(path, table, allowed)  # names file, line and reason; a JSON text that only looked odd passes
     return loaded
+
+
+def _read_json_select(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> str:
+    """SELECT of a table file's rows as the table's columns (parameters: run_id, the file)."""
+    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    if chunks is not None:
+        read_types["chunks"] = "BIGINT[]"
+    columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
+    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
+    return (
+        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"read_json(?, format='newline_delimited', columns={columns_literal})"
+    )
 
 
 # The per-request parts of point_stats (no token arrays read): v_request_stats_live, v_request_slo_counts and the
@@ -412,6 +450,47 @@ _TOKEN_FIGURES = """
            count(*) FILTER (WHERE has_load_run AND prev IS NOT NULL AND t BETWEEN ws AND we) AS client_itl_n
     FROM ev GROUP BY ALL"""
 _POINT_STATS_PARTS["t"] = "WITH ev AS (" + _TOKEN_EVENTS + ")" + _TOKEN_FIGURES
+_ITL_LEVELS = (0.50, 0.90, 0.95, 0.99, 0.999)
+
+
+def point_token_figures(ev: dict) -> dict[str, Any]:
+    """_TOKEN_FIGURES of one load point in numpy, over its events laid flat (ChunkFiles.point_events): the same
+    definitions, the same values (percentiles, counts and sums to the bit: DuckDB's quantile_cont interpolation;
+    a mean or deviation of millions of gaps to its summation order, 1e-12 relative; tests/test_point_stats.py)."""
+    import numpy as np  # here, not at the top: `wattbench sql` and `report` import this module and need no numpy
+
+    t, n, prev_ok = ev["t"], ev["n"], ev["prev_ok"]
+    gap = np.zeros(len(t))
+    np.subtract(t[1:], t[:-1], out=gap[1:], casting="unsafe")  # t - prev, where prev is the event before
+    gap /= 1e6
+    itl = gap[prev_ok & ev["in_window"]]
+    out: dict[str, Any] = {"itl_samples": len(itl), "itl_q": None, "itl_mean_ms": None, "itl_stdev_ms": None}
+    if len(itl):
+        rn = (len(itl) - 1) * np.asarray(_ITL_LEVELS)  # DuckDB's quantile_cont: lo + (hi - lo) * (rn - floor(rn))
+        lo_i, hi_i = np.floor(rn).astype(np.int64), np.ceil(rn).astype(np.int64)
+        part = np.partition(itl, np.unique(np.concatenate([lo_i, hi_i])))
+        lo, hi = part[lo_i], part[hi_i]
+        out["itl_q"] = [float(a if i == j else a + (b - a) * (r - i)) for a, b, i, j, r in zip(lo, hi, lo_i, hi_i, rn)]
+        out["itl_mean_ms"] = float(itl.mean())
+        out["itl_stdev_ms"] = float(itl.std())
+    ws, we, has = ev["ws"], ev["we"], ev["has_load_run"]
+    steady = has and ws is not None and we is not None and we > ws
+    out["steady_events"] = len(t) if steady else 0
+    out["first_half_tokens"] = out["second_half_tokens"] = None
+    if ws is not None and we is not None and we > ws:
+        mid = (ws + we) / 2  # a double, as DuckDB's / gives
+        halves = (("first_half_tokens", (t >= ws) & (t < mid)), ("second_half_tokens", (t >= mid) & (t <= we)))
+        for name, part in halves:
+            if part.any():  # sum() over no row is NULL
+                out[name] = int(n[part].sum(dtype=np.int64))
+    out["client_itl_ms"], out["client_itl_n"] = None, 0
+    if has and ws is not None and we is not None:
+        client = gap[prev_ok & (t >= ws) & (t <= we)]
+        out["client_itl_n"] = len(client)
+        out["client_itl_ms"] = float(client.mean()) if len(client) else None
+    return out
+
+
 _POINT_STATS = """
 WITH keys AS (SELECT run_id, deployment_id, load_point_id FROM _ps_q
               UNION SELECT run_id, deployment_id, load_point_id FROM _ps_t
@@ -465,13 +544,16 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     if events is not None and run_id is not None:
         from resources.chunk_files import STAGING
 
-        flat_one = (
-            "WITH ev AS (SELECT $run_id AS run_id, $dep AS deployment_id, $lp AS load_point_id, * FROM flat)"
-            + _TOKEN_FIGURES
-        )
+        figures = []
         for dep, lp in events.points():
-            flat = events.point_events(run_id, dep, lp)  # noqa: F841 - read by DuckDB below
-            con.execute("INSERT INTO _ps_t " + flat_one, {"run_id": run_id, "dep": dep, "lp": lp})
+            ev = events.point_events(run_id, dep, lp)
+            if ev is not None:
+                figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **point_token_figures(ev)})
+        if figures:
+            import pyarrow as pa
+
+            kept = pa.Table.from_pylist(figures)  # noqa: F841 - read by DuckDB below
+            con.execute("INSERT INTO _ps_t BY NAME SELECT * FROM kept")
         # the run's other deployments (loaded from another bundle) from their stored lists
         points = con.execute(
             f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} AND deployment_id NOT IN "

@@ -148,3 +148,69 @@ def test_the_normal_limit_itl_interval_agrees_with_the_exact_bootstrap():
         assert e2 == pytest.approx(est, rel=1e-6)
         assert lo2 == pytest.approx(lo, rel=0.02) and hi2 == pytest.approx(hi, rel=0.02), (name, exact, limit)
         assert lo2 < e2 < hi2
+
+
+def test_the_counts_of_every_window_from_one_pass_equal_each_requests_counts():
+    """intervals._counts_below: every request's gaps below each bin edge of each window, from one count over the
+    gaps, equal the counts taken request by request."""
+    rng = np.random.default_rng(3)
+    n_req, n_bins = 300, 80
+    gap_req = np.sort(rng.integers(0, n_req, 20_000))
+    bins = rng.integers(0, n_bins, len(gap_req)).astype(np.int32)
+    windows = [(5, 17), (12, 30), (50, 51), (70, 80)]
+    below = intervals._counts_below(bins, gap_req, n_req, n_bins, windows)
+    for b0, b1 in windows:
+        want = np.array(
+            [[np.sum(bins[gap_req == r] < b) for b in range(b0, b1 + 1)] + [np.sum(gap_req == r)] for r in range(n_req)]
+        )
+        assert np.array_equal(below(b0, b1), want), (b0, b1)
+
+
+def test_rows_read_out_of_the_files_order_get_their_own_events(both, tmp_path):
+    """ChunkFiles.gather: rows asked for in another order than the files' (a label's repeats, requests by id) get
+    each its own events, as a direct read of each row's range gives them."""
+    from resources.chunk_files import ChunkFiles, chunk_paths
+
+    _, tmp = both
+    folder = tmp / "v2"
+    refs = np.array([json.loads(line)["chunks"] for line in (folder / "requests.jsonl").read_text().splitlines()])
+    order = np.random.default_rng(5).permutation(len(refs))[:500]
+    at, n = refs[order, 0].astype(np.int64), refs[order, 1].astype(np.int64)
+    cf = ChunkFiles(None, chunk_paths(folder, 2), folder / "requests.jsonl")
+    ns, tok = cf.gather(at, n)
+    all_ns = np.fromfile(folder / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
+    all_tok = np.fromfile(folder / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
+    assert np.array_equal(ns, np.concatenate([all_ns[a : a + k] for a, k in zip(at, n)]))
+    assert np.array_equal(tok, np.concatenate([all_tok[a : a + k] for a, k in zip(at, n)]))
+
+
+def test_a_run_of_large_and_small_points_keeps_the_intervals_of_both(both, tmp_path, monkeypatch):
+    """One label shrunk below the exact bootstrap's limit, the others above it: every label keeps its rows."""
+    import shutil
+
+    _, tmp = both
+    shutil.copy(tmp / "v2.duckdb", tmp_path / "w.duckdb")
+    with connect(tmp_path / "w.duckdb") as con:
+        labels = con.execute("SELECT DISTINCT deployment_id, point_label FROM latency_intervals").fetchall()
+        dep, label = labels[0]
+        con.execute(
+            "DELETE FROM requests WHERE deployment_id = ? AND load_point_id IN (SELECT load_point_id FROM load_runs "
+            "WHERE point_label = ?) AND request_id::INTEGER % 2 = 0",
+            [dep, label],
+        )
+        small = con.execute(
+            "SELECT count(*) FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id) "
+            "WHERE q.deployment_id = ? AND l.point_label = ? AND q.in_window AND q.error_kind IS NULL",
+            [dep, label],
+        ).fetchone()[0]
+        monkeypatch.setattr(intervals, "EXACT_MAX_REQUESTS", small + 1)
+        intervals.refresh(con, "same", n_boot=50)
+        methods = dict(
+            ((d, p), m)
+            for d, p, m in con.execute(
+                "SELECT deployment_id, point_label, any_value(method) FROM latency_intervals GROUP BY ALL"
+            ).fetchall()
+        )
+    assert set(methods) == set(labels)
+    assert not methods[(dep, label)].endswith("on 0.5% bins")
+    assert sum(m.endswith("on 0.5% bins") for m in methods.values()) == len(labels) - 1

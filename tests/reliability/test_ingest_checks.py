@@ -317,3 +317,20 @@ def test_gx_suites_check_ranges(tmp_path, table, values, rule):
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM frame")
         result = validate_table(table, table_frame(con, table, "r"))
     assert rule in {o.rule for o in result.errors}, [o.rule for o in result.errors]
+
+
+@pytest.mark.parametrize("table", ["requests", "gpu_samples", "load_runs"])
+@pytest.mark.parametrize(
+    "line, expected",
+    [("null", "a JSON NoneType; expected a JSON object"), ("[1, 2]", "a JSON list; expected a JSON object")],
+)
+def test_a_line_that_is_not_an_object_is_named(tmp_path, capsys, table, line, expected):
+    """DuckDB reads a line of JSON null as a row of NULLs and refuses an array in its own words: either way the file
+    and the line are named, and nothing is loaded."""
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    path = bundle / f"{table}.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], line, *lines[1:]]) + "\n")
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc != 0 and f"{table}.jsonl:2: {expected}" in err, err
+    assert nothing_loaded(db)
