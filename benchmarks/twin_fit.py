@@ -15,8 +15,8 @@ workloads, warm-up, window and 2 s ramp, the measured prompt length (chat templa
 seeds (the API server's intake times vary per seed, as repeats fall out of lockstep differently); one seed inside a
 fit.
 
-Protocols (`--fit` runs them, two at a time, 2-5 min each on this 2-core machine, and writes twin_fit.json; without
-it the stored fits are re-evaluated and the reports re-written):
+Protocols (`--fit` runs them one after another, the final fit first, about 5 min each on this 2-core machine, and
+writes twin_fit.json; without it the stored fits are re-evaluated and the reports re-written):
 - before light data: a fit on the ten points measured before the light and light-long ones predicts those eight.
 - leave-one-workload-out: five folds; each fits the knobs on the other four workloads (both precisions) plus the
   public ML.ENERGY figures and predicts the fifth. Every point is predicted once by a fit that never saw its
@@ -24,13 +24,15 @@ it the stored fits are re-evaluated and the reports re-written):
 - final: fits on every point plus ML.ENERGY: the values shipped in the emulator (rounded). Its in-sample errors
   are benchmarks/twin_vs_h200.py's. It also predicts, held out, the kv8 plan's points (measured after it) and every
   HELD_OUT_MODELS folder's points (another model size, in no fit).
-A fit minimises the weighted squared log errors (LOSS_WEIGHTS) within the bounds in PARAMS (FIXED knobs held):
-coordinate steps from PRIOR (the pre-H200 twin) to find the basin, then bounded trust-region least squares until it
-converges; then the power anchor is applied as a hard bound (enforce_anchor: a dense prefill step at full clock asks
-for more than the 700 W limit, as a matmul loop on this H200 did). `--fit --power-only` refits only the power
-coefficients (POWER_KNOBS), each fold from its stored fit on the same points: how the static + memory + compute power
-split was introduced without refitting the performance knobs. (An earlier round also ran bf16 -> fp8, a fit on bf16
-points predicting fp8 ones; it is not in this round, for time.)
+Every fold fits EVERY knob (performance, latency and power: PARAMS less FIXED) on its own training points, from
+PRIOR (the pre-H200 twin, fitted on ML.ENERGY alone: no fold starts from values that saw its held-out points). A fit
+minimises the weighted squared log errors (LOSS_WEIGHTS) within the bounds in PARAMS: one pass of coordinate steps
+of an eighth of each range to find the basin, then bounded trust-region least squares for at most FOLD_FIT's
+Jacobians, stopping when the loss moves < 1% (`converged`) or there (`converged` false, said in twin_fit.json); then
+the power anchor is applied as a hard bound (enforce_anchor: a dense prefill step at full clock asks for more than
+the 700 W limit, as a matmul loop on this H200 did). (The previous round refitted only the power coefficients in
+each fold, keeping performance knobs fitted before the power split: the final fit's gemm_eff stayed at 0.50, its
+prefill steps 1.4x too long, and the closed loops' waves collapsed: 14B TTFT +665% at 64 streams.)
 
 Goal on held-out points: tok/s, TPOT, W and tok/J within 10%, TTFT p50/p99 within 25%. The report says which
 figure at which point misses it.
@@ -538,6 +540,7 @@ def fit(
     diff_step: float = 0.05,
     restarts: int = 2,
     start: dict[str, float] | None = None,
+    ftol: float = 1e-3,
 ) -> dict[str, Any]:
     """Bounded nonlinear least squares (scipy's trust-region reflective) of the weighted log errors, from PRIOR,
     over the free knobs (PARAMS less FIXED and `frozen`) scaled to [0, 1] by their bounds; forward differences of
@@ -589,7 +592,7 @@ def fit(
         # 2. polish: trust-region least squares from there, until it converges
         for _restart in range(restarts):
             res = least_squares(
-                fun, u, bounds=(0.0, 1.0), method="trf", diff_step=diff_step, ftol=1e-3, xtol=1e-3, max_nfev=max_nfev
+                fun, u, bounds=(0.0, 1.0), method="trf", diff_step=diff_step, ftol=ftol, xtol=1e-3, max_nfev=max_nfev
             )
             status, message = int(res.status), str(res.message)
             u_new = np.clip(res.x, 1e-3, 1 - 1e-3)
@@ -641,38 +644,41 @@ def protocol_name(fold: str) -> str:
     return "leave-one-workload-out" if fold.startswith("leave out") else fold
 
 
+# every fold refits every knob (performance, latency and power) from PRIOR: one pass of coordinate steps of an eighth
+# of each range (the basin), then trust-region least squares for a few Jacobians, stopping when the loss moves < 1%
+FOLD_FIT = {"coarse": (0.125,), "max_nfev": 4, "restarts": 1, "ftol": 1e-2}
+PARTIAL = Path(tempfile.gettempdir()) / "wattbench_twin_fit_partial.json"  # each fold's fit as it finishes (--resume)
+
+
 def _run_fold(args: tuple) -> tuple[str, dict]:
-    name, train_keys, frozen, max_s, start = args
+    name, train_keys, frozen, max_s = args
     points, meas = load_points()
     train = [p for p in points if p.key in train_keys]
-    kw: dict[str, Any] = {}
-    if start:  # a power refit: the performance knobs stay as this fold's earlier fit left them
-        frozen = set(frozen) | {n for n, _w, _lo, _hi in PARAMS if n not in POWER_KNOBS}
-        kw = {"coarse": (0.125,), "max_nfev": 15, "start": start}
     log = lambda s: print(f"[{name}]{s}", file=sys.stderr, flush=True)  # noqa: E731
-    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, **kw)
+    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, **FOLD_FIT)
     res["trained_on"] = sorted(train_keys)
-    if start:
-        res["start"] = start
     print(f"[{name}] done: loss {res['train_loss']:.4f} in {res['fit_s']:.0f} s", file=sys.stderr, flush=True)
     return name, res
 
 
 def run_fits(
-    points: list[Point], workers: int = 2, max_s: float | None = None, previous: dict[str, dict] | None = None
+    points: list[Point], workers: int = 1, max_s: float | None = None, resume: bool = False
 ) -> dict[str, dict]:
-    """Every fold's fit. With `previous` (power_only): a fold whose earlier fit (same training points) is there
-    keeps that fit's performance knobs and refits the power knobs alone; the others fit every knob from PRIOR."""
-    previous = previous or {}
+    """Every fold's fit, the final one first; each written to PARTIAL as it finishes. `resume`: folds already in
+    PARTIAL with the same training points are kept."""
+    done = json.loads(PARTIAL.read_text()) if resume and PARTIAL.exists() else {}
     jobs = []
     for name, (train, _test, frozen) in folds(points).items():
         keys = {p.key for p in train}
-        old = previous.get(name)
-        ok = old and set(old.get("trained_on") or keys) == keys
-        jobs.append((name, keys, frozen, max_s, (old.get("params_fitted") or old["params"]) if ok else None))
-    jobs.sort(key=lambda j: -len(j[1]))  # the largest fits first
+        if name in done and set(done[name].get("trained_on", ())) == keys:
+            continue
+        jobs.append((name, keys, frozen, max_s))
+    jobs.sort(key=lambda j: (j[0] != "final (all points)", j[0] == BEFORE_LIGHT, -len(j[1])))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return dict(pool.map(_run_fold, jobs, chunksize=1))
+        for name, res in pool.imap(_run_fold, jobs, chunksize=1):
+            done[name] = res
+            PARTIAL.write_text(json.dumps(done, indent=1) + "\n")
+    return {name: done[name] for name in folds(points)}
 
 
 def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str, Any]:
@@ -860,15 +866,11 @@ def write_readme_section(ev: dict, fits: dict[str, dict], path: Path = README) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.twin_fit", description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="re-run every fit (~10 min on 2 cores)")
+    ap.add_argument("--fit", action="store_true", help="re-run every fit, one after another (~6 min each here)")
     ap.add_argument("--refresh", action="store_true", help="re-read the measured figures from the bundles")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--max-minutes", type=float, default=None, help="stop each fit after this long (best so far)")
-    ap.add_argument(
-        "--power-only",
-        action="store_true",
-        help="with --fit: refit the power knobs alone, each fold from its stored fit (same training points)",
-    )
+    ap.add_argument("--resume", action="store_true", help="with --fit: keep the folds already in " + PARTIAL.name)
     args = ap.parse_args(argv or [])
     if args.refresh or not MEASURED_CACHE.exists():
         refresh_measured()
@@ -876,8 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     stored = json.loads(OUT.read_text()) if OUT.exists() else {}
     if args.fit or "fits" not in stored:
         t0 = time.time()
-        previous = stored.get("fits") if args.power_only else None
-        fits = run_fits(points, args.workers, None if args.max_minutes is None else 60 * args.max_minutes, previous)
+        fits = run_fits(points, args.workers, None if args.max_minutes is None else 60 * args.max_minutes, args.resume)
         print(f"fits done in {time.time() - t0:.0f} s", file=sys.stderr)
     else:
         fits = stored["fits"]
