@@ -320,9 +320,8 @@ def _requests(dep_id: str, lp: str, r, t0: float, t1: float) -> list[dict[str, A
     return rows
 
 
-def table(con, run_id: str, bands: dict[str, float], notes: list[dict]) -> str:
-    from tabulate import tabulate
-
+def predicted_points(con, run_id: str) -> dict[tuple[str, str], dict[str, float | None]]:
+    """The twin's figures of a predicted run, by (engine, workload:point)."""
     rows = con.execute(
         "SELECT engine, workload || ':' || point_label AS point, metric, estimate FROM v_point_figures "
         "WHERE run_id = ? AND metric IN (" + ", ".join("?" for _ in FIGURES) + ") ORDER BY engine, workload, "
@@ -332,6 +331,28 @@ def table(con, run_id: str, bands: dict[str, float], notes: list[dict]) -> str:
     by: dict[tuple, dict] = {}
     for engine, point, metric, est in rows:
         by.setdefault((engine, point), {})[metric] = est
+    return by
+
+
+def points_json(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> list[dict]:
+    """Every predicted figure with its band (a fraction; null where no band was validated for that engine)."""
+    unvalidated = {n["engine"] for n in notes if n.get("profile") == "trtllm-like"}
+    return [
+        {
+            "engine": engine,
+            "point": point,
+            "figures": {
+                f: {"predicted": figs.get(f), "band": None if engine in unvalidated else bands.get(f)}
+                for f, _l, _f in FIGURES
+            },
+        }
+        for (engine, point), figs in by.items()
+    ]
+
+
+def table(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> str:
+    from tabulate import tabulate
+
     unvalidated = {n["engine"] for n in notes if n.get("profile") == "trtllm-like"}
     out = []
     for (engine, point), figs in by.items():
@@ -385,14 +406,23 @@ def main(args: argparse.Namespace) -> int:
                         run_id,
                     ],
                 )
-                text = table(con, run_id, bands, notes)
+                by = predicted_points(con, run_id)
+                text = table(by, bands, notes)
         except WarehouseError as exc:
             print(f"wattbench predict: {exc}", file=sys.stderr)
             return 2
     if args.format == "json":
         print(
             json.dumps(
-                {"run_id": None if args.no_store else run_id, "source": "predicted", "bands": bands, "notes": notes},
+                {
+                    "run_id": None if args.no_store else run_id,
+                    "plan": plan.name,
+                    "predicted_at": stamp.isoformat(),
+                    "source": "predicted",
+                    "bands": bands,
+                    "notes": notes,
+                    "points": points_json(by, bands, notes),
+                },
                 indent=1,
             )
         )

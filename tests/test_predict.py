@@ -191,3 +191,18 @@ def test_band_for_another_model_size_takes_the_held_out_models_error(tmp_path, m
     assert pc.same_model(str(root / "results" / "h200-vllm" / "config.json"))  # the 8B random model: same shapes
     assert not pc.same_model(str(root / "results" / "h200-vllm-14b" / "config.json"))
     assert not pc.same_model("llama-3.1-70b")
+
+
+def test_predict_json_carries_every_figure_with_its_band(plan, capsys):
+    """The JSON form is what a user files before a measurement (results/h200-vllm-sweep/predictions.json): it must
+    hold the figures themselves, not only the bands."""
+    assert main(["predict", "--plan", str(plan), "--no-store", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["source"] == "predicted" and out["plan"] == "predict-test" and out["run_id"] is None
+    points = {(p["engine"], p["point"]): p["figures"] for p in out["points"]}
+    assert set(points) == {(e, f"steady:c{c}") for e in ("vllm-fp8-tp4", "trt-fp8-tp4") for c in (4, 16)}
+    vllm16 = points[("vllm-fp8-tp4", "steady:c16")]
+    assert vllm16["output_tok_s"]["predicted"] > points[("vllm-fp8-tp4", "steady:c4")]["output_tok_s"]["predicted"]
+    assert 132 <= vllm16["counter_w_per_gpu"]["predicted"] <= 700
+    assert vllm16["output_tok_s"]["band"] == out["bands"]["output_tok_s"] > 0
+    assert points[("trt-fp8-tp4", "steady:c16")]["output_tok_s"]["band"] is None  # no band validated for it
