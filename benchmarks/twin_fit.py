@@ -72,6 +72,11 @@ def plan_for(bundle: str, folder: Path = RESULTS) -> Path:
 # A held-out MODEL (another size, same engine, GPU and protocol): its points are in no fit; the final fit predicts
 # them. The folder's bundles, plans/<folder>.yaml and the model's config.json (plan twin_model, or the folder's own).
 HELD_OUT_MODELS = {"held-out model": ROOT / "results" / "h200-vllm-14b"}
+# Held-out SWEEPS of the fitted model: points measured after a twin was filed (the folder's predictions.json, made with
+# `wattbench predict` before the run); in no fit unless FIT_SETS names them. The final fit predicts them, and the
+# filed predictions are scored beside it ("as filed before the run").
+HELD_OUT_SWEEPS = {"held-out sweep": ROOT / "results" / "h200-vllm-sweep"}
+FIT_SETS: tuple[str, ...] = ()  # held-out sets (names above) that a decision moved into every fit
 
 
 def measured_cache(folder: Path) -> Path:
@@ -334,7 +339,8 @@ def load_points(held_out_models: bool = True) -> tuple[list[Point], dict[tuple[s
     results/h200-vllm's, and (held_out_models) those of every HELD_OUT_MODELS folder that has bundles."""
     sets = [("", RESULTS)]
     if held_out_models:
-        sets += [(g, f) for g, f in HELD_OUT_MODELS.items() if any(f.glob("bundle-*.tar.xz"))]
+        held = {**HELD_OUT_MODELS, **HELD_OUT_SWEEPS}
+        sets += [(g, f) for g, f in held.items() if any(f.glob("bundle-*.tar.xz"))]
     points: list[Point] = []
     meas: dict[tuple[str, str], float] = {}
     for group, folder in sets:
@@ -581,13 +587,17 @@ def fit(
         for step in coarse:
             for k in range(len(free)):
                 for sign in (+1, -1):
-                    trial = u.copy()
-                    trial[k] = min(1 - 1e-3, max(1e-3, u[k] + sign * step))
-                    if trial[k] == u[k]:
-                        continue
-                    val = float(np.sum(fun(trial) ** 2))
-                    if val < cur - 1e-6:
-                        u, cur = trial, val
+                    moved = False
+                    while True:  # a line search along the knob: keep stepping while the loss falls
+                        trial = u.copy()
+                        trial[k] = min(1 - 1e-3, max(1e-3, u[k] + sign * step))
+                        if trial[k] == u[k]:
+                            break
+                        val = float(np.sum(fun(trial) ** 2))
+                        if val >= cur - 1e-6:
+                            break
+                        u, cur, moved = trial, val, True
+                    if moved:
                         break
         # 2. polish: trust-region least squares from there, until it converges
         for _restart in range(restarts):
@@ -624,7 +634,8 @@ BEFORE_LIGHT = "before light data (the 10 earlier points)"
 def folds(points: list[Point], with_fp8_transfer: bool = False) -> dict[str, tuple[list[Point], list[Point], set[str]]]:
     """name -> (train, test, frozen knobs). Points of LATE workloads are in no training set."""
     out = {}
-    points = [p for p in points if p.workload not in LATE and not p.group]  # held-out models: in no fit
+    # held-out models and sweeps: in no fit (unless FIT_SETS moved a set in)
+    points = [p for p in points if p.workload not in LATE and (not p.group or p.group in FIT_SETS)]
     for wl in sorted({p.workload for p in points}):
         test = [p for p in points if p.workload == wl]
         out[f"leave out {wl}"] = ([p for p in points if p not in test], test, set())
@@ -644,35 +655,47 @@ def protocol_name(fold: str) -> str:
     return "leave-one-workload-out" if fold.startswith("leave out") else fold
 
 
-# every fold refits every knob (performance, latency and power) from PRIOR: one pass of coordinate steps of an eighth
-# of each range (the basin), then trust-region least squares for a few Jacobians, stopping when the loss moves < 1%
-FOLD_FIT = {"coarse": (0.125,), "max_nfev": 4, "restarts": 1, "ftol": 1e-2}
+# every fold refits every knob (performance, latency and power), starting from its own earlier fit on the same
+# training points where twin_fit.json holds one (else PRIOR): line searches along each knob in steps of an eighth,
+# then a sixteenth of its range (the basin), then trust-region least squares for a few Jacobians, stopping when the
+# loss moves < 1%
+FOLD_FIT = {"coarse": (0.125, 0.0625), "max_nfev": 3, "restarts": 1, "ftol": 1e-2}
 PARTIAL = Path(tempfile.gettempdir()) / "wattbench_twin_fit_partial.json"  # each fold's fit as it finishes (--resume)
 
 
 def _run_fold(args: tuple) -> tuple[str, dict]:
-    name, train_keys, frozen, max_s = args
+    name, train_keys, frozen, max_s, start = args
     points, meas = load_points()
     train = [p for p in points if p.key in train_keys]
     log = lambda s: print(f"[{name}]{s}", file=sys.stderr, flush=True)  # noqa: E731
-    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, **FOLD_FIT)
+    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, start=start, **FOLD_FIT)
     res["trained_on"] = sorted(train_keys)
+    res["start"] = start or "prior"
     print(f"[{name}] done: loss {res['train_loss']:.4f} in {res['fit_s']:.0f} s", file=sys.stderr, flush=True)
     return name, res
 
 
 def run_fits(
-    points: list[Point], workers: int = 1, max_s: float | None = None, resume: bool = False
+    points: list[Point],
+    workers: int = 1,
+    max_s: float | None = None,
+    resume: bool = False,
+    previous: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
-    """Every fold's fit, the final one first; each written to PARTIAL as it finishes. `resume`: folds already in
-    PARTIAL with the same training points are kept."""
+    """Every fold's fit, the final one first; each written to PARTIAL as it finishes. A fold starts from its
+    `previous` fit when that was trained on the same points (else from PRIOR). `resume`: folds already in PARTIAL
+    with the same training points are kept."""
     done = json.loads(PARTIAL.read_text()) if resume and PARTIAL.exists() else {}
+    previous = previous or {}
     jobs = []
     for name, (train, _test, frozen) in folds(points).items():
         keys = {p.key for p in train}
         if name in done and set(done[name].get("trained_on", ())) == keys:
             continue
-        jobs.append((name, keys, frozen, max_s))
+        old = previous.get(name) or {}
+        same = set(old.get("trained_on") or ()) == keys
+        start = {k: v for k, v in (old.get("params_fitted") or old.get("params") or {}).items() if k in PRIOR}
+        jobs.append((name, keys, frozen, max_s, start if same and start else None))
     jobs.sort(key=lambda j: (j[0] != "final (all points)", j[0] == BEFORE_LIGHT, -len(j[1])))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         for name, res in pool.imap(_run_fold, jobs, chunksize=1):
@@ -690,8 +713,8 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
     if late and "final (all points)" in fits:  # measured after the final fit: it predicts them held out
         fits[AFTER_FINAL] = fits["final (all points)"]
         plan.append((AFTER_FINAL, late))
-    for group in sorted({p.group for p in points if p.group}):  # another model size: the final fit predicts it
-        if "final (all points)" in fits:
+    for group in sorted({p.group for p in points if p.group and p.group not in FIT_SETS}):
+        if "final (all points)" in fits:  # another model size, a later sweep: the final fit predicts it
             fits[group] = fits["final (all points)"]
             plan.append((group, [p for p in points if p.group == group]))
     for name, test in plan:
@@ -721,7 +744,49 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
                         "meets_goal": abs(err) <= GOAL[f],
                     }
                 )
+    rows += filed_rows(points, meas)
     return {"rows": rows, "summary": summarise(rows)}
+
+
+def filed_rows(points: list[Point], meas: dict) -> list[dict]:
+    """Each HELD_OUT_SWEEPS folder's predictions.json (the twin's figures filed before the run) against the
+    measured figures: protocol '<set>, as filed before the run'."""
+    rows = []
+    for group, folder in HELD_OUT_SWEEPS.items():
+        path = folder / "predictions.json"
+        pts = {f"{p.engine}:{p.workload}:{p.label}": p for p in points if p.group == group}
+        if not path.exists() or not pts:
+            continue
+        filed = json.loads(path.read_text())
+        for fp in filed.get("points", []):
+            p = pts.get(f"{fp['engine']}:{fp['point']}")
+            if p is None:
+                continue
+            for f, x in fp.get("figures", {}).items():
+                m, v = meas.get((p.key, f)), x.get("predicted")
+                if f not in GOAL or m is None or v is None:
+                    continue
+                err = v / m - 1.0
+                rows.append(
+                    {
+                        "protocol": f"{group}, as filed before the run",
+                        "fold": f"filed {filed.get('predicted_at', '')}",
+                        "engine": p.engine,
+                        "model": None,
+                        "precision": p.precision,
+                        "point": f"{p.workload}:{p.label}",
+                        "load": p.load,
+                        "prompts": p.prompts,
+                        "figure": f,
+                        "measured": m,
+                        "predicted": v,
+                        "error": err,
+                        "goal": GOAL[f],
+                        "meets_goal": abs(err) <= GOAL[f],
+                        "band_filed": x.get("band"),
+                    }
+                )
+    return rows
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
@@ -803,6 +868,11 @@ README_PROTOCOLS = (
     ("leave-one-workload-out", "each point predicted by the fit on the other four workloads (both precisions)"),
     (AFTER_FINAL, "measured after the final fit (plans/h200-vllm-kv8.yaml), predicted by it"),
     ("held-out model", "another model size (results/h200-vllm-14b), in no fit, predicted by the final fit"),
+    ("held-out sweep", "the 8B sweep measured after this fit (results/h200-vllm-sweep), predicted by the final fit"),
+    (
+        "held-out sweep, as filed before the run",
+        "the same points, the twin's figures filed before the run (results/h200-vllm-sweep/predictions.json)",
+    ),
 )
 
 
@@ -878,7 +948,13 @@ def main(argv: list[str] | None = None) -> int:
     stored = json.loads(OUT.read_text()) if OUT.exists() else {}
     if args.fit or "fits" not in stored:
         t0 = time.time()
-        fits = run_fits(points, args.workers, None if args.max_minutes is None else 60 * args.max_minutes, args.resume)
+        fits = run_fits(
+            points,
+            args.workers,
+            None if args.max_minutes is None else 60 * args.max_minutes,
+            args.resume,
+            stored.get("fits"),
+        )
         print(f"fits done in {time.time() - t0:.0f} s", file=sys.stderr)
     else:
         fits = stored["fits"]
