@@ -58,7 +58,7 @@ class PowerFactors:
 
     k_busy: float = 0.205  # static active power while the engine iterates (leakage at load, front ends)
     k_mem: float = 0.467  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
-    k_cmp: float = 1.26  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
+    k_cmp: float = 1.158  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
     clk_exp: float = 2.5  # compute power ~ clk^clk_exp under DVFS (energy per FLOP ~ clk^(clk_exp - 1)); held
     min_clk: float = 0.55
 
