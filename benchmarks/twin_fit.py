@@ -818,8 +818,34 @@ def error_bands(summary: dict) -> dict[str, float]:
     return {f: round(v["max_abs_error"], 4) for f, v in lopo.items()}
 
 
-def markdown(ev: dict, fits: dict[str, dict], ml: list[dict]) -> str:
-    lines = []
+def before_after(previous: dict | None, summary: dict) -> list[str]:
+    """Per protocol and figure: within goal and largest |error| with the previous round's fits, and with these."""
+    if not previous:
+        return []
+    lines = [
+        "**before / after this round's refit** (every knob refitted in every fold; before: performance knobs from "
+        "before the power split, power knobs refitted alone): within goal, largest abs error",
+        "",
+        "| protocol | figure | before | after |",
+        "|---|---|---:|---:|",
+    ]
+    for proto, per_fig in summary.items():
+        old = previous.get(proto)
+        if not old:
+            continue
+        for f, x in per_fig.items():
+            o = old.get(f)
+            if o is None:
+                continue
+            lines.append(
+                f"| {proto} | {LABEL[f]} | {o['within_goal']}/{o['n']}, {100 * o['max_abs_error']:.0f}% | "
+                f"{x['within_goal']}/{x['n']}, {100 * x['max_abs_error']:.0f}% |"
+            )
+    return lines + [""]
+
+
+def markdown(ev: dict, fits: dict[str, dict], ml: list[dict], previous: dict | None = None) -> str:
+    lines = before_after(previous, ev["summary"])
     for proto, per_fig in ev["summary"].items():
         lines += [
             f"**{proto}** (held-out points; goal: tok/s, TPOT, W, tok/J within 10%, TTFT within 25%)",
@@ -964,7 +990,9 @@ def main(argv: list[str] | None = None) -> int:
             f["params"] = enforce_anchor({**PRIOR, **f["params"]})
     ev = evaluate(points, meas, fits)
     ml = ml_energy_errors(fits["final (all points)"]["params"], 60.0, 30.0)
-    md = markdown(ev, fits, ml)
+    # the held-out summary of the fits this run replaced (with --fit), else the one stored with it
+    previous = stored.get("summary") if args.fit else stored.get("summary_previous_round")
+    md = markdown(ev, fits, ml, previous)
     OUT.write_text(
         json.dumps(
             {
@@ -989,6 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ml_energy_final": ml,
                 # the held-out summary of the twin before the power split (emulator 0.3: power ~ time in tensor math
                 # at the kernels' efficiency, coordinate-descent fits stopped at 6 min), kept for comparison
+                "summary_previous_round": previous,
                 "summary_before_power_split": stored.get("summary_before_power_split")
                 or (stored.get("summary") if "fixed" not in stored else None),
             },
