@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from wattbench_agent.engines.base import EngineConfig
+
 # One behaviour per chat request, in this order, cycling. Everything but "ok" is something a broken server does.
 BEHAVIOURS = ("ok", "http_500", "garbage", "drop_before_reply", "drop_mid_stream", "not_json", "ok")
 
@@ -132,6 +134,37 @@ class MisbehavingServer:
             thread.join(timeout=5)
 
 
+def external_deployment(name: str, url: str, n_requests: int = 4) -> dict:
+    """A deployment of an already running server (target external) with one small closed-loop point."""
+    cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
+    point = {
+        "load_point_id": f"{name}:w:c2",
+        "workload": "w",
+        "spec": {
+            "api": "chat",
+            "shape": "concurrency",
+            "concurrency": 2,
+            "input_tokens": 8,
+            "output_tokens": 4,
+            "warmup_s": 0.0,
+            "duration_s": 10.0,
+            "max_requests": n_requests,
+            "timeout_s": 5,
+        },
+    }
+    return {
+        "deployment_id": name,
+        "build_id": cfg.build_id(),
+        "engine_config": asdict(cfg),
+        "target": "external",
+        "url": url,
+        "telemetry": "none",
+        "idle_baseline_s": 0,
+        "health_timeout_s": 5,
+        "load_points": [point],
+    }
+
+
 def rows(bundle: Path, table: str) -> list[dict]:
     path = Path(bundle) / f"{table}.jsonl"
     if not path.exists():
@@ -141,8 +174,6 @@ def rows(bundle: Path, table: str) -> list[dict]:
 
 def emulator_spec(run_id: str, out: Path, n_points: int = 3, duration_s: float = 1.0) -> dict:
     """An agent spec: one emulated vllm-like deployment (1 GPU, emulated telemetry) with `n_points` short points."""
-    from wattbench_agent.engines.base import EngineConfig
-
     cfg = EngineConfig(
         engine="emulator",
         profile="vllm-like",

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import socket
 from collections import Counter
-from dataclasses import asdict
 
 from resources.validation import validate_table
 from resources.warehouse import connect, ingest_bundle
-from tests.reliability.conftest import BEHAVIOURS, MisbehavingServer, rows
-from wattbench_agent.engines.base import EngineConfig
+from tests.reliability.conftest import BEHAVIOURS, MisbehavingServer, external_deployment, rows
 from wattbench_agent.runner import run_spec
 
 # What the load generator's client calls each misbehaviour (agent/wattbench_agent/loadgen/client.py).
@@ -23,36 +21,6 @@ EXPECTED_KIND = {
     "drop_mid_stream": "disconnected",
     "not_json": "malformed_sse",
 }
-
-
-def external(name: str, url: str, n_requests: int) -> dict:
-    cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
-    point = {
-        "load_point_id": f"{name}:w:c2",
-        "workload": "w",
-        "spec": {
-            "api": "chat",
-            "shape": "concurrency",
-            "concurrency": 2,
-            "input_tokens": 8,
-            "output_tokens": 4,
-            "warmup_s": 0.0,
-            "duration_s": 10.0,
-            "max_requests": n_requests,
-            "timeout_s": 5,
-        },
-    }
-    return {
-        "deployment_id": name,
-        "build_id": cfg.build_id(),
-        "engine_config": asdict(cfg),
-        "target": "external",
-        "url": url,
-        "telemetry": "none",
-        "idle_baseline_s": 0,
-        "health_timeout_s": 5,
-        "load_points": [point],
-    }
 
 
 def refused_url() -> str:
@@ -73,9 +41,9 @@ def test_misbehaving_server_every_request_is_a_row_and_the_run_goes_on(tmp_path)
             "source": "measured",
             "out": str(tmp_path / "bundle"),
             "deployments": [
-                external("bad", bad.url, n),
-                external("gone", refused_url(), 4),
-                external("good", good.url, 6),
+                external_deployment("bad", bad.url, n),
+                external_deployment("gone", refused_url(), 4),
+                external_deployment("good", good.url, 6),
             ],
         }
         bundle = run_spec(spec, log=logs.append)

@@ -5,7 +5,6 @@ non-root user with no capabilities and no service-account token."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from resources.model_registry import HubClient, same_origin
 from tests.automation.hub_server import FakeHub
-from tests.reliability.conftest import MisbehavingServer, rows
+from tests.reliability.conftest import MisbehavingServer, external_deployment, rows
 from wattbench_agent.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, build_pod, build_pod_spec
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.runner import run_spec
@@ -61,36 +60,6 @@ def test_same_origin(link, same):
     assert same_origin("https://huggingface.co", link) is same
 
 
-def external(name: str, url: str) -> dict:
-    cfg = EngineConfig(engine="external", model="m", config_name=name, precision="bf16", tp=1)
-    point = {
-        "load_point_id": f"{name}:w:c2",
-        "workload": "w",
-        "spec": {
-            "api": "chat",
-            "shape": "concurrency",
-            "concurrency": 2,
-            "input_tokens": 8,
-            "output_tokens": 4,
-            "warmup_s": 0.0,
-            "duration_s": 10.0,
-            "max_requests": 4,
-            "timeout_s": 5,
-        },
-    }
-    return {
-        "deployment_id": name,
-        "build_id": cfg.build_id(),
-        "engine_config": asdict(cfg),
-        "target": "external",
-        "url": url,
-        "telemetry": "none",
-        "idle_baseline_s": 0,
-        "health_timeout_s": 5,
-        "load_points": [point],
-    }
-
-
 def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
     server = MisbehavingServer(behaviours=("ok",))
     logs: list[str] = []
@@ -101,8 +70,8 @@ def test_an_external_urls_credentials_reach_no_row_log_or_file(tmp_path):
             "source": "measured",
             "out": str(tmp_path / "bundle"),
             "deployments": [
-                external("up", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1"),
-                external("down", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1?api_key={PASSWORD}"),
+                external_deployment("up", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1"),
+                external_deployment("down", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1?api_key={PASSWORD}"),
             ],
         }
         bundle = run_spec(spec, log=logs.append)

@@ -1,0 +1,187 @@
+"""The twin's predictions filed before the run (predictions.json) against what the H200 then measured (this folder's
+bundles), per figure, with the issue's goals (tok/s, TPOT, W, tok/J within 10%; TTFT within 25%):
+    PYTHONPATH=. .venv/bin/python results/h200-vllm-sweep/compare.py
+writes comparison.json and prints the markdown table of README.md. Measured figures come from the warehouse's own
+SQL (v_point_figures: mean over repeats with its 95% t interval; latency percentiles with their two-stage bootstrap
+interval)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from benchmarks.twin_fit import GOAL, LABEL
+from resources.plan import load_plan, plan_run_fields
+from resources.warehouse import connect, ingest_bundle
+from wattbench_agent.bundle import read_manifest, unpacked
+
+HERE = Path(__file__).resolve().parent
+PLAN = HERE.parents[1] / "plans" / "h200-vllm-sweep.yaml"
+
+
+def measured() -> dict[tuple[str, str], dict[str, tuple[float, float, float]]]:
+    with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as con:
+        plan, sha = load_plan(PLAN)
+        fields = plan_run_fields(plan, PLAN, sha)
+        for bundle in sorted(HERE.glob("bundle-*.tar.xz")):
+            with unpacked(bundle) as folder:
+                ingest_bundle(con, folder)
+                con.execute(
+                    f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
+                    [*fields.values(), read_manifest(folder)["run_id"]],
+                )
+        rows = con.execute(
+            "SELECT engine, workload || ':' || point_label, metric, estimate, lo, hi FROM v_point_figures "
+            "WHERE metric IN (" + ", ".join("?" for _ in GOAL) + ")",
+            list(GOAL),
+        ).fetchall()
+    out: dict[tuple[str, str], dict] = {}
+    for engine, point, metric, est, lo, hi in rows:
+        out.setdefault((engine, point), {})[metric] = (est, lo, hi)
+    return out
+
+
+def compare() -> dict:
+    pred = json.loads((HERE / "predictions.json").read_text())
+    meas = measured()
+    rows = []
+    for p in pred["points"]:
+        m = meas.get((p["engine"], p["point"]))
+        if m is None:
+            continue  # not measured (yet): no row, nothing invented
+        for f, fig in p["figures"].items():
+            if f not in m or fig["predicted"] is None:
+                continue
+            est, lo, hi = m[f]
+            err = fig["predicted"] / est - 1
+            rows.append(
+                {
+                    "engine": p["engine"],
+                    "point": p["point"],
+                    "figure": f,
+                    "measured": est,
+                    "measured_lo": lo,
+                    "measured_hi": hi,
+                    "predicted": fig["predicted"],
+                    "error": err,
+                    "goal": GOAL[f],
+                    "meets_goal": abs(err) <= GOAL[f],
+                    "band": fig["band"],
+                    "inside_band": fig["band"] is not None and abs(err) <= fig["band"],
+                }
+            )
+    summary = {
+        f: {
+            "points": len(fr := [r for r in rows if r["figure"] == f]),
+            "within_goal": sum(r["meets_goal"] for r in fr),
+            "inside_band": sum(r["inside_band"] for r in fr),
+            "max_abs_error": max((abs(r["error"]) for r in fr), default=None),
+        }
+        for f in GOAL
+    }
+    return {
+        "predicted_at": pred.get("predicted_at"),
+        "plan": pred.get("plan"),
+        "what": "the twin's figures filed before the run (predictions.json) against the H200's measurement; "
+        "error = predicted / measured - 1",
+        "rows": rows,
+        "summary": summary,
+    }
+
+
+def picture(result: dict, path: Path) -> None:
+    """Measured (mean, 95% interval) against predicted (with its band) per stream count, one panel per figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = [f for f in GOAL if any(r["figure"] == f for r in result["rows"])]
+    fig, axes = plt.subplots(2, (len(figures) + 1) // 2, figsize=(13, 7), squeeze=False)
+    colors = {"vllm-bf16": "#1f77b4", "vllm-fp8": "#d62728"}
+    for ax, f in zip(axes.flat, figures, strict=False):
+        for engine, color in colors.items():
+            rs = sorted(
+                (
+                    r
+                    for r in result["rows"]
+                    if r["figure"] == f and r["engine"] == engine and r["point"].startswith("sweep:")
+                ),
+                key=lambda r: int(r["point"].split(":c")[1]),
+            )
+            if not rs:
+                continue
+            x = [int(r["point"].split(":c")[1]) for r in rs]
+            y = [r["measured"] for r in rs]
+            err = [[r["measured"] - r["measured_lo"] for r in rs], [r["measured_hi"] - r["measured"] for r in rs]]
+            ax.errorbar(x, y, yerr=err, fmt="o-", color=color, capsize=3, label=f"{engine} measured (95% CI)")
+            band = [r["band"] or 0 for r in rs]
+            pred = [r["predicted"] for r in rs]
+            ax.errorbar(
+                [v * 1.06 for v in x],
+                pred,
+                yerr=[[p * b for p, b in zip(pred, band, strict=True)]] * 2,
+                fmt="s--",
+                color=color,
+                alpha=0.45,
+                capsize=3,
+                label=f"{engine} predicted before (band)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([2, 8, 32], ["2", "8", "32"])
+        ax.set_xlabel("closed-loop streams (512 in / 128 out)")
+        ax.set_title(f"{LABEL[f]} (goal ±{100 * GOAL[f]:.0f}%)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(figures) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(
+        "The twin's predictions filed before the run vs measured: vLLM 0.25.0, 1x H200, Llama-3.1-8B shape (random)",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| engine | point | figure | measured [95% CI] | predicted | error | goal met |",
+        "|---|---|---|---:|---:|---:|:---:|",
+    ]
+
+    def order(r: dict) -> tuple:
+        workload, label = r["point"].split(":")
+        return (
+            workload,
+            int(label.lstrip("c")) if label[1:].isdigit() else 0,
+            r["engine"],
+            list(GOAL).index(r["figure"]),
+        )
+
+    for r in sorted(result["rows"], key=order):
+        lines.append(
+            f"| {r['engine']} | {r['point']} | {LABEL[r['figure']]} | {r['measured']:,.4g} "
+            f"[{r['measured_lo']:,.4g}, {r['measured_hi']:,.4g}] | {r['predicted']:,.4g} | {100 * r['error']:+.1f}% "
+            f"| {'yes' if r['meets_goal'] else 'no'} |"
+        )
+    lines += [
+        "",
+        "| figure | points | within goal | inside the predicted band | largest error |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for f, s in result["summary"].items():
+        worst = "" if s["max_abs_error"] is None else f"{100 * s['max_abs_error']:.1f}%"
+        lines.append(
+            f"| {LABEL[f]} (goal {100 * GOAL[f]:.0f}%) | {s['points']} | {s['within_goal']} | {s['inside_band']} | "
+            f"{worst} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    result = compare()
+    (HERE / "comparison.json").write_text(json.dumps(result, indent=1) + "\n")
+    picture(result, HERE / "predicted_vs_measured.png")
+    print(markdown(result))
