@@ -906,22 +906,27 @@ README_PROTOCOLS = (
 )
 
 
-def readme_section(ev: dict, fits: dict[str, dict]) -> str:
+def readme_section(ev: dict, fits: dict[str, dict], protocols: tuple[str, ...] | None = None) -> str:
     """results/h200-vllm/README.md's 'prediction (out of sample)' section, from the held-out rows of this run."""
     figs = ["output_tok_s", "counter_w_per_gpu", "output_tokens_per_j", "ttft_p50_ms", "tpot_p50_ms"]
     final = fits.get("final (all points)", {})
+    here = "" if protocols is None else "../h200-vllm/"  # another folder's README links back to results/h200-vllm
     lines = [
         README_BEGIN,
         "",
-        "`python -m benchmarks.twin_fit` ([twin_fit.md](twin_fit.md), [twin_fit.json](twin_fit.json)): every cell is "
+        f"`python -m benchmarks.twin_fit` ([twin_fit.md]({here}twin_fit.md), [twin_fit.json]({here}twin_fit.json)): "
+        "every cell is "
         "measured / predicted (error) for a point the predicting fit never saw; * misses the goal (tok/s, W, tok/J, "
         "TPOT within 10%, TTFT within 25%). The twin: the emulator's vllm-like profile with the static + memory + "
         "compute power split (docs/EMULATOR.md, 'Power'), configured as the measured engines were, the mean of three "
-        f"seeds. The final fit (shipped) was fitted on {len(final.get('trained_on', []))} points here plus the public "
+        f"seeds. The final fit (shipped) was fitted on {len(final.get('trained_on', []))} points of results/h200-vllm "
+        "plus the public "
         "ML.ENERGY figures.",
         "",
     ]
     for proto, what in README_PROTOCOLS:
+        if protocols is not None and proto not in protocols:
+            continue
         rows = [r for r in ev["rows"] if r["protocol"] == proto]
         if not rows:
             continue
@@ -952,9 +957,11 @@ def readme_section(ev: dict, fits: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_readme_section(ev: dict, fits: dict[str, dict], path: Path = README) -> None:
+def write_readme_section(
+    ev: dict, fits: dict[str, dict], path: Path = README, protocols: tuple[str, ...] | None = None
+) -> None:
     text = path.read_text()
-    section = readme_section(ev, fits)
+    section = readme_section(ev, fits, protocols)
     if README_BEGIN in text and README_END in text:
         head, rest = text.split(README_BEGIN, 1)
         text = head + section + rest.split(README_END, 1)[1]
@@ -1031,6 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     (RESULTS / "twin_fit.md").write_text(md)
     write_readme_section(ev, fits)
+    for group, folder in HELD_OUT_MODELS.items():  # the held-out model's own README: its rows alone
+        if (folder / "README.md").exists():
+            write_readme_section(ev, fits, folder / "README.md", (group,))
     print(md)
     print(f"wrote {OUT} and {RESULTS / 'twin_fit.md'}")
     return 0
