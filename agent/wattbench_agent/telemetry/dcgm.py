@@ -32,7 +32,7 @@ import re
 import time
 from typing import Any
 
-from wattbench_agent.telemetry.sources import CallStats, TelemetryUnavailable, decode_clock_events
+from wattbench_agent.telemetry.sources import ScrapedSource, TelemetryUnavailable, decode_clock_events
 
 INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 FP64_BLANK = 140737488355328.0  # 2**47: DCGM_FP64_BLANK and the special values above it
@@ -133,10 +133,11 @@ def metrics_url(url: str) -> str:
     return u if u.endswith("/metrics") else u + "/metrics"
 
 
-class DcgmSource:
+class DcgmSource(ScrapedSource):
     """Scrapes one dcgm-exporter; the deployment's GPUs are picked by UUID (all GPUs on the page when None)."""
 
     kind = "dcgm"
+    call_name = "GET dcgm-exporter /metrics"
 
     def __init__(self, url: str | None, gpu_uuids: list[str] | None = None, timeout_s: float = 2.0):
         if not url:
@@ -144,29 +145,14 @@ class DcgmSource:
                 "kind='dcgm' needs the dcgm-exporter URL (http://HOST:9400/metrics; "
                 "WATTBENCH_DCGM_URL on the agent's host)"
             )
-        self.url = metrics_url(url)
-        self.wanted = list(gpu_uuids) if gpu_uuids else None
-        self.timeout_s = timeout_s
-        self.client = None
-        self.gpus: list[dict[str, Any]] = []
-        self.driver_version: str | None = None
-        self.stats = CallStats()
+        super().__init__(metrics_url(url), gpu_uuids, timeout_s)
 
     def _get(self) -> tuple[dict[str, dict[str, Any]], int]:
-        t0 = time.perf_counter_ns()
-        try:
-            resp = self.client.get(self.url)
-            resp.raise_for_status()
-            text = resp.text
-        except Exception:
-            self.stats.add("GET dcgm-exporter /metrics", time.perf_counter_ns() - t0, error=True)
-            raise
-        t1 = time.perf_counter_ns()
-        self.stats.add("GET dcgm-exporter /metrics", t1 - t0)
+        text, t_ns = self._timed_get(lambda resp: resp.text)
         gpus = parse_page(text)
         if self.wanted:
             gpus = {u: g for u, g in gpus.items() if u in self.wanted}
-        return gpus, (t0 + t1) // 2
+        return gpus, t_ns
 
     def open(self) -> dict[str, Any]:
         import httpx
@@ -198,14 +184,6 @@ class DcgmSource:
                 }
             )
         return self.info()
-
-    def info(self) -> dict[str, Any]:
-        return {"gpus": [dict(g) for g in self.gpus], "driver_version": self.driver_version}
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
 
     def sample(self) -> list[dict[str, Any]]:
         try:

@@ -303,36 +303,60 @@ class NvmlSource:
         return out
 
 
-class EmulatedSource:
-    """The built-in emulator's modelled telemetry: GET {url}/emulator/telemetry (docs/CONTRACTS.md section 3)."""
+class ScrapedSource:
+    """What the telemetry sources read over HTTP share: the URL, the deployment's GPUs by UUID (all when None), one
+    client, and each GET timed into the sampler's call statistics (its midpoint is the samples' time)."""
 
-    kind = "emulated"
+    call_name = "GET"
 
     def __init__(self, url: str, gpu_uuids: list[str] | None = None, timeout_s: float = 2.0):
-        if not url:
-            raise TelemetryUnavailable("kind='emulated' needs the emulator's url")
-        self.url = url.rstrip("/") + "/emulator/telemetry"
+        self.url = url
         self.wanted = list(gpu_uuids) if gpu_uuids else None
         self.timeout_s = timeout_s
         self.client = None
         self.gpus: list[dict[str, Any]] = []
-        self.driver_version = None
+        self.driver_version: str | None = None
         self.stats = CallStats()
 
-    def _get(self) -> tuple[list[dict[str, Any]], int]:
+    def _timed_get(self, decode) -> tuple[Any, int]:
+        """GET the URL and decode the response; (what decode returned, host-clock midpoint of the call in ns)."""
         t0 = time.perf_counter_ns()
         try:
             resp = self.client.get(self.url)
             resp.raise_for_status()
-            gpus = resp.json()["gpus"]
+            payload = decode(resp)
         except Exception:
-            self.stats.add("GET /emulator/telemetry", time.perf_counter_ns() - t0, error=True)
+            self.stats.add(self.call_name, time.perf_counter_ns() - t0, error=True)
             raise
         t1 = time.perf_counter_ns()
-        self.stats.add("GET /emulator/telemetry", t1 - t0)
+        self.stats.add(self.call_name, t1 - t0)
+        return payload, (t0 + t1) // 2
+
+    def info(self) -> dict[str, Any]:
+        return {"gpus": [dict(g) for g in self.gpus], "driver_version": self.driver_version}
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+class EmulatedSource(ScrapedSource):
+    """The built-in emulator's modelled telemetry: GET {url}/emulator/telemetry (docs/CONTRACTS.md section 3)."""
+
+    kind = "emulated"
+    call_name = "GET /emulator/telemetry"
+
+    def __init__(self, url: str, gpu_uuids: list[str] | None = None, timeout_s: float = 2.0):
+        if not url:
+            raise TelemetryUnavailable("kind='emulated' needs the emulator's url")
+        super().__init__(url.rstrip("/") + "/emulator/telemetry", gpu_uuids, timeout_s)
+
+    def _get(self) -> tuple[list[dict[str, Any]], int]:
+        gpus, t_ns = self._timed_get(lambda resp: resp.json()["gpus"])
         if self.wanted:
             gpus = [g for g in gpus if g.get("gpu_uuid") in self.wanted]
-        return gpus, (t0 + t1) // 2
+        return gpus, t_ns
 
     def open(self) -> dict[str, Any]:
         import httpx
@@ -357,14 +381,6 @@ class EmulatedSource:
             for g in gpus
         ]
         return self.info()
-
-    def info(self) -> dict[str, Any]:
-        return {"gpus": [dict(g) for g in self.gpus], "driver_version": self.driver_version}
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
 
     def sample(self) -> list[dict[str, Any]]:
         try:
