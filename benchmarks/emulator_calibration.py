@@ -431,10 +431,9 @@ def real_hardware_md() -> list[str]:
     ]
     what = {
         "before light data (the 10 earlier points)": "the 8 light-load points (1 and 4 streams, 512 and 2K-token "
-        "prompts, bf16 and fp8) predicted by a fit on the 10 points measured before them (steady, long-prompt, "
-        "bursty): its performance knobs from the fit made before the light points existed, its power "
-        "coefficients refitted on the same 10 points with the power split (whose design had seen the light points; "
-        "its coefficients had not)",
+        "prompts, bf16 and fp8) predicted by a fit of every knob on the 10 points measured before them (steady, "
+        "long-prompt, bursty) plus ML.ENERGY (the power split's design had seen the light points; its coefficients "
+        "had not)",
         "leave-one-workload-out": "every point predicted by a fit on the other workloads (five folds: steady, "
         "long-prompt, bursty, light, light-long; both precisions)",
         "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their prior)",
@@ -442,6 +441,11 @@ def real_hardware_md() -> list[str]:
         "dimensions, results/h200-vllm-14b, plans/h200-vllm-14b.yaml), bf16 and online fp8 on one H200: in no fit, "
         "predicted by the final fit from its config.json alone; `wattbench predict` widens its band to these errors "
         "for a model of another size",
+        "held-out sweep": "the 8B model again at stream counts no fit saw (2, 8, 32 streams of 512 in / 128 out, and "
+        "16 streams of 128 against 512 output tokens; results/h200-vllm-sweep, plans/h200-vllm-sweep.yaml), measured "
+        "after the final fit and predicted by it",
+        "held-out sweep, as filed before the run": "the same sweep points against the twin's figures filed before the "
+        "run (results/h200-vllm-sweep/predictions.json: `wattbench predict` with the twin of the previous round)",
         "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
         "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
         "and predicted by it",

@@ -15,8 +15,8 @@ workloads, warm-up, window and 2 s ramp, the measured prompt length (chat templa
 seeds (the API server's intake times vary per seed, as repeats fall out of lockstep differently); one seed inside a
 fit.
 
-Protocols (`--fit` runs them, two at a time, 2-5 min each on this 2-core machine, and writes twin_fit.json; without
-it the stored fits are re-evaluated and the reports re-written):
+Protocols (`--fit` runs them one after another, the final fit first, about 5 min each on this 2-core machine, and
+writes twin_fit.json; without it the stored fits are re-evaluated and the reports re-written):
 - before light data: a fit on the ten points measured before the light and light-long ones predicts those eight.
 - leave-one-workload-out: five folds; each fits the knobs on the other four workloads (both precisions) plus the
   public ML.ENERGY figures and predicts the fifth. Every point is predicted once by a fit that never saw its
@@ -24,13 +24,15 @@ it the stored fits are re-evaluated and the reports re-written):
 - final: fits on every point plus ML.ENERGY: the values shipped in the emulator (rounded). Its in-sample errors
   are benchmarks/twin_vs_h200.py's. It also predicts, held out, the kv8 plan's points (measured after it) and every
   HELD_OUT_MODELS folder's points (another model size, in no fit).
-A fit minimises the weighted squared log errors (LOSS_WEIGHTS) within the bounds in PARAMS (FIXED knobs held):
-coordinate steps from PRIOR (the pre-H200 twin) to find the basin, then bounded trust-region least squares until it
-converges; then the power anchor is applied as a hard bound (enforce_anchor: a dense prefill step at full clock asks
-for more than the 700 W limit, as a matmul loop on this H200 did). `--fit --power-only` refits only the power
-coefficients (POWER_KNOBS), each fold from its stored fit on the same points: how the static + memory + compute power
-split was introduced without refitting the performance knobs. (An earlier round also ran bf16 -> fp8, a fit on bf16
-points predicting fp8 ones; it is not in this round, for time.)
+Every fold fits EVERY knob (performance, latency and power: PARAMS less FIXED) on its own training points, from
+PRIOR (the pre-H200 twin, fitted on ML.ENERGY alone: no fold starts from values that saw its held-out points). A fit
+minimises the weighted squared log errors (LOSS_WEIGHTS) within the bounds in PARAMS: one pass of coordinate steps
+of an eighth of each range to find the basin, then bounded trust-region least squares for at most FOLD_FIT's
+Jacobians, stopping when the loss moves < 1% (`converged`) or there (`converged` false, said in twin_fit.json); then
+the power anchor is applied as a hard bound (enforce_anchor: a dense prefill step at full clock asks for more than
+the 700 W limit, as a matmul loop on this H200 did). (The previous round refitted only the power coefficients in
+each fold, keeping performance knobs fitted before the power split: the final fit's gemm_eff stayed at 0.50, its
+prefill steps 1.4x too long, and the closed loops' waves collapsed: 14B TTFT +665% at 64 streams.)
 
 Goal on held-out points: tok/s, TPOT, W and tok/J within 10%, TTFT p50/p99 within 25%. The report says which
 figure at which point misses it.
@@ -70,6 +72,11 @@ def plan_for(bundle: str, folder: Path = RESULTS) -> Path:
 # A held-out MODEL (another size, same engine, GPU and protocol): its points are in no fit; the final fit predicts
 # them. The folder's bundles, plans/<folder>.yaml and the model's config.json (plan twin_model, or the folder's own).
 HELD_OUT_MODELS = {"held-out model": ROOT / "results" / "h200-vllm-14b"}
+# Held-out SWEEPS of the fitted model: points measured after a twin was filed (the folder's predictions.json, made with
+# `wattbench predict` before the run); in no fit unless FIT_SETS names them. The final fit predicts them, and the
+# filed predictions are scored beside it ("as filed before the run").
+HELD_OUT_SWEEPS = {"held-out sweep": ROOT / "results" / "h200-vllm-sweep"}
+FIT_SETS: tuple[str, ...] = ()  # held-out sets (names above) that a decision moved into every fit
 
 
 def measured_cache(folder: Path) -> Path:
@@ -332,7 +339,8 @@ def load_points(held_out_models: bool = True) -> tuple[list[Point], dict[tuple[s
     results/h200-vllm's, and (held_out_models) those of every HELD_OUT_MODELS folder that has bundles."""
     sets = [("", RESULTS)]
     if held_out_models:
-        sets += [(g, f) for g, f in HELD_OUT_MODELS.items() if any(f.glob("bundle-*.tar.xz"))]
+        held = {**HELD_OUT_MODELS, **HELD_OUT_SWEEPS}
+        sets += [(g, f) for g, f in held.items() if any(f.glob("bundle-*.tar.xz"))]
     points: list[Point] = []
     meas: dict[tuple[str, str], float] = {}
     for group, folder in sets:
@@ -538,6 +546,7 @@ def fit(
     diff_step: float = 0.05,
     restarts: int = 2,
     start: dict[str, float] | None = None,
+    ftol: float = 1e-3,
 ) -> dict[str, Any]:
     """Bounded nonlinear least squares (scipy's trust-region reflective) of the weighted log errors, from PRIOR,
     over the free knobs (PARAMS less FIXED and `frozen`) scaled to [0, 1] by their bounds; forward differences of
@@ -578,18 +587,22 @@ def fit(
         for step in coarse:
             for k in range(len(free)):
                 for sign in (+1, -1):
-                    trial = u.copy()
-                    trial[k] = min(1 - 1e-3, max(1e-3, u[k] + sign * step))
-                    if trial[k] == u[k]:
-                        continue
-                    val = float(np.sum(fun(trial) ** 2))
-                    if val < cur - 1e-6:
-                        u, cur = trial, val
+                    moved = False
+                    while True:  # a line search along the knob: keep stepping while the loss falls
+                        trial = u.copy()
+                        trial[k] = min(1 - 1e-3, max(1e-3, u[k] + sign * step))
+                        if trial[k] == u[k]:
+                            break
+                        val = float(np.sum(fun(trial) ** 2))
+                        if val >= cur - 1e-6:
+                            break
+                        u, cur, moved = trial, val, True
+                    if moved:
                         break
         # 2. polish: trust-region least squares from there, until it converges
         for _restart in range(restarts):
             res = least_squares(
-                fun, u, bounds=(0.0, 1.0), method="trf", diff_step=diff_step, ftol=1e-3, xtol=1e-3, max_nfev=max_nfev
+                fun, u, bounds=(0.0, 1.0), method="trf", diff_step=diff_step, ftol=ftol, xtol=1e-3, max_nfev=max_nfev
             )
             status, message = int(res.status), str(res.message)
             u_new = np.clip(res.x, 1e-3, 1 - 1e-3)
@@ -621,7 +634,8 @@ BEFORE_LIGHT = "before light data (the 10 earlier points)"
 def folds(points: list[Point], with_fp8_transfer: bool = False) -> dict[str, tuple[list[Point], list[Point], set[str]]]:
     """name -> (train, test, frozen knobs). Points of LATE workloads are in no training set."""
     out = {}
-    points = [p for p in points if p.workload not in LATE and not p.group]  # held-out models: in no fit
+    # held-out models and sweeps: in no fit (unless FIT_SETS moved a set in)
+    points = [p for p in points if p.workload not in LATE and (not p.group or p.group in FIT_SETS)]
     for wl in sorted({p.workload for p in points}):
         test = [p for p in points if p.workload == wl]
         out[f"leave out {wl}"] = ([p for p in points if p not in test], test, set())
@@ -641,38 +655,53 @@ def protocol_name(fold: str) -> str:
     return "leave-one-workload-out" if fold.startswith("leave out") else fold
 
 
+# every fold refits every knob (performance, latency and power), starting from its own earlier fit on the same
+# training points where twin_fit.json holds one (else PRIOR): line searches along each knob in steps of an eighth,
+# then a sixteenth of its range (the basin), then trust-region least squares for a few Jacobians, stopping when the
+# loss moves < 1%
+FOLD_FIT = {"coarse": (0.125, 0.0625), "max_nfev": 3, "restarts": 1, "ftol": 1e-2}
+PARTIAL = Path(tempfile.gettempdir()) / "wattbench_twin_fit_partial.json"  # each fold's fit as it finishes (--resume)
+
+
 def _run_fold(args: tuple) -> tuple[str, dict]:
     name, train_keys, frozen, max_s, start = args
     points, meas = load_points()
     train = [p for p in points if p.key in train_keys]
-    kw: dict[str, Any] = {}
-    if start:  # a power refit: the performance knobs stay as this fold's earlier fit left them
-        frozen = set(frozen) | {n for n, _w, _lo, _hi in PARAMS if n not in POWER_KNOBS}
-        kw = {"coarse": (0.125,), "max_nfev": 15, "start": start}
     log = lambda s: print(f"[{name}]{s}", file=sys.stderr, flush=True)  # noqa: E731
-    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, **kw)
+    res = fit(train, meas, frozen=frozen, log=log, max_s=max_s, start=start, **FOLD_FIT)
     res["trained_on"] = sorted(train_keys)
-    if start:
-        res["start"] = start
+    res["start"] = start or "prior"
     print(f"[{name}] done: loss {res['train_loss']:.4f} in {res['fit_s']:.0f} s", file=sys.stderr, flush=True)
     return name, res
 
 
 def run_fits(
-    points: list[Point], workers: int = 2, max_s: float | None = None, previous: dict[str, dict] | None = None
+    points: list[Point],
+    workers: int = 1,
+    max_s: float | None = None,
+    resume: bool = False,
+    previous: dict[str, dict] | None = None,
 ) -> dict[str, dict]:
-    """Every fold's fit. With `previous` (power_only): a fold whose earlier fit (same training points) is there
-    keeps that fit's performance knobs and refits the power knobs alone; the others fit every knob from PRIOR."""
+    """Every fold's fit, the final one first; each written to PARTIAL as it finishes. A fold starts from its
+    `previous` fit when that was trained on the same points (else from PRIOR). `resume`: folds already in PARTIAL
+    with the same training points are kept."""
+    done = json.loads(PARTIAL.read_text()) if resume and PARTIAL.exists() else {}
     previous = previous or {}
     jobs = []
     for name, (train, _test, frozen) in folds(points).items():
         keys = {p.key for p in train}
-        old = previous.get(name)
-        ok = old and set(old.get("trained_on") or keys) == keys
-        jobs.append((name, keys, frozen, max_s, (old.get("params_fitted") or old["params"]) if ok else None))
-    jobs.sort(key=lambda j: -len(j[1]))  # the largest fits first
+        if name in done and set(done[name].get("trained_on", ())) == keys:
+            continue
+        old = previous.get(name) or {}
+        same = set(old.get("trained_on") or ()) == keys
+        start = {k: v for k, v in (old.get("params_fitted") or old.get("params") or {}).items() if k in PRIOR}
+        jobs.append((name, keys, frozen, max_s, start if same and start else None))
+    jobs.sort(key=lambda j: (j[0] != "final (all points)", j[0] == BEFORE_LIGHT, -len(j[1])))
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return dict(pool.map(_run_fold, jobs, chunksize=1))
+        for name, res in pool.imap(_run_fold, jobs, chunksize=1):
+            done[name] = res
+            PARTIAL.write_text(json.dumps(done, indent=1) + "\n")
+    return {name: done[name] for name in folds(points)}
 
 
 def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str, Any]:
@@ -684,8 +713,8 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
     if late and "final (all points)" in fits:  # measured after the final fit: it predicts them held out
         fits[AFTER_FINAL] = fits["final (all points)"]
         plan.append((AFTER_FINAL, late))
-    for group in sorted({p.group for p in points if p.group}):  # another model size: the final fit predicts it
-        if "final (all points)" in fits:
+    for group in sorted({p.group for p in points if p.group and p.group not in FIT_SETS}):
+        if "final (all points)" in fits:  # another model size, a later sweep: the final fit predicts it
             fits[group] = fits["final (all points)"]
             plan.append((group, [p for p in points if p.group == group]))
     for name, test in plan:
@@ -715,7 +744,49 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
                         "meets_goal": abs(err) <= GOAL[f],
                     }
                 )
+    rows += filed_rows(points, meas)
     return {"rows": rows, "summary": summarise(rows)}
+
+
+def filed_rows(points: list[Point], meas: dict) -> list[dict]:
+    """Each HELD_OUT_SWEEPS folder's predictions.json (the twin's figures filed before the run) against the
+    measured figures: protocol '<set>, as filed before the run'."""
+    rows = []
+    for group, folder in HELD_OUT_SWEEPS.items():
+        path = folder / "predictions.json"
+        pts = {f"{p.engine}:{p.workload}:{p.label}": p for p in points if p.group == group}
+        if not path.exists() or not pts:
+            continue
+        filed = json.loads(path.read_text())
+        for fp in filed.get("points", []):
+            p = pts.get(f"{fp['engine']}:{fp['point']}")
+            if p is None:
+                continue
+            for f, x in fp.get("figures", {}).items():
+                m, v = meas.get((p.key, f)), x.get("predicted")
+                if f not in GOAL or m is None or v is None:
+                    continue
+                err = v / m - 1.0
+                rows.append(
+                    {
+                        "protocol": f"{group}, as filed before the run",
+                        "fold": f"filed {filed.get('predicted_at', '')}",
+                        "engine": p.engine,
+                        "model": None,
+                        "precision": p.precision,
+                        "point": f"{p.workload}:{p.label}",
+                        "load": p.load,
+                        "prompts": p.prompts,
+                        "figure": f,
+                        "measured": m,
+                        "predicted": v,
+                        "error": err,
+                        "goal": GOAL[f],
+                        "meets_goal": abs(err) <= GOAL[f],
+                        "band_filed": x.get("band"),
+                    }
+                )
+    return rows
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
@@ -742,13 +813,43 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
 
 def error_bands(summary: dict) -> dict[str, float]:
     """The validated error band per figure for `wattbench predict`: the largest held-out |error| of the
-    leave-one-workload-out protocol (every measured point predicted by a fit that never saw its workload)."""
-    lopo = summary.get("leave-one-workload-out", {})
-    return {f: round(v["max_abs_error"], 4) for f, v in lopo.items()}
+    leave-one-workload-out protocol (every measured point predicted by a fit that never saw its workload) and of the
+    final fit on the held-out sweeps of the same model (HELD_OUT_SWEEPS: measured after it)."""
+    out: dict[str, float] = {}
+    for proto in ("leave-one-workload-out", *HELD_OUT_SWEEPS):
+        for f, v in summary.get(proto, {}).items():
+            out[f] = max(out.get(f, 0.0), round(v["max_abs_error"], 4))
+    return out
 
 
-def markdown(ev: dict, fits: dict[str, dict], ml: list[dict]) -> str:
-    lines = []
+def before_after(previous: dict | None, summary: dict) -> list[str]:
+    """Per protocol and figure: within goal and largest |error| with the previous round's fits, and with these."""
+    if not previous:
+        return []
+    lines = [
+        "**before / after this round's refit** (every knob refitted in every fold; before: performance knobs from "
+        "before the power split, power knobs refitted alone): within goal, largest abs error",
+        "",
+        "| protocol | figure | before | after |",
+        "|---|---|---:|---:|",
+    ]
+    for proto, per_fig in summary.items():
+        old = previous.get(proto)
+        if not old:
+            continue
+        for f, x in per_fig.items():
+            o = old.get(f)
+            if o is None:
+                continue
+            lines.append(
+                f"| {proto} | {LABEL[f]} | {o['within_goal']}/{o['n']}, {100 * o['max_abs_error']:.0f}% | "
+                f"{x['within_goal']}/{x['n']}, {100 * x['max_abs_error']:.0f}% |"
+            )
+    return lines + [""]
+
+
+def markdown(ev: dict, fits: dict[str, dict], ml: list[dict], previous: dict | None = None) -> str:
+    lines = before_after(previous, ev["summary"])
     for proto, per_fig in ev["summary"].items():
         lines += [
             f"**{proto}** (held-out points; goal: tok/s, TPOT, W, tok/J within 10%, TTFT within 25%)",
@@ -797,25 +898,35 @@ README_PROTOCOLS = (
     ("leave-one-workload-out", "each point predicted by the fit on the other four workloads (both precisions)"),
     (AFTER_FINAL, "measured after the final fit (plans/h200-vllm-kv8.yaml), predicted by it"),
     ("held-out model", "another model size (results/h200-vllm-14b), in no fit, predicted by the final fit"),
+    ("held-out sweep", "the 8B sweep measured after this fit (results/h200-vllm-sweep), predicted by the final fit"),
+    (
+        "held-out sweep, as filed before the run",
+        "the same points, the twin's figures filed before the run (results/h200-vllm-sweep/predictions.json)",
+    ),
 )
 
 
-def readme_section(ev: dict, fits: dict[str, dict]) -> str:
+def readme_section(ev: dict, fits: dict[str, dict], protocols: tuple[str, ...] | None = None) -> str:
     """results/h200-vllm/README.md's 'prediction (out of sample)' section, from the held-out rows of this run."""
     figs = ["output_tok_s", "counter_w_per_gpu", "output_tokens_per_j", "ttft_p50_ms", "tpot_p50_ms"]
     final = fits.get("final (all points)", {})
+    here = "" if protocols is None else "../h200-vllm/"  # another folder's README links back to results/h200-vllm
     lines = [
         README_BEGIN,
         "",
-        "`python -m benchmarks.twin_fit` ([twin_fit.md](twin_fit.md), [twin_fit.json](twin_fit.json)): every cell is "
+        f"`python -m benchmarks.twin_fit` ([twin_fit.md]({here}twin_fit.md), [twin_fit.json]({here}twin_fit.json)): "
+        "every cell is "
         "measured / predicted (error) for a point the predicting fit never saw; * misses the goal (tok/s, W, tok/J, "
         "TPOT within 10%, TTFT within 25%). The twin: the emulator's vllm-like profile with the static + memory + "
         "compute power split (docs/EMULATOR.md, 'Power'), configured as the measured engines were, the mean of three "
-        f"seeds. The final fit (shipped) was fitted on {len(final.get('trained_on', []))} points here plus the public "
+        f"seeds. The final fit (shipped) was fitted on {len(final.get('trained_on', []))} points of results/h200-vllm "
+        "plus the public "
         "ML.ENERGY figures.",
         "",
     ]
     for proto, what in README_PROTOCOLS:
+        if protocols is not None and proto not in protocols:
+            continue
         rows = [r for r in ev["rows"] if r["protocol"] == proto]
         if not rows:
             continue
@@ -846,9 +957,11 @@ def readme_section(ev: dict, fits: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_readme_section(ev: dict, fits: dict[str, dict], path: Path = README) -> None:
+def write_readme_section(
+    ev: dict, fits: dict[str, dict], path: Path = README, protocols: tuple[str, ...] | None = None
+) -> None:
     text = path.read_text()
-    section = readme_section(ev, fits)
+    section = readme_section(ev, fits, protocols)
     if README_BEGIN in text and README_END in text:
         head, rest = text.split(README_BEGIN, 1)
         text = head + section + rest.split(README_END, 1)[1]
@@ -860,15 +973,11 @@ def write_readme_section(ev: dict, fits: dict[str, dict], path: Path = README) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.twin_fit", description=__doc__.splitlines()[0])
-    ap.add_argument("--fit", action="store_true", help="re-run every fit (~10 min on 2 cores)")
+    ap.add_argument("--fit", action="store_true", help="re-run every fit, one after another (~6 min each here)")
     ap.add_argument("--refresh", action="store_true", help="re-read the measured figures from the bundles")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--max-minutes", type=float, default=None, help="stop each fit after this long (best so far)")
-    ap.add_argument(
-        "--power-only",
-        action="store_true",
-        help="with --fit: refit the power knobs alone, each fold from its stored fit (same training points)",
-    )
+    ap.add_argument("--resume", action="store_true", help="with --fit: keep the folds already in " + PARTIAL.name)
     args = ap.parse_args(argv or [])
     if args.refresh or not MEASURED_CACHE.exists():
         refresh_measured()
@@ -876,8 +985,13 @@ def main(argv: list[str] | None = None) -> int:
     stored = json.loads(OUT.read_text()) if OUT.exists() else {}
     if args.fit or "fits" not in stored:
         t0 = time.time()
-        previous = stored.get("fits") if args.power_only else None
-        fits = run_fits(points, args.workers, None if args.max_minutes is None else 60 * args.max_minutes, previous)
+        fits = run_fits(
+            points,
+            args.workers,
+            None if args.max_minutes is None else 60 * args.max_minutes,
+            args.resume,
+            stored.get("fits"),
+        )
         print(f"fits done in {time.time() - t0:.0f} s", file=sys.stderr)
     else:
         fits = stored["fits"]
@@ -887,7 +1001,9 @@ def main(argv: list[str] | None = None) -> int:
             f["params"] = enforce_anchor({**PRIOR, **f["params"]})
     ev = evaluate(points, meas, fits)
     ml = ml_energy_errors(fits["final (all points)"]["params"], 60.0, 30.0)
-    md = markdown(ev, fits, ml)
+    # the held-out summary of the fits this run replaced (with --fit), else the one stored with it
+    previous = stored.get("summary") if args.fit else stored.get("summary_previous_round")
+    md = markdown(ev, fits, ml, previous)
     OUT.write_text(
         json.dumps(
             {
@@ -912,6 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ml_energy_final": ml,
                 # the held-out summary of the twin before the power split (emulator 0.3: power ~ time in tensor math
                 # at the kernels' efficiency, coordinate-descent fits stopped at 6 min), kept for comparison
+                "summary_previous_round": previous,
                 "summary_before_power_split": stored.get("summary_before_power_split")
                 or (stored.get("summary") if "fixed" not in stored else None),
             },
@@ -921,6 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     (RESULTS / "twin_fit.md").write_text(md)
     write_readme_section(ev, fits)
+    for group, folder in HELD_OUT_MODELS.items():  # the held-out model's own README: its rows alone
+        if (folder / "README.md").exists():
+            write_readme_section(ev, fits, folder / "README.md", (group,))
     print(md)
     print(f"wrote {OUT} and {RESULTS / 'twin_fit.md'}")
     return 0

@@ -8,8 +8,8 @@ Emulated (source: emulated): the shipped twin (benchmarks/twin_fit.py's predict_
 same workloads, warm-up, window and ramp; and, where results/h200-vllm/twin_fit.json holds it, the prediction of the
 fit made before these points were measured (held out: it never saw them).
 
-Writes results/h200-vllm/light_load.json and prints the markdown tables of results/h200-vllm/README.md's "Light
-load" section.
+Writes results/h200-vllm/light_load.json and the tables of results/h200-vllm/README.md's "Light load" section
+(between its twin_light markers), and prints them.
 """
 
 from __future__ import annotations
@@ -157,6 +157,41 @@ def markdown(figs: list[dict], ratios: list[dict], emu: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+README_BEGIN = "<!-- twin_light: begin (written by python -m benchmarks.twin_light; do not edit by hand) -->"
+README_END = "<!-- twin_light: end -->"
+
+
+def summary_line(figs: list[dict], emu: dict) -> str:
+    """The range of the twin's errors per figure, as shipped and held out, over the light points."""
+    out = []
+    for which, what in (("shipped", "as shipped (in sample)"), ("held_out", "fitted before these points (held out)")):
+        parts = []
+        for f, head in zip(FIGS, HEAD):
+            errs = [
+                e[which][f] / r["estimate"] - 1
+                for r in figs
+                if r["metric"] == f and r["estimate"]
+                for e in [emu.get(f"{r['engine']}:{r['workload']}:{r['point_label']}", {})]
+                if e.get(which, {}).get(f) is not None
+            ]
+            if errs:
+                parts.append(f"{head.split(' (')[0]} {100 * min(errs):+.0f}% to {100 * max(errs):+.0f}%")
+        if parts:
+            out.append(f"the twin {what}: " + ", ".join(parts))
+    return ("Errors over the eight light points: " + "; ".join(out) + ".") if out else ""
+
+
+def write_readme_section(text: str, path: Path | None = None) -> bool:
+    path = path or twin_fit.RESULTS / "README.md"
+    doc = path.read_text()
+    if README_BEGIN not in doc or README_END not in doc:
+        print(f"{path}: no {README_BEGIN!r} marker; section not written", file=sys.stderr)
+        return False
+    head, rest = doc.split(README_BEGIN, 1)
+    path.write_text(head + README_BEGIN + "\n\n" + text.rstrip() + "\n\n" + README_END + rest.split(README_END, 1)[1])
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.twin_light", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(twin_fit.RESULTS / "light_load.json"))
@@ -177,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         + "\n"
     )
-    print(markdown(figs, ratios, emu))
+    text = markdown(figs, ratios, emu) + "\n" + summary_line(figs, emu) + "\n"
+    write_readme_section(text)
+    print(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

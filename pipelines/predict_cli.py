@@ -4,8 +4,9 @@ plan and every report can use it, marked as such).
 
 The twin is the built-in emulator run in virtual time (wattbench_agent.emulator.simulate) with the profile that
 stands for each engine of the plan (wattbench_agent.emulator.twin). The band beside each figure is the largest
-error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py, leave-one-workload-out;
-results/h200-vllm/twin_fit.json). It was validated on one domain only (vLLM 0.25.0, Llama-3.1-8B shape, one H200,
+error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py: leave-one-workload-out and
+the final fit on the 8B sweep measured after it; results/h200-vllm/twin_fit.json's error_bands). It was validated
+on one domain only (vLLM 0.25.0, Llama-3.1-8B shape, one H200,
 bf16 and online fp8, 512- and 2K-token prompts); every row says where it leaves that domain, and TensorRT-LLM rows
 have no band at all (trtllm-like factors are assumptions, never measured). For a model of another size the band is
 the larger of that error and the twin's error on a held-out model (a 14.5B model measured on the H200 and in no fit,
@@ -432,7 +433,7 @@ def main(args: argparse.Namespace) -> int:
     if bands:
         print(
             "± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
-            "fitted to (results/h200-vllm/twin_fit.json, leave-one-workload-out"
+            "fitted to (results/h200-vllm/twin_fit.json: leave-one-workload-out and the held-out sweep"
             + (", and the held-out model of another size, whichever is larger" if other_model else "")
             + ")",
             file=sys.stderr,

@@ -105,18 +105,22 @@ def test_predict_band_and_domain(plan, tmp_path, capsys, monkeypatch):
 def test_shipped_band_is_the_fits_held_out_error():
     """The band `wattbench predict` prints is computed from the twin's held-out errors on real H200 points
     (benchmarks/twin_fit.py), not written by hand: every figure's band is the largest |error| of its
-    leave-one-workload-out rows, and those rows come from fits that never saw the point's workload."""
+    leave-one-workload-out rows (from fits that never saw the point's workload) and of the final fit's rows on the
+    held-out sweep (points the final fit never saw)."""
     import pipelines.predict_cli as pc
 
     fit = json.loads(pc.FIT_RESULTS.read_text())
     rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
+    sweep = [r for r in fit["held_out"] if r["protocol"] == "held-out sweep"]
     assert rows
     for r in rows:
         assert r["error"] == pytest.approx(r["predicted"] / r["measured"] - 1.0)
         trained = fit["fits"][r["fold"]].get("trained_on", [])
         assert not any(k.split(":")[1] == r["point"].split(":")[0] for k in trained)
+    final = fit["fits"]["final (all points)"].get("trained_on", [])
+    assert not any(k.startswith("held-out") for k in final)
     expected = {}
-    for r in rows:
+    for r in rows + sweep:
         expected[r["figure"]] = max(expected.get(r["figure"], 0.0), abs(r["error"]))
     assert pc.error_bands() == pytest.approx({f: round(v, 4) for f, v in expected.items()})
 

@@ -66,3 +66,40 @@ def test_readme_section_is_written_from_the_rows(tmp_path: Path):
     text = readme.read_text()
     assert "stale" not in text and text.startswith("# x") and text.rstrip().endswith("## next")
     assert "472.3 / 480 (+2%)" in text and "W 1/1" in text and "(+2%)*" in text  # tok/s row marked as a miss
+
+
+def test_held_out_sweep_enters_a_fit_only_when_moved_in(monkeypatch):
+    points, _ = twin_fit.load_points(held_out_models=False)
+    sweep = replace(points[0], group="held-out sweep", workload="sweep", label="c8")
+    for _name, (train, test, _frozen) in twin_fit.folds([*points, sweep]).items():
+        assert sweep not in train and sweep not in test
+    monkeypatch.setattr(twin_fit, "FIT_SETS", ("held-out sweep",))
+    folds = twin_fit.folds([*points, sweep])
+    assert sweep in folds["final (all points)"][0]
+
+
+def test_filed_predictions_are_scored_against_the_measured(tmp_path: Path, monkeypatch):
+    """A sweep's predictions.json (filed before its run) is scored point by point: error = filed / measured - 1
+    (540 W filed, 500 W measured: +8%, within the 10% goal); figures that are not goals are skipped."""
+    points, _ = twin_fit.load_points(held_out_models=False)
+    p = replace(points[0], group="held-out sweep", workload="sweep", label="c8")
+    (tmp_path / "predictions.json").write_text(
+        json.dumps(
+            {
+                "predicted_at": "2026-12-03T09:42:22+00:00",
+                "points": [
+                    {
+                        "engine": p.engine,
+                        "point": "sweep:c8",
+                        "figures": {"counter_w_per_gpu": {"predicted": 540.0, "band": 0.18}, "nonsense": {}},
+                    }
+                ],
+            }
+        )
+    )
+    monkeypatch.setattr(twin_fit, "HELD_OUT_SWEEPS", {"held-out sweep": tmp_path})
+    rows = twin_fit.filed_rows([p], {(p.key, "counter_w_per_gpu"): 500.0})
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["protocol"] == "held-out sweep, as filed before the run" and r["point"] == "sweep:c8"
+    assert abs(r["error"] - 0.08) < 1e-12 and r["meets_goal"] and r["band_filed"] == 0.18

@@ -137,8 +137,11 @@ def test_h200_decode_power_near_the_cap_and_capping_slows_memory_bound_steps():
     idle = step_time("vllm-like", *H200_8B, "bf16", batch=0, context=0)
     assert idle.power_w == pytest.approx(132)  # measured with vLLM loaded (specs.json cites it)
     h200 = step_time("vllm-like", *H200_8B, "bf16", batch=16, context=600)
-    h100 = step_time("vllm-like", "llama-3.1-8b", "h100-sxm", 1, "bf16", batch=16, context=600)
-    assert h200.util_mem > 0.5 and h200.power_w > h100.power_w and h200.power_w > 0.75 * 700
+    # a memory-bound decode at batch 16 draws three quarters of the 700 W limit or more, below the cap (measured:
+    # 472 W at one stream, 627 W decode-only at 32 streams, benchmarks/twin_power_lag.py). Not compared with the H100:
+    # the refit puts the H200's energy per byte read (HBM3e, 63 pJ/B) below the H100's (HBM3, 95 pJ/B), so at the
+    # same batch the H200 need not draw more
+    assert h200.util_mem > 0.5 and 0.75 * 700 < h200.power_w < 700 and not h200.reasons & 0x4
     capped = step_time("vllm-like", *H200_8B, "bf16", batch=16, context=600, config={"power_limit_w": 300})
     assert capped.power_w == pytest.approx(300) and capped.reasons & 0x4 and capped.dt > 1.2 * h200.dt
 

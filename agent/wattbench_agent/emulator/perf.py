@@ -56,9 +56,9 @@ class PowerFactors:
     """Power model, as fractions of the GPU's TDP: static, memory traffic, compute (fitted on ML.ENERGY H100 figures
     and the H200 vLLM runs, benchmarks/twin_fit.py, final fit; scaled by TDP elsewhere)."""
 
-    k_busy: float = 0.205  # static active power while the engine iterates (leakage at load, front ends)
-    k_mem: float = 0.467  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
-    k_cmp: float = 1.26  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
+    k_busy: float = 0.234  # static active power while the engine iterates (leakage at load, front ends)
+    k_mem: float = 0.454  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
+    k_cmp: float = 1.063  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
     clk_exp: float = 2.5  # compute power ~ clk^clk_exp under DVFS (energy per FLOP ~ clk^(clk_exp - 1)); held
     min_clk: float = 0.55
 
