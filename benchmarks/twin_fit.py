@@ -725,27 +725,30 @@ def evaluate(points: list[Point], meas: dict, fits: dict[str, dict]) -> dict[str
                 m, v = meas.get((p.key, f)), pred.get(f)
                 if m is None or v is None:
                     continue
-                err = v / m - 1.0
-                rows.append(
-                    {
-                        "protocol": protocol_name(name),
-                        "fold": name,
-                        "engine": p.engine,
-                        "model": p.model if p.group else None,
-                        "precision": p.precision,
-                        "point": f"{p.workload}:{p.label}",
-                        "load": p.load,
-                        "prompts": p.prompts,
-                        "figure": f,
-                        "measured": m,
-                        "predicted": v,
-                        "error": err,
-                        "goal": GOAL[f],
-                        "meets_goal": abs(err) <= GOAL[f],
-                    }
-                )
+                rows.append(error_row(protocol_name(name), name, p, f, m, v, model=p.model if p.group else None))
     rows += filed_rows(points, meas)
     return {"rows": rows, "summary": summarise(rows)}
+
+
+def error_row(protocol: str, fold: str, p: Point, f: str, m: float, v: float, model: str | None = None) -> dict:
+    """One held-out figure: the twin's value against the measured one, its error and the goal."""
+    err = v / m - 1.0
+    return {
+        "protocol": protocol,
+        "fold": fold,
+        "engine": p.engine,
+        "model": model,
+        "precision": p.precision,
+        "point": f"{p.workload}:{p.label}",
+        "load": p.load,
+        "prompts": p.prompts,
+        "figure": f,
+        "measured": m,
+        "predicted": v,
+        "error": err,
+        "goal": GOAL[f],
+        "meets_goal": abs(err) <= GOAL[f],
+    }
 
 
 def filed_rows(points: list[Point], meas: dict) -> list[dict]:
@@ -766,26 +769,10 @@ def filed_rows(points: list[Point], meas: dict) -> list[dict]:
                 m, v = meas.get((p.key, f)), x.get("predicted")
                 if f not in GOAL or m is None or v is None:
                     continue
-                err = v / m - 1.0
-                rows.append(
-                    {
-                        "protocol": f"{group}, as filed before the run",
-                        "fold": f"filed {filed.get('predicted_at', '')}",
-                        "engine": p.engine,
-                        "model": None,
-                        "precision": p.precision,
-                        "point": f"{p.workload}:{p.label}",
-                        "load": p.load,
-                        "prompts": p.prompts,
-                        "figure": f,
-                        "measured": m,
-                        "predicted": v,
-                        "error": err,
-                        "goal": GOAL[f],
-                        "meets_goal": abs(err) <= GOAL[f],
-                        "band_filed": x.get("band"),
-                    }
+                row = error_row(
+                    f"{group}, as filed before the run", f"filed {filed.get('predicted_at', '')}", p, f, m, v
                 )
+                rows.append({**row, "band_filed": x.get("band")})
     return rows
 
 
@@ -957,18 +944,22 @@ def readme_section(ev: dict, fits: dict[str, dict], protocols: tuple[str, ...] |
     return "\n".join(lines)
 
 
+def write_between_markers(path: Path, begin: str, end: str, section: str) -> bool:
+    """Replace what stands between the markers begin and end of path with section (markers included in section);
+    a file without them is left as it is and said so."""
+    text = path.read_text()
+    if begin not in text or end not in text:
+        print(f"{path}: no {begin!r} marker; section not written", file=sys.stderr)
+        return False
+    head, rest = text.split(begin, 1)
+    path.write_text(head + section + rest.split(end, 1)[1])
+    return True
+
+
 def write_readme_section(
     ev: dict, fits: dict[str, dict], path: Path = README, protocols: tuple[str, ...] | None = None
 ) -> None:
-    text = path.read_text()
-    section = readme_section(ev, fits, protocols)
-    if README_BEGIN in text and README_END in text:
-        head, rest = text.split(README_BEGIN, 1)
-        text = head + section + rest.split(README_END, 1)[1]
-    else:
-        print(f"{path}: no {README_BEGIN!r} marker; section not written", file=sys.stderr)
-        return
-    path.write_text(text)
+    write_between_markers(path, README_BEGIN, README_END, readme_section(ev, fits, protocols))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,13 +183,8 @@ def summary_line(figs: list[dict], emu: dict) -> str:
 
 def write_readme_section(text: str, path: Path | None = None) -> bool:
     path = path or twin_fit.RESULTS / "README.md"
-    doc = path.read_text()
-    if README_BEGIN not in doc or README_END not in doc:
-        print(f"{path}: no {README_BEGIN!r} marker; section not written", file=sys.stderr)
-        return False
-    head, rest = doc.split(README_BEGIN, 1)
-    path.write_text(head + README_BEGIN + "\n\n" + text.rstrip() + "\n\n" + README_END + rest.split(README_END, 1)[1])
-    return True
+    section = README_BEGIN + "\n\n" + text.rstrip() + "\n\n" + README_END
+    return twin_fit.write_between_markers(path, README_BEGIN, README_END, section)
 
 
 def main(argv: list[str] | None = None) -> int:
