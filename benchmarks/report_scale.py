@@ -26,15 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.synthetic import OUTPUT_TOKENS, SyntheticRun, insert_run
+from benchmarks.synthetic import OUTPUT_TOKENS, SyntheticRun, insert_run, measured_on, work_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -251,12 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.keep and not args.work:
         ap.error("--keep needs --work (where the warehouse stays)")
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-report-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args.work, "wattbench-report-scale-")
     db = work / f"reports-{args.runs}x{args.run_requests}-e{args.events}.duckdb"
     results = {
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+        **measured_on(),
         "goal_s": GOAL_S,
         "shape": {
             "runs": args.runs,

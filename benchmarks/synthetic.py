@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,34 @@ SAMPLE_HZ = 10
 RATE_RPS = 300  # requests sent per second: 1M requests are 55 min of load
 WARMUP_S = 2.0
 BASE_NS = 864_000_123_456_789  # perf_counter_ns of a host up 10 days: timestamps as long as real ones
+
+
+# What the scale benchmarks (warehouse_scale, validation_scale, report_scale) share besides the run itself.
+SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
+
+
+def chosen_sizes(ap, text: str) -> list[str]:
+    """--sizes as labels of SIZES, in the order given; an unknown one is the parser's error naming the known ones."""
+    labels = [s.strip().lower() for s in text.split(",") if s.strip()]
+    unknown = [s for s in labels if s not in SIZES]
+    if unknown:
+        ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
+    return labels
+
+
+def work_folder(path: str | None, prefix: str) -> Path:
+    """--work, or a fresh temporary folder."""
+    work = Path(path) if path else Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def measured_on() -> dict[str, str]:
+    """When and on what a scale benchmark ran (its results' first two fields)."""
+    return {
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+    }
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.synthetic import SyntheticRun, insert_run
+from benchmarks.synthetic import SIZES, SyntheticRun, chosen_sizes, insert_run, measured_on, work_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
 DEFAULT_SIZES = ("1m", "10m")
 GOAL = {"requests": 10_000_000, "seconds": 60.0, "peak_rss_mb": 2048.0}
 
@@ -166,15 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child_validate(*args.child[1:])))
         return 0
-    labels = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
-    unknown = [s for s in labels if s not in SIZES]
-    if unknown:
-        ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-gx-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
+    labels = chosen_sizes(ap, args.sizes)
+    work = work_folder(args.work, "wattbench-gx-scale-")
     results = {
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+        **measured_on(),
         "goal": GOAL,
         "sizes_run": [],
         "sizes": {},

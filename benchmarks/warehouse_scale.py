@@ -23,20 +23,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.synthetic import GPUS, OUTPUT_TOKENS, REQUESTS_PER_POINT, SAMPLE_HZ, synthesize
+from benchmarks.synthetic import (
+    GPUS,
+    OUTPUT_TOKENS,
+    REQUESTS_PER_POINT,
+    SAMPLE_HZ,
+    SIZES,
+    chosen_sizes,
+    measured_on,
+    synthesize,
+    work_folder,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
 DEFAULT_SIZES = ("100k", "1m")
 RUN_REQUESTS = 1_000_000  # requests of one bundle (one run); larger sizes are several runs
 
@@ -327,15 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         fn = {"ingest": child_ingest, "queries": child_queries, "validation": child_validation}[args.child[0]]
         print(json.dumps(fn(*args.child[1:])))
         return 0
-    labels = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
-    unknown = [s for s in labels if s not in SIZES]
-    if unknown:
-        ap.error(f"unknown size(s) {', '.join(unknown)}; expected some of {', '.join(SIZES)}")
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="wattbench-scale-"))
-    work.mkdir(parents=True, exist_ok=True)
+    labels = chosen_sizes(ap, args.sizes)
+    work = work_folder(args.work, "wattbench-scale-")
     results = {
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, Python {platform.python_version()}",
+        **measured_on(),
         "shape": {
             "bundle_version": 2,
             "run_requests": RUN_REQUESTS,
