@@ -335,16 +335,22 @@ def predicted_points(con, run_id: str) -> dict[tuple[str, str], dict[str, float 
     return by
 
 
+def band_of(engine: str, figure: str, bands: dict[str, float], notes: list[dict]) -> float | None:
+    """The validated error band of one predicted figure; None for an engine no band was validated for (the
+    TensorRT-LLM-like profile: its factors are assumptions, docs/EMULATOR.md) or a figure without one."""
+    if any(n["engine"] == engine and n.get("profile") == "trtllm-like" for n in notes):
+        return None
+    return bands.get(figure)
+
+
 def points_json(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> list[dict]:
     """Every predicted figure with its band (a fraction; null where no band was validated for that engine)."""
-    unvalidated = {n["engine"] for n in notes if n.get("profile") == "trtllm-like"}
     return [
         {
             "engine": engine,
             "point": point,
             "figures": {
-                f: {"predicted": figs.get(f), "band": None if engine in unvalidated else bands.get(f)}
-                for f, _l, _f in FIGURES
+                f: {"predicted": figs.get(f), "band": band_of(engine, f, bands, notes)} for f, _l, _f in FIGURES
             },
         }
         for (engine, point), figs in by.items()
@@ -354,13 +360,13 @@ def points_json(by: dict[tuple[str, str], dict], bands: dict[str, float], notes:
 def table(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> str:
     from tabulate import tabulate
 
-    unvalidated = {n["engine"] for n in notes if n.get("profile") == "trtllm-like"}
     out = []
     for (engine, point), figs in by.items():
         row = {"engine": engine, "point": point}
         for f, label, fmt in FIGURES:
             v = figs.get(f)
-            band = " ±n/a" if engine in unvalidated or f not in bands else f" ±{100 * bands[f]:.0f}%"
+            band = band_of(engine, f, bands, notes)
+            band = " ±n/a" if band is None else f" ±{100 * band:.0f}%"
             row[f"{label} (predicted)"] = "NULL" if v is None else fmt.format(v) + band
         out.append(row)
     return tabulate(out, headers="keys", tablefmt="github")
