@@ -27,7 +27,7 @@ LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 def main(src: str, out: str) -> None:
     t0 = time.time()
     src_p, out_p = Path(src), Path(out)
-    model = LlamaForCausalLM.from_pretrained(src_p, torch_dtype=torch.bfloat16, device_map="cuda")
+    model = LlamaForCausalLM.from_pretrained(src_p, torch_dtype=torch.bfloat16).to("cuda").eval()
     amax: dict[str, torch.Tensor] = {}
 
     def hook(name):
