@@ -68,8 +68,8 @@ def main(src: str, out: str) -> None:
     cfg = json.loads((src_p / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]}
     (out_p / "config.json").write_text(json.dumps(cfg, indent=2))
-    for f in src_p.iterdir():  # tokenizer and generation config, as they are
-        if f.suffix in (".json", ".txt", ".model") and f.name not in ("config.json",) and "safetensors" not in f.name:
+    for f in src_p.iterdir():  # tokenizer, chat template, generation config: everything but weights and config
+        if f.is_file() and f.name != "config.json" and "safetensors" not in f.name and not f.name.startswith("."):
             shutil.copy(f, out_p / f.name)
     size = sum(f.stat().st_size for f in out_p.iterdir()) / 2**30
     print(f"wrote {out_p} ({size:.1f} GiB) in {time.time() - t0:.1f} s", flush=True)

@@ -22,6 +22,7 @@ case "$phase" in
     fi
     tail -2 /tmp/fp8.log 2>/dev/null; exit 0 ;;
   fp8ckpt)
+    if [ -n "${REBUILD:-}" ]; then rm -rf $CKPT; python3 $HERE/mkfp8.py $SRC $CKPT > /tmp/fp8.log 2>&1 && touch $CKPT/.ok; fi
     for _ in $(seq 1 300); do [ -e $CKPT/.ok ] && break; sleep 1; done
     [ -e $CKPT/.ok ] || { echo "fp8 checkpoint not built:"; tail -20 /tmp/model.log /tmp/fp8.log; exit 1; }
     mkdir -p "${OUT:-/tmp/out}"; cp /tmp/fp8.log "${OUT:-/tmp/out}/mkfp8.log"; cp $CKPT/config.json "${OUT:-/tmp/out}/fp8-config.json"
