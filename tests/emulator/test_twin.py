@@ -107,7 +107,7 @@ def test_heavy_closed_loop_queues_behind_the_budget():
     assert heavy.ttft_ms["p50"] > 4 * prefill_step > light.ttft_ms["p50"]
 
 
-def test_online_fp8_keeps_a_16bit_kv_cache_and_costs_time():
+def test_online_fp8_keeps_a_16bit_kv_cache_and_quantises_like_a_checkpoint():
     ckpt = setup("vllm-like", *H200_8B, "fp8")
     online = setup("vllm-like", *H200_8B, "fp8", {"quantization": "online"})
     assert online.dep.kv_bytes_per_token == 2 * ckpt.dep.kv_bytes_per_token
@@ -128,7 +128,9 @@ def test_online_fp8_keeps_a_16bit_kv_cache_and_costs_time():
             config={"quantization": "online"},
         ).dt
         t_bf16 = step_time("vllm-like", *H200_8B, "bf16", batch=batch, context=600, prefill_tokens=prefill).dt
-        assert t_ckpt < t_online < t_bf16
+        # both quantise the linear inputs (measured at one speed on the H200, results/h200-vllm-fp8ckpt): what
+        # differs is the checkpoint's fp8 KV cache, read by decode steps only
+        assert (t_ckpt < t_online if batch else t_ckpt == pytest.approx(t_online)) and t_online < t_bf16
     with pytest.raises(ConfigError, match="needs precision fp8"):
         setup("vllm-like", *H200_8B, "bf16", {"quantization": "online"})
 
