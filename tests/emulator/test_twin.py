@@ -128,9 +128,11 @@ def test_online_fp8_keeps_a_16bit_kv_cache_and_quantises_like_a_checkpoint():
             config={"quantization": "online"},
         ).dt
         t_bf16 = step_time("vllm-like", *H200_8B, "bf16", batch=batch, context=600, prefill_tokens=prefill).dt
-        # both quantise the linear inputs (measured at one speed on the H200, results/h200-vllm-fp8ckpt): what
-        # differs is the checkpoint's fp8 KV cache, read by decode steps only
-        assert (t_ckpt < t_online if batch else t_ckpt == pytest.approx(t_online)) and t_online < t_bf16
+        # both pay the per-layer quantisation kernels (decode measured at one speed on the H200,
+        # results/h200-vllm-fp8ckpt); online fp8 adds the amax pass of its dynamic scales (and here a 16-bit KV cache)
+        assert t_ckpt < t_online < t_bf16
+        fixed_only = replace(online.dep, online_fp8=False, kv_bytes_elem=ckpt.dep.kv_bytes_elem)
+        assert fixed_only.fixed_s == pytest.approx(online.dep.fixed_s) and fixed_only.quant_bytes_per_token == 0
     with pytest.raises(ConfigError, match="needs precision fp8"):
         setup("vllm-like", *H200_8B, "bf16", {"quantization": "online"})
 
