@@ -637,8 +637,9 @@ def render_md(
             lines.append(f"| {c['id']} ({c['unit']}) | " + " | ".join(cells) + " |")
         lines += [
             "",
-            "(gemm_eff column: -20% / +20% / fp8 FMHA off.) The TensorRT-LLM-like factors are assumptions, "
-            "each with its source:",
+            "(gemm_eff column: -20% / +20% / fp8 FMHA off; "
+            + "; ".join(f"{k} column: {label}" for k, (label, _) in TRT_ALTERNATIVES.items())
+            + ".) The TensorRT-LLM-like factors are assumptions, each with its source:",
             "",
         ]
         trt = FACTORS["trtllm-like"]
