@@ -67,36 +67,36 @@ class ChunkFiles:
             self.events = sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2]  # refs past it are named below
 
     # -------------------------------------------------------------------------------------------- reading
-    def gather(self, at: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order. Rows whose
-        events follow one another are read as one stretch of the files; only the stretches are read (a load point's
-        repeats lie far apart in the files)."""
+    def gather(self, at: np.ndarray, n: np.ndarray, tokens: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order (tokens
+        False: chunk_ns only, None for the tokens). Rows whose events follow one another are read as one stretch of
+        the files; only the stretches are read (a load point's repeats lie far apart in the files)."""
         total = int(n.sum())
         if total == 0 or not self.paths:
-            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+            return np.zeros(0, np.int64), np.zeros(0, np.int32) if tokens else None
         has = n > 0
         at_, n_ = at[has], n[has]
         # a stretch starts where a row's events do not follow the previous row's
         starts = np.flatnonzero(np.concatenate([[True], at_[1:] != at_[:-1] + n_[:-1]]))
         if len(starts) > 1 and np.any(np.diff(at_) < 0):  # rows in another order than the files': read them in the
             order = np.argsort(at_, kind="stable")  # files' order, then lay them out in the rows'
-            ns, tok = self.gather(at_[order], n_[order])
+            ns, tok = self.gather(at_[order], n_[order], tokens)
             place = np.empty(len(order), np.int64)
             place[order] = np.cumsum(n_[order]) - n_[order]  # where each row's events lie in what was read
             idx = np.repeat(place - (np.cumsum(n_) - n_), n_) + np.arange(total)
-            return ns[idx], tok[idx]
+            return ns[idx], tok[idx] if tokens else None
         ends = np.concatenate([starts[1:], [len(at_)]])
         first = at_[starts]
         count = (at_[ends - 1] + n_[ends - 1]) - first
         if len(starts) == 1:
-            return self._read("chunk_ns", int(first[0]), int(count[0])), self._read(
-                "chunk_tokens", int(first[0]), int(count[0])
-            )
-        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32)
+            a, c = int(first[0]), int(count[0])
+            return self._read("chunk_ns", a, c), self._read("chunk_tokens", a, c) if tokens else None
+        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32) if tokens else None
         pos = 0
         for a, c in zip(first.tolist(), count.tolist()):
             ns[pos : pos + c] = self._read("chunk_ns", a, c)
-            tok[pos : pos + c] = self._read("chunk_tokens", a, c)
+            if tok is not None:
+                tok[pos : pos + c] = self._read("chunk_tokens", a, c)
             pos += c
         return ns, tok
 
@@ -226,9 +226,10 @@ class ChunkFiles:
         }
 
     def label_events(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(req, repeat, t) of one point of intervals.large_point_itl (its repeats pooled): as its SQL numbers and
-        slices them (requests by repeat, load point and request id; the exact part of a capped stream). None for a
-        deployment this bundle does not carry (its rows came from another bundle of the run)."""
+        """(t, events per request, repeat per request) of one point of intervals.large_point_itl (its repeats
+        pooled): its requests ordered and sliced as its SQL orders and slices them (by repeat, load point and request
+        id; the exact part of a capped stream), their times laid flat in that order. None for a deployment this
+        bundle does not carry (its rows came from another bundle of the run)."""
         staged = self.con.execute(
             f"SELECT count(*) FROM {STAGING} WHERE deployment_id = $deployment_id",
             {"deployment_id": where["deployment_id"]},
@@ -246,9 +247,8 @@ class ChunkFiles:
             where,
         ).fetchnumpy()
         n = np.maximum(np.asarray(rows["n"], dtype=np.int64), 0)
-        t, _ = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
-        req = np.repeat(np.arange(len(n), dtype=np.int32), n)
-        return req, np.repeat(np.asarray(rows["repeat"], dtype=np.int32), n), t
+        t, _ = self.gather(np.asarray(rows["at"], dtype=np.int64), n, tokens=False)
+        return t, n, np.asarray(rows["repeat"], dtype=np.int64)
 
     def drop(self) -> None:
         self.con.execute(f"DROP TABLE IF EXISTS {STAGING}")
