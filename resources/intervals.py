@@ -48,6 +48,14 @@ def _seed(*parts: Any) -> int:
     return zlib.crc32("|".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
+def itl_rng(where: dict[str, str]) -> np.random.Generator:
+    """The ITL interval's own draws of a large point: seeded by the point alone (not after its TTFT/TPOT/E2E draws),
+    so that it can be computed apart from them (ChunkFiles.start_figures: while the lists are stored)."""
+    return np.random.default_rng(
+        _seed(where["run_id"], where["deployment_id"], where["workload"], where["point_label"], "itl")
+    )
+
+
 def two_stage_indices(groups: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
     """(n_boot, n) row indices: per resample, draw the groups (repeats) with replacement, then rows with
     replacement within each drawn group, the same number from each (n // groups, at least one). Rows must be
@@ -193,16 +201,16 @@ def large_point_itl(
     events=None,
 ) -> tuple[dict[str, tuple[float, float, float]], int]:
     """itl_intervals for a point of many requests: the point's chunk times arrive flat (no Python object per
-    request), from DuckDB, or from `events(where)` when given (a version-2 bundle's chunk files being loaded:
-    resources/chunk_files.py: (t, events per request, repeat per request)). ({pXX: (estimate, lo, hi)}, gaps)."""
+    request), from DuckDB, or from `events(where, rng, n_boot)` when given (a version-2 bundle's chunk files being
+    loaded: resources/chunk_files.py ChunkFiles.label_itl, None for a deployment it does not carry). `rng`:
+    itl_rng(where). ({pXX: (estimate, lo, hi)}, gaps)."""
     from threadpoolctl import threadpool_limits
 
     where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
-    got = events(where) if events is not None else None
     with threadpool_limits(1, "blas"):  # small products: a BLAS thread pool on a busy machine only waits for cores
+        got = events(where, rng, n_boot) if events is not None else None
         if got is not None:
-            t, lengths, repeats = got
-            return runs_itl(t, lengths, repeats, rng, n_boot)
+            return got
         cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
         req, repeat, t = (np.asarray(cols[c], dtype=np.int64) for c in ("req", "repeat", "t"))
         if len(req) and np.any(np.diff(req) < 0):  # rows came back out of order: a stable sort keeps each list's order
@@ -478,7 +486,7 @@ def compute_large(
                 }
             )
     n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
-    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl, events)
+    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, itl_rng(where), n_itl, events)
     for qname, (est, lo, hi) in itl.items():
         rows.append(
             {
