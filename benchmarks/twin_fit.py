@@ -369,7 +369,7 @@ def _load_set(group: str, folder: Path) -> tuple[list[Point], dict[tuple[str, st
     for r in data["rows"]:
         e, w = engines[(r["workload"], r["engine"])], wls[r["workload"]]
         plan_model = models[r["workload"]]
-        _prof, cfg, _ = twin_engine(e.engine, e.precision, e.options, model=plan_model)
+        _prof, cfg, _ = twin_engine(e.engine, e.precision, e.options, model=plan_model, checkpoint=e.checkpoint)
         p = Point(
             r["engine"],
             r["precision"],
