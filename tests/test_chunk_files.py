@@ -198,6 +198,24 @@ def test_the_exact_percentiles_from_their_bins_are_duckdbs():
     assert [est[k][0] for k in ("p50", "p90", "p99")] == want
 
 
+def test_a_fault_in_the_figures_computed_beside_the_lists_fails_the_ingest_keeping_nothing(both, tmp_path, monkeypatch):
+    """The token figures run in a thread while DuckDB stores the lists (ChunkFiles.start_figures): a failure there is
+    the ingest's failure, and the transaction keeps nothing of the bundle."""
+    from resources import warehouse
+
+    _, tmp = both
+
+    def fails(ev):
+        raise MemoryError("point figures")
+
+    monkeypatch.setattr(warehouse, "point_token_figures", fails)
+    with pytest.raises(MemoryError, match="point figures"):
+        _load(tmp_path / "w.duckdb", tmp / "v2")
+    with connect(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM point_stats").fetchone()[0] == 0
+
+
 def test_rows_read_out_of_the_files_order_get_their_own_events(both, tmp_path):
     """ChunkFiles.gather: rows asked for in another order than the files' (a label's repeats, requests by id) get
     each its own events, as a direct read of each row's range gives them."""
