@@ -35,7 +35,8 @@ VALIDATED = {
     "gpu": "h200",
     "tp": 1,
     "precisions": ("bf16", "fp8"),
-    "fp8_quantizations": ("online",),  # vLLM's --quantization fp8 on a 16-bit checkpoint
+    # vLLM's --quantization fp8 on a 16-bit checkpoint; a pre-quantised checkpoint (static scales) beside it
+    "fp8_quantizations": ("online", "checkpoint"),
     "prompt_tokens": (512, 2049),
 }
 FIGURES = [
@@ -106,7 +107,7 @@ def extrapolation(
     if precision not in v["precisions"]:
         out.append(f"precision {precision}")
     elif precision == "fp8" and quantization and quantization not in v["fp8_quantizations"]:
-        out.append(f"fp8 {quantization} (only online fp8 measured)")
+        out.append(f"fp8 {quantization} (measured: {', '.join(v['fp8_quantizations'])})")
     lo, hi = v["prompt_tokens"]
     if not lo * 0.5 <= prompt_tokens <= hi * 1.5:
         out.append(f"{prompt_tokens}-token prompts")
