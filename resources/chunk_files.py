@@ -8,10 +8,13 @@ in its row of requests.jsonl. At ingest (resources/warehouse.py):
   per value), checks them (a reference outside the files, a negative token count: the file, the line of the row and the
   reason) and inserts the rows into `requests` with their lists (Arrow lists over the numpy arrays, which DuckDB reads
   without a copy per value);
-- the per-load-point token figures (warehouse.refresh_point_stats) and the latency intervals of large points
-  (intervals.large_point_itl) read the events from the files again, laid flat (`point_events`, `label_events`),
-  instead of unnesting the lists just stored.
-Memory is bounded by BATCH_EVENTS (the batch being inserted) and by one load point's events (the exact percentiles).
+- the per-load-point token figures (warehouse.point_token_figures) and the ITL intervals of large points
+  (intervals.runs_itl) read the events from the files again, laid flat (`point_events`, `label_events`), instead of
+  unnesting the lists just stored, and they do it in a thread while DuckDB stores the lists (`start_figures`: the
+  insert keeps one core busy, the figures the other); warehouse.refresh_point_stats and intervals.refresh take them
+  over (`point_figures`, `label_itl`).
+Memory is bounded by BATCH_EVENTS (the batch being inserted), by one large label's events in the thread (about 600 MB
+at 9 M gaps) and by DuckDB's limit meanwhile (warehouse.OVERLAP_MEMORY).
 """
 
 from __future__ import annotations
