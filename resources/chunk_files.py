@@ -8,15 +8,19 @@ in its row of requests.jsonl. At ingest (resources/warehouse.py):
   per value), checks them (a reference outside the files, a negative token count: the file, the line of the row and the
   reason) and inserts the rows into `requests` with their lists (Arrow lists over the numpy arrays, which DuckDB reads
   without a copy per value);
-- the per-load-point token figures (warehouse.refresh_point_stats) and the latency intervals of large points
-  (intervals.large_point_itl) read the events from the files again, laid flat (`point_events`, `label_events`),
-  instead of unnesting the lists just stored.
-Memory is bounded by BATCH_EVENTS (the batch being inserted) and by one load point's events (the exact percentiles).
+- the per-load-point token figures (warehouse.point_token_figures) and the ITL intervals of large points
+  (intervals.runs_itl) read the events from the files again, laid flat (`point_events`, `label_events`), instead of
+  unnesting the lists just stored, and they do it in a thread while DuckDB stores the lists (`start_figures`: the
+  insert keeps one core busy, the figures the other); warehouse.refresh_point_stats and intervals.refresh take them
+  over (`point_figures`, `label_itl`).
+Memory is bounded by BATCH_EVENTS (the batch being inserted), by one large label's events in the thread (about 600 MB
+at 9 M gaps) and by DuckDB's limit meanwhile (warehouse.OVERLAP_MEMORY).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +47,9 @@ class ChunkFiles:
 
         self.con, self.paths, self.jsonl = con, paths, jsonl
         self.staged = False  # requests.jsonl is in the staging table
+        self._thread: threading.Thread | None = None  # start_figures
+        self._figures: dict = {}
+        self._stop = threading.Event()
         sizes = {}
         present = [p.exists() or p.is_symlink() for p in paths.values()]
         if not any(present):  # no request had events: every reference must be empty
@@ -67,36 +74,36 @@ class ChunkFiles:
             self.events = sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2]  # refs past it are named below
 
     # -------------------------------------------------------------------------------------------- reading
-    def gather(self, at: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order. Rows whose
-        events follow one another are read as one stretch of the files; only the stretches are read (a load point's
-        repeats lie far apart in the files)."""
+    def gather(self, at: np.ndarray, n: np.ndarray, tokens: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order (tokens
+        False: chunk_ns only, None for the tokens). Rows whose events follow one another are read as one stretch of
+        the files; only the stretches are read (a load point's repeats lie far apart in the files)."""
         total = int(n.sum())
         if total == 0 or not self.paths:
-            return np.zeros(0, np.int64), np.zeros(0, np.int32)
+            return np.zeros(0, np.int64), np.zeros(0, np.int32) if tokens else None
         has = n > 0
         at_, n_ = at[has], n[has]
         # a stretch starts where a row's events do not follow the previous row's
         starts = np.flatnonzero(np.concatenate([[True], at_[1:] != at_[:-1] + n_[:-1]]))
         if len(starts) > 1 and np.any(np.diff(at_) < 0):  # rows in another order than the files': read them in the
             order = np.argsort(at_, kind="stable")  # files' order, then lay them out in the rows'
-            ns, tok = self.gather(at_[order], n_[order])
+            ns, tok = self.gather(at_[order], n_[order], tokens)
             place = np.empty(len(order), np.int64)
             place[order] = np.cumsum(n_[order]) - n_[order]  # where each row's events lie in what was read
             idx = np.repeat(place - (np.cumsum(n_) - n_), n_) + np.arange(total)
-            return ns[idx], tok[idx]
+            return ns[idx], tok[idx] if tokens else None
         ends = np.concatenate([starts[1:], [len(at_)]])
         first = at_[starts]
         count = (at_[ends - 1] + n_[ends - 1]) - first
         if len(starts) == 1:
-            return self._read("chunk_ns", int(first[0]), int(count[0])), self._read(
-                "chunk_tokens", int(first[0]), int(count[0])
-            )
-        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32)
+            a, c = int(first[0]), int(count[0])
+            return self._read("chunk_ns", a, c), self._read("chunk_tokens", a, c) if tokens else None
+        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32) if tokens else None
         pos = 0
         for a, c in zip(first.tolist(), count.tolist()):
             ns[pos : pos + c] = self._read("chunk_ns", a, c)
-            tok[pos : pos + c] = self._read("chunk_tokens", a, c)
+            if tok is not None:
+                tok[pos : pos + c] = self._read("chunk_tokens", a, c)
             pos += c
         return ns, tok
 
@@ -194,6 +201,10 @@ class ChunkFiles:
         """The token events of one load point's successful requests, laid flat as sql/views.sql's unnest lays them,
         as numpy arrays (t, n, in_window and prev_ok per event; ws, we, has_load_run of the point), for
         warehouse.point_token_figures. None when the point has no event."""
+        return self._events_of(self._point_refs(run_id, deployment_id, load_point_id))
+
+    def _point_refs(self, run_id: str, deployment_id: str, load_point_id: str) -> dict:
+        """What point_events reads of DuckDB: the point's rows' references into the files, and its window."""
         rows = self.con.execute(
             f"""SELECT q.chunks[1] AS at, q.chunks[2] AS n, q.chunks_exact AS exact,
                        coalesce(q.in_window, false) AS in_window
@@ -203,22 +214,27 @@ class ChunkFiles:
                 ORDER BY q.seq""",
             {"dep": deployment_id, "lp": load_point_id},
         ).fetchnumpy()
-        n = np.asarray(rows["n"], dtype=np.int64)
-        if not n.sum():
-            return None
         window = self.con.execute(
             "SELECT window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? AND deployment_id = ? "
             "AND load_point_id = ?",
             [run_id, deployment_id, load_point_id],
         ).fetchone()
-        t, tok = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
+        return {**rows, "window": window}
+
+    def _events_of(self, refs: dict) -> dict | None:
+        """point_events from _point_refs (numpy and the files only: no connection)."""
+        n = np.asarray(refs["n"], dtype=np.int64)
+        if not n.sum():
+            return None
+        window = refs["window"]
+        t, tok = self.gather(np.asarray(refs["at"], dtype=np.int64), n)
         starts = np.cumsum(n) - n
         pos = np.arange(len(t)) - np.repeat(starts, n) + 1  # 1-based place of each event in its request
-        prev_ok = (pos > 1) & (pos <= np.repeat(_filled(rows["exact"], n), n))  # the previous event of an exact one
+        prev_ok = (pos > 1) & (pos <= np.repeat(_filled(refs["exact"], n), n))  # the previous event of an exact one
         return {
             "t": t,
             "n": tok,
-            "in_window": np.repeat(np.asarray(rows["in_window"], dtype=bool), n),
+            "in_window": np.repeat(np.asarray(refs["in_window"], dtype=bool), n),
             "prev_ok": prev_ok,
             "has_load_run": window is not None,
             "ws": None if window is None else window[0],
@@ -226,9 +242,19 @@ class ChunkFiles:
         }
 
     def label_events(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(req, repeat, t) of one point of intervals.large_point_itl (its repeats pooled): as its SQL numbers and
-        slices them (requests by repeat, load point and request id; the exact part of a capped stream). None for a
-        deployment this bundle does not carry (its rows came from another bundle of the run)."""
+        """(t, events per request, repeat per request) of one point of intervals.large_point_itl (its repeats
+        pooled): its requests ordered and sliced as its SQL orders and slices them (by repeat, load point and request
+        id; the exact part of a capped stream), their times laid flat in that order. None for a deployment this
+        bundle does not carry (its rows came from another bundle of the run)."""
+        refs = self._label_refs(where)
+        if refs is None:
+            return None
+        at, n, repeat = refs
+        t, _ = self.gather(at, n, tokens=False)
+        return t, n, repeat
+
+    def _label_refs(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """What label_events reads of DuckDB: (first event, events, repeat) of each request, in order."""
         staged = self.con.execute(
             f"SELECT count(*) FROM {STAGING} WHERE deployment_id = $deployment_id",
             {"deployment_id": where["deployment_id"]},
@@ -246,11 +272,98 @@ class ChunkFiles:
             where,
         ).fetchnumpy()
         n = np.maximum(np.asarray(rows["n"], dtype=np.int64), 0)
-        t, _ = self.gather(np.asarray(rows["at"], dtype=np.int64), n)
-        req = np.repeat(np.arange(len(n), dtype=np.int32), n)
-        return req, np.repeat(np.asarray(rows["repeat"], dtype=np.int32), n), t
+        return np.asarray(rows["at"], dtype=np.int64), n, np.asarray(rows["repeat"], dtype=np.int64)
+
+    # -------------------------------------------------------------------------------------------- figures, in a thread
+    def start_figures(self, run_id: str, n_itl: int) -> None:
+        """Start computing, in a thread, the token figures of every staged load point (warehouse.point_token_figures)
+        and the ITL intervals of every label of more than intervals.EXACT_MAX_REQUESTS requests (intervals.runs_itl),
+        from the chunk files, while DuckDB stores the lists: DuckDB's insert of lists keeps one core busy and numpy
+        the other. What the thread needs of DuckDB (the staged rows' references, the load points' windows) is read
+        here, before it starts: the thread touches no connection. point_figures and label_itl hand its results over
+        (the same values as computed on the spot: the same code, each interval's own seed)."""
+        from resources import intervals
+
+        points = [(dep, lp, self._point_refs(run_id, dep, lp)) for dep, lp in self.points()]
+        large = self.con.execute(
+            f"""SELECT q.deployment_id, l.workload,
+                       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS label
+                FROM {STAGING} q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+                WHERE q.run_id = $run_id AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
+                GROUP BY ALL HAVING count(*) > $most ORDER BY ALL""",
+            {"run_id": run_id, "most": intervals.EXACT_MAX_REQUESTS},
+        ).fetchall()
+        labels = []
+        for dep, workload, label in large:
+            where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
+            labels.append((where, self._label_refs(where)))
+        done: dict = {"points": {}, "itl": {}, "n_itl": n_itl, "error": None}
+        stop = threading.Event()
+
+        def work() -> None:
+            from threadpoolctl import threadpool_limits
+
+            from resources.warehouse import point_token_figures
+
+            try:
+                for dep, lp, refs in points:
+                    if stop.is_set():
+                        return
+                    ev = self._events_of(refs)
+                    done["points"][(dep, lp)] = None if ev is None else point_token_figures(ev)
+                with threadpool_limits(1, "blas"):
+                    for where, refs in labels:
+                        if stop.is_set() or refs is None:
+                            continue
+                        at, n, repeat = refs
+                        t, _ = self.gather(at, n, tokens=False)
+                        done["itl"][_label_key(where)] = intervals.runs_itl(
+                            t, n, repeat, intervals.itl_rng(where), n_itl
+                        )
+            except BaseException as exc:  # said where the results are asked for
+                done["error"] = exc
+
+        self._figures, self._stop = done, stop
+        self._thread = threading.Thread(target=work, name="wattbench-token-figures", daemon=True)
+        self._thread.start()
+
+    def _wait(self) -> dict | None:
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if self._figures["error"] is not None:
+            raise self._figures["error"]
+        return self._figures
+
+    def point_figures(self, run_id: str, deployment_id: str, load_point_id: str) -> dict | None:
+        """warehouse.point_token_figures of one staged load point (None: no event), from the thread when it
+        computed them."""
+        from resources.warehouse import point_token_figures
+
+        done = self._wait()
+        if done is not None and (deployment_id, load_point_id) in done["points"]:
+            return done["points"][(deployment_id, load_point_id)]
+        ev = self.point_events(run_id, deployment_id, load_point_id)
+        return None if ev is None else point_token_figures(ev)
+
+    def label_itl(self, where: dict, rng: np.random.Generator, n_boot: int):
+        """intervals.runs_itl of one large point (`rng`: intervals.itl_rng(where), unused where the thread computed
+        it with its own, the same); None for a deployment this bundle does not carry."""
+        from resources import intervals
+
+        done = self._wait()
+        if done is not None and done["n_itl"] == n_boot and _label_key(where) in done["itl"]:
+            return done["itl"][_label_key(where)]
+        got = self.label_events(where)
+        if got is None:
+            return None
+        t, n, repeat = got
+        return intervals.runs_itl(t, n, repeat, rng, n_boot)
 
     def drop(self) -> None:
+        if self._thread is not None:  # an ingest that failed: the thread stops after the figure in hand
+            self._stop.set()
+            self._thread.join()
         self.con.execute(f"DROP TABLE IF EXISTS {STAGING}")
 
     # -------------------------------------------------------------------------------------------- messages
@@ -275,6 +388,10 @@ class ChunkFiles:
                         + "; nothing was loaded"
                     )
         raise BundleError(f"{self.jsonl}: {reason.format(value='?')}; nothing was loaded")
+
+
+def _label_key(where: dict) -> tuple[str, str, str, str]:
+    return (where["run_id"], where["deployment_id"], where["workload"], where["point_label"])
 
 
 def _other(column: str) -> str:

@@ -48,6 +48,14 @@ def _seed(*parts: Any) -> int:
     return zlib.crc32("|".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
+def itl_rng(where: dict[str, str]) -> np.random.Generator:
+    """The ITL interval's own draws of a large point: seeded by the point alone (not after its TTFT/TPOT/E2E draws),
+    so that it can be computed apart from them (ChunkFiles.start_figures: while the lists are stored)."""
+    return np.random.default_rng(
+        _seed(where["run_id"], where["deployment_id"], where["workload"], where["point_label"], "itl")
+    )
+
+
 def two_stage_indices(groups: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
     """(n_boot, n) row indices: per resample, draw the groups (repeats) with replacement, then rows with
     replacement within each drawn group, the same number from each (n // groups, at least one). Rows must be
@@ -193,64 +201,78 @@ def large_point_itl(
     events=None,
 ) -> tuple[dict[str, tuple[float, float, float]], int]:
     """itl_intervals for a point of many requests: the point's chunk times arrive flat (no Python object per
-    request), from DuckDB, or from `events(where)` when given (a version-2 bundle's chunk files being loaded:
-    resources/chunk_files.py). ({pXX: (estimate, lo, hi)}, gaps)."""
-    where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
-    got = events(where) if events is not None else None
-    if got is not None:
-        req, repeat, t = got
-    else:
-        cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
-        req, repeat, t = (np.asarray(cols[c], dtype=np.int64) for c in ("req", "repeat", "t"))
-    if len(req) and np.any(np.diff(req) < 0):  # rows came back out of order: a stable sort keeps each list's order
-        order = np.argsort(req, kind="stable")
-        req, repeat, t = req[order], repeat[order], t[order]
+    request), from DuckDB, or from `events(where, rng, n_boot)` when given (a version-2 bundle's chunk files being
+    loaded: resources/chunk_files.py ChunkFiles.label_itl, None for a deployment it does not carry). `rng`:
+    itl_rng(where). ({pXX: (estimate, lo, hi)}, gaps)."""
     from threadpoolctl import threadpool_limits
 
+    where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
     with threadpool_limits(1, "blas"):  # small products: a BLAS thread pool on a busy machine only waits for cores
+        got = events(where, rng, n_boot) if events is not None else None
+        if got is not None:
+            return got
+        cols = con.execute(_LARGE_POINT_CHUNKS, where).fetchnumpy()
+        req, repeat, t = (np.asarray(cols[c], dtype=np.int64) for c in ("req", "repeat", "t"))
+        if len(req) and np.any(np.diff(req) < 0):  # rows came back out of order: a stable sort keeps each list's order
+            order = np.argsort(req, kind="stable")
+            req, repeat, t = req[order], repeat[order], t[order]
         return flat_itl(req, repeat, t, rng, n_boot)
 
 
 def flat_itl(
     req: np.ndarray, repeat: np.ndarray, t: np.ndarray, rng: np.random.Generator, n_boot: int
 ) -> tuple[dict[str, tuple[float, float, float]], int]:
-    """The ITL percentiles of one large point and their intervals from its token times laid flat: request k's times
-    are the run of `t` where req == k (req numbered 0.. by repeat, then request). The estimate is the exact pooled
-    percentile. A resample draws the repeats with replacement (exactly), and within each drawn repeat its requests
-    with replacement; what a percentile needs of the requests drawn is how many of their gaps lie below each bin edge
-    near it (and in all), a sum of `per` independent draws of one request's counts, which is drawn from its normal
-    limit (mean and covariance of the repeat's requests' counts, times `per`: at least EXACT_MAX_REQUESTS / repeats
-    requests, where the central limit theorem is exact to well within a bin). The gaps are binned once; each
-    repeat's histogram (one count per bin) places every percentile's window, and one more count over the gaps gives
-    every request's counts in all the windows at once: memory and time do not grow with the requests beyond two
-    passes over their gaps."""
-    same = req[1:] == req[:-1]
-    first = np.flatnonzero(np.concatenate([[True], ~same]))  # where each request's times start (req is sorted)
-    if len(req) and (req[0] != 0 or len(first) != int(req.max()) + 1):  # numbers without times: numbered again
-        req = np.searchsorted(np.unique(req), req)
-    gaps = np.diff(t)[same]
-    gap_req = req[1:][same]
-    if gaps.size == 0:
+    """runs_itl of token times numbered per event: request k's times are the run of `t` where req == k (req sorted:
+    numbered 0.. by repeat, then request)."""
+    if len(req) == 0:
         return {}, 0
-    n_req = len(first)
-    del t, same
-    gaps = np.divide(gaps, 1e6)  # as DuckDB and the exact path compute a gap in ms: (t - prev) / 1e6
-    n_gaps = int(gaps.size)
-    edges = _log_edges(gaps.min(), gaps.max())
+    first = np.flatnonzero(np.concatenate([[True], req[1:] != req[:-1]]))
+    lengths = np.diff(np.append(first, len(req)))
+    return runs_itl(t, lengths, np.asarray(repeat)[first], rng, n_boot)
+
+
+def runs_itl(
+    t: np.ndarray, lengths: np.ndarray, repeats: np.ndarray, rng: np.random.Generator, n_boot: int
+) -> tuple[dict[str, tuple[float, float, float]], int]:
+    """The ITL percentiles of one large point and their intervals from its token times laid flat: request k's times
+    are the next lengths[k] values of `t` (int64 ns), the request of repeat repeats[k] (requests ordered by repeat).
+    The estimate is the exact pooled percentile. A resample draws the repeats with replacement (exactly), and within
+    each drawn repeat its requests with replacement; what a percentile needs of the requests drawn is how many of
+    their gaps lie below each bin edge near it (and in all), a sum of `per` independent draws of one request's
+    counts, which is drawn from its normal limit (mean and covariance of the repeat's requests' counts, times `per`:
+    at least EXACT_MAX_REQUESTS / repeats requests, where the central limit theorem is exact to well within a bin).
+    The gaps (integer ns) are binned once, on integer edges (a table over their floating-point exponent and leading
+    bits, no logarithm); each repeat's histogram (one count per bin) places every percentile's window, and one more
+    count over the gaps gives every request's counts in all the windows at once: memory and time do not grow with
+    the requests beyond a few passes over their gaps."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n_req = len(lengths)
+    per_req = np.maximum(lengths - 1, 0)  # each request's gaps
+    n_gaps = int(per_req.sum())
+    if n_gaps == 0:
+        return {}, 0
+    ends = np.cumsum(lengths)
+    cross = ends[:-1] - 1  # the diff between a request's last event and the next one's first: not a gap
+    gaps = np.delete(np.diff(t), np.unique(cross[(cross >= 0) & (cross < len(t) - 1)]))
+    del t
+    edges_ns = _int_edges(int(gaps.min()), int(gaps.max()))
+    edges = edges_ns / 1e6  # ms, as a gap is (t - prev) / 1e6 in DuckDB and the exact path
     n_bins = len(edges) - 1
-    bins = _bin_of(gaps, edges)
-    groups = np.asarray(repeat)[first]
-    labels, group_of = np.unique(groups, return_inverse=True)
+    bins = _int_bins(gaps, edges_ns)
+    labels, group_of = np.unique(np.asarray(repeats), return_inverse=True)
+    group_of = group_of.reshape(-1)
     k = len(labels)
     per = max(n_req // k, 1)
     # each repeat's histogram: where its percentiles lie, to a bin (a repeat's requests are consecutive, and so are
-    # their gaps, unless the caller numbered them otherwise)
+    # their gaps, unless the caller ordered them otherwise)
     if np.all(np.diff(group_of) >= 0):
-        bounds = np.searchsorted(gap_req, np.searchsorted(group_of, np.arange(k + 1)))
+        gap_ends = np.concatenate([[0], np.cumsum(per_req)])
+        bounds = gap_ends[np.searchsorted(group_of, np.arange(k + 1))]
         hist = np.stack([np.bincount(bins[a:b], minlength=n_bins) for a, b in zip(bounds[:-1], bounds[1:])])
     else:
-        gap_group = group_of[gap_req]
-        hist = np.bincount(gap_group.astype(np.int64) * n_bins + bins, minlength=k * n_bins).reshape(k, n_bins)
+        gap_group = np.repeat(group_of.astype(np.int64) * n_bins, per_req)
+        gap_group += bins
+        hist = np.bincount(gap_group, minlength=k * n_bins).reshape(k, n_bins)
         del gap_group
     cum = np.cumsum(hist, axis=1)
     exact = _exact_quantiles(gaps, bins, hist.sum(axis=0), list(QUANTILES.values()))
@@ -279,7 +301,7 @@ def flat_itl(
             name: window(q, 1.0 if widen is None else widen * min(0.02, 6 * np.sqrt(q * (1 - q) / per)))
             for name, q in todo.items()
         }
-        below = _counts_below(bins, gap_req, n_req, n_bins, wins.values())  # one pass over the gaps
+        below = _counts_below(bins, per_req, n_bins, wins.values())  # one pass over the gaps
         for name, q in list(todo.items()):
             b0, b1 = wins[name]
             width = b1 - b0
@@ -315,46 +337,79 @@ def flat_itl(
     return out, n_gaps
 
 
-def _exact_quantiles(values: np.ndarray, bins: np.ndarray, hist: np.ndarray, levels: list[float]) -> list[float]:
-    """The exact percentiles of `values` (linear between order statistics: lo + (hi - lo) * frac, as DuckDB's
-    quantile_cont), each order statistic found in its bin of the histogram: only that bin's values are sorted."""
-    n = len(values)
+def _exact_quantiles(gaps_ns: np.ndarray, bins: np.ndarray, hist: np.ndarray, levels: list[float]) -> list[float]:
+    """The exact percentiles of the gaps in ms (gap_ns / 1e6; linear between order statistics: lo + (hi - lo) *
+    frac, as DuckDB's quantile_cont), each order statistic found in its bin of the histogram: one pass picks the
+    gaps of the bins that hold one, and only those are sorted."""
+    n = len(gaps_ns)
     below = np.concatenate([[0], np.cumsum(hist)])
-    cache: dict[int, np.ndarray] = {}
-
-    def order_stat(i: int) -> float:
-        b = int(np.searchsorted(below, i, side="right") - 1)  # below[b] <= i < below[b + 1]
-        if b not in cache:
-            cache[b] = np.sort(values[bins == b])
-        return float(cache[b][i - below[b]])
-
-    out = []
+    wanted = []
     for q in levels:
         rn = (n - 1) * q
-        lo_i, hi_i = int(np.floor(rn)), int(np.ceil(rn))
+        wanted.append((rn, int(np.floor(rn)), int(np.ceil(rn))))
+    order = sorted({i for _, lo_i, hi_i in wanted for i in (lo_i, hi_i)})
+    bin_of = {i: int(np.searchsorted(below, i, side="right") - 1) for i in order}  # below[b] <= i < below[b + 1]
+    need = np.zeros(len(hist), dtype=bool)
+    need[list(bin_of.values())] = True
+    picked = np.flatnonzero(need[bins])
+    values, where = gaps_ns[picked], bins[picked]
+    sorted_in = {b: np.sort(values[where == b]) for b in set(bin_of.values())}
+
+    def order_stat(i: int) -> float:
+        b = bin_of[i]
+        return float(sorted_in[b][i - below[b]]) / 1e6
+
+    out = []
+    for rn, lo_i, hi_i in wanted:
         lo = order_stat(lo_i)
         out.append(lo if lo_i == hi_i else lo + (order_stat(hi_i) - lo) * (rn - lo_i))
     return out
 
 
-def _bin_of(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The 0.5% log bin of each value (edges[i] <= v < edges[i + 1]; below the first: 0, past the last: the last):
-    edges are exp(a + i * step), so a log and a floor, then checked against its edges."""
+def _int_edges(lo_ns: int, hi_ns: int) -> np.ndarray:
+    """The 0.5% log-spaced bin edges over [lo_ns, hi_ns] in integer ns (a bin holds the gaps g with edges[i] <= g <
+    edges[i + 1]); at 1 ns and below, 1 ns."""
+    ms = _log_edges(lo_ns / 1e6, hi_ns / 1e6)
+    return np.ceil(ms * 1e6).astype(np.int64)
+
+
+_KEEP_BITS = 12  # a table entry per 1/4096 of an octave (0.017% wide): a 0.5% bin spans about 29 of them
+
+
+def _int_bins(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The bin of each integer value (edges[i] <= v < edges[i + 1]; below the first: 0, past the last: the last),
+    int32, exactly as a search of `edges` would give it: a value as a double (exact below 2^53) has its exponent
+    and leading mantissa bits looked up in a table of the bin of each such stretch; the few values whose stretch
+    holds an edge are placed by a search."""
     n_bins = len(edges) - 1
-    bins = np.log(np.maximum(values, edges[0]).astype(np.float32))  # to a bin or one either side: checked below
-    bins -= np.float32(np.log(edges[0]))
-    bins /= np.float32(_ITL_STEP)
-    bins = np.floor(bins, out=bins).astype(np.int32)
-    np.clip(bins, 0, n_bins - 1, out=bins)
-    bins -= (bins > 0) & (values < edges[bins])
-    bins += (bins < n_bins - 1) & (values >= edges[np.minimum(bins + 1, n_bins)])
+    shift = 52 - _KEEP_BITS
+    vmin, vmax = max(int(values.min()), 1), max(int(values.max()), 1)
+    k_lo = int(np.array(float(vmin)).view(np.int64)) >> shift
+    k_hi = int(np.array(float(vmax)).view(np.int64)) >> shift
+    keys = np.arange(k_lo, k_hi + 2, dtype=np.int64)
+    starts = np.ceil((keys << shift).view(np.float64)).astype(np.int64)  # the first integer of each stretch
+    starts[0] = min(starts[0], int(values.min()))  # zero and below fall in the first stretch
+    first = np.clip(np.searchsorted(edges, starts[:-1], side="right") - 1, 0, n_bins - 1)
+    last = np.clip(np.searchsorted(edges, starts[1:] - 1, side="right") - 1, 0, n_bins - 1)
+    table = first.astype(np.int32)
+    mixed = first != last  # a stretch that holds an edge
+    key = values.astype(np.float64).view(np.int64)
+    key >>= shift
+    key -= k_lo
+    np.clip(key, 0, len(table) - 1, out=key)
+    bins = table[key]
+    fix = np.flatnonzero(mixed[key])
+    if len(fix):
+        bins[fix] = np.clip(np.searchsorted(edges, values[fix], side="right") - 1, 0, n_bins - 1)
     return bins
 
 
-def _counts_below(bins: np.ndarray, gap_req: np.ndarray, n_req: int, n_bins: int, windows):
-    """Every request's gap counts in every window at once, from one count over the gaps: each bin of a window gets a
-    column, each stretch of bins between windows one. Returns below(b0, b1): (requests, b1 - b0 + 2) floats, the
-    request's gaps in bins below b0 + j for j = 0 .. b1 - b0, then all its gaps."""
+def _counts_below(bins: np.ndarray, per_req: np.ndarray, n_bins: int, windows):
+    """Every request's gap counts in every window at once, from one count over the gaps (request k's gaps are the
+    next per_req[k] of `bins`): each bin of a window gets a column, each stretch of bins between windows one.
+    Returns below(b0, b1): (requests, b1 - b0 + 2) floats, the request's gaps in bins below b0 + j for j = 0 ..
+    b1 - b0, then all its gaps."""
+    n_req = len(per_req)
     inside = np.zeros(n_bins, dtype=bool)
     for b0, b1 in windows:
         inside[b0:b1] = True
@@ -363,7 +418,7 @@ def _counts_below(bins: np.ndarray, gap_req: np.ndarray, n_req: int, n_bins: int
     starts[1:] |= inside[:-1]
     col = np.cumsum(starts) - 1
     n_cols = int(col[-1]) + 1
-    slot = gap_req.astype(np.int64) * n_cols
+    slot = np.repeat(np.arange(n_req, dtype=np.int64) * n_cols, per_req)
     slot += col[bins]
     per_col = np.bincount(slot, minlength=n_req * n_cols).reshape(n_req, n_cols)
     del slot
@@ -431,7 +486,7 @@ def compute_large(
                 }
             )
     n_itl = min(n_boot, ITL_BOOTSTRAP_SAMPLES)
-    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, rng, n_itl, events)
+    itl, n_gaps = large_point_itl(con, run_id, dep, workload, label, itl_rng(where), n_itl, events)
     for qname, (est, lo, hi) in itl.items():
         rows.append(
             {

@@ -35,6 +35,9 @@ SQL_DIR = REPO_ROOT / "sql"
 SCHEMA_VERSION = 3
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
+# While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
+# holds up to a label's token times (about 600 MB at 9 M gaps): DuckDB's limit meanwhile, so that both stay in 1.5 GB
+OVERLAP_MEMORY = "512MB"
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
 # loading before the per-point figures hold a point's token times in numpy (the peak of an ingest was both at once)
 EVICT_MEMORY = "128MB"
@@ -291,7 +294,14 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
             if suspect:
                 check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
         deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
+        from resources import intervals
+
+        # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
+        flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
         for table, path in files.items():
+            if table == "requests" and flat is not None:  # load_runs is in: the figures start while the lists go in
+                flat.start_figures(run_id, min(intervals.BOOTSTRAP_SAMPLES, intervals.ITL_BOOTSTRAP_SAMPLES))
+                con.execute(f"SET memory_limit = '{OVERLAP_MEMORY}'")  # until the eviction below
             counts[table] = _load_table(
                 con,
                 table,
@@ -307,11 +317,7 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
         # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
         con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
         con.execute(f"SET memory_limit = '{ingest_memory()}'")
-        from resources import intervals
-
-        # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
-        flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
-        counts["latency_intervals"] = intervals.refresh(con, run_id, events=flat.label_events if flat else None)
+        counts["latency_intervals"] = intervals.refresh(con, run_id, events=flat.label_itl if flat else None)
         refresh_point_stats(con, run_id, events=flat)
         con.execute("COMMIT")
     except Exception:
@@ -546,9 +552,9 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
 
         figures = []
         for dep, lp in events.points():
-            ev = events.point_events(run_id, dep, lp)
-            if ev is not None:
-                figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **point_token_figures(ev)})
+            fig = events.point_figures(run_id, dep, lp)
+            if fig is not None:
+                figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **fig})
         if figures:
             import pyarrow as pa
 

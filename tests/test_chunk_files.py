@@ -152,18 +152,68 @@ def test_the_normal_limit_itl_interval_agrees_with_the_exact_bootstrap():
 
 def test_the_counts_of_every_window_from_one_pass_equal_each_requests_counts():
     """intervals._counts_below: every request's gaps below each bin edge of each window, from one count over the
-    gaps, equal the counts taken request by request."""
+    gaps (each request's gaps consecutive), equal the counts taken request by request."""
     rng = np.random.default_rng(3)
     n_req, n_bins = 300, 80
     gap_req = np.sort(rng.integers(0, n_req, 20_000))
     bins = rng.integers(0, n_bins, len(gap_req)).astype(np.int32)
     windows = [(5, 17), (12, 30), (50, 51), (70, 80)]
-    below = intervals._counts_below(bins, gap_req, n_req, n_bins, windows)
+    below = intervals._counts_below(bins, np.bincount(gap_req, minlength=n_req), n_bins, windows)
     for b0, b1 in windows:
         want = np.array(
             [[np.sum(bins[gap_req == r] < b) for b in range(b0, b1 + 1)] + [np.sum(gap_req == r)] for r in range(n_req)]
         )
         assert np.array_equal(below(b0, b1), want), (b0, b1)
+
+
+def test_gaps_are_binned_as_a_search_of_the_edges_places_them():
+    """intervals._int_bins (a table over each value's exponent and leading bits, a search only where a stretch holds
+    an edge) gives every value the bin a search of the integer edges gives it: values on an edge, one either side,
+    zero, 1 ns, and gaps spread over six decades."""
+    rng = np.random.default_rng(11)
+    values = np.concatenate([rng.integers(0, 10, 1000), np.exp(rng.uniform(0, np.log(5e9), 200_000)).astype(np.int64)])
+    edges = intervals._int_edges(int(values.min()), int(values.max()))
+    assert np.all(np.diff(edges) >= 0) and edges[0] <= max(values.min(), 1) and edges[-1] > values.max()
+    values = np.concatenate([values, edges[1:-1], edges[1:-1] - 1, edges[1:-1] + 1, [0, 1]])
+    bins = intervals._int_bins(values, edges)
+    want = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
+    assert np.array_equal(bins, want)
+
+
+def test_the_exact_percentiles_from_their_bins_are_duckdbs():
+    """The large-point ITL estimate (each order statistic found in its bin) equals DuckDB's quantile_cont over the
+    same gaps, (t - prev) / 1e6, to the bit."""
+    import duckdb
+
+    rng = np.random.default_rng(12)
+    lengths = rng.integers(1, 40, 3000)
+    t = np.concatenate([np.cumsum(rng.integers(1_000, 90_000_000, k)) for k in lengths]).astype(np.int64)
+    est, n_gaps = intervals.runs_itl(t, lengths, np.repeat([1, 2, 3], 1000), np.random.default_rng(1), 50)
+    starts = np.cumsum(lengths) - lengths
+    gaps = np.concatenate([np.diff(t[a : a + k]) for a, k in zip(starts, lengths)])
+    assert n_gaps == len(gaps)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE g AS SELECT unnest(?::BIGINT[]) AS d", [gaps.tolist()])
+    want = con.execute("SELECT quantile_cont(d / 1e6, [0.5, 0.9, 0.99]) FROM g").fetchone()[0]
+    assert [est[k][0] for k in ("p50", "p90", "p99")] == want
+
+
+def test_a_fault_in_the_figures_computed_beside_the_lists_fails_the_ingest_keeping_nothing(both, tmp_path, monkeypatch):
+    """The token figures run in a thread while DuckDB stores the lists (ChunkFiles.start_figures): a failure there is
+    the ingest's failure, and the transaction keeps nothing of the bundle."""
+    from resources import warehouse
+
+    _, tmp = both
+
+    def fails(ev):
+        raise MemoryError("point figures")
+
+    monkeypatch.setattr(warehouse, "point_token_figures", fails)
+    with pytest.raises(MemoryError, match="point figures"):
+        _load(tmp_path / "w.duckdb", tmp / "v2")
+    with connect(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM point_stats").fetchone()[0] == 0
 
 
 def test_rows_read_out_of_the_files_order_get_their_own_events(both, tmp_path):
