@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wa
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
@@ -149,6 +149,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
         refresh_point_stats(con, None)
+    elif current is not None and current < 4:  # version 4 keeps the GPU trace's per-window figures
+        refresh_window_gpu(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -578,7 +580,21 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     finally:
         for name in _POINT_STATS_PARTS:
             con.execute(f"DROP TABLE IF EXISTS _ps_{name}")
+    refresh_window_gpu(con, run_id)
     return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
+
+
+def refresh_window_gpu(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+    """Recompute the kept per-window figures of the GPU trace (window_gpu_stats) of one run (every run: None) from
+    v_window_gpu_live, inside the caller's transaction. Returns the rows written."""
+    where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
+    con.execute(f"DELETE FROM window_gpu_stats WHERE {where}", params)
+    con.execute(
+        "INSERT INTO window_gpu_stats BY NAME SELECT g.*, coalesce(l.source, 'unknown') AS source "
+        f"FROM v_window_gpu_live g LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
+        params,
+    )
+    return con.execute(f"SELECT count(*) FROM window_gpu_stats WHERE {where}", params).fetchone()[0]
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

@@ -271,6 +271,26 @@ CREATE TABLE IF NOT EXISTS point_stats (
     PRIMARY KEY (run_id, deployment_id, load_point_id)
 );
 
+-- Per-window figures of the sampled GPU trace, kept rather than joined from every GPU sample at each report (schema 4):
+-- filled where point_stats is (resources/warehouse.refresh_window_gpu, called by refresh_point_stats) from
+-- v_window_gpu_live in sql/views.sql, whose columns these are; one row per load window holding at least one sample.
+-- v_window_gpu (and so v_load_points) reads it; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS window_gpu_stats (
+    run_id                  VARCHAR NOT NULL,
+    source                  VARCHAR NOT NULL,   -- the load point's (load_runs.source)
+    deployment_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,
+    trace_mean_w_per_gpu    DOUBLE,
+    trace_peak_w_per_gpu    DOUBLE,
+    peak_hbm_mib_per_gpu    DOUBLE,
+    capped_share            DOUBLE,
+    power_capped_share      DOUBLE,
+    thermal_capped_share    DOUBLE,
+    mean_sm_clock_mhz       DOUBLE,
+    samples                 BIGINT,
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,

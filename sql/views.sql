@@ -201,11 +201,12 @@ SELECT * FROM v_imported_itl_stats;
 
 -- Power and memory inside each load point's window from the sampled trace (diagnosis; the figure of record for
 -- power is the energy counter over the window, v_load_points.counter_w_per_gpu). Every sample whose t_ns is inside a
--- window counts for it. Samples meet windows through time buckets (a quarter of the longest window, at least 1 s; a
+-- window counts for it. Kept in window_gpu_stats at ingest (v_window_gpu reads it): over every run this join reads
+-- every GPU sample of the warehouse. Samples meet windows through time buckets (a quarter of the longest window, at least 1 s; a
 -- window lists the buckets it spans): an equality join pairs a sample with the few windows near it, where a join on
 -- the deployment alone would pair it with every window of its run before the BETWEEN (tests/reports/
 -- test_view_speed_rewrites.py checks it against that plain join).
-CREATE OR REPLACE VIEW v_window_gpu AS
+CREATE OR REPLACE VIEW v_window_gpu_live AS
 WITH bw AS (
     SELECT greatest(max(window_end_ns - window_start_ns) // 4, 1000000000) AS bucket_ns
     FROM load_runs WHERE window_end_ns >= window_start_ns),
@@ -232,6 +233,11 @@ JOIN s
   ON s.run_id = l.run_id AND s.deployment_id = l.deployment_id AND s.bucket = l.bucket
  AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
 GROUP BY l.run_id, l.deployment_id, l.load_point_id;
+
+CREATE OR REPLACE VIEW v_window_gpu AS
+SELECT run_id, deployment_id, load_point_id, trace_mean_w_per_gpu, trace_peak_w_per_gpu, peak_hbm_mib_per_gpu,
+       capped_share, power_capped_share, thermal_capped_share, mean_sm_clock_mhz, samples
+FROM window_gpu_stats;
 
 -- One row per load run that ran (status ok; a point repeated N times has N rows): every figure of
 -- docs/MEASUREMENT.md, units in the names. Every W figure is energy-counter energy over time:

@@ -1,6 +1,7 @@
-"""Kept per-load-point figures (point_stats, schema 3) equal their on-the-fly definitions, and a version-2 warehouse
-gains them on upgrade. Real bundles: the H200 runs kept under results/ (measured vLLM and transformers), and a
-synthetic run with failed requests and engine /metrics scrapes (benchmarks/synthetic.py)."""
+"""Kept per-load-point figures (point_stats, schema 3; window_gpu_stats, schema 4) equal their on-the-fly
+definitions, and a version-2 or version-3 warehouse gains them on upgrade. Real bundles: the H200 runs kept under
+results/ (measured vLLM and transformers), and a synthetic run with failed requests and engine /metrics scrapes
+(benchmarks/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ PAIRS = {
         "SELECT * EXCLUDE (deployment_id) FROM v_window_steadiness_live",
         "SELECT * FROM v_window_steadiness",
     ),
+    "v_window_gpu": ("SELECT * FROM v_window_gpu_live", "SELECT * FROM v_window_gpu"),
 }
 
 
@@ -191,10 +193,26 @@ def test_a_version_2_warehouse_gains_its_kept_figures(tmp_path):
         con.execute("DELETE FROM schema_version")
         con.execute("INSERT INTO schema_version (version) VALUES (2)")
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
         after = con.execute("SELECT * FROM v_load_points ORDER BY load_point_id").df()
     assert len(before) == 6 and list(before.columns) == list(after.columns)
     summed = [c for c in before.columns if c in SUMMED]
     assert summed and before.drop(columns=summed).equals(after.drop(columns=summed))
     for col in summed:
         assert all(same(a, b, col) for a, b in zip(before[col], after[col], strict=True)), col
+
+
+def test_a_version_3_warehouse_gains_its_kept_trace_figures(tmp_path):
+    db = tmp_path / "v3.duckdb"
+    with connect(db) as con:
+        ingest_bundle(con, _synthetic(tmp_path / "syn"))
+        live = con.execute("SELECT * FROM v_window_gpu_live ORDER BY load_point_id").fetchall()
+        con.execute("DELETE FROM window_gpu_stats")  # what a version-3 warehouse holds: no kept trace figures
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version (version) VALUES (3)")
+        assert con.execute("SELECT count(trace_mean_w_per_gpu) FROM v_load_points").fetchone()[0] == 0
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        kept = con.execute("SELECT * FROM v_window_gpu ORDER BY load_point_id").fetchall()
+        with_trace = con.execute("SELECT count(trace_mean_w_per_gpu) FROM v_load_points").fetchone()[0]
+    assert len(live) == 6 and kept == live and with_trace == 6
