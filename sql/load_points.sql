@@ -5,7 +5,7 @@
 -- energy over the window; *_above_idle subtract the deployment's idle power with the model loaded.
 -- Per repeat: sql/load_runs.sql; every figure in long form: sql/point_figures.sql.
 -- $run_id: the run (wattbench sql fills in the latest run when omitted).
-WITH per_metric AS (  -- one row per metric of a point (max: as the pivot below took it before)
+WITH per_metric AS (  -- one row per metric of a point (max: should two deployments of a run share an engine name)
     SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
            any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(rate) AS rate,
            any_value(repeats) AS repeats, any_value(min_window_s) AS window_s, any_value(source) AS source
