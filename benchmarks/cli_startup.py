@@ -9,8 +9,9 @@ with --keep). Wall time per process (start to exit, perf_counter around subproce
 interquartile range, against the target of 0.5 s (issue 18, item 5), and the median CPU seconds of the process
 (user + system: what the command costs, without the waiting for a core that a busy machine adds to wall time).
 One more run of each command under `python -X importtime` lists which heavy modules it imported (dagster,
-great_expectations, pandas, matplotlib, altair, numpy): a fact next to the timing. `--compare EXE` times another
-wattbench (e.g. an older checkout's) the same way. Writes results/cli_startup.json.
+great_expectations, pandas, matplotlib, altair, numpy, and the duckdb package: `sql` and `report` need only its
+engine, _duckdb): a fact next to the timing. `--compare EXE` times another
+wattbench (e.g. an older checkout's) the same way. Writes results/cli_startup.json and results/cli_startup.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 0.5
-HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair", "numpy")
+HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair", "numpy", "duckdb")
 COMMANDS = {
     "sql select 1": ["sql", "select 1", "--db", "{db}"],
     "sql load_points": ["sql", "load_points", "--db", "{db}"],
@@ -144,6 +145,36 @@ def heavy_imports(exe: str, cmd: list[str], db: Path, cwd: Path) -> list[str]:
     return sorted(seen)
 
 
+def markdown(result: dict, compare: str | None) -> str:
+    """results/cli_startup.md: one row per warehouse and command, the figures of cli_startup.json."""
+    m = result["machine"]
+    lines = [
+        "# CLI start-up (benchmarks/cli_startup.py)",
+        "",
+        f"Measured {result['measured_at']} on {m['cpus']} CPU cores, Python {m['python']}; 1-minute load average "
+        f"{m['load_average_1_5_15_before'][0]} before, {m['load_average_1_5_15_after'][0]} after (above the core "
+        "count, other work competed and the wall times are upper bounds). Each command in a fresh process: wall "
+        "seconds start to exit, median [min, max] of "
+        f"{next(iter(next(iter(result['warehouses'].values()))['commands'].values()))['runs']}, and the median CPU "
+        f"seconds of the process (user + system). Target (issue 18): under {result['target_s']} s."
+        + (f" before: {compare}, timed the same way, right after each command's own runs." if compare else ""),
+        "",
+        "| warehouse | command | wall (s) | CPU (s) | heavy modules imported | target | before: wall, CPU (s) |",
+        "|---|---|---:|---:|---|---|---:|",
+    ]
+    for label, entry in result["warehouses"].items():
+        for name, row in entry["commands"].items():
+            was = f"{row['compare']['median_s']:.3f}, {row['compare']['cpu_median_s']:.3f}" if "compare" in row else "-"
+            lines.append(
+                f"| {label} ({entry['requests']:,} requests) | `wattbench {name}` | {row['median_s']:.3f} "
+                f"[{row['min_s']:.3f}, {row['max_s']:.3f}] | {row['cpu_median_s']:.3f} | "
+                f"{', '.join(row['heavy_modules_imported']) or 'none'} | {'met' if row['target_met'] else 'NOT met'} "
+                f"| {was} |"
+            )
+    lines += ["", "Warehouses: " + "; ".join(f"{k}: {v['what']}" for k, v in result["warehouses"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cli_startup")
     ap.add_argument("--repeats", type=int, default=9, help="fresh processes per command")
@@ -193,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "cli_startup.md").write_text(markdown(result, args.compare))
     ok = True
     for label, entry in result["warehouses"].items():
         for name, row in entry["commands"].items():
