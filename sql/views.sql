@@ -248,12 +248,18 @@ FROM window_gpu_stats;
 -- capacity plans read (none of them reads the GPU samples).
 -- Cost: $ per 1M output tokens = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6; energy cost (second line) =
 -- kWh per 1M output tokens x $/kWh x PUE. Summaries over repeats with 95% intervals: v_point_figures.
+-- A load point's label (a load run of a point repeated N times is <point>#<n>) and a run's time, for the views below.
+CREATE OR REPLACE MACRO point_label_of(point_label, load_point_id) AS
+    coalesce(point_label, regexp_extract(load_point_id, '([^:#]*)(#[0-9]+)?$', 1));
+CREATE OR REPLACE MACRO run_at_of(started_at, clock_anchor_unix_ns) AS
+    coalesce(started_at, make_timestamp(clock_anchor_unix_ns // 1000));
+
 CREATE OR REPLACE VIEW v_load_points_core AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
-       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
+       point_label_of(l.point_label, l.load_point_id)                  AS point_label,
        coalesce(l.repeat, 1)                                           AS repeat,
-       coalesce(r.started_at, make_timestamp(r.clock_anchor_unix_ns // 1000)) AS run_at,
+       run_at_of(r.started_at, r.clock_anchor_unix_ns)                 AS run_at,
        l.workload, l.shape, l.concurrency, l.rate,
        l.burstiness, l.input_tokens, l.output_tokens, l.warmup_s, l.window_s, l.achieved_rate, l.achieved_concurrency,
        l.completed, l.failed, q.errors AS failed_requests, q.requests_in_window, q.completed_in_window,
@@ -445,17 +451,22 @@ INTO NAME metric VALUE value;
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
 -- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
--- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats.
+-- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats, over the
+-- load runs v_load_points_core has (status ok), read from the tables themselves: none of its figures is needed, and
+-- planning that view again for them was most of the time of a report over one run.
 CREATE OR REPLACE VIEW v_point_attrs AS
-    SELECT run_id, deployment_id, workload, point_label,
-           any_value(source) AS source, any_value(engine) AS engine, any_value(engine_kind) AS engine_kind,
-           any_value(engine_version) AS engine_version, any_value(model) AS model,
-           any_value(precision) AS precision, any_value(tp) AS tp, any_value(gpu_name) AS gpu_name,
-           any_value(n_gpus) AS n_gpus, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
-           any_value(rate) AS rate, any_value(burstiness) AS burstiness, any_value(input_tokens) AS input_tokens,
-           any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
-           min(window_s) AS min_window_s
-    FROM v_load_points_core GROUP BY ALL;
+    SELECT l.run_id, l.deployment_id, l.workload, point_label_of(l.point_label, l.load_point_id) AS point_label,
+           any_value(l.source) AS source, any_value(d.config_name) AS engine, any_value(d.engine) AS engine_kind,
+           any_value(d.engine_version) AS engine_version, any_value(d.model) AS model,
+           any_value(d.precision) AS precision, any_value(d.tp) AS tp, any_value(d.gpu_name) AS gpu_name,
+           any_value(coalesce(d.n_gpus, d.tp)) AS n_gpus, any_value(l.shape) AS shape,
+           any_value(l.concurrency) AS concurrency, any_value(l.rate) AS rate, any_value(l.burstiness) AS burstiness,
+           any_value(l.input_tokens) AS input_tokens, any_value(l.output_tokens) AS output_tokens,
+           max(run_at_of(r.started_at, r.clock_anchor_unix_ns)) AS run_at, count(*) AS repeats,
+           min(l.window_s) AS min_window_s
+    FROM load_runs l JOIN deployments d USING (run_id, deployment_id) LEFT JOIN runs r USING (run_id)
+    WHERE l.status = 'ok'
+    GROUP BY ALL;
 
 CREATE OR REPLACE VIEW v_point_figures AS
 WITH over_repeats AS (
