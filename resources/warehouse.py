@@ -149,8 +149,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
         refresh_point_stats(con, None)
-    elif current is not None and current < 4:  # version 4 keeps the GPU trace's per-window figures
-        refresh_window_gpu(con, None)
+    elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
+        refresh_kept_views(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -580,21 +580,32 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     finally:
         for name in _POINT_STATS_PARTS:
             con.execute(f"DROP TABLE IF EXISTS _ps_{name}")
-    refresh_window_gpu(con, run_id)
+    refresh_kept_views(con, run_id)
     return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
 
 
-def refresh_window_gpu(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
-    """Recompute the kept per-window figures of the GPU trace (window_gpu_stats) of one run (every run: None) from
-    v_window_gpu_live, inside the caller's transaction. Returns the rows written."""
+# Tables that keep a view's rows (its definition: the *_live view of sql/views.sql) and are refreshed with point_stats.
+KEPT_VIEWS = {
+    "window_gpu_stats": "v_window_gpu_live",
+    "imported_request_stats": "v_imported_request_stats_live",
+    "imported_itl_stats": "v_imported_itl_stats_live",
+}
+
+
+def refresh_kept_views(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+    """Recompute the tables of KEPT_VIEWS for one run (every run: None) from their *_live views, inside the caller's
+    transaction; each row with its load point's source. Returns the rows written."""
     where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
-    con.execute(f"DELETE FROM window_gpu_stats WHERE {where}", params)
-    con.execute(
-        "INSERT INTO window_gpu_stats BY NAME SELECT g.*, coalesce(l.source, 'unknown') AS source "
-        f"FROM v_window_gpu_live g LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
-        params,
-    )
-    return con.execute(f"SELECT count(*) FROM window_gpu_stats WHERE {where}", params).fetchone()[0]
+    written = 0
+    for table, live in KEPT_VIEWS.items():
+        con.execute(f"DELETE FROM {table} WHERE {where}", params)
+        con.execute(
+            f"INSERT INTO {table} BY NAME SELECT v.*, coalesce(l.source, 'unknown') AS source "
+            f"FROM {live} v LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
+            params,
+        )
+        written += con.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+    return written
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

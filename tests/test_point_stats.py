@@ -5,17 +5,21 @@ results/ (measured vLLM and transformers), and a synthetic run with failed reque
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 
 from benchmarks.synthetic import synthesize
+from resources.importers import read_file, store_run
 from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats
 from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("run_id", "deployment_id", "load_point_id")
+IMPORTS = ("vllm-bench-serve-0.25.0.json", "guidellm-0.8.1-concurrent-2-4.json")
+KEPT = ("v_window_gpu", "v_imported_request_stats", "v_imported_itl_stats")  # warehouse.KEPT_VIEWS, as views
 # kept view -> (its on-the-fly definition, the kept view's rows)
 PAIRS = {
     "v_request_stats": (
@@ -31,7 +35,7 @@ PAIRS = {
         "SELECT * EXCLUDE (deployment_id) FROM v_window_steadiness_live",
         "SELECT * FROM v_window_steadiness",
     ),
-    "v_window_gpu": ("SELECT * FROM v_window_gpu_live", "SELECT * FROM v_window_gpu"),
+    **{v: (f"SELECT * FROM {v}_live", f"SELECT * FROM {v}") for v in KEPT},
 }
 
 
@@ -64,6 +68,11 @@ def warehouse(tmp_path_factory):
                 ingest_bundle(con, folder)
         ingest_bundle(con, _synthetic(tmp / "syn"))
         ingest_bundle(con, _capped(tmp / "capped"))
+        for name in IMPORTS:  # other tools' results, with their per-request rows and without (the tool's statistics)
+            run = read_file(ROOT / "tests" / "data" / "imports" / name)
+            store_run(con, run)
+            bare = dataclasses.replace(run, points=[dataclasses.replace(p, requests=[]) for p in run.points])
+            store_run(con, bare, run_id=f"{name}-without-requests")
         con.execute("UPDATE runs SET slo_ttft_ms = 2000, slo_tpot_ms = 200")  # a run's SLO set after ingest
     return db
 
