@@ -35,6 +35,8 @@ VALIDATED = {
     "gpu": "h200",
     "tp": 1,
     "precisions": ("bf16", "fp8"),
+    # vLLM's --quantization fp8 on a 16-bit checkpoint; a pre-quantised checkpoint (static scales) beside it
+    "fp8_quantizations": ("online", "checkpoint"),
     "prompt_tokens": (512, 2049),
 }
 FIGURES = [
@@ -87,8 +89,11 @@ def _model_note(model: str) -> str:
     return f"{m.id}, {m.params / 1e9:.2f}B parameters ({m.source})"
 
 
-def extrapolation(profile: str, model: str, gpu: str, tp: int, precision: str, prompt_tokens: int) -> list[str]:
-    """Where a configuration leaves the validated domain (empty: inside it)."""
+def extrapolation(
+    profile: str, model: str, gpu: str, tp: int, precision: str, prompt_tokens: int, quantization: str | None = None
+) -> list[str]:
+    """Where a configuration leaves the validated domain (empty: inside it); `quantization` is the twin's fp8 mode
+    (online | checkpoint)."""
     v = VALIDATED
     out = []
     if profile != v["profile"]:
@@ -101,6 +106,8 @@ def extrapolation(profile: str, model: str, gpu: str, tp: int, precision: str, p
         out.append(f"TP {tp}")
     if precision not in v["precisions"]:
         out.append(f"precision {precision}")
+    elif precision == "fp8" and quantization and quantization not in v["fp8_quantizations"]:
+        out.append(f"fp8 {quantization} (measured: {', '.join(v['fp8_quantizations'])})")
     lo, hi = v["prompt_tokens"]
     if not lo * 0.5 <= prompt_tokens <= hi * 1.5:
         out.append(f"{prompt_tokens}-token prompts")
@@ -148,7 +155,9 @@ def twins(plan) -> tuple[list[tuple], list[dict[str, Any]]]:
     found, skipped = [], []
     for spec, _cfg in plan.engine_configs():
         try:
-            profile, config, how = twin_engine(spec.engine, spec.precision, spec.options, spec.profile, plan.model)
+            profile, config, how = twin_engine(
+                spec.engine, spec.precision, spec.options, spec.profile, plan.model, checkpoint=spec.checkpoint
+            )
             st = setup(profile, twin_model(plan), plan.gpu, spec.tp, spec.precision, config)
         except (NoTwin, SpecError, EngineStartupError, ValueError) as exc:
             skipped.append({"engine": spec.name, "skipped": str(exc)})
@@ -214,7 +223,13 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                             log(f"  {spec.name} {workload.name}:{label}: shape {load['shape']} is not in the twin")
                             continue
                         extra = extrapolation(
-                            profile, model, dep.gpu.id, spec.tp, spec.precision, int(load["input_tokens"])
+                            profile,
+                            model,
+                            dep.gpu.id,
+                            spec.tp,
+                            spec.precision,
+                            int(load["input_tokens"]),
+                            config.get("quantization"),
                         )
                         r = simulate(
                             profile,

@@ -85,7 +85,11 @@ class BenchPlan(dg.ConfigurableResource):
         if dims is None or dims["model"] == partition_key_for(plan.model):
             return plan, sha
         model = model_id_for(dims["model"])
-        return plan.model_copy(update={"model": model}), hashlib.sha256(f"{sha}\nmodel: {model}".encode()).hexdigest()
+        # an engine's checkpoint is a copy of the plan's own model: another model's run loads that model instead
+        engines = [e.model_copy(update={"checkpoint": None}) for e in plan.engines]
+        return plan.model_copy(update={"model": model, "engines": engines}), hashlib.sha256(
+            f"{sha}\nmodel: {model}".encode()
+        ).hexdigest()
 
     def run_dir(self, run_id: str) -> Path:
         path = Path(self.output_dir) / run_id

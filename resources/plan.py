@@ -64,6 +64,14 @@ class EngineSpec(_Strict):
         description="extra environment of this engine's process only (values are strings; "
         "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
     )
+    checkpoint: str | None = Field(
+        None,
+        min_length=1,
+        description="the checkpoint this engine loads instead of the plan's model: another copy of the same "
+        "model, e.g. a pre-quantized fp8 one (a Hugging Face id or a folder on the GPU node), so online "
+        "quantization and a pre-quantized checkpoint can be measured side by side. Engines that start a "
+        "server only; a model partition other than the plan's own drops it",
+    )
     gpus: list[int | str] | None = Field(
         None,
         min_length=1,
@@ -109,6 +117,11 @@ class EngineSpec(_Strict):
             raise ValueError(problem)
         if self.gpus is not None and len(self.gpus) != self.tp:
             raise ValueError(f"gpus names {len(self.gpus)} GPU(s) for tp={self.tp}; expected exactly tp of them")
+        if self.checkpoint and self.engine in ("emulator", "external"):
+            raise ValueError(
+                f"checkpoint is for engines that load a model; the {self.engine} engine "
+                + ("runs the plan's model shape" if self.engine == "emulator" else "serves whatever its url serves")
+            )
         return self
 
 
@@ -314,7 +327,7 @@ class Plan(_Strict):
                 spec,
                 EngineConfig(
                     engine=spec.engine,
-                    model=self.model,
+                    model=spec.checkpoint or self.model,
                     config_name=spec.name,
                     precision=spec.precision,
                     tp=spec.tp,

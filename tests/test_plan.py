@@ -106,3 +106,37 @@ def test_closed_loop_points_ramp_in_by_default(tmp_path):
     assert all("ramp_s" not in s for s in bursty.load_specs())  # open loop: arrivals decide
     short = plan.model_copy(update={"workloads": [steady.model_copy(update={"warmup_s": 0.5})]})
     assert {s["ramp_s"] for s in short.workloads[0].load_specs()} == {0.5}  # never past the warm-up
+
+
+def test_an_engine_checkpoint_is_what_that_engine_loads(tmp_path):
+    """Online fp8 and a pre-quantized checkpoint side by side: each engine loads its own copy of the plan's model,
+    the twin maps the pre-quantized one to its checkpoint mode, and another model's partition drops the copy."""
+    from resources.bench_plan import BenchPlan
+    from wattbench_agent.emulator.twin import twin_engine
+
+    plan, _ = load_plan(Path("plans/h200-vllm-fp8ckpt.yaml"))
+    cfgs = {spec.name: cfg for spec, cfg in plan.engine_configs()}
+    assert cfgs["vllm-fp8"].model == "/tmp/wattbench-llama8b"
+    assert cfgs["vllm-fp8-ckpt"].model == "/tmp/wattbench-llama8b-fp8"
+    modes = {
+        s.name: twin_engine(s.engine, s.precision, s.options, model=plan.model, checkpoint=s.checkpoint)[1][
+            "quantization"
+        ]
+        for s in plan.engines
+    }
+    assert modes == {"vllm-fp8": "online", "vllm-fp8-ckpt": "checkpoint"}
+
+    text = (
+        Path("plans/h200-vllm-fp8ckpt.yaml")
+        .read_text()
+        .replace(
+            "engine: vllm\n    precision: fp8\n    checkpoint",
+            "engine: emulator\n    profile: vllm-like\n    precision: fp8\n    checkpoint",
+        )
+    )
+    with pytest.raises(PlanError, match=r"engines\[1\].*checkpoint is for engines that load a model"):
+        load_plan(_write(tmp_path, text))
+
+    res = BenchPlan(path="plans/h200-vllm-fp8ckpt.yaml")
+    other, _ = res.load("meta-llama--Llama-3.1-8B|h200-vllm-fp8ckpt")
+    assert other.model != plan.model and all(e.checkpoint is None for e in other.engines)

@@ -94,6 +94,8 @@ def test_predict_band_and_domain(plan, tmp_path, capsys, monkeypatch):
     assert vllm_rows and all("±8%" in r and "±21%" in r for r in vllm_rows)
     assert trt_rows and all("±n/a" in r and "±8%" not in r for r in trt_rows)  # assumed factors: no band
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513) == []
+    assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513, "online") == []
+    assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513, "checkpoint") == []
     assert extrapolation("vllm-like", "llama-3.1-70b", "h100-sxm", 4, "bf16", 8000) == [
         "model llama-3.1-70b",
         "GPU h100-sxm",

@@ -39,9 +39,20 @@ def test_step_time_monotone_in_batch_and_context():
 
 
 def test_fp8_faster_than_fp16_and_tp_helps():
+    # vLLM-like: fp8 halves the weight bytes but quantises every linear input in kernels of its own (a cost per layer
+    # and step, measured on the H200 for online fp8 and a pre-quantised checkpoint alike): at 16 streams of the 8B
+    # model the H200 gave fp8 1.28-1.29x bf16's tokens/s (results/h200-vllm, results/h200-vllm-sweep)
+    b16 = step_time("vllm-like", "llama-3.1-8b", "h200", 1, "bf16", batch=16, context=576).dt
+    b8 = step_time("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", batch=16, context=576).dt
+    assert 1.15 < b16 / b8 < 1.6
+    # the cost is per layer, not per byte: with 8-way TP the 70B's step is short and fp8's gain small
     f16 = step_time("vllm-like", "llama-3-70b", "h100-sxm", 8, "fp16", batch=32, context=640).dt
     f8 = step_time("vllm-like", "llama-3-70b", "h100-sxm", 8, "fp8", batch=32, context=640).dt
-    assert 1.4 < f16 / f8 < 2.0
+    assert 1.0 < f16 / f8 < b16 / b8
+    # TensorRT-LLM-like fuses the quantisation (an assumption, docs/EMULATOR.md): the bytes' full gain
+    t16 = step_time("trtllm-like", "llama-3-70b", "h100-sxm", 8, "fp16", batch=32, context=640).dt
+    t8_ = step_time("trtllm-like", "llama-3-70b", "h100-sxm", 8, "fp8", batch=32, context=640).dt
+    assert 1.4 < t16 / t8_ < 2.0
     t4 = step_time("vllm-like", "llama-3-70b", "h200", 4, "fp8", batch=16, context=512).dt
     t8 = step_time("vllm-like", "llama-3-70b", "h200", 8, "fp8", batch=16, context=512).dt
     assert t8 < t4 < 2 * t8  # all-reduce and fixed costs: sub-linear scaling
@@ -167,7 +178,7 @@ def test_emulated_build():
 
 
 def test_host_overlap_hides_scheduler_time_for_trtllm_only():
-    args = ("llama-3-70b", "h100-sxm", 8, "fp8")
+    args = ("llama-3-70b", "h100-sxm", 8, "fp16")  # fp16: vLLM-like's fp8 adds its activation quantisation
     t = step_time("trtllm-like", *args, batch=32, context=640)
     v = step_time("vllm-like", *args, batch=32, context=640)
     assert t.t_cpu == pytest.approx(0.0) and t.dt == pytest.approx(t.t_gpu)  # overlap scheduler: host hidden

@@ -43,8 +43,10 @@ class KernelFactors:
     seq_overhead_s: float  # host time per scheduled sequence and step
     frontend_event_s: float  # API-server time to turn one step's output of one request into an SSE event
     host_overlap: float = 0.0  # share of the host time hidden behind the GPU's previous iteration (overlap scheduler)
-    online_fp8_layer_s: float = 0.0  # extra GPU time per layer and step with online fp8 (dynamic activation scales)
-    online_fp8_bytes: float = 0.0  # HBM bytes per activation element quantised with a dynamic scale (amax + cast)
+    # fp8 activation quantisation in kernels of their own (vLLM's per-tensor scaled-mm path, online fp8 and
+    # pre-quantised checkpoints alike: measured equal on the H200, results/h200-vllm-fp8ckpt)
+    fp8_act_quant_layer_s: float = 0.0  # extra GPU time per layer and step
+    fp8_act_quant_bytes: float = 0.0  # HBM bytes per activation element with dynamic scales (amax pass + cast)
     fp8_gemm_scale: float | None = None  # fp8 GEMM share of the fp8 peak relative to gemm_eff (None: precision's)
     intake_s: float = 0.0  # API-server time to take in one new request (HTTP, chat template, tokenisation)
     intake_latency_s: float = 0.0  # fixed latency from the client's send to the API server's intake (hops, queues)
@@ -144,14 +146,17 @@ class Deployment:
         self.nvlink = self.gpu.nvlink_bw / 2 * self.kf.nvlink_eff  # one direction
         self.fixed_s = m.layers * self.kf.layer_overhead_s
         self.quant_bytes_per_token = 0.0
-        if self.online_fp8 and p.id == "fp8":
-            # online fp8 (vLLM --quantization fp8 on a 16-bit checkpoint): every linear layer's input is quantised
-            # with a dynamic per-tensor scale (an amax reduction, then a cast) in kernels of their own: a fixed cost
-            # per layer and HBM traffic per activation element (qkv and gate/up inputs are whole, o and down
-            # inputs sharded over the TP ranks)
-            self.fixed_s += m.layers * self.kf.online_fp8_layer_s
-            elems = 2 * m.hidden + (m.heads * m.head_dim + m.intermediate) / n
-            self.quant_bytes_per_token = m.layers * elems * self.kf.online_fp8_bytes
+        if p.id == "fp8" and not self.weight_only_fp8:
+            # fp8 GEMMs take fp8 inputs: every linear layer's input is quantised in kernels of their own - a fixed
+            # cost per layer and step with a pre-quantised checkpoint (static scales) and online fp8 alike (vLLM 0.25
+            # on the H200 decoded at one speed with both, results/h200-vllm-fp8ckpt) - and, with online fp8's dynamic
+            # per-tensor scales, an amax pass first: HBM traffic per activation element (qkv and gate/up inputs are
+            # whole, o and down inputs sharded over the TP ranks), which prefill feels (the checkpoint's TTFT was
+            # 15-37% shorter at 8 and 32 streams). Profiles whose kernels fuse the quantisation (trtllm-like) set 0.
+            self.fixed_s += m.layers * self.kf.fp8_act_quant_layer_s
+            if self.online_fp8:
+                elems = 2 * m.hidden + (m.heads * m.head_dim + m.intermediate) / n
+                self.quant_bytes_per_token = m.layers * elems * self.kf.fp8_act_quant_bytes
         self.mem_power_w = self.gpu.tdp_w * self.pf.k_mem * self.gpu.mem_power_scale
         self._lin_bytes_dense = (self.dense_lin_params * p.weight_bytes) / n
         self._head_bytes = head * 2.0 / n

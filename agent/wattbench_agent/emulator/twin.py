@@ -40,9 +40,15 @@ class NoTwin(ValueError):
 
 
 def twin_engine(
-    engine: str, precision: str, options: dict[str, Any] | None = None, profile: str | None = None, model: str = ""
+    engine: str,
+    precision: str,
+    options: dict[str, Any] | None = None,
+    profile: str | None = None,
+    model: str = "",
+    checkpoint: str | None = None,
 ) -> tuple[str, dict[str, Any], str]:
-    """(profile, emulator config, what the mapping assumed) for one engine entry of a plan."""
+    """(profile, emulator config, what the mapping assumed) for one engine entry of a plan; `checkpoint` is the
+    engine's own copy of the model (pre-quantized when its name says fp8)."""
     options = dict(options or {})
     if engine == "emulator":
         if not profile:
@@ -56,7 +62,8 @@ def twin_engine(
         note = "vllm-like as the vLLM 0.25.0 measured on the H200 (async scheduling"
         if precision == "fp8":
             kvd = str(options.get("kv_cache_dtype") or "auto").lower()
-            prequantised = "fp8" in model.lower() or options.get("quantization") not in (None, "fp8")
+            # a pre-quantized checkpoint says so in its name (RedHatAI/...-FP8, nvidia/...-FP8) or needs its own method
+            prequantised = "fp8" in (checkpoint or model).lower() or options.get("quantization") not in (None, "fp8")
             cfg["quantization"] = "checkpoint" if prequantised else "online"
             cfg["kv_cache_dtype"] = "fp8" if kvd.startswith("fp8") else "bf16"  # vLLM's auto: the model's dtype
             note += (

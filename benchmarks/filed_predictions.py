@@ -1,13 +1,18 @@
-"""The twin's predictions filed before the run (predictions.json) against what the H200 then measured (this folder's
-bundles), per figure, with the issue's goals (tok/s, TPOT, W, tok/J within 10%; TTFT within 25%):
-    PYTHONPATH=. .venv/bin/python results/h200-vllm-sweep/compare.py
-writes comparison.json and prints the markdown table of README.md. Measured figures come from the warehouse's own
-SQL (v_point_figures: mean over repeats with its 95% t interval; latency percentiles with their two-stage bootstrap
-interval)."""
+"""The twin's predictions filed before a run (FOLDER/predictions.json, `wattbench predict --format json`) against
+what the GPU then measured (FOLDER's bundle-*.tar.xz, run with PLAN), per figure, with the twin's goals (tok/s, TPOT,
+W, tok/J within 10%; TTFT within 25%):
+
+    .venv/bin/python -m benchmarks.filed_predictions results/h200-vllm-sweep plans/h200-vllm-sweep.yaml
+
+writes FOLDER/comparison.json and FOLDER/predicted_vs_measured.png and prints the markdown tables of FOLDER's README.
+Measured figures come from the warehouse's own SQL (v_point_figures: mean over repeats with its 95% t interval;
+latency percentiles with their two-stage bootstrap interval). A point filed but not measured gets no row."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -16,15 +21,14 @@ from resources.plan import load_plan, plan_run_fields
 from resources.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import read_manifest, unpacked
 
-HERE = Path(__file__).resolve().parent
-PLAN = HERE.parents[1] / "plans" / "h200-vllm-sweep.yaml"
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 
 
-def measured() -> dict[tuple[str, str], dict[str, tuple[float, float, float]]]:
+def measured(folder: Path, plan_path: Path) -> dict[tuple[str, str], dict[str, tuple[float, float, float]]]:
     with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as con:
-        plan, sha = load_plan(PLAN)
-        fields = plan_run_fields(plan, PLAN, sha)
-        for bundle in sorted(HERE.glob("bundle-*.tar.xz")):
+        plan, sha = load_plan(plan_path)
+        fields = plan_run_fields(plan, plan_path, sha)
+        for bundle in sorted(folder.glob("bundle-*.tar.xz")):
             with unpacked(bundle) as folder:
                 ingest_bundle(con, folder)
                 con.execute(
@@ -42,9 +46,9 @@ def measured() -> dict[tuple[str, str], dict[str, tuple[float, float, float]]]:
     return out
 
 
-def compare() -> dict:
-    pred = json.loads((HERE / "predictions.json").read_text())
-    meas = measured()
+def compare(folder: Path, plan_path: Path) -> dict:
+    pred = json.loads((folder / "predictions.json").read_text())
+    meas = measured(folder, plan_path)
     rows = []
     for p in pred["points"]:
         m = meas.get((p["engine"], p["point"]))
@@ -90,8 +94,14 @@ def compare() -> dict:
     }
 
 
-def picture(result: dict, path: Path) -> None:
-    """Measured (mean, 95% interval) against predicted (with its band) per stream count, one panel per figure."""
+def _streams(point: str) -> int | None:
+    m = re.fullmatch(r"sweep:c(\d+)", point)
+    return int(m.group(1)) if m else None
+
+
+def picture(result: dict, path: Path, title: str) -> None:
+    """Measured (mean, 95% interval) against predicted (with its band) per stream count of the `sweep` workload,
+    one panel per figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,20 +109,18 @@ def picture(result: dict, path: Path) -> None:
 
     figures = [f for f in GOAL if any(r["figure"] == f for r in result["rows"])]
     fig, axes = plt.subplots(2, (len(figures) + 1) // 2, figsize=(13, 7), squeeze=False)
-    colors = {"vllm-bf16": "#1f77b4", "vllm-fp8": "#d62728"}
+    engines = sorted({r["engine"] for r in result["rows"]})
+    colors = dict(zip(engines, COLORS * len(engines), strict=False))
+    ticks = sorted({s for r in result["rows"] if (s := _streams(r["point"]))})
     for ax, f in zip(axes.flat, figures, strict=False):
         for engine, color in colors.items():
             rs = sorted(
-                (
-                    r
-                    for r in result["rows"]
-                    if r["figure"] == f and r["engine"] == engine and r["point"].startswith("sweep:")
-                ),
-                key=lambda r: int(r["point"].split(":c")[1]),
+                (r for r in result["rows"] if r["figure"] == f and r["engine"] == engine and _streams(r["point"])),
+                key=lambda r: _streams(r["point"]),
             )
             if not rs:
                 continue
-            x = [int(r["point"].split(":c")[1]) for r in rs]
+            x = [_streams(r["point"]) for r in rs]
             y = [r["measured"] for r in rs]
             err = [[r["measured"] - r["measured_lo"] for r in rs], [r["measured_hi"] - r["measured"] for r in rs]]
             ax.errorbar(x, y, yerr=err, fmt="o-", color=color, capsize=3, label=f"{engine} measured (95% CI)")
@@ -129,17 +137,14 @@ def picture(result: dict, path: Path) -> None:
                 label=f"{engine} predicted before (band)",
             )
         ax.set_xscale("log", base=2)
-        ax.set_xticks([2, 8, 32], ["2", "8", "32"])
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_xlabel("closed-loop streams (512 in / 128 out)")
         ax.set_title(f"{LABEL[f]} (goal ±{100 * GOAL[f]:.0f}%)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(figures) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(
-        "The twin's predictions filed before the run vs measured: vLLM 0.25.0, 1x H200, Llama-3.1-8B shape (random)",
-        fontsize=11,
-    )
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -180,8 +185,22 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    result = compare()
-    (HERE / "comparison.json").write_text(json.dumps(result, indent=1) + "\n")
-    picture(result, HERE / "predicted_vs_measured.png")
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path, help="holds predictions.json and the bundle-*.tar.xz the run wrote")
+    ap.add_argument("plan", type=Path, help="the plan the run was measured with")
+    ap.add_argument(
+        "--title",
+        default="The twin's predictions filed before the run vs measured: vLLM 0.25.0, 1x H200, "
+        "Llama-3.1-8B shape (random)",
+    )
+    args = ap.parse_args(argv)
+    result = compare(args.folder, args.plan)
+    (args.folder / "comparison.json").write_text(json.dumps(result, indent=1) + "\n")
+    picture(result, args.folder / "predicted_vs_measured.png", args.title)
     print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
