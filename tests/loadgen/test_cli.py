@@ -74,7 +74,7 @@ def test_interrupt_flushes_everything_measured(tmp_path):
                 "--output-tokens",
                 "20",
                 "--duration",
-                "30",
+                "600",  # never ends by itself before the interrupt, however slow the machine
                 "--out",
                 str(out),
                 "--no-progress",
@@ -85,7 +85,7 @@ def test_interrupt_flushes_everything_measured(tmp_path):
             text=True,
         )
         # generous waits: on a loaded 2-core machine the CLI's start-up alone can take many seconds
-        deadline = time.time() + 60
+        deadline = time.time() + 120
         while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 6):
             time.sleep(0.1)
         p.send_signal(signal.SIGINT)
