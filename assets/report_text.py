@@ -123,7 +123,7 @@ def head_to_head_text(con, run_id: str) -> str:
     """The head-to-head table of a run as `wattbench run` and `wattbench report` print it."""
     from tabulate import tabulate
 
-    from resources.warehouse import query_rows
+    from resources.connection import query_rows
 
     engines, rows = head_to_head_rows(records(*query_rows(con, "head_to_head", {"run_id": run_id})))
     if not rows:
@@ -146,7 +146,7 @@ def contrasts_text(con, run_id: str) -> str:
     """Engine pairs at each shared point: the ratio with its interval and the finding, one line per figure."""
     from tabulate import tabulate
 
-    from resources.warehouse import query_rows
+    from resources.connection import query_rows
 
     def ratio(r) -> str:
         if _missing(r["ratio"]):

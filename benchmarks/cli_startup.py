@@ -9,8 +9,10 @@ with --keep). Wall time per process (start to exit, perf_counter around subproce
 interquartile range, against the target of 0.5 s (issue 18, item 5), and the median CPU seconds of the process
 (user + system: what the command costs, without the waiting for a core that a busy machine adds to wall time).
 One more run of each command under `python -X importtime` lists which heavy modules it imported (dagster,
-great_expectations, pandas, matplotlib, altair, numpy): a fact next to the timing. `--compare EXE` times another
-wattbench (e.g. an older checkout's) the same way. Writes results/cli_startup.json.
+great_expectations, pandas, matplotlib, altair, numpy, and the duckdb package: `sql` and `report` need only its
+engine, _duckdb): a fact next to the timing. `--compare EXE` times another
+wattbench (e.g. an older checkout's) the same way, in turns with this one, on the small and H200 warehouses made by
+that checkout's own code (a warehouse keeps the views it was made with). Writes results/cli_startup.json and .md.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 0.5
-HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair", "numpy")
+HEAVY = ("dagster", "great_expectations", "pandas", "matplotlib", "altair", "numpy", "duckdb")
 COMMANDS = {
     "sql select 1": ["sql", "select 1", "--db", "{db}"],
     "sql load_points": ["sql", "load_points", "--db", "{db}"],
@@ -97,29 +99,53 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_command(exe: str, cmd: list[str], db: Path, repeats: int, cwd: Path) -> dict:
-    """Wall seconds of each fresh process, and the CPU seconds it used (user + system, its threads included): on a
-    shared machine the wall time also holds the time spent waiting for a core, the CPU time does not."""
-    times, cpu = [], []
+def time_commands(targets: list[tuple[str, Path, Path]], cmd: list[str], repeats: int) -> list[dict]:
+    """For each (wattbench, warehouse, cwd): the wall seconds of each fresh process and the CPU seconds it used (user +
+    system, its threads included): on a shared machine the wall time also holds the time spent waiting for a core,
+    the CPU time does not. Several targets run in turns (A B A B ...), so that they share the same minutes' load."""
+    times: list[list[float]] = [[] for _ in targets]
+    cpu: list[list[float]] = [[] for _ in targets]
     for _ in range(repeats):
-        c0 = _children_cpu_s()
-        t0 = time.perf_counter()
-        proc = subprocess.run(_argv(exe, cmd, db), cwd=cwd, capture_output=True, text=True)
-        times.append(time.perf_counter() - t0)
-        cpu.append(_children_cpu_s() - c0)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(_argv(exe, cmd, db))}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
-    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
-    return {
-        "runs": repeats,
-        "median_s": round(statistics.median(times), 4),
-        "min_s": round(min(times), 4),
-        "max_s": round(max(times), 4),
-        "iqr_s": round(q[2] - q[0], 4),
-        "times_s": [round(t, 4) for t in times],
-        "cpu_median_s": round(statistics.median(cpu), 4),
-        "cpu_s": [round(t, 4) for t in cpu],
-    }
+        for k, (exe, db, cwd) in enumerate(targets):
+            c0 = _children_cpu_s()
+            t0 = time.perf_counter()
+            proc = subprocess.run(_argv(exe, cmd, db), cwd=cwd, capture_output=True, text=True)
+            times[k].append(time.perf_counter() - t0)
+            cpu[k].append(_children_cpu_s() - c0)
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"{' '.join(_argv(exe, cmd, db))}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}"
+                )
+    out = []
+    for t, c in zip(times, cpu):
+        q = statistics.quantiles(t, n=4) if len(t) >= 2 else [t[0]] * 3
+        out.append(
+            {
+                "runs": repeats,
+                "median_s": round(statistics.median(t), 4),
+                "min_s": round(min(t), 4),
+                "max_s": round(max(t), 4),
+                "iqr_s": round(q[2] - q[0], 4),
+                "times_s": [round(x, 4) for x in t],
+                "cpu_median_s": round(statistics.median(c), 4),
+                "cpu_s": [round(x, 4) for x in c],
+            }
+        )
+    return out
+
+
+def compare_warehouses(exe: str, folder: Path) -> dict[str, Path]:
+    """The small and the H200 warehouses made by the other checkout's own code (its schema and views: a warehouse keeps
+    the views it was made with, so timing an older wattbench on this checkout's warehouse would time these views)."""
+    checkout = Path(exe).resolve().parents[2]  # <checkout>/.venv/bin/wattbench
+    folder.mkdir(parents=True, exist_ok=True)
+    script = (
+        "import sys; from pathlib import Path; sys.path.insert(0, '.'); "
+        "from benchmarks.cli_startup import make_warehouse, make_h200_warehouse; "
+        f"make_warehouse(Path({str(folder)!r})); make_h200_warehouse(Path({str(folder)!r}))"
+    )
+    subprocess.run([str(Path(exe).with_name("python")), "-c", script], cwd=checkout, check=True, capture_output=True)
+    return {"small": folder / "cli.duckdb", "h200": folder / "h200.duckdb"}
 
 
 def heavy_imports(exe: str, cmd: list[str], db: Path, cwd: Path) -> list[str]:
@@ -142,6 +168,40 @@ def heavy_imports(exe: str, cmd: list[str], db: Path, cwd: Path) -> list[str]:
             if top in HEAVY:
                 seen.add(top)
     return sorted(seen)
+
+
+def markdown(result: dict, compare: str | None) -> str:
+    """results/cli_startup.md: one row per warehouse and command, the figures of cli_startup.json."""
+    m = result["machine"]
+    lines = [
+        "# CLI start-up (benchmarks/cli_startup.py)",
+        "",
+        f"Measured {result['measured_at']} on {m['cpus']} CPU cores, Python {m['python']}; 1-minute load average "
+        f"{m['load_average_1_5_15_before'][0]} before, {m['load_average_1_5_15_after'][0]} after (above the core "
+        "count, other work competed and the wall times are upper bounds). Each command in a fresh process: wall "
+        "seconds start to exit, median [min, max] of "
+        f"{next(iter(next(iter(result['warehouses'].values()))['commands'].values()))['runs']}, and the median CPU "
+        f"seconds of the process (user + system). Target (issue 18): under {result['target_s']} s."
+        + (
+            f" before: {compare}, timed the same way in turns with these runs, on warehouses made by its own checkout."
+            if compare
+            else ""
+        ),
+        "",
+        "| warehouse | command | wall (s) | CPU (s) | heavy modules imported | target | before: wall, CPU (s) |",
+        "|---|---|---:|---:|---|---|---:|",
+    ]
+    for label, entry in result["warehouses"].items():
+        for name, row in entry["commands"].items():
+            was = f"{row['compare']['median_s']:.3f}, {row['compare']['cpu_median_s']:.3f}" if "compare" in row else "-"
+            lines.append(
+                f"| {label} ({entry['requests']:,} requests) | `wattbench {name}` | {row['median_s']:.3f} "
+                f"[{row['min_s']:.3f}, {row['max_s']:.3f}] | {row['cpu_median_s']:.3f} | "
+                f"{', '.join(row['heavy_modules_imported']) or 'none'} | {'met' if row['target_met'] else 'NOT met'} "
+                f"| {was} |"
+            )
+    lines += ["", "Warehouses: " + "; ".join(f"{k}: {v['what']}" for k, v in result["warehouses"].items()) + "."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,26 +233,27 @@ def main(argv: list[str] | None = None) -> int:
             "target_s": TARGET_S,
             "warehouses": {},
         }
+        theirs = compare_warehouses(args.compare, Path(tmp) / "compare") if args.compare else {}
         for label, (what, db) in made.items():
             entry = {"what": what, **warehouse_facts(db), "commands": {}}
             for name, cmd in COMMANDS.items():
                 if label != "small" and "{db}" not in " ".join(cmd):
                     continue  # a command that reads no warehouse is timed once
-                row = time_command(args.exe, cmd, db, args.repeats, ROOT)
+                targets = [(args.exe, db, ROOT)]
+                if label in theirs:  # the other wattbench on its own warehouse, in turns with this one
+                    targets.append((args.compare, theirs[label], Path(args.compare).resolve().parents[2]))
+                row, *other = time_commands(targets, cmd, args.repeats)
                 row["heavy_modules_imported"] = heavy_imports(args.exe, cmd, db, ROOT)
                 row["target_met"] = row["median_s"] < TARGET_S
-                if args.compare:
-                    compare_cwd = Path(args.compare).resolve().parents[2]  # <checkout>/.venv/bin/wattbench
-                    row["compare"] = {
-                        "exe": args.compare,
-                        **time_command(args.compare, cmd, db, args.repeats, compare_cwd),
-                    }
+                if other:
+                    row["compare"] = {"exe": args.compare, "warehouse": "made by its own checkout", **other[0]}
                 entry["commands"][name] = row
             result["warehouses"][label] = entry
     result["machine"]["load_average_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "cli_startup.md").write_text(markdown(result, args.compare))
     ok = True
     for label, entry in result["warehouses"].items():
         for name, row in entry["commands"].items():

@@ -50,6 +50,9 @@ RAW_VIEWS = (
     "v_client_stats_live",
     "v_window_steadiness_live",
     "v_request_slo_counts",
+    "v_window_gpu_live",
+    "v_imported_request_stats_live",
+    "v_imported_itl_stats_live",
 )
 PROFILE = {
     "steady_qps": 40,

@@ -307,7 +307,7 @@ def _finite_params(params: dict) -> None:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from resources.warehouse import WarehouseError, connect, query_rows, sql_text
+    from resources.connection import WarehouseError, connect, query_rows, sql_text
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:

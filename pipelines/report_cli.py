@@ -61,7 +61,7 @@ def compare_text(con, run_a: str, run_b: str, only_flagged: bool = False) -> tup
     metric, with the change, the noise band and the flag. Returns the text and the count of each flag."""
     from tabulate import tabulate
 
-    from resources.warehouse import run_sql
+    from resources.connection import run_sql
 
     df = run_sql(con, "compare_runs", {"run_a": run_a, "run_b": run_b})
     counts = df["flag"].value_counts().to_dict() if not df.empty else {}
@@ -160,7 +160,7 @@ def _profile_line(params: dict) -> str:
 
 def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
     from assets.reporting import CAPACITY_ASSUMPTIONS
-    from resources.warehouse import run_sql
+    from resources.connection import run_sql
 
     params = {**_profile(con, run_id, args), "run_id": run_id}
     print(f"Capacity plan, run {run_id}: {_profile_line(params)}")
@@ -190,7 +190,7 @@ def latest_run_per_gpu(con) -> list[str]:
 
 def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
     from assets.reporting import CAPACITY_ASSUMPTIONS
-    from resources.warehouse import run_sql
+    from resources.connection import run_sql
 
     runs = [resolve_run(con, ref) for ref in refs] if refs else latest_run_per_gpu(con)
     params = {**_profile(con, runs[0], args), "runs": runs}
@@ -204,7 +204,7 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from resources.warehouse import WarehouseError, connect, run_sql
+    from resources.connection import WarehouseError, connect, run_sql
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:

@@ -1,22 +1,29 @@
-"""The DuckDB warehouse: schema, bundle ingest, and the .sql files in sql/ as the query interface.
-
-Only the control plane writes DuckDB, one process at a time (DuckDB allows one writer): connections are
-short, and opening a locked file waits and retries before it fails with a clear message.
+"""The DuckDB warehouse: schema, bundle ingest and the kept per-load-point figures. Its connection and the .sql files
+in sql/ as the query interface live in resources/connection.py (what a reader needs, without the ingest code), and
+are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
+from resources.connection import (  # noqa: F401 - the connection and query interface, re-exported
+    REPO_ROOT,
+    SANDBOX,
+    SQL_DIR,
+    WarehouseError,
+    connect,
+    default_db_path,
+    duckdb,
+    execute_sql,
+    query_rows,
+    run_sql,
+    sql_text,
+    table_columns,
+)
 from resources.ingest_checks import (
     check_table_file,
     ensure_natural_keys,
@@ -30,9 +37,7 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SQL_DIR = REPO_ROOT / "sql"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
@@ -67,66 +72,6 @@ _READ_AS = {
 _DEPLOYMENT_TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics")
 
 
-class WarehouseError(RuntimeError):
-    """The warehouse cannot do what was asked; the message says what, where and what was expected."""
-
-
-def default_db_path() -> Path:
-    return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
-
-
-# A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
-# no network, and no way to switch that back on from inside the query.
-SANDBOX = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "lock_configuration": True,
-}
-
-
-@contextmanager
-def connect(
-    path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0, sandbox: bool = False
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds. `sandbox`:
-    the connection reaches nothing but this database (see SANDBOX)."""
-    db = Path(path) if path else default_db_path()
-    if read_only and not db.exists():
-        raise WarehouseError(
-            f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB"
-        )
-    if not read_only:
-        db.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + wait_s
-    delay = 0.1
-    while True:
-        try:
-            con = duckdb.connect(str(db), read_only=read_only, config=dict(SANDBOX) if sandbox else {})
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():  # not a lock: a directory, not a DuckDB file, no permission, ...
-                raise WarehouseError(
-                    f"{db}: cannot open the warehouse ({str(exc).splitlines()[0]}); expected a DuckDB "
-                    "database file, or a path where one can be made"
-                ) from exc
-            if time.monotonic() >= deadline:
-                holder = re.search(r"PID (\d+)", str(exc))
-                who = f" (held by process {holder.group(1)})" if holder else ""
-                raise WarehouseError(
-                    f"{db}: locked by another writer{who} for more than {wait_s:.0f} s; "
-                    "wait for that run to finish, or point WATTBENCH_DB at another file"
-                ) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-    try:
-        if not read_only:
-            apply_schema(con)
-        yield con
-    finally:
-        con.close()
-
-
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection."""
     con.execute((SQL_DIR / "schema.sql").read_text())
@@ -142,6 +87,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
         refresh_point_stats(con, None)
+    elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
+        refresh_kept_views(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -149,46 +96,6 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
             f"warehouse schema version {current} is newer than this wattbench's {SCHEMA_VERSION}; upgrade wattbench"
         )
     return SCHEMA_VERSION
-
-
-def sql_text(name: str) -> str:
-    """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
-    path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
-    if not path.exists():
-        known = ", ".join(
-            sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm"))
-        )
-        raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
-    return path.read_text()
-
-
-def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
-    text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
-    if params:
-        # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
-        used = {k: v for k, v in params.items() if f"${k}" in text}
-        return con.execute(text, used)
-    return con.execute(text)
-
-
-def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
-    return execute_sql(con, name_or_sql, params).df()
-
-
-def query_rows(
-    con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None
-) -> tuple[list[str], list[tuple]]:
-    """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
-    read-only commands answer without importing it)."""
-    cursor = execute_sql(con, name_or_sql, params)
-    columns = [d[0] for d in cursor.description or []]
-    return columns, cursor.fetchall()
-
-
-def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}
 
 
 def ingest_bundle(
@@ -574,7 +481,32 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     finally:
         for name in _POINT_STATS_PARTS:
             con.execute(f"DROP TABLE IF EXISTS _ps_{name}")
+    refresh_kept_views(con, run_id)
     return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
+
+
+# Tables that keep a view's rows (its definition: the *_live view of sql/views.sql) and are refreshed with point_stats.
+KEPT_VIEWS = {
+    "window_gpu_stats": "v_window_gpu_live",
+    "imported_request_stats": "v_imported_request_stats_live",
+    "imported_itl_stats": "v_imported_itl_stats_live",
+}
+
+
+def refresh_kept_views(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
+    """Recompute the tables of KEPT_VIEWS for one run (every run: None) from their *_live views, inside the caller's
+    transaction; each row with its load point's source. Returns the rows written."""
+    where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
+    written = 0
+    for table, live in KEPT_VIEWS.items():
+        con.execute(f"DELETE FROM {table} WHERE {where}", params)
+        con.execute(
+            f"INSERT INTO {table} BY NAME SELECT v.*, coalesce(l.source, 'unknown') AS source "
+            f"FROM {live} v LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
+            params,
+        )
+        written += con.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+    return written
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

@@ -6,4 +6,4 @@ SELECT workload, point_label, label AS figure, unit, engine, other, round(ratio,
        round(ratio_lo, 3) AS ratio_lo, round(ratio_hi, 3) AS ratio_hi, pairs, finding, method, metric
 FROM v_engine_contrasts
 WHERE run_id = $run_id AND engine > other
-ORDER BY workload, point_label, ord, engine;
+ORDER BY workload, point_label, ord, engine, other;

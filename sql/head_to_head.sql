@@ -11,31 +11,40 @@ WITH eng AS (
            d.startup_s, b.status AS bstatus, b.build_s, b.error_kind AS berror, b.hardware_lock
     FROM deployments d LEFT JOIN engine_builds b ON b.run_id = d.run_id AND b.build_id = d.build_id
     WHERE d.run_id = $run_id),
-pf AS (SELECT * FROM v_point_figures WHERE run_id = $run_id),
+-- one row per metric of a point (max: as a pivot of filtered maxima takes it), then a point's figures as one map
+-- (metric -> estimate, lo, hi), read into columns: one aggregate per point, not three per figure
+pf AS (
+    SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
+           any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats
+    FROM v_point_figures WHERE run_id = $run_id
+    GROUP BY engine, workload, point_label, metric),
 -- one row per engine and point, summarised over its repeats (means; latency: pooled percentiles), with intervals
 pt AS (
-    SELECT engine, workload, point_label, workload || ':' || point_label AS point,
-           any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
-           max(estimate) FILTER (WHERE metric = 'output_tok_s') AS tok, max(lo) FILTER (WHERE metric = 'output_tok_s') AS tok_lo,
-           max(hi) FILTER (WHERE metric = 'output_tok_s') AS tok_hi,
-           max(estimate) FILTER (WHERE metric = 'goodput_requests_s') AS good, max(lo) FILTER (WHERE metric = 'goodput_requests_s') AS good_lo,
-           max(hi) FILTER (WHERE metric = 'goodput_requests_s') AS good_hi,
-           max(estimate) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj, max(lo) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj_lo,
-           max(hi) FILTER (WHERE metric = 'output_tokens_per_j') AS tpj_hi,
-           max(estimate) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja,
-           max(lo) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja_lo,
-           max(hi) FILTER (WHERE metric = 'output_tokens_per_j_above_idle') AS tpja_hi,
-           max(estimate) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd, max(lo) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd_lo,
-           max(hi) FILTER (WHERE metric = 'usd_per_1m_output_tokens') AS usd_hi,
-           max(estimate) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd,
-           max(lo) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd_lo,
-           max(hi) FILTER (WHERE metric = 'energy_usd_per_1m_output_tokens') AS eusd_hi,
-           max(estimate) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50, max(lo) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50_lo,
-           max(hi) FILTER (WHERE metric = 'ttft_p50_ms') AS ttft50_hi,
-           max(estimate) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99, max(lo) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99_lo,
-           max(hi) FILTER (WHERE metric = 'ttft_p99_ms') AS ttft99_hi,
-           max(estimate) FILTER (WHERE metric = 'tpot_p99_ms') AS tpot99, max(estimate) FILTER (WHERE metric = 'e2e_p99_ms') AS e2e99
-    FROM pf GROUP BY engine, workload, point_label),
+    SELECT engine, workload, point_label, point, shape, concurrency, repeats,
+           m['output_tok_s'].estimate AS tok, m['output_tok_s'].lo AS tok_lo, m['output_tok_s'].hi AS tok_hi,
+           m['goodput_requests_s'].estimate AS good,
+           m['goodput_requests_s'].lo AS good_lo,
+           m['goodput_requests_s'].hi AS good_hi,
+           m['output_tokens_per_j'].estimate AS tpj,
+           m['output_tokens_per_j'].lo AS tpj_lo,
+           m['output_tokens_per_j'].hi AS tpj_hi,
+           m['output_tokens_per_j_above_idle'].estimate AS tpja,
+           m['output_tokens_per_j_above_idle'].lo AS tpja_lo,
+           m['output_tokens_per_j_above_idle'].hi AS tpja_hi,
+           m['usd_per_1m_output_tokens'].estimate AS usd,
+           m['usd_per_1m_output_tokens'].lo AS usd_lo,
+           m['usd_per_1m_output_tokens'].hi AS usd_hi,
+           m['energy_usd_per_1m_output_tokens'].estimate AS eusd,
+           m['energy_usd_per_1m_output_tokens'].lo AS eusd_lo,
+           m['energy_usd_per_1m_output_tokens'].hi AS eusd_hi,
+           m['ttft_p50_ms'].estimate AS ttft50, m['ttft_p50_ms'].lo AS ttft50_lo, m['ttft_p50_ms'].hi AS ttft50_hi,
+           m['ttft_p99_ms'].estimate AS ttft99, m['ttft_p99_ms'].lo AS ttft99_lo, m['ttft_p99_ms'].hi AS ttft99_hi,
+           m['tpot_p99_ms'].estimate AS tpot99,
+           m['e2e_p99_ms'].estimate AS e2e99
+    FROM (SELECT engine, workload, point_label, workload || ':' || point_label AS point,
+                 any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
+                 map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m
+          FROM pf GROUP BY engine, workload, point_label)),
 lp AS (
     SELECT pt.*, (r.slo_ttft_ms IS NULL OR pt.ttft99 <= r.slo_ttft_ms)
                  AND (r.slo_tpot_ms IS NULL OR pt.tpot99 <= r.slo_tpot_ms)

@@ -271,6 +271,50 @@ CREATE TABLE IF NOT EXISTS point_stats (
     PRIMARY KEY (run_id, deployment_id, load_point_id)
 );
 
+-- Per-window figures of the sampled GPU trace, kept rather than joined from every GPU sample at each report (schema 4):
+-- filled where point_stats is (resources/warehouse.refresh_kept_views, called by refresh_point_stats) from
+-- v_window_gpu_live in sql/views.sql, whose columns these are; one row per load window holding at least one sample.
+-- v_window_gpu (and so v_load_points) reads it; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS window_gpu_stats (
+    run_id                  VARCHAR NOT NULL,
+    source                  VARCHAR NOT NULL,   -- the load point's (load_runs.source)
+    deployment_id           VARCHAR NOT NULL,
+    load_point_id           VARCHAR NOT NULL,
+    trace_mean_w_per_gpu    DOUBLE,
+    trace_peak_w_per_gpu    DOUBLE,
+    peak_hbm_mib_per_gpu    DOUBLE,
+    capped_share            DOUBLE,
+    power_capped_share      DOUBLE,
+    thermal_capped_share    DOUBLE,
+    mean_sm_clock_mhz       DOUBLE,
+    samples                 BIGINT,
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
+-- The tool's own statistics of imported load points that came without per-request rows (v_imported_request_stats_live
+-- and v_imported_itl_stats_live in sql/views.sql, whose columns these are), kept where point_stats is (schema 4): a
+-- report no longer looks up, at every query, which imported points have requests. v_imported_request_stats and
+-- v_imported_itl_stats read them; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS imported_request_stats (
+    run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT NULL, load_point_id VARCHAR NOT NULL,
+    requests_in_window INTEGER, ok_in_window INTEGER, completed_in_window INTEGER, errors INTEGER,
+    ttft_p50_ms DOUBLE, ttft_p90_ms DOUBLE, ttft_p95_ms DOUBLE, ttft_p99_ms DOUBLE, ttft_p999_ms DOUBLE,
+    ttft_mean_ms DOUBLE, ttft_stdev_ms DOUBLE,
+    tpot_p50_ms DOUBLE, tpot_p90_ms DOUBLE, tpot_p95_ms DOUBLE, tpot_p99_ms DOUBLE, tpot_p999_ms DOUBLE,
+    tpot_mean_ms DOUBLE, tpot_stdev_ms DOUBLE,
+    e2e_p50_ms DOUBLE, e2e_p90_ms DOUBLE, e2e_p95_ms DOUBLE, e2e_p99_ms DOUBLE, e2e_p999_ms DOUBLE,
+    e2e_mean_ms DOUBLE, e2e_stdev_ms DOUBLE,
+    meeting_slo_in_window DOUBLE, meeting_slo_completed_in_window DOUBLE, longest_context_tokens INTEGER,
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
+CREATE TABLE IF NOT EXISTS imported_itl_stats (
+    run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT NULL, load_point_id VARCHAR NOT NULL,
+    itl_p50_ms DOUBLE, itl_p90_ms DOUBLE, itl_p95_ms DOUBLE, itl_p99_ms DOUBLE, itl_p999_ms DOUBLE,
+    itl_mean_ms DOUBLE, itl_stdev_ms DOUBLE,
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,

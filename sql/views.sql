@@ -18,11 +18,13 @@ FROM (
 -- per-request rows takes its figures from the tool's own statistics, stored in load_runs.summary in the load
 -- generator's layout (ttft_ms.p50, ...; NULL where the tool did not report that percentile).
 -- Their requests are looked up only among the runs that hold an imported load point (v_imported_runs): a warehouse
--- of millions of measured requests is not scanned to learn that none of them is imported.
+-- of millions of measured requests is not scanned to learn that none of them is imported. Kept at ingest and import
+-- (imported_request_stats, imported_itl_stats; resources/warehouse.refresh_kept_views): the views without _live
+-- read those, so a report does not plan these lookups at every use of a load point's figures.
 CREATE OR REPLACE VIEW v_imported_runs AS
 SELECT DISTINCT run_id FROM load_runs WHERE source LIKE 'imported:%';
 
-CREATE OR REPLACE VIEW v_imported_request_stats AS
+CREATE OR REPLACE VIEW v_imported_request_stats_live AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
        l.sent                                                           AS requests_in_window,
        l.completed                                                      AS ok_in_window,
@@ -57,7 +59,7 @@ WHERE l.source LIKE 'imported:%'
   AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id IN (SELECT run_id FROM v_imported_runs)
                   AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id);
 
-CREATE OR REPLACE VIEW v_imported_itl_stats AS
+CREATE OR REPLACE VIEW v_imported_itl_stats_live AS
 SELECT l.run_id, l.deployment_id, l.load_point_id,
        (l.summary->>'$.itl_ms.p50')::DOUBLE AS itl_p50_ms,
        (l.summary->>'$.itl_ms.p90')::DOUBLE AS itl_p90_ms,
@@ -70,6 +72,10 @@ FROM load_runs l
 WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id IN (SELECT run_id FROM v_imported_runs)
                   AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id AND len(q.chunk_ns) > 1);
+
+CREATE OR REPLACE VIEW v_imported_request_stats AS SELECT * EXCLUDE (source) FROM imported_request_stats;
+
+CREATE OR REPLACE VIEW v_imported_itl_stats AS SELECT * EXCLUDE (source) FROM imported_itl_stats;
 
 -- Per load point, over its requests. Latency figures: successful requests SENT inside the window (as MLPerf
 -- LoadGen and vllm bench serve: every issued request counts). Throughput figures: successful requests whose LAST
@@ -201,11 +207,12 @@ SELECT * FROM v_imported_itl_stats;
 
 -- Power and memory inside each load point's window from the sampled trace (diagnosis; the figure of record for
 -- power is the energy counter over the window, v_load_points.counter_w_per_gpu). Every sample whose t_ns is inside a
--- window counts for it. Samples meet windows through time buckets (a quarter of the longest window, at least 1 s; a
+-- window counts for it. Kept in window_gpu_stats at ingest (v_window_gpu reads it): over every run this join reads
+-- every GPU sample of the warehouse. Samples meet windows through time buckets (a quarter of the longest window, at least 1 s; a
 -- window lists the buckets it spans): an equality join pairs a sample with the few windows near it, where a join on
 -- the deployment alone would pair it with every window of its run before the BETWEEN (tests/reports/
 -- test_view_speed_rewrites.py checks it against that plain join).
-CREATE OR REPLACE VIEW v_window_gpu AS
+CREATE OR REPLACE VIEW v_window_gpu_live AS
 WITH bw AS (
     SELECT greatest(max(window_end_ns - window_start_ns) // 4, 1000000000) AS bucket_ns
     FROM load_runs WHERE window_end_ns >= window_start_ns),
@@ -233,6 +240,11 @@ JOIN s
  AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
 GROUP BY l.run_id, l.deployment_id, l.load_point_id;
 
+CREATE OR REPLACE VIEW v_window_gpu AS
+SELECT run_id, deployment_id, load_point_id, trace_mean_w_per_gpu, trace_peak_w_per_gpu, peak_hbm_mib_per_gpu,
+       capped_share, power_capped_share, thermal_capped_share, mean_sm_clock_mhz, samples
+FROM window_gpu_stats;
+
 -- One row per load run that ran (status ok; a point repeated N times has N rows): every figure of
 -- docs/MEASUREMENT.md, units in the names. Every W figure is energy-counter energy over time:
 -- mean_power_w (deployment) and counter_w_per_gpu; idle_power_w is the deployment's idle power with the model
@@ -242,12 +254,18 @@ GROUP BY l.run_id, l.deployment_id, l.load_point_id;
 -- capacity plans read (none of them reads the GPU samples).
 -- Cost: $ per 1M output tokens = GPU-hour price x GPUs / (output tok/s x 3600) x 1e6; energy cost (second line) =
 -- kWh per 1M output tokens x $/kWh x PUE. Summaries over repeats with 95% intervals: v_point_figures.
+-- A load point's label (a load run of a point repeated N times is <point>#<n>) and a run's time, for the views below.
+CREATE OR REPLACE MACRO point_label_of(point_label, load_point_id) AS
+    coalesce(point_label, regexp_extract(load_point_id, '([^:#]*)(#[0-9]+)?$', 1));
+CREATE OR REPLACE MACRO run_at_of(started_at, clock_anchor_unix_ns) AS
+    coalesce(started_at, make_timestamp(clock_anchor_unix_ns // 1000));
+
 CREATE OR REPLACE VIEW v_load_points_core AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
-       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS point_label,
+       point_label_of(l.point_label, l.load_point_id)                  AS point_label,
        coalesce(l.repeat, 1)                                           AS repeat,
-       coalesce(r.started_at, make_timestamp(r.clock_anchor_unix_ns // 1000)) AS run_at,
+       run_at_of(r.started_at, r.clock_anchor_unix_ns)                 AS run_at,
        l.workload, l.shape, l.concurrency, l.rate,
        l.burstiness, l.input_tokens, l.output_tokens, l.warmup_s, l.window_s, l.achieved_rate, l.achieved_concurrency,
        l.completed, l.failed, q.errors AS failed_requests, q.requests_in_window, q.completed_in_window,
@@ -439,17 +457,22 @@ INTO NAME metric VALUE value;
 -- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
 -- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
 -- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
--- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats.
+-- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats, over the
+-- load runs v_load_points_core has (status ok), read from the tables themselves: none of its figures is needed, and
+-- planning that view again for them was most of the time of a report over one run.
 CREATE OR REPLACE VIEW v_point_attrs AS
-    SELECT run_id, deployment_id, workload, point_label,
-           any_value(source) AS source, any_value(engine) AS engine, any_value(engine_kind) AS engine_kind,
-           any_value(engine_version) AS engine_version, any_value(model) AS model,
-           any_value(precision) AS precision, any_value(tp) AS tp, any_value(gpu_name) AS gpu_name,
-           any_value(n_gpus) AS n_gpus, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
-           any_value(rate) AS rate, any_value(burstiness) AS burstiness, any_value(input_tokens) AS input_tokens,
-           any_value(output_tokens) AS output_tokens, max(run_at) AS run_at, count(*) AS repeats,
-           min(window_s) AS min_window_s
-    FROM v_load_points_core GROUP BY ALL;
+    SELECT l.run_id, l.deployment_id, l.workload, point_label_of(l.point_label, l.load_point_id) AS point_label,
+           any_value(l.source) AS source, any_value(d.config_name) AS engine, any_value(d.engine) AS engine_kind,
+           any_value(d.engine_version) AS engine_version, any_value(d.model) AS model,
+           any_value(d.precision) AS precision, any_value(d.tp) AS tp, any_value(d.gpu_name) AS gpu_name,
+           any_value(coalesce(d.n_gpus, d.tp)) AS n_gpus, any_value(l.shape) AS shape,
+           any_value(l.concurrency) AS concurrency, any_value(l.rate) AS rate, any_value(l.burstiness) AS burstiness,
+           any_value(l.input_tokens) AS input_tokens, any_value(l.output_tokens) AS output_tokens,
+           max(run_at_of(r.started_at, r.clock_anchor_unix_ns)) AS run_at, count(*) AS repeats,
+           min(l.window_s) AS min_window_s
+    FROM load_runs l JOIN deployments d USING (run_id, deployment_id) LEFT JOIN runs r USING (run_id)
+    WHERE l.status = 'ok'
+    GROUP BY ALL;
 
 CREATE OR REPLACE VIEW v_point_figures AS
 WITH over_repeats AS (

@@ -52,6 +52,9 @@ def parse(source: str) -> ast.Module:
 
 def imported_distributions(dirs) -> dict[str, set[str]]:
     pkgs = md.packages_distributions()
+    # duckdb's engine, a compiled top-level module of the duckdb distribution (resources/connection.py imports it
+    # alone): packages_distributions names a distribution's top-level packages and .py modules, not its extensions
+    pkgs.setdefault("_duckdb", ["duckdb"])
     out: dict[str, set[str]] = {}
     own = {"assets", "pipelines", "resources", "wattbench_agent", "benchmarks", "tests"}
     for d in dirs:

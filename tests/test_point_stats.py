@@ -1,20 +1,25 @@
-"""Kept per-load-point figures (point_stats, schema 3) equal their on-the-fly definitions, and a version-2 warehouse
-gains them on upgrade. Real bundles: the H200 runs kept under results/ (measured vLLM and transformers), and a
-synthetic run with failed requests and engine /metrics scrapes (benchmarks/synthetic.py)."""
+"""Kept per-load-point figures (point_stats, schema 3; window_gpu_stats, schema 4) equal their on-the-fly
+definitions, and a version-2 or version-3 warehouse gains them on upgrade. Real bundles: the H200 runs kept under
+results/ (measured vLLM and transformers), and a synthetic run with failed requests and engine /metrics scrapes
+(benchmarks/synthetic.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 
 from benchmarks.synthetic import synthesize
+from resources.importers import read_file, store_run
 from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats
 from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("run_id", "deployment_id", "load_point_id")
+IMPORTS = ("vllm-bench-serve-0.25.0.json", "guidellm-0.8.1-concurrent-2-4.json")
+KEPT = ("v_window_gpu", "v_imported_request_stats", "v_imported_itl_stats")  # warehouse.KEPT_VIEWS, as views
 # kept view -> (its on-the-fly definition, the kept view's rows)
 PAIRS = {
     "v_request_stats": (
@@ -30,6 +35,7 @@ PAIRS = {
         "SELECT * EXCLUDE (deployment_id) FROM v_window_steadiness_live",
         "SELECT * FROM v_window_steadiness",
     ),
+    **{v: (f"SELECT * FROM {v}_live", f"SELECT * FROM {v}") for v in KEPT},
 }
 
 
@@ -62,6 +68,11 @@ def warehouse(tmp_path_factory):
                 ingest_bundle(con, folder)
         ingest_bundle(con, _synthetic(tmp / "syn"))
         ingest_bundle(con, _capped(tmp / "capped"))
+        for name in IMPORTS:  # other tools' results, with their per-request rows and without (the tool's statistics)
+            run = read_file(ROOT / "tests" / "data" / "imports" / name)
+            store_run(con, run)
+            bare = dataclasses.replace(run, points=[dataclasses.replace(p, requests=[]) for p in run.points])
+            store_run(con, bare, run_id=f"{name}-without-requests")
         con.execute("UPDATE runs SET slo_ttft_ms = 2000, slo_tpot_ms = 200")  # a run's SLO set after ingest
     return db
 
@@ -191,10 +202,26 @@ def test_a_version_2_warehouse_gains_its_kept_figures(tmp_path):
         con.execute("DELETE FROM schema_version")
         con.execute("INSERT INTO schema_version (version) VALUES (2)")
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 4
         after = con.execute("SELECT * FROM v_load_points ORDER BY load_point_id").df()
     assert len(before) == 6 and list(before.columns) == list(after.columns)
     summed = [c for c in before.columns if c in SUMMED]
     assert summed and before.drop(columns=summed).equals(after.drop(columns=summed))
     for col in summed:
         assert all(same(a, b, col) for a, b in zip(before[col], after[col], strict=True)), col
+
+
+def test_a_version_3_warehouse_gains_its_kept_trace_figures(tmp_path):
+    db = tmp_path / "v3.duckdb"
+    with connect(db) as con:
+        ingest_bundle(con, _synthetic(tmp_path / "syn"))
+        live = con.execute("SELECT * FROM v_window_gpu_live ORDER BY load_point_id").fetchall()
+        con.execute("DELETE FROM window_gpu_stats")  # what a version-3 warehouse holds: no kept trace figures
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version (version) VALUES (3)")
+        assert con.execute("SELECT count(trace_mean_w_per_gpu) FROM v_load_points").fetchone()[0] == 0
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        kept = con.execute("SELECT * FROM v_window_gpu ORDER BY load_point_id").fetchall()
+        with_trace = con.execute("SELECT count(trace_mean_w_per_gpu) FROM v_load_points").fetchone()[0]
+    assert len(live) == 6 and kept == live and with_trace == 6

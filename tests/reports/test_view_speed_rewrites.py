@@ -1,7 +1,8 @@
-"""The views written for speed at scale (sql/views.sql) give exactly what their plain definitions give: v_window_gpu
-(samples meet windows through time buckets) against the plain BETWEEN join, the imported-run views (their requests
-looked up among imported runs only) against the plain NOT EXISTS, and v_load_points against v_load_points_core
-joined with the trace. Real DuckDB warehouses: synthetic runs (benchmarks/synthetic.py) plus hand-made edge cases."""
+"""The views written for speed at scale (sql/views.sql) give exactly what their plain definitions give:
+v_window_gpu_live (samples meet windows through time buckets) against the plain BETWEEN join, the imported-run views
+(v_imported_*_live: their requests looked up among imported runs only) against the plain NOT EXISTS, and v_load_points
+against v_load_points_core joined with the trace (the kept copies of the *_live views: tests/test_point_stats.py).
+Real DuckDB warehouses: synthetic runs (benchmarks/synthetic.py) plus hand-made edge cases."""
 
 from __future__ import annotations
 
@@ -115,9 +116,9 @@ def warehouse(tmp_path_factory):
 def test_window_gpu_equals_the_plain_join(warehouse):
     with connect(warehouse, read_only=True) as con:
         plain = con.execute(PLAIN_WINDOW_GPU).fetchall()
-        view = con.execute(f"SELECT * FROM v_window_gpu ORDER BY {KEY}").fetchall()
+        view = con.execute(f"SELECT * FROM v_window_gpu_live ORDER BY {KEY}").fetchall()
         edge = {r[2]: r[-1] for r in view if r[0] == "edge"}
-        one_run = con.execute(f"SELECT * FROM v_window_gpu WHERE run_id = 'syn-1' ORDER BY {KEY}").fetchall()
+        one_run = con.execute(f"SELECT * FROM v_window_gpu_live WHERE run_id = 'syn-1' ORDER BY {KEY}").fetchall()
     _same_rows(view, plain)
     assert {r[0] for r in view} == {"syn-0", "syn-1", "edge"}
     # the edge cases did happen: overlapping windows share samples, the long one holds them all, an instant holds
@@ -129,8 +130,8 @@ def test_window_gpu_equals_the_plain_join(warehouse):
 def test_imported_views_equal_the_plain_not_exists(warehouse):
     with connect(warehouse, read_only=True) as con:
         for view, plain, expected in (
-            ("v_imported_request_stats", PLAIN_IMPORTED_REQUESTS, ["i:without"]),
-            ("v_imported_itl_stats", PLAIN_IMPORTED_ITL, ["i:one-event", "i:without"]),
+            ("v_imported_request_stats_live", PLAIN_IMPORTED_REQUESTS, ["i:without"]),
+            ("v_imported_itl_stats_live", PLAIN_IMPORTED_ITL, ["i:one-event", "i:without"]),
         ):
             got = con.execute(f"SELECT {KEY} FROM {view} ORDER BY {KEY}").fetchall()
             assert got == con.execute(plain).fetchall()

@@ -21,10 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from . import shapes
-from .metrics import exact_chunks
 
 # vLLM's metric names -> the record field (ms) they are computed from (itl: gaps between content events).
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": None, "e2el": "e2e_ms"}
@@ -91,6 +88,8 @@ def p_word(p: float) -> str:
 
 def metric_values(records: list[dict], metric: str) -> list[float]:
     """Per-request values (ms) of one of vLLM's metrics over the successful in-window requests (itl: pooled gaps)."""
+    from .metrics import exact_chunks
+
     ok = [r for r in records if r.get("in_window") and r.get("error_kind") is None]
     if metric == "itl":
         out: list[float] = []
@@ -103,6 +102,8 @@ def metric_values(records: list[dict], metric: str) -> list[float]:
 
 
 def _stat_block(name: str, values: list[float], percentiles: tuple[float, ...]) -> dict[str, Any]:
+    import numpy as np  # here and .metrics in the callers: `wattbench load --help` imports neither
+
     if not values:
         d: dict[str, Any] = {f"mean_{name}_ms": None, f"median_{name}_ms": None, f"std_{name}_ms": None}
         d.update({f"p{p_word(p)}_{name}_ms": None for p in percentiles})
@@ -158,6 +159,8 @@ def result_json(
     now: _dt.datetime | None = None,
 ) -> dict:
     """vLLM's result dict for one load point (`res`: a loadgen LoadResult)."""
+    from .metrics import exact_chunks
+
     spec, s, recs = res.spec, res.summary, res.records
     backend = "openai-chat" if spec.api == "chat" else "openai"
     rate = "inf" if shapes.get(spec.shape).closed_loop or not spec.rate else float(spec.rate)

@@ -17,9 +17,10 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
+    import numpy as np
 
 
 class Shape:
@@ -108,6 +109,8 @@ def arrival_offsets(
 def renewal_unit(k: float, rng: np.random.Generator, horizon: float, n: int | None = None) -> np.ndarray:
     """Arrival times of a unit-rate renewal process with gamma(k) gaps (mean 1; k = 1: Poisson) up to `horizon`
     or, when `n` is given, the first n of them (horizon may then be inf)."""
+    import numpy as np
+
     if n is None and not math.isfinite(horizon):
         raise ValueError("an endless schedule: give a finite duration or max_requests")
     out: list[np.ndarray] = []

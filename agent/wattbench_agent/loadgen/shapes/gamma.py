@@ -4,12 +4,13 @@ is Poisson, k < 1 burstier, k > 1 smoother; the gaps' coefficient of variation i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from . import Shape, positive, register
 from .poisson import renewal_offsets
+
+if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
+    import numpy as np
 
 
 @register

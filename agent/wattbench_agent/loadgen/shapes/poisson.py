@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from . import Shape, finish, positive, register, renewal_unit
+
+if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
+    import numpy as np
 
 
 def renewal_offsets(p: Mapping[str, Any], horizon_s: float, seed: int, k: float) -> np.ndarray:
     """Offsets of a renewal process at p['rate'] requests/s with gamma(k) gaps (k = 1: Poisson)."""
+    import numpy as np
+
     rate = float(p["rate"])
     rng = np.random.default_rng(seed)
     n = p.get("max_requests")

@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from . import Shape, finish, positive, register, renewal_unit
+
+if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
+    import numpy as np
 
 
 @register
@@ -26,6 +27,8 @@ class Surge(Shape):
         return f"{self.name}-r{p['rate']:g}x{p.get('surge_factor') or 1.0:g}"
 
     def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
+        import numpy as np
+
         rate = float(p["rate"])
         start, length = float(p.get("surge_start_s") or 0.0), float(p.get("surge_duration_s") or 0.0)
         rng = np.random.default_rng(seed)

@@ -9,11 +9,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from . import Shape, finish, register
+
+if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
+    import numpy as np
 
 
 @register
@@ -33,6 +34,8 @@ class Trace(Shape):
         return f"trace-{Path(p['trace_path']).stem}" if p.get("trace_path") else "trace"
 
     def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
+        import numpy as np
+
         scale = float(p.get("trace_time_scale") or 1.0)
         offs = np.asarray([r.t_s * scale for r in load_trace(p["trace_path"])], dtype=float)
         return finish(offs, p, horizon_s)
@@ -84,6 +87,8 @@ def _pick(row: dict, keys: tuple[str, ...]):
 
 
 def _parse_row(row: dict, where: str) -> TraceRow:
+    import numpy as np
+
     if not isinstance(row, dict):
         raise TraceError(f"{where}: expected an object, got {type(row).__name__}")
     ts = _pick(row, _TS_KEYS)

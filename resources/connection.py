@@ -1,0 +1,134 @@
+"""The warehouse's connection and its query interface (the .sql files in sql/): all that a reader needs, without the
+ingest code. `wattbench sql` and `wattbench report` import this module alone, so that they answer at once
+(benchmarks/cli_startup.py); resources/warehouse.py (schema, ingest, kept figures) re-exports every name here.
+
+Only the control plane writes DuckDB, one process at a time (DuckDB allows one writer): connections are
+short, and opening a locked file waits and retries before it fails with a clear message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+try:  # DuckDB's engine alone, 0.015 s to import; the `duckdb` package around it takes 0.1 s more (see connect)
+    import _duckdb as duckdb
+except ImportError:  # an older duckdb, whose engine is not a top-level module: the package
+    import duckdb
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SQL_DIR = REPO_ROOT / "sql"
+
+
+class WarehouseError(RuntimeError):
+    """The warehouse cannot do what was asked; the message says what, where and what was expected."""
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
+
+
+# A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
+# no network, and no way to switch that back on from inside the query.
+SANDBOX = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+
+
+@contextmanager
+def connect(
+    path: str | os.PathLike | None = None, read_only: bool = False, wait_s: float = 30.0, sandbox: bool = False
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection. A file locked by another writer is retried for `wait_s` seconds. `sandbox`:
+    the connection reaches nothing but this database (see SANDBOX).
+
+    A sandboxed connection (`wattbench sql`, `wattbench report`: SQL in, rows out) runs on DuckDB's engine alone;
+    every other one loads the `duckdb` package too, whose Python layer the rest needs: relations, `.arrow()`, and
+    the scans of Arrow tables that ingest hands DuckDB (resources/chunk_files.py). Importing it is most of a
+    read-only command's start-up (benchmarks/cli_startup.py)."""
+    if not sandbox:
+        import duckdb as _package  # noqa: F401 - sets up the engine's Python-side scans and methods
+    db = Path(path) if path else default_db_path()
+    if read_only and not db.exists():
+        raise WarehouseError(
+            f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB"
+        )
+    if not read_only:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    delay = 0.1
+    while True:
+        try:
+            con = duckdb.connect(str(db), read_only=read_only, config=dict(SANDBOX) if sandbox else {})
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():  # not a lock: a directory, not a DuckDB file, no permission, ...
+                raise WarehouseError(
+                    f"{db}: cannot open the warehouse ({str(exc).splitlines()[0]}); expected a DuckDB "
+                    "database file, or a path where one can be made"
+                ) from exc
+            if time.monotonic() >= deadline:
+                holder = re.search(r"PID (\d+)", str(exc))
+                who = f" (held by process {holder.group(1)})" if holder else ""
+                raise WarehouseError(
+                    f"{db}: locked by another writer{who} for more than {wait_s:.0f} s; "
+                    "wait for that run to finish, or point WATTBENCH_DB at another file"
+                ) from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    try:
+        if not read_only:
+            from resources.warehouse import apply_schema
+
+            apply_schema(con)
+        yield con
+    finally:
+        con.close()
+
+
+def sql_text(name: str) -> str:
+    """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
+    path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
+    if not path.exists():
+        known = ", ".join(
+            sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm"))
+        )
+        raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
+    return path.read_text()
+
+
+def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
+    text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
+    if params:
+        # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
+        used = {k: v for k, v in params.items() if f"${k}" in text}
+        return con.execute(text, used)
+    return con.execute(text)
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
+    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
+    return execute_sql(con, name_or_sql, params).df()
+
+
+def query_rows(
+    con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None
+) -> tuple[list[str], list[tuple]]:
+    """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
+    read-only commands answer without importing it)."""
+    cursor = execute_sql(con, name_or_sql, params)
+    columns = [d[0] for d in cursor.description or []]
+    return columns, cursor.fetchall()
+
+
+def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}
