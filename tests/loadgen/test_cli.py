@@ -97,3 +97,27 @@ def test_interrupt_flushes_everything_measured(tmp_path):
     cancelled = [r for r in recs if r["error_kind"] == "cancelled"]
     assert 1 <= len(cancelled) <= 4  # streams mid-request at the interrupt: each has exactly one record
     assert all(r["chunk_ns"] is not None and r["sent_ns"] for r in cancelled)
+
+
+def test_a_worker_interrupted_before_the_start_ends_at_once(fast_server):
+    """Ctrl-C while workers start (before every one is ready, so no start time was sent): each worker must end on
+    `abort` rather than wait forever for a start that never comes (the parent waits for every worker)."""
+    from wattbench_agent.loadgen import LoadSpec
+
+    spec = LoadSpec(url=fast_server, model="m", concurrency=2, output_tokens=4, duration_s=600)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "wattbench_agent.loadgen.worker"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    p.stdin.write(json.dumps({"spec": spec.to_dict(), "lp": "lp", "wk": 0, "nw": 2, "verify": False}) + "\n")
+    p.stdin.flush()
+    assert json.loads(p.stdout.readline()) == {"ready": True}  # waiting for the start time now
+    p.stdin.write("abort\n")
+    p.stdin.flush()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert json.loads(out.splitlines()[-1]) == {"done": None}  # nothing was sent, nothing recorded

@@ -633,6 +633,8 @@ def _worker_main() -> int:
         out.write('{"ready":true}\n')
         out.flush()
         while not t0_evt.is_set():
+            if abort_evt.is_set():  # interrupted before the start (the abort watcher runs only once started)
+                raise asyncio.CancelledError
             await asyncio.sleep(0.002)
         t0 = t0_box["t0"]
         d = t0 - _perf_ns()
