@@ -112,9 +112,7 @@ def child(layout: str, folder: str) -> dict:
             batch = pa.table(
                 {"request": idx // EVENTS, "event": (idx % EVENTS).astype(np.int16), "t": ns[s:e], "n": tok[s:e]}
             )
-            writer = writer or pq.ParquetWriter(
-                out / "events.parquet", batch.schema, compression=PARQUET[layout]
-            )
+            writer = writer or pq.ParquetWriter(out / "events.parquet", batch.schema, compression=PARQUET[layout])
             writer.write_table(batch)
         writer.close()
     else:
