@@ -117,11 +117,6 @@ class EngineSpec(_Strict):
             raise ValueError(problem)
         if self.gpus is not None and len(self.gpus) != self.tp:
             raise ValueError(f"gpus names {len(self.gpus)} GPU(s) for tp={self.tp}; expected exactly tp of them")
-        if self.checkpoint and self.engine in ("emulator", "external"):
-            raise ValueError(
-                f"checkpoint is for engines that load a model; the {self.engine} engine "
-                + ("runs the plan's model shape" if self.engine == "emulator" else "serves whatever its url serves")
-            )
         return self
 
 

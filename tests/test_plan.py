@@ -136,6 +136,16 @@ def test_an_engine_checkpoint_is_what_that_engine_loads(tmp_path):
     )
     with pytest.raises(PlanError, match=r"engines\[1\].*checkpoint is for engines that load a model"):
         load_plan(_write(tmp_path, text))
+    external = (
+        Path("plans/h200-vllm-fp8ckpt.yaml")
+        .read_text()
+        .replace(
+            "engine: vllm\n    precision: fp8\n    checkpoint",
+            "engine: external\n    url: http://gpu:8000/v1\n    precision: fp8\n    checkpoint",
+        )
+    )
+    with pytest.raises(PlanError, match=r"engines\[1\].*the external engine serves whatever its url serves"):
+        load_plan(_write(tmp_path, external))
 
     res = BenchPlan(path="plans/h200-vllm-fp8ckpt.yaml")
     other, _ = res.load("meta-llama--Llama-3.1-8B|h200-vllm-fp8ckpt")

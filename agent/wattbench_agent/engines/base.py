@@ -142,7 +142,11 @@ class EmulatorAdapter(EngineAdapter):
     image = "wattbench:latest"
 
     def plan_problem(self, spec: dict[str, Any]) -> str | None:
-        return None if spec.get("profile") else "an emulator engine needs profile: trtllm-like or vllm-like"
+        if not spec.get("profile"):
+            return "an emulator engine needs profile: trtllm-like or vllm-like"
+        if spec.get("checkpoint"):
+            return "checkpoint is for engines that load a model; the emulator engine runs the plan's model shape"
+        return None
 
     @property
     def checked_versions(self) -> tuple[str, ...]:

@@ -24,7 +24,11 @@ class ExternalAdapter(EngineAdapter):
     source = "measured"
 
     def plan_problem(self, spec: dict[str, Any]) -> str | None:
-        return None if spec.get("url") else "an external engine needs url: the OpenAI-compatible endpoint to measure"
+        if not spec.get("url"):
+            return "an external engine needs url: the OpenAI-compatible endpoint to measure"
+        if spec.get("checkpoint"):
+            return "checkpoint is for engines that load a model; the external engine serves whatever its url serves"
+        return None
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
         from wattbench_agent.deploy.local import DeployError
