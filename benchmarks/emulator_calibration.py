@@ -324,11 +324,12 @@ def seed_checks(sensitivity: bool = True) -> list[dict[str, Any]]:
                 if factor in TRT_ALTERNATIVES:
                     label, knobs = TRT_ALTERNATIVES[factor]
                     vals[label] = fn(window, 0, knobs)[0]
-                for sign in (-1, +1) if factor not in TRT_ALTERNATIVES else ():
-                    x = getattr(base, factor) * (1 + sign * SENSITIVITY)
-                    if factor in ("nvlink_eff", "host_overlap", "mem_eff", "gemm_eff", "attn_eff"):
-                        x = min(x, 1.0)
-                    vals[f"{'-' if sign < 0 else '+'}{int(SENSITIVITY * 100)}%"] = fn(window, 0, {factor: x})[0]
+                else:
+                    for sign in (-1, +1):
+                        x = getattr(base, factor) * (1 + sign * SENSITIVITY)
+                        if factor in ("nvlink_eff", "host_overlap", "mem_eff", "gemm_eff", "attn_eff"):
+                            x = min(x, 1.0)
+                        vals[f"{'-' if sign < 0 else '+'}{int(SENSITIVITY * 100)}%"] = fn(window, 0, {factor: x})[0]
                 if factor == "gemm_eff" and base.fp8_attention:  # the one boolean assumption, with the GEMMs
                     vals["fp8 FMHA off"] = fn(window, 0, {"fp8_attention": False})[0]
                 flips = [k for k, v in vals.items() if ok(v) != row["pass"]]
