@@ -235,7 +235,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
     bundles = tuple(sorted(b.name for b in folder.glob("bundle-*.tar.xz")))
 
     from resources.plan import load_plan, plan_run_fields
-    from resources.warehouse import connect, ingest_bundle
+    from resources.warehouse import connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import read_manifest, unpacked
 
     with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "h200.duckdb") as con:
@@ -245,9 +245,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
             with unpacked(folder / name) as unpacked_dir:
                 ingest_bundle(con, unpacked_dir)
                 run_id = read_manifest(unpacked_dir)["run_id"]
-            con.execute(
-                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?", [*fields.values(), run_id]
-            )
+            set_run_fields(con, run_id, fields)
         figs = con.execute(
             "SELECT engine, precision, workload, point_label, shape, concurrency, rate, burstiness, input_tokens, "
             "output_tokens, metric, estimate, lo, hi, repeats, per_repeat FROM v_point_figures WHERE metric IN "

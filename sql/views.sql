@@ -121,6 +121,23 @@ LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 GROUP BY ALL;
 
 
+-- Every request of each load point tallied, whether or not it ran in the window (the head-to-head's longest context
+-- and behaviour on failure, sql/head_to_head.sql): kept in request_tallies where point_stats is
+-- (resources/warehouse.refresh_kept_views), so that a report reads a row per load point instead of every request.
+-- error_kinds: each error kind and its count. tests/test_point_stats.py checks they agree.
+CREATE OR REPLACE VIEW v_request_tallies_live AS
+SELECT run_id, deployment_id, load_point_id,
+       count(*)                                                         AS requests,
+       count(*) FILTER (WHERE error_kind IS NOT NULL)                   AS failed,
+       count(*) FILTER (WHERE error_kind IS NULL AND max_tokens IS NOT NULL
+                          AND completion_tokens < max_tokens)           AS short_responses,
+       max(prompt_tokens::BIGINT + completion_tokens) FILTER (WHERE error_kind IS NULL) AS longest_context_tokens,
+       histogram(error_kind) FILTER (WHERE error_kind IS NOT NULL)     AS error_kinds
+FROM requests
+GROUP BY ALL;
+
+CREATE OR REPLACE VIEW v_request_tallies AS SELECT * EXCLUDE (source) FROM request_tallies;
+
 -- Requests meeting every SLO of the run (goodput). Kept in point_stats with the SLO they were counted against; a
 -- run whose SLO changed since (wattbench ingest --plan sets it after the rows are in) is counted again, live, from
 -- scalar columns (v_point_stale_slo).
@@ -260,7 +277,7 @@ CREATE OR REPLACE MACRO point_label_of(point_label, load_point_id) AS
 CREATE OR REPLACE MACRO run_at_of(started_at, clock_anchor_unix_ns) AS
     coalesce(started_at, make_timestamp(clock_anchor_unix_ns // 1000));
 
-CREATE OR REPLACE VIEW v_load_points_core AS
+CREATE OR REPLACE VIEW v_load_points_core_live AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
        point_label_of(l.point_label, l.load_point_id)                  AS point_label,
@@ -313,6 +330,11 @@ LEFT JOIN (SELECT run_id, deployment_id,
                        ELSE coalesce(idle_power_w_before, idle_power_w_after) END AS idle_power_w
            FROM deployments) p USING (run_id, deployment_id)
 WHERE l.status = 'ok';
+
+-- Kept in load_points_core (sql/schema.sql) rather than planned at every report from the views above: filled where
+-- point_stats is (resources/warehouse.refresh_kept_views) and again whenever a run's own fields change
+-- (warehouse.set_run_fields: its SLO, prices, start time). tests/test_point_stats.py checks they agree.
+CREATE OR REPLACE VIEW v_load_points_core AS SELECT * FROM load_points_core;
 
 -- v_load_points: the figures above and the sampled trace inside each window (v_window_gpu), columns in this order.
 CREATE OR REPLACE VIEW v_load_points AS
