@@ -89,8 +89,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_point_stats(con, None)
     elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
         refresh_kept_views(con, None)
-    elif current is not None and current < 5:  # version 5 keeps every load run's figures and request tallies
-        refresh_kept_views(con, None, ("request_tallies", "load_points_core"))
+    elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
+        refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES))
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -488,18 +488,19 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
 
 
 # Tables that keep a view's rows (its definition: the *_live view of sql/views.sql) and are refreshed with point_stats,
-# in this order: load_points_core reads the others (and point_stats).
+# in this order: load_points_core reads the others (and point_stats), point_figures reads load_points_core.
 KEPT_VIEWS = {
     "window_gpu_stats": "v_window_gpu_live",
     "imported_request_stats": "v_imported_request_stats_live",
     "imported_itl_stats": "v_imported_itl_stats_live",
     "request_tallies": "v_request_tallies_live",
     "load_points_core": "v_load_points_core_live",
+    "point_figures": "v_point_figures_live",
 }
 # The kept tables whose live view reads the run's own row (runs: SLO, prices, start time), refreshed by set_run_fields.
-RUN_FIELD_TABLES = ("load_points_core",)
+RUN_FIELD_TABLES = ("load_points_core", "point_figures")
 # Live views that carry their load point's source themselves
-_OWN_SOURCE = {"v_load_points_core_live"}
+_OWN_SOURCE = {"v_load_points_core_live", "v_point_figures_live"}
 
 
 def refresh_kept_views(

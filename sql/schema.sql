@@ -354,6 +354,20 @@ CREATE TABLE IF NOT EXISTS load_points_core (
     PRIMARY KEY (run_id, load_point_id)
 );
 
+-- Every figure of every point of a run over its repeats, with its 95% interval (v_point_figures_live in sql/views.sql,
+-- whose columns these are, in its order), kept with load_points_core from which it is made (schema 5).
+-- v_point_figures reads it; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS point_figures (
+    run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
+    model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
+    workload VARCHAR NOT NULL, point_label VARCHAR NOT NULL, shape VARCHAR, concurrency INTEGER, rate DOUBLE,
+    burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER, run_at TIMESTAMP, repeats BIGINT,
+    min_window_s DOUBLE, metric VARCHAR NOT NULL, label VARCHAR, unit VARCHAR, better VARCHAR, ord INTEGER,
+    estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
+    rel_half_width DOUBLE,
+    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,

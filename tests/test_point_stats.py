@@ -17,7 +17,7 @@ from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_
 from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ("run_id", "deployment_id", "load_point_id")
+KEYS = ("run_id", "deployment_id", "load_point_id", "workload", "point_label", "metric")
 IMPORTS = ("vllm-bench-serve-0.25.0.json", "guidellm-0.8.1-concurrent-2-4.json")
 KEPT = ("v_window_gpu", "v_imported_request_stats", "v_imported_itl_stats", "v_request_tallies")  # warehouse.KEPT_VIEWS
 # kept view -> (its on-the-fly definition, the kept view's rows)
@@ -37,6 +37,7 @@ PAIRS = {
     ),
     **{v: (f"SELECT * FROM {v}_live", f"SELECT * FROM {v}") for v in KEPT},
     "v_load_points_core": ("SELECT * FROM v_load_points_core_live", "SELECT * FROM v_load_points_core"),
+    "v_point_figures": ("SELECT * FROM v_point_figures_live", "SELECT * FROM v_point_figures"),
 }
 
 
@@ -52,6 +53,8 @@ SUMMED = {"itl_mean_ms", "itl_stdev_ms", "client_itl_ms", "client_mean_ms"}
 
 
 def same(a, b, col: str | None = None) -> bool:
+    if hasattr(a, "__len__") and not isinstance(a, str) and hasattr(b, "__len__") and not isinstance(b, str):
+        return len(a) == len(b) and all(same(x, y, col) for x, y in zip(a, b))  # a list (per_repeat)
     if a is None or b is None or (isinstance(a, float) and math.isnan(a)) or (isinstance(b, float) and math.isnan(b)):
         return (a is None or a != a) and (b is None or b != b)
     if col in SUMMED:
@@ -242,18 +245,23 @@ def test_a_version_4_warehouse_gains_its_kept_load_run_figures(tmp_path):
     with connect(db) as con:
         ingest_bundle(con, _synthetic(tmp_path / "syn"))
         live = con.execute("SELECT * FROM v_load_points_core_live ORDER BY load_point_id").fetchall()
-        con.execute("DELETE FROM load_points_core")  # what a version-4 warehouse holds: no kept load-run figures
+        for table in ("load_points_core", "point_figures", "request_tallies"):  # what a version-4 warehouse holds
+            con.execute(f"DELETE FROM {table}")
         con.execute("DELETE FROM schema_version")
         con.execute("INSERT INTO schema_version (version) VALUES (4)")
     with connect(db) as con:
         assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
         kept = con.execute("SELECT * FROM v_load_points_core ORDER BY load_point_id").fetchall()
-    assert len(live) == 6 and kept == live
+        figures = con.execute("SELECT count(*) FROM v_point_figures").fetchone()[0]
+        tallies = con.execute("SELECT sum(requests) FROM v_request_tallies").fetchone()[0]
+    assert len(live) == 6 and kept == live and figures > 0 and tallies == 6_000
 
 
-def test_the_kept_load_run_figures_have_their_definitions_columns(warehouse):
-    """load_points_core (sql/schema.sql) has the columns of v_load_points_core_live, in its order and types."""
+@pytest.mark.parametrize("table", ["load_points_core", "point_figures"])
+def test_the_kept_figures_have_their_definitions_columns(warehouse, table):
+    """load_points_core and point_figures (sql/schema.sql) have the columns of their *_live views, in their order and
+    types (the views that read them are SELECT *)."""
     with connect(warehouse, read_only=True) as con:
-        kept = con.execute("DESCRIBE load_points_core").fetchall()
-        live = con.execute("DESCRIBE v_load_points_core_live").fetchall()
+        kept = con.execute(f"DESCRIBE {table}").fetchall()
+        live = con.execute(f"DESCRIBE v_{table}_live").fetchall()
     assert [(r[0], r[1]) for r in kept] == [(r[0], r[1]) for r in live]

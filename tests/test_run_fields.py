@@ -15,7 +15,7 @@ import yaml
 from assets.benchmark_run import open_benchmark
 from benchmarks.synthetic import synthesize
 from pipelines.cli import main
-from resources.warehouse import WarehouseError, connect, set_run_fields
+from resources.warehouse import RUN_FIELD_TABLES, WarehouseError, connect, set_run_fields
 from tests.test_point_stats import rows, same
 from tests.test_predict import PLAN
 
@@ -34,14 +34,17 @@ RUN_FIELDS = (
 
 
 def kept_equals_live(con, run_id: str) -> int:
+    """The run's kept rows that read its own fields (warehouse.RUN_FIELD_TABLES) equal their definitions; returns
+    the run's load runs."""
     where = f"WHERE run_id = '{run_id}'"
-    live = rows(con, f"SELECT * FROM v_load_points_core_live {where}")
-    kept = rows(con, f"SELECT * FROM v_load_points_core {where}")
-    assert live and set(live) == set(kept)
-    for key, row in live.items():
-        for col, value in row.items():
-            assert same(value, kept[key][col], col), (key, col, value, kept[key][col])
-    return len(live)
+    for table in RUN_FIELD_TABLES:
+        live = rows(con, f"SELECT * FROM v_{table}_live {where}")
+        kept = rows(con, f"SELECT * FROM v_{table} {where}")
+        assert live and set(live) == set(kept), table
+        for key, row in live.items():
+            for col, value in row.items():
+                assert same(value, kept[key][col], col), (table, key, col, value, kept[key][col])
+    return con.execute(f"SELECT count(*) FROM v_load_points_core {where}").fetchone()[0]
 
 
 @pytest.fixture(scope="module")
