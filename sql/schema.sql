@@ -320,7 +320,7 @@ CREATE TABLE IF NOT EXISTS imported_itl_stats (
 CREATE TABLE IF NOT EXISTS request_tallies (
     run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT NULL, load_point_id VARCHAR NOT NULL,
     requests BIGINT, failed BIGINT, short_responses BIGINT, longest_context_tokens BIGINT,
-    error_kinds MAP(VARCHAR, UBIGINT),
+    error_kinds MAP(VARCHAR, BIGINT),
     PRIMARY KEY (run_id, deployment_id, load_point_id)
 );
 

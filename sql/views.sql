@@ -126,15 +126,20 @@ GROUP BY ALL;
 -- (resources/warehouse.refresh_kept_views), so that a report reads a row per load point instead of every request.
 -- error_kinds: each error kind and its count. tests/test_point_stats.py checks they agree.
 CREATE OR REPLACE VIEW v_request_tallies_live AS
-SELECT run_id, deployment_id, load_point_id,
-       count(*)                                                         AS requests,
-       count(*) FILTER (WHERE error_kind IS NOT NULL)                   AS failed,
-       count(*) FILTER (WHERE error_kind IS NULL AND max_tokens IS NOT NULL
-                          AND completion_tokens < max_tokens)           AS short_responses,
-       max(prompt_tokens::BIGINT + completion_tokens) FILTER (WHERE error_kind IS NULL) AS longest_context_tokens,
-       histogram(error_kind) FILTER (WHERE error_kind IS NOT NULL)     AS error_kinds
-FROM requests
-GROUP BY ALL;
+WITH counts AS (
+    SELECT run_id, deployment_id, load_point_id,
+           count(*)                                                     AS requests,
+           count(*) FILTER (WHERE error_kind IS NOT NULL)               AS failed,
+           count(*) FILTER (WHERE error_kind IS NULL AND max_tokens IS NOT NULL
+                              AND completion_tokens < max_tokens)       AS short_responses,
+           max(prompt_tokens::BIGINT + completion_tokens) FILTER (WHERE error_kind IS NULL) AS longest_context_tokens
+    FROM requests GROUP BY ALL),
+kinds AS (  -- grouped apart: a histogram() beside the counts made one run's tallies take 0.5 s at 1M requests, not 0.07
+    SELECT run_id, deployment_id, load_point_id, map_from_entries(list((error_kind, n) ORDER BY error_kind)) AS error_kinds
+    FROM (SELECT run_id, deployment_id, load_point_id, error_kind, count(*) AS n
+          FROM requests WHERE error_kind IS NOT NULL GROUP BY ALL)
+    GROUP BY ALL)
+SELECT c.*, k.error_kinds FROM counts c LEFT JOIN kinds k USING (run_id, deployment_id, load_point_id);
 
 CREATE OR REPLACE VIEW v_request_tallies AS SELECT * EXCLUDE (source) FROM request_tallies;
 
