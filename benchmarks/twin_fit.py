@@ -80,6 +80,9 @@ HELD_OUT_SWEEPS = {
     # online fp8 against a pre-quantised checkpoint, side by side; the twin's checkpoint mode was changed after this
     # run (it quantises linear inputs like online fp8): the filed rows are the held-out test, the final fit's are not
     "held-out fp8 checkpoint": ROOT / "results" / "h200-vllm-fp8ckpt",
+    # another H200 unit: the steady workload's 16 streams under its own and the sweep's protocol, and 32 streams over
+    # one 60 s window
+    "held-out GPU unit": ROOT / "results" / "h200-vllm-unit",
 }
 FIT_SETS: tuple[str, ...] = ()  # held-out sets (names above) that a decision moved into every fit
 
@@ -820,12 +823,13 @@ def filed_rows(points: list[Point], meas: dict) -> list[dict]:
     """Each HELD_OUT_SWEEPS folder's predictions.json (the twin's figures filed before the run) against the
     measured figures: protocol '<set>, as filed before the run'."""
     rows = []
+    from benchmarks.filed_predictions import filed as filed_in
+
     for group, folder in HELD_OUT_SWEEPS.items():
-        path = folder / "predictions.json"
         pts = {f"{p.engine}:{p.workload}:{p.label}": p for p in points if p.group == group}
-        if not path.exists() or not pts:
+        if not list(folder.glob("predictions*.json")) or not pts:
             continue
-        filed = json.loads(path.read_text())
+        filed = filed_in(folder)
         for fp in filed.get("points", []):
             p = pts.get(f"{fp['engine']}:{fp['point']}")
             if p is None:
@@ -1044,6 +1048,11 @@ README_PROTOCOLS = (
     (
         "held-out sweep, as filed before the run",
         "the same points, the twin's figures filed before the run (results/h200-vllm-sweep/predictions.json)",
+    ),
+    (
+        "held-out GPU unit, as filed before the run",
+        "another H200: 16 streams under two protocols and 32 streams over 60 s (results/h200-vllm-unit), the twin's "
+        "figures filed before the run",
     ),
 )
 
