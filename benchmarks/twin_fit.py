@@ -327,7 +327,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
             ).fetchall()
             for m, xs in zip(("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms"), lists)
         }
-        # the GPU board(s) each point ran on (first 8 hex digits of the NVML UUID): boards differ (results/h200-vllm-unit)
+        # the GPU board(s) each point ran on (first 8 hex digits of the NVML UUID): boards differ (h200-vllm-unit)
         boards = {
             (e, w, pl): ", ".join(sorted({u.removeprefix("GPU-")[:8] for u in uuids if u}))
             for e, w, pl, uuids in con.execute(
