@@ -464,6 +464,12 @@ def real_hardware_md() -> list[str]:
         "measured after the final fit and predicted by it",
         "held-out sweep, as filed before the run": "the same sweep points against the twin's figures filed before the "
         "run (results/h200-vllm-sweep/predictions.json: `wattbench predict` with the twin of the previous round)",
+        "held-out GPU unit": "another H200 unit (results/h200-vllm-unit, plans/h200-vllm-unit.yaml): the steady "
+        "workload's 16 streams under its own and the sweep's protocol, interleaved, and 32 streams over one 60 s "
+        "window; the protocols agree there, the units do not (the same configuration: bf16 2,089-2,404 tok/s on three "
+        "H200s); measured after the final fit and predicted by it",
+        "held-out GPU unit, as filed before the run": "the same points against the twin's figures filed before the "
+        "run (results/h200-vllm-unit/predictions*.json)",
         "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
         "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
         "and predicted by it",

@@ -80,6 +80,9 @@ HELD_OUT_SWEEPS = {
     # online fp8 against a pre-quantised checkpoint, side by side; the twin's checkpoint mode was changed after this
     # run (it quantises linear inputs like online fp8): the filed rows are the held-out test, the final fit's are not
     "held-out fp8 checkpoint": ROOT / "results" / "h200-vllm-fp8ckpt",
+    # another H200 unit: the steady workload's 16 streams under its own and the sweep's protocol, and 32 streams over
+    # one 60 s window
+    "held-out GPU unit": ROOT / "results" / "h200-vllm-unit",
 }
 FIT_SETS: tuple[str, ...] = ()  # held-out sets (names above) that a decision moved into every fit
 
@@ -322,6 +325,14 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
             ).fetchall()
             for m, xs in zip(("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms"), lists)
         }
+        # the GPU board(s) each point ran on (first 8 hex digits of the NVML UUID): boards differ (h200-vllm-unit)
+        boards = {
+            (e, w, pl): ", ".join(sorted({u.removeprefix("GPU-")[:8] for u in uuids if u}))
+            for e, w, pl, uuids in con.execute(
+                "SELECT d.config_name, l.workload, l.point_label, flatten(list(d.gpu_uuids)) FROM load_runs l "
+                "JOIN deployments d ON d.run_id = l.run_id AND d.deployment_id = l.deployment_id GROUP BY ALL"
+            ).fetchall()
+        }
     arrivals: dict[tuple, list] = {}
     for e, w, p, _rep, xs in sched:
         arrivals.setdefault((e, w, p), []).append([round(x, 6) for x in xs])
@@ -335,6 +346,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
         d["hi"] = None if d["hi"] is None or d["hi"] != d["hi"] else d["hi"]
         d["prompt_tokens_mean"] = prompts.get((d["engine"], d["workload"], d["point_label"]))
         d["arrivals_per_repeat"] = arrivals.get((d["engine"], d["workload"], d["point_label"]))
+        d["gpu"] = boards.get((d["engine"], d["workload"], d["point_label"]))
         rows.append(d)
     out = {
         "source": "measured",
@@ -382,6 +394,7 @@ def load_points(held_out_models: bool = True) -> tuple[list[Point], dict[tuple[s
 # (point key, figure) -> the figure in each measured repeat (filled as the measured sets load): a prediction that
 # misses the goal but lies between the repeats' lowest and highest value misses by no more than the engine varied
 REPEATS: dict[tuple[str, str], list[float]] = {}
+BOARDS: dict[str, str] = {}  # point key -> the GPU board(s) it ran on
 
 
 def _load_set(group: str, folder: Path) -> tuple[list[Point], dict[tuple[str, str], float]]:
@@ -427,6 +440,8 @@ def _load_set(group: str, folder: Path) -> tuple[list[Point], dict[tuple[str, st
         meas[(p.key, r["metric"])] = float(r["estimate"])
         if r.get("per_repeat"):
             REPEATS[(p.key, r["metric"])] = [float(x) for x in r["per_repeat"] if x is not None]
+        if r.get("gpu"):
+            BOARDS[p.key] = r["gpu"]
     return sorted(points.values(), key=lambda p: (p.precision, p.workload, p.label)), meas
 
 
@@ -818,12 +833,13 @@ def filed_rows(points: list[Point], meas: dict) -> list[dict]:
     """Each HELD_OUT_SWEEPS folder's predictions.json (the twin's figures filed before the run) against the
     measured figures: protocol '<set>, as filed before the run'."""
     rows = []
+    from benchmarks.filed_predictions import filed as filed_in
+
     for group, folder in HELD_OUT_SWEEPS.items():
-        path = folder / "predictions.json"
         pts = {f"{p.engine}:{p.workload}:{p.label}": p for p in points if p.group == group}
-        if not path.exists() or not pts:
+        if not list(folder.glob("predictions*.json")) or not pts:
             continue
-        filed = json.loads(path.read_text())
+        filed = filed_in(folder)
         for fp in filed.get("points", []):
             p = pts.get(f"{fp['engine']}:{fp['point']}")
             if p is None:
@@ -982,6 +998,8 @@ def reproducibility(points: list[Point], meas: dict) -> list[dict]:
                         "change": b / a - 1.0,
                         "first_repeats": REPEATS.get((first.key, f)),
                         "second_repeats": REPEATS.get((p.key, f)),
+                        "first_gpu": BOARDS.get(first.key),
+                        "second_gpu": BOARDS.get(p.key),
                     }
                 )
     return out
@@ -992,15 +1010,17 @@ def reproducibility_table(rows: list[dict]) -> list[str]:
         return []
     lines = [
         "",
-        "The same configuration measured in two runs (separate sessions on a lent H200; three repeats each; the "
-        "second against the first): how far the measurement itself moved between runs:",
+        "The same configuration measured in two runs (separate sessions, each on the H200 lent to it, named by its "
+        "NVML UUID's first digits; three repeats a point, one for the 60 s window; the second against the first): how "
+        "far the measurement itself moved between runs:",
         "",
-        "| engine | first | second | figure | first | second | change |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| engine | first | GPU | second | GPU | figure | first | second | change |",
+        "|---|---|---|---|---|---|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['engine']} | {r['first']} | {r['second']} | {LABEL[r['figure']]} | {r['first_value']:.4g} | "
+            f"| {r['engine']} | {r['first']} | {r.get('first_gpu') or '?'} | {r['second']} | "
+            f"{r.get('second_gpu') or '?'} | {LABEL[r['figure']]} | {r['first_value']:.4g} | "
             f"{r['second_value']:.4g} | {100 * r['change']:+.1f}% |"
         )
     return lines
@@ -1042,6 +1062,11 @@ README_PROTOCOLS = (
     (
         "held-out sweep, as filed before the run",
         "the same points, the twin's figures filed before the run (results/h200-vllm-sweep/predictions.json)",
+    ),
+    (
+        "held-out GPU unit, as filed before the run",
+        "another H200: 16 streams under two protocols and 32 streams over 60 s (results/h200-vllm-unit), the twin's "
+        "figures filed before the run",
     ),
 )
 
