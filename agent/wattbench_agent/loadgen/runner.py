@@ -486,9 +486,15 @@ async def _main(ctx: dict) -> dict:
         drain_end = _perf_ns()
     except asyncio.CancelledError:
         interrupted = True
-        for t in list(tasks):
-            t.cancel()
-        await asyncio.gather(*list(tasks), return_exceptions=True)
+        state["stop"] = True  # no stream starts another request, whatever an await below it did with the cancel
+        every = list(tasks)
+        pending = [t for t in every if not t.done()]
+        while pending:  # a cancel an await swallowed is sent again
+            for t in pending:
+                t.cancel()
+            _done, still = await asyncio.wait(pending, timeout=0.5)
+            pending = list(still)
+        await asyncio.gather(*every, return_exceptions=True)  # all done: collects their outcomes
         drain_end = _perf_ns()
     finally:
         for t in aux:

@@ -354,7 +354,10 @@ class FastTransport(httpx.AsyncBaseTransport):
                 ssl=self._ssl_ctx() if scheme == "https" else None,
                 server_hostname=host if scheme == "https" else None,
             )
-            _tr, conn = await (asyncio.wait_for(coro, timeout) if timeout else coro)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when a cancel lands just as the
+            # awaited future completes, swallowing the cancel (a Ctrl-C then never stopped that stream)
+            async with asyncio.timeout(timeout or None):
+                _tr, conn = await coro
         except TimeoutError:
             raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
@@ -425,9 +428,7 @@ class FastTransport(httpx.AsyncBaseTransport):
             request.extensions["wattbench.sent_ns"] = sent_ns
             read_to = timeouts.get("read")
             try:
-                if read_to:
-                    status, headers, body_stream = await asyncio.wait_for(fut, read_to)
-                else:
+                async with asyncio.timeout(read_to or None):  # not wait_for: see _connect
                     status, headers, body_stream = await fut
             except TimeoutError:
                 conn._abort()
