@@ -458,11 +458,18 @@ def real_hardware_md() -> list[str]:
         "dimensions, results/h200-vllm-14b, plans/h200-vllm-14b.yaml), bf16 and online fp8 on one H200: in no fit, "
         "predicted by the final fit from its config.json alone; `wattbench predict` widens its band to these errors "
         "for a model of another size",
-        "held-out sweep": "the 8B model again at stream counts no fit saw (2, 8, 32 streams of 512 in / 128 out, and "
-        "16 streams of 128 against 512 output tokens; results/h200-vllm-sweep, plans/h200-vllm-sweep.yaml), measured "
-        "after the final fit and predicted by it",
+        "held-out sweep": "the 8B model again at stream counts no fit saw (2, 8, 32 streams of 512 in / 128 out), and "
+        "a decode-heavy phase: 16 streams of 128 in / 512 out (decode16) beside 16 streams of 512 in / 128 out "
+        "(ref16, the steady workload's c16 measured again); results/h200-vllm-sweep, plans/h200-vllm-sweep.yaml, "
+        "measured after the final fit and predicted by it",
         "held-out sweep, as filed before the run": "the same sweep points against the twin's figures filed before the "
         "run (results/h200-vllm-sweep/predictions.json: `wattbench predict` with the twin of the previous round)",
+        "held-out GPU unit": "another H200 unit (results/h200-vllm-unit, plans/h200-vllm-unit.yaml): the steady "
+        "workload's 16 streams under its own and the sweep's protocol, interleaved, and 32 streams over one 60 s "
+        "window; the protocols agree there, the units do not (the same configuration: bf16 2,089-2,404 tok/s on three "
+        "H200s); measured after the final fit and predicted by it",
+        "held-out GPU unit, as filed before the run": "the same points against the twin's figures filed before the "
+        "run (results/h200-vllm-unit/predictions*.json)",
         "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
         "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
         "and predicted by it",
@@ -471,14 +478,16 @@ def real_hardware_md() -> list[str]:
         lines += [
             f"**{proto}**: {what.get(proto, proto)}.",
             "",
-            "| figure | held-out | median abs error | largest abs error | within goal | misses (engine point error) |",
-            "|---|---:|---:|---:|---:|---|",
+            "| figure | held-out | median abs error | largest abs error | within goal | misses inside the measured "
+            "repeats' range | misses (engine point error) |",
+            "|---|---:|---:|---:|---:|---:|---|",
         ]
         for f, x in per_fig.items():
             lines.append(
                 f"| {label[f]} (goal {int(100 * x['goal'])}%) | {x['n']} | "
                 f"{100 * x['median_abs_error']:.1f}% | {100 * x['max_abs_error']:.1f}% | "
-                f"{x['within_goal']}/{x['n']} | {'; '.join(x['misses']) or '-'} |"
+                f"{x['within_goal']}/{x['n']} | {x.get('misses_inside_repeats', 'n/a')} | "
+                f"{'; '.join(x['misses']) or '-'} |"
             )
         lines.append("")
     rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
@@ -522,6 +531,11 @@ def real_hardware_md() -> list[str]:
             ]
             lines.append(f"| {eng} | {pt} | {load} | {prompts} | " + " | ".join(cells) + " |")
         lines.append("")
+    from benchmarks.twin_fit import reproducibility_table, ttft_split_table
+
+    lines += reproducibility_table(fit.get("reproducibility") or [])
+    lines += ttft_split_table(fit.get("ttft_split") or [])
+    lines.append("")
     stopped = [n for n, f in fit["fits"].items() if f.get("stopped_early")]
     conv = [n for n, f in fit["fits"].items() if f.get("converged")]
     if conv:

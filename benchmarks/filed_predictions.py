@@ -46,8 +46,24 @@ def measured(folder: Path, plan_path: Path) -> dict[tuple[str, str], dict[str, t
     return out
 
 
+def filed(folder: Path) -> dict:
+    """Every filing in FOLDER: predictions.json and any predictions-*.json (one per plan a folder's runs used), their
+    points together; predicted_at and plan list each filing's."""
+    files = sorted(folder.glob("predictions*.json"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no predictions.json (the twin's figures filed before the run)")
+    docs = [json.loads(f.read_text()) for f in files]
+    if len(docs) == 1:
+        return docs[0]
+    return {
+        "predicted_at": ", ".join(str(d.get("predicted_at")) for d in docs),
+        "plan": ", ".join(str(d.get("plan")) for d in docs),
+        "points": [p for d in docs for p in d.get("points", [])],
+    }
+
+
 def compare(folder: Path, plan_path: Path) -> dict:
-    pred = json.loads((folder / "predictions.json").read_text())
+    pred = filed(folder)
     meas = measured(folder, plan_path)
     rows = []
     for p in pred["points"]:
@@ -111,34 +127,48 @@ def picture(result: dict, path: Path, title: str) -> None:
     fig, axes = plt.subplots(2, (len(figures) + 1) // 2, figsize=(13, 7), squeeze=False)
     engines = sorted({r["engine"] for r in result["rows"]})
     colors = dict(zip(engines, COLORS * len(engines), strict=False))
-    ticks = sorted({s for r in result["rows"] if (s := _streams(r["point"]))})
+    # a sweep of stream counts on a log axis; any other set of points side by side, one tick each
+    sweep = any(_streams(r["point"]) for r in result["rows"])
+    names = sorted({r["point"] for r in result["rows"]}, key=lambda p: _order_key(p))
+    where = {p: (_streams(p) if sweep else i + 1) for i, p in enumerate(names)}
+    ticks = sorted({v for v in where.values() if v})
     for ax, f in zip(axes.flat, figures, strict=False):
         for engine, color in colors.items():
             rs = sorted(
-                (r for r in result["rows"] if r["figure"] == f and r["engine"] == engine and _streams(r["point"])),
-                key=lambda r: _streams(r["point"]),
+                (r for r in result["rows"] if r["figure"] == f and r["engine"] == engine and where[r["point"]]),
+                key=lambda r: where[r["point"]],
             )
             if not rs:
                 continue
-            x = [_streams(r["point"]) for r in rs]
+            x = [where[r["point"]] for r in rs]
             y = [r["measured"] for r in rs]
-            err = [[r["measured"] - r["measured_lo"] for r in rs], [r["measured_hi"] - r["measured"] for r in rs]]
-            ax.errorbar(x, y, yerr=err, fmt="o-", color=color, capsize=3, label=f"{engine} measured (95% CI)")
+            # one repeat: no interval (a zero-length bar, said in the table as n/a)
+            err = [
+                [r["measured"] - (r["measured_lo"] if r["measured_lo"] is not None else r["measured"]) for r in rs],
+                [(r["measured_hi"] if r["measured_hi"] is not None else r["measured"]) - r["measured"] for r in rs],
+            ]
+            ax.errorbar(
+                x, y, yerr=err, fmt="o-" if sweep else "o", color=color, capsize=3, label=f"{engine} measured (95% CI)"
+            )
             band = [r["band"] or 0 for r in rs]
             pred = [r["predicted"] for r in rs]
             ax.errorbar(
-                [v * 1.06 for v in x],
+                [v * 1.06 if sweep else v + 0.15 for v in x],
                 pred,
                 yerr=[[p * b for p, b in zip(pred, band, strict=True)]] * 2,
-                fmt="s--",
+                fmt="s--" if sweep else "s",
                 color=color,
                 alpha=0.45,
                 capsize=3,
                 label=f"{engine} predicted before (band)",
             )
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_xlabel("closed-loop streams (512 in / 128 out)")
+        if sweep:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.set_xlabel("closed-loop streams (512 in / 128 out)")
+        else:
+            ax.set_xticks(ticks, [p for p in names if where[p]], fontsize=7)
+            ax.set_xlabel("load point")
         ax.set_title(f"{LABEL[f]} (goal ±{100 * GOAL[f]:.0f}%)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(figures) :]:
@@ -150,6 +180,11 @@ def picture(result: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _order_key(point: str) -> tuple:
+    workload, label = point.split(":")
+    return (workload, int(label.lstrip("c")) if label[1:].isdigit() else 0)
+
+
 def markdown(result: dict) -> str:
     lines = [
         "| engine | point | figure | measured [95% CI] | predicted | error | goal met |",
@@ -157,18 +192,17 @@ def markdown(result: dict) -> str:
     ]
 
     def order(r: dict) -> tuple:
-        workload, label = r["point"].split(":")
-        return (
-            workload,
-            int(label.lstrip("c")) if label[1:].isdigit() else 0,
-            r["engine"],
-            list(GOAL).index(r["figure"]),
-        )
+        return (*_order_key(r["point"]), r["engine"], list(GOAL).index(r["figure"]))
+
+    def interval(r: dict) -> str:
+        if r["measured_lo"] is None or r["measured_hi"] is None:
+            return "[n/a: one repeat]"
+        return f"[{r['measured_lo']:,.4g}, {r['measured_hi']:,.4g}]"
 
     for r in sorted(result["rows"], key=order):
         lines.append(
             f"| {r['engine']} | {r['point']} | {LABEL[r['figure']]} | {r['measured']:,.4g} "
-            f"[{r['measured_lo']:,.4g}, {r['measured_hi']:,.4g}] | {r['predicted']:,.4g} | {100 * r['error']:+.1f}% "
+            f"{interval(r)} | {r['predicted']:,.4g} | {100 * r['error']:+.1f}% "
             f"| {'yes' if r['meets_goal'] else 'no'} |"
         )
     lines += [

@@ -617,6 +617,44 @@ SELECT s.run_id, s.deployment_id, s.load_point_id, s.family, s.server_metric, s.
        (c.client_mean_ms - s.server_mean_ms) / nullif(s.server_mean_ms, 0) AS client_minus_server_rel
 FROM server s JOIN client c USING (run_id, deployment_id, load_point_id, family);
 
+-- Where a load point's TTFT went, from the engine's own histograms over the window (real vLLM; NULL for engines that
+-- do not export them): server_ttft_ms from the API server's arrival (after tokenisation) to the first token;
+-- prefill_ms from the engine core scheduling the request to its first token (the prefill step, waiting behind a step
+-- already running, and returning the token); queue_ms from the engine core receiving it to scheduling it;
+-- to_scheduled_ms = the client's TTFT minus prefill_ms: network, API server, hand-over and queue. Means of the change
+-- of each histogram's _sum and _count between the window_start and window_end scrapes. The queue and prefill
+-- histograms count requests as they finish, TTFT as their first token arrives: the populations differ at the window's
+-- edges (the *_n columns say how many each mean has). source: measured, or emulated (the emulator exports the twin's
+-- own split under the same names); the digital twin's split is compared with the measured one in benchmarks/twin_fit.py.
+CREATE OR REPLACE VIEW v_engine_ttft_split AS
+WITH fam(family, metric) AS (VALUES
+        ('ttft', 'vllm:time_to_first_token_seconds'), ('queue', 'vllm:request_queue_time_seconds'),
+        ('prefill', 'vllm:request_prefill_time_seconds')),
+edges AS (
+    SELECT m.run_id, m.deployment_id, m.load_point_id, f.family,
+           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_sum')
+             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_sum') AS d_sum,
+           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_count')
+             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_count') AS d_count
+    FROM server_metrics m JOIN fam f ON m.metric IN (f.metric || '_sum', f.metric || '_count')
+    WHERE m.scrape IN ('window_start', 'window_end')
+    GROUP BY ALL),
+wide AS (
+    SELECT run_id, deployment_id, load_point_id,
+           1000 * any_value(d_sum) FILTER (WHERE family = 'ttft') / nullif(any_value(d_count) FILTER (WHERE family = 'ttft'), 0) AS server_ttft_ms,
+           any_value(d_count) FILTER (WHERE family = 'ttft') AS server_ttft_n,
+           1000 * any_value(d_sum) FILTER (WHERE family = 'queue') / nullif(any_value(d_count) FILTER (WHERE family = 'queue'), 0) AS queue_ms,
+           any_value(d_count) FILTER (WHERE family = 'queue') AS queue_n,
+           1000 * any_value(d_sum) FILTER (WHERE family = 'prefill') / nullif(any_value(d_count) FILTER (WHERE family = 'prefill'), 0) AS prefill_ms,
+           any_value(d_count) FILTER (WHERE family = 'prefill') AS prefill_n
+    FROM edges GROUP BY ALL)
+SELECT w.run_id, w.deployment_id, w.load_point_id, l.source, p.client_ttft_ms, p.client_ttft_n, w.server_ttft_ms,
+       w.server_ttft_n, w.queue_ms, w.queue_n, w.prefill_ms, w.prefill_n,
+       p.client_ttft_ms - w.prefill_ms AS to_scheduled_ms
+FROM wide w JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+LEFT JOIN point_stats p USING (run_id, deployment_id, load_point_id)
+WHERE w.prefill_ms IS NOT NULL OR w.server_ttft_ms IS NOT NULL;
+
 -- Steady state, checked after the fact: output tokens that arrived in the first and the second half of each load
 -- point's window, and their relative difference (window_drift). A window still ramping up, or draining, shows a
 -- drift; validation warns above 5% (load_runs.steady_window). warmup_lifetimes: the warm-up in median request

@@ -103,3 +103,53 @@ def test_filed_predictions_are_scored_against_the_measured(tmp_path: Path, monke
     r = rows[0]
     assert r["protocol"] == "held-out sweep, as filed before the run" and r["point"] == "sweep:c8"
     assert abs(r["error"] - 0.08) < 1e-12 and r["meets_goal"] and r["band_filed"] == 0.18
+
+
+def test_the_same_configuration_measured_twice_is_paired_once_per_figure():
+    """The reproducibility rows pair a point with its earlier twin configuration (the sweep's ref16 is the steady
+    workload's c16 again) and nothing with itself; the change is second / first - 1 of the measured figures."""
+    points, meas = twin_fit.load_points()
+    rows = twin_fit.reproducibility(points, meas)
+    pairs = {(r["engine"], r["first"], r["second"]) for r in rows}
+    assert ("vllm-bf16", "steady:c16", "ref16:c16") in pairs and ("vllm-fp8", "steady:c16", "ref16:c16") in pairs
+    assert all(r["first"] != r["second"] or r["engine"] == "vllm-fp8" for r in rows)  # fp8 sweep points: two runs
+    for r in rows:
+        assert r["change"] == r["second_value"] / r["first_value"] - 1.0
+    assert len(rows) == len({(r["engine"], r["first"], r["second"], r["figure"]) for r in rows})
+
+
+def test_a_miss_inside_the_measured_repeats_is_counted_as_such():
+    assert twin_fit._inside(105.0, [100.0, 110.0]) is True
+    assert twin_fit._inside(111.0, [100.0, 110.0]) is False
+    assert twin_fit._inside(105.0, [100.0]) is None and twin_fit._inside(105.0, None) is None
+    rows = [
+        {
+            "protocol": "p",
+            "figure": "output_tok_s",
+            "error": 0.2,
+            "meets_goal": False,
+            "inside_repeats": True,
+            "engine": "e",
+            "point": "a",
+        },
+        {
+            "protocol": "p",
+            "figure": "output_tok_s",
+            "error": 0.3,
+            "meets_goal": False,
+            "inside_repeats": False,
+            "engine": "e",
+            "point": "b",
+        },
+        {
+            "protocol": "p",
+            "figure": "output_tok_s",
+            "error": 0.01,
+            "meets_goal": True,
+            "inside_repeats": True,
+            "engine": "e",
+            "point": "c",
+        },
+    ]
+    s = twin_fit.summarise(rows)["p"]["output_tok_s"]
+    assert s["within_goal"] == 1 and s["misses_inside_repeats"] == 1 and len(s["misses"]) == 2

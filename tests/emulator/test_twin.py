@@ -251,3 +251,23 @@ def test_model_from_a_hugging_face_config(tmp_path):
         model_spec(str(bad.parent))
     with pytest.raises(SpecError, match="config.json"):
         model_spec("no-such-model")
+
+
+def test_the_twins_ttft_splits_at_the_scheduled_time():
+    """Each request's TTFT is its send -> scheduled part plus its scheduled -> first token part (vLLM's
+    request_prefill_time): the two means add up to the mean TTFT, and with an API-server latency the first part holds
+    at least that latency."""
+    from wattbench_agent.emulator import Workload, simulate
+
+    r = simulate(
+        "vllm-like",
+        "llama-3.1-8b",
+        "h200",
+        workload=Workload(concurrency=4, input_tokens=512, output_tokens=32),
+        duration_s=4.0,
+        warmup_s=1.0,
+    )
+    to_s, s_to_f = r.extra["ttft_to_scheduled_ms"], r.extra["ttft_scheduled_to_first_ms"]
+    assert to_s > 0 and s_to_f > 0
+    assert to_s + s_to_f == pytest.approx(r.ttft_ms["mean"], rel=1e-9)  # the same requests' TTFT, split
+    assert to_s >= 1e3 * setup("vllm-like", "llama-3.1-8b", "h200", 1, "bf16").dep.kf.intake_latency_s

@@ -54,6 +54,7 @@ class Request:
         "reserved",
         "hit_tokens",
         "ready_t",
+        "sched_t",
     )
 
     def __init__(
@@ -91,6 +92,7 @@ class Request:
         self.reserved = 0
         self.hit_tokens = 0
         self.ready_t = arrival  # when the API server handed it to the scheduler
+        self.sched_t: float | None = None  # when the scheduler first put it in a batch (vLLM's scheduled event)
 
 
 class Frontend:
@@ -192,6 +194,7 @@ class Scheduler:
         self.run_ahead = kf.host_overlap > 0.0  # the next step is scheduled while this one runs
         self.last_sched_t = -1.0  # when the step now running (or the last one) was scheduled
         self.last_end_t = -1.0  # when the last step ended
+        self._sched_stamp: float | None = None  # the scheduled time of requests admitted by this schedule() call
 
     # ------------------------------------------------------------ admission
     def validate(self, prompt_len: int, max_tokens: int | None) -> tuple[int, bool, str | None]:
@@ -348,9 +351,14 @@ class Scheduler:
                 # reached the scheduler while that step ran joins the step after this one; one that came while the
                 # engine sat idle is scheduled at once
                 lag = (self.last_sched_t, self.last_end_t)
+        # vLLM stamps a request scheduled when the batch holding it is formed: running ahead, while the step before
+        # it still runs (when that one was scheduled), unless the engine sat idle
+        busy = self.run_ahead and now is not None and self.last_sched_t >= 0.0 and self.last_end_t >= now
+        self._sched_stamp = self.last_sched_t if busy else now
         sched = self._schedule_trt if self.profile == "trtllm-like" else self._schedule_vllm
         b = sched(lag)
         if not b.items and lag[1] >= lag[0] and self.waiting:
+            self._sched_stamp = now
             b = sched()  # nothing else to run: the engine idles, and then schedules the request at once
         if now is not None and b.items:
             self.last_sched_t = now
@@ -449,6 +457,8 @@ class Scheduler:
                 self._take(new_blocks)
                 r.nblocks += new_blocks
                 r.state = "running"
+                if r.sched_t is None:
+                    r.sched_t = self._sched_stamp
                 running.append(r)
                 self._add_item(b, r, q)
                 budget -= q
@@ -490,6 +500,8 @@ class Scheduler:
             self.free_blocks -= reserve
             r.nblocks = r.reserved = reserve
             r.state = "running"
+            if r.sched_t is None:
+                r.sched_t = self._sched_stamp
             running.append(r)
             q = min(need, budget)
             self._add_item(b, r, q)

@@ -251,6 +251,10 @@ class EmulatorServer:
         self.h_itl = Histogram(_BUCKETS_ITL)
         self.h_tpot = Histogram(_BUCKETS_ITL)  # vLLM: the inter-token buckets
         self.h_e2e = Histogram(_BUCKETS_E2E)
+        # TTFT's engine-side parts, observed as a request finishes (as vLLM does): waiting -> scheduled, scheduled ->
+        # first token (sql/views.sql v_engine_ttft_split)
+        self.h_queue = Histogram(_BUCKETS_E2E)
+        self.h_prefill = Histogram(_BUCKETS_E2E)
         self.lag_max = 0.0
         self.events_total = 0
         self.tokens_streamed = 0
@@ -335,6 +339,9 @@ class EmulatorServer:
         r.pending += n
         if done:
             self.h_e2e.observe(r.last_token_t - r.arrival)
+            if r.sched_t is not None and r.first_token_t is not None:
+                self.h_queue.observe(max(0.0, r.sched_t - r.ready_t))
+                self.h_prefill.observe(r.first_token_t - r.sched_t)
             # vLLM's per-request TPOT: decode time over the tokens after the first (0 for one token)
             self.h_tpot.observe((r.last_token_t - r.first_token_t) / (r.generated - 1) if r.generated > 1 else 0.0)
         if not s.stream:
@@ -533,6 +540,12 @@ class EmulatorServer:
         )
         lines += self.h_e2e.render(
             "vllm:e2e_request_latency_seconds", L, "Histogram of e2e request latency in seconds."
+        )
+        lines += self.h_queue.render(
+            "vllm:request_queue_time_seconds", L, "Histogram of time spent in WAITING phase for request."
+        )
+        lines += self.h_prefill.render(
+            "vllm:request_prefill_time_seconds", L, "Histogram of time spent in PREFILL phase for request."
         )
         g(
             "wattbench_emulator_info",

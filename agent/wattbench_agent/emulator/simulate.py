@@ -190,6 +190,8 @@ def simulate(
     arrivals = shape.twin_arrivals(vars(wl), t1, seed)
 
     ttft: list[float] = []
+    to_sched: list[float] = []  # TTFT's two parts: send -> scheduled, scheduled -> first token (vLLM's "prefill")
+    sched_to_first: list[float] = []
     tpot: list[float] = []
     e2e: list[float] = []
     itl_w: list[tuple[float, int]] = []
@@ -232,6 +234,9 @@ def simulate(
                 )
         if r.generated == 1 and r.arrival >= t0:
             ttft.append((t - r.arrival) * 1e3)
+            if r.sched_t is not None:
+                to_sched.append((r.sched_t - r.arrival) * 1e3)
+                sched_to_first.append((t - r.sched_t) * 1e3)
         if t0 <= t <= t1:
             stats["tokens"] += n
         if done:
@@ -334,6 +339,10 @@ def simulate(
                 dep.gpu.sm_clock_max_mhz * stats["clk_busy"] + dep.gpu.sm_clock_idle_mhz * (win - stats["run_time"])
             )
             / win,
+            # TTFT's two parts, means: send -> scheduled and scheduled -> first token, comparable with the client's TTFT
+            # minus vLLM's request_prefill_time histogram and that histogram (sql/views.sql v_engine_ttft_split)
+            "ttft_to_scheduled_ms": sum(to_sched) / len(to_sched) if to_sched else None,
+            "ttft_scheduled_to_first_ms": sum(sched_to_first) / len(sched_to_first) if sched_to_first else None,
             **({"requests": records} if record else {}),
         },
     )

@@ -110,6 +110,10 @@ METRICS: dict[str, tuple[str, ...]] = {
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),  # histogram, per token
     "tpot": ("vllm:request_time_per_output_token_seconds",),  # histogram, per request (0.11+)
     "e2e": ("vllm:e2e_request_latency_seconds",),  # histogram
+    # TTFT's parts as the engine core stamps them, per request at its finish: queued -> scheduled, scheduled -> first
+    # token (sql/views.sql v_engine_ttft_split)
+    "queue": ("vllm:request_queue_time_seconds",),  # histogram
+    "prefill": ("vllm:request_prefill_time_seconds",),  # histogram
 }
 
 
