@@ -174,16 +174,14 @@ class NoBenchmark(RuntimeError):
     """A step has no benchmark to work on; the message is one line saying why and what to do."""
 
 
-def open_benchmark(con, context: Any, row: dict[str, Any], replace_rows: Callable) -> str:
-    """`engine_builds`: open a new benchmark, named by this Dagster run, with status 'running'."""
+def open_benchmark(con, context: Any, row: dict[str, Any]) -> str:
+    """`engine_builds`: open a new benchmark, named by this Dagster run, with status 'running' (its row in `runs`,
+    set as every run's fields are: resources/warehouse.set_run_fields)."""
+    from resources.warehouse import set_run_fields
+
     run_id = dagster_run_id(context)
     partition = partition_of(context)
-    replace_rows(
-        con,
-        "runs",
-        [{**row, "run_id": run_id, "partition_key": partition, "status": "running", "finished_at": None}],
-        key=("run_id",),
-    )
+    set_run_fields(con, run_id, {**row, "partition_key": partition, "status": "running", "finished_at": None})
     con.execute("DELETE FROM run_checks WHERE run_id = ?", [run_id])
     record(con, run_id, run_id, OPENED, _job_name(context), partition)
     return run_id

@@ -114,7 +114,6 @@ def engine_builds(
                 "clock_anchor_mono_ns": time.perf_counter_ns(),
                 "clock_anchor_unix_ns": time.time_ns(),
             },
-            replace_rows,
         )
     with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
         rows = _build_all(context, bench_plan, plan, engine_builder, run_id)

@@ -12,7 +12,8 @@ One more run of each command under `python -X importtime` lists which heavy modu
 great_expectations, pandas, matplotlib, altair, numpy, and the duckdb package: `sql` and `report` need only its
 engine, _duckdb): a fact next to the timing. `--compare EXE` times another
 wattbench (e.g. an older checkout's) the same way, in turns with this one, on the small and H200 warehouses made by
-that checkout's own code (a warehouse keeps the views it was made with). Writes results/cli_startup.json and .md.
+that checkout's own code (a warehouse keeps the views it was made with), and with `--compare-db PATH` on that
+checkout's copy of the --db warehouse. Writes results/cli_startup.json and .md.
 """
 
 from __future__ import annotations
@@ -183,7 +184,9 @@ def markdown(result: dict, compare: str | None) -> str:
         f"{next(iter(next(iter(result['warehouses'].values()))['commands'].values()))['runs']}, and the median CPU "
         f"seconds of the process (user + system). Target (issue 18): under {result['target_s']} s."
         + (
-            f" before: {compare}, timed the same way in turns with these runs, on warehouses made by its own checkout."
+            f" before: {compare}, timed the same way in turns with these runs, on warehouses made by its own checkout"
+            + (f" (given: {result['compare_db']})" if result.get("compare_db") else "")
+            + "."
             if compare
             else ""
         ),
@@ -213,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--db", help="also time the commands on this warehouse (read only)")
+    ap.add_argument(
+        "--compare-db",
+        metavar="PATH",
+        help="with --compare and --db: the other wattbench times the --db commands on this warehouse instead (the "
+        "same data made or upgraded by its own checkout)",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         made = {
@@ -231,9 +240,12 @@ def main(argv: list[str] | None = None) -> int:
                 "load_average_1_5_15_before": [round(x, 2) for x in os.getloadavg()],
             },
             "target_s": TARGET_S,
+            **({"compare_db": args.compare_db} if args.compare and args.db and args.compare_db else {}),
             "warehouses": {},
         }
         theirs = compare_warehouses(args.compare, Path(tmp) / "compare") if args.compare else {}
+        if args.compare and args.db and args.compare_db:
+            theirs["given"] = Path(args.compare_db)
         for label, (what, db) in made.items():
             entry = {"what": what, **warehouse_facts(db), "commands": {}}
             for name, cmd in COMMANDS.items():
@@ -246,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["heavy_modules_imported"] = heavy_imports(args.exe, cmd, db, ROOT)
                 row["target_met"] = row["median_s"] < TARGET_S
                 if other:
-                    row["compare"] = {"exe": args.compare, "warehouse": "made by its own checkout", **other[0]}
+                    made_by = str(theirs[label]) if label == "given" else "made by its own checkout"
+                    row["compare"] = {"exe": args.compare, "warehouse": made_by, **other[0]}
                 entry["commands"][name] = row
             result["warehouses"][label] = entry
     result["machine"]["load_average_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.twin_fit import GOAL, LABEL
 from resources.plan import load_plan, plan_run_fields
-from resources.warehouse import connect, ingest_bundle
+from resources.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import read_manifest, unpacked
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
@@ -31,10 +31,7 @@ def measured(folder: Path, plan_path: Path) -> dict[tuple[str, str], dict[str, t
         for bundle in sorted(folder.glob("bundle-*.tar.xz")):
             with unpacked(bundle) as folder:
                 ingest_bundle(con, folder)
-                con.execute(
-                    f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
-                    [*fields.values(), read_manifest(folder)["run_id"]],
-                )
+                set_run_fields(con, read_manifest(folder)["run_id"], fields)
         rows = con.execute(
             "SELECT engine, workload || ':' || point_label, metric, estimate, lo, hi FROM v_point_figures "
             "WHERE metric IN (" + ", ".join("?" for _ in GOAL) + ")",

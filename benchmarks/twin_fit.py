@@ -242,7 +242,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
     bundles = tuple(sorted(b.name for b in folder.glob("bundle-*.tar.xz")))
 
     from resources.plan import load_plan, plan_run_fields
-    from resources.warehouse import connect, ingest_bundle
+    from resources.warehouse import connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import read_manifest, unpacked
 
     with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "h200.duckdb") as con:
@@ -252,9 +252,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
             with unpacked(folder / name) as unpacked_dir:
                 ingest_bundle(con, unpacked_dir)
                 run_id = read_manifest(unpacked_dir)["run_id"]
-            con.execute(
-                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?", [*fields.values(), run_id]
-            )
+            set_run_fields(con, run_id, fields)
         figs = con.execute(
             "SELECT engine, precision, workload, point_label, shape, concurrency, rate, burstiness, input_tokens, "
             "output_tokens, metric, estimate, lo, hi, repeats, per_repeat FROM v_point_figures WHERE metric IN "
@@ -327,6 +325,14 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
             ).fetchall()
             for m, xs in zip(("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms"), lists)
         }
+        # the GPU board(s) each point ran on (first 8 hex digits of the NVML UUID): boards differ (h200-vllm-unit)
+        boards = {
+            (e, w, pl): ", ".join(sorted({u.removeprefix("GPU-")[:8] for u in uuids if u}))
+            for e, w, pl, uuids in con.execute(
+                "SELECT d.config_name, l.workload, l.point_label, flatten(list(d.gpu_uuids)) FROM load_runs l "
+                "JOIN deployments d ON d.run_id = l.run_id AND d.deployment_id = l.deployment_id GROUP BY ALL"
+            ).fetchall()
+        }
     arrivals: dict[tuple, list] = {}
     for e, w, p, _rep, xs in sched:
         arrivals.setdefault((e, w, p), []).append([round(x, 6) for x in xs])
@@ -340,6 +346,7 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
         d["hi"] = None if d["hi"] is None or d["hi"] != d["hi"] else d["hi"]
         d["prompt_tokens_mean"] = prompts.get((d["engine"], d["workload"], d["point_label"]))
         d["arrivals_per_repeat"] = arrivals.get((d["engine"], d["workload"], d["point_label"]))
+        d["gpu"] = boards.get((d["engine"], d["workload"], d["point_label"]))
         rows.append(d)
     out = {
         "source": "measured",
@@ -387,6 +394,7 @@ def load_points(held_out_models: bool = True) -> tuple[list[Point], dict[tuple[s
 # (point key, figure) -> the figure in each measured repeat (filled as the measured sets load): a prediction that
 # misses the goal but lies between the repeats' lowest and highest value misses by no more than the engine varied
 REPEATS: dict[tuple[str, str], list[float]] = {}
+BOARDS: dict[str, str] = {}  # point key -> the GPU board(s) it ran on
 
 
 def _load_set(group: str, folder: Path) -> tuple[list[Point], dict[tuple[str, str], float]]:
@@ -432,6 +440,8 @@ def _load_set(group: str, folder: Path) -> tuple[list[Point], dict[tuple[str, st
         meas[(p.key, r["metric"])] = float(r["estimate"])
         if r.get("per_repeat"):
             REPEATS[(p.key, r["metric"])] = [float(x) for x in r["per_repeat"] if x is not None]
+        if r.get("gpu"):
+            BOARDS[p.key] = r["gpu"]
     return sorted(points.values(), key=lambda p: (p.precision, p.workload, p.label)), meas
 
 
@@ -988,6 +998,8 @@ def reproducibility(points: list[Point], meas: dict) -> list[dict]:
                         "change": b / a - 1.0,
                         "first_repeats": REPEATS.get((first.key, f)),
                         "second_repeats": REPEATS.get((p.key, f)),
+                        "first_gpu": BOARDS.get(first.key),
+                        "second_gpu": BOARDS.get(p.key),
                     }
                 )
     return out
@@ -998,15 +1010,17 @@ def reproducibility_table(rows: list[dict]) -> list[str]:
         return []
     lines = [
         "",
-        "The same configuration measured in two runs (separate sessions on a lent H200; three repeats each; the "
-        "second against the first): how far the measurement itself moved between runs:",
+        "The same configuration measured in two runs (separate sessions, each on the H200 lent to it, named by its "
+        "NVML UUID's first digits; three repeats a point, one for the 60 s window; the second against the first): how "
+        "far the measurement itself moved between runs:",
         "",
-        "| engine | first | second | figure | first | second | change |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| engine | first | GPU | second | GPU | figure | first | second | change |",
+        "|---|---|---|---|---|---|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['engine']} | {r['first']} | {r['second']} | {LABEL[r['figure']]} | {r['first_value']:.4g} | "
+            f"| {r['engine']} | {r['first']} | {r.get('first_gpu') or '?'} | {r['second']} | "
+            f"{r.get('second_gpu') or '?'} | {LABEL[r['figure']]} | {r['first_value']:.4g} | "
             f"{r['second_value']:.4g} | {100 * r['change']:+.1f}% |"
         )
     return lines

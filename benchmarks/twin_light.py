@@ -30,7 +30,7 @@ RATIOS = ["output_tok_s", "output_tokens_per_j", "counter_w_per_gpu"]
 
 def measured() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from resources.plan import load_plan, plan_run_fields
-    from resources.warehouse import connect, ingest_bundle
+    from resources.warehouse import connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import read_manifest, unpacked
 
     plan, sha = load_plan(twin_fit.PLAN)
@@ -43,9 +43,7 @@ def measured() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             with unpacked(b) as folder:
                 ingest_bundle(con, folder)
                 run_id = read_manifest(folder)["run_id"]
-            con.execute(
-                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?", [*fields.values(), run_id]
-            )
+            set_run_fields(con, run_id, fields)
         q = ", ".join("?" for _ in FIGS)
         figs = (
             con.execute(

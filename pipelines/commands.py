@@ -350,7 +350,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from resources.ingest_checks import incomplete_note
-    from resources.warehouse import WarehouseError, connect, ingest_bundle
+    from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import BundleError, read_manifest, unpacked
 
     plan_fields = None
@@ -367,9 +367,7 @@ def _ingest(args: argparse.Namespace) -> int:
             manifest = read_manifest(folder)
             counts = ingest_bundle(con, folder)
             if plan_fields:
-                run_id = manifest["run_id"]
-                sets = ", ".join(f"{k} = ?" for k in plan_fields)
-                con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*plan_fields.values(), run_id])
+                set_run_fields(con, manifest["run_id"], plan_fields)
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))

@@ -389,7 +389,7 @@ def table(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[
 
 def main(args: argparse.Namespace) -> int:
     from resources.plan import PlanError, load_plan, plan_run_fields
-    from resources.warehouse import WarehouseError, connect, ingest_bundle
+    from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
 
     try:
         plan, sha = load_plan(args.plan)
@@ -417,16 +417,15 @@ def main(args: argparse.Namespace) -> int:
         try:
             with connect(db) as con:
                 ingest_bundle(con, Path(tmp) / "bundle")
-                fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
-                con.execute(
-                    f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)}, started_at = ?, "
-                    "finished_at = ?, status = 'complete' WHERE run_id = ?",
-                    [
-                        *fields.values(),
-                        stamp.replace(tzinfo=None),
-                        dt.datetime.now(dt.UTC).replace(tzinfo=None),
-                        run_id,
-                    ],
+                set_run_fields(
+                    con,
+                    run_id,
+                    {
+                        **plan_run_fields(plan, Path(args.plan).resolve(), sha),
+                        "started_at": stamp.replace(tzinfo=None),
+                        "finished_at": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                        "status": "complete",
+                    },
                 )
                 by = predicted_points(con, run_id)
                 text = table(by, bands, notes)

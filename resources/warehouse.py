@@ -37,7 +37,7 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-SCHEMA_VERSION = 5  # 5: requests.chunk_tokens_each (sql/schema.sql migration block)
+SCHEMA_VERSION = 6  # 6: requests.chunk_tokens_each (sql/schema.sql migration block)
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
@@ -92,6 +92,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_point_stats(con, None)
     elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
         refresh_kept_views(con, None)
+    elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
+        refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES))
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -515,28 +517,71 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     return con.execute(f"SELECT count(*) FROM point_stats WHERE {where}", params).fetchone()[0]
 
 
-# Tables that keep a view's rows (its definition: the *_live view of sql/views.sql) and are refreshed with point_stats.
+# Tables that keep a view's rows (its definition: the *_live view of sql/views.sql) and are refreshed with point_stats,
+# in this order: load_points_core reads the others (and point_stats), point_figures reads load_points_core.
 KEPT_VIEWS = {
     "window_gpu_stats": "v_window_gpu_live",
     "imported_request_stats": "v_imported_request_stats_live",
     "imported_itl_stats": "v_imported_itl_stats_live",
+    "request_tallies": "v_request_tallies_live",
+    "load_points_core": "v_load_points_core_live",
+    "point_figures": "v_point_figures_live",
 }
+# The kept tables whose live view reads the run's own row (runs: SLO, prices, start time), refreshed by set_run_fields.
+RUN_FIELD_TABLES = ("load_points_core", "point_figures")
+# Live views that carry their load point's source themselves
+_OWN_SOURCE = {"v_load_points_core_live", "v_point_figures_live"}
 
 
-def refresh_kept_views(con: duckdb.DuckDBPyConnection, run_id: str | None) -> int:
-    """Recompute the tables of KEPT_VIEWS for one run (every run: None) from their *_live views, inside the caller's
-    transaction; each row with its load point's source. Returns the rows written."""
+def refresh_kept_views(
+    con: duckdb.DuckDBPyConnection, run_id: str | None, tables: tuple[str, ...] | None = None
+) -> int:
+    """Recompute the tables of KEPT_VIEWS (or those named in `tables`) for one run (every run: None) from their
+    *_live views, inside the caller's transaction; each row with its load point's source. Returns the rows written."""
     where, params = ("run_id = $run_id", {"run_id": run_id}) if run_id is not None else ("run_id IS NOT NULL", {})
     written = 0
     for table, live in KEPT_VIEWS.items():
+        if tables is not None and table not in tables:
+            continue
         con.execute(f"DELETE FROM {table} WHERE {where}", params)
-        con.execute(
-            f"INSERT INTO {table} BY NAME SELECT v.*, coalesce(l.source, 'unknown') AS source "
-            f"FROM {live} v LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
-            params,
-        )
+        if live in _OWN_SOURCE:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {live} WHERE {where}", params)
+        else:
+            con.execute(
+                f"INSERT INTO {table} BY NAME SELECT v.*, coalesce(l.source, 'unknown') AS source "
+                f"FROM {live} v LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id) WHERE {where}",
+                params,
+            )
         written += con.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
     return written
+
+
+def set_run_fields(con: duckdb.DuckDBPyConnection, run_id: str, fields: dict[str, Any]) -> None:
+    """Set a run's own fields (its row in `runs`, made if there is none: plan name and file, prices, SLO, start time,
+    status, ...) and refresh the kept figures that read them (RUN_FIELD_TABLES), in one transaction. Every place that
+    sets them calls this (a benchmark opened, `wattbench ingest --plan`, `wattbench predict`): a plain UPDATE would
+    leave load_points_core with the cost of the old prices and the goodput of the old SLO."""
+    cols = table_columns(con, "runs")
+    unknown = set(fields) - set(cols)
+    if unknown:
+        raise WarehouseError(f"table runs: unknown column(s) {', '.join(sorted(unknown))}")
+    names = [c for c in fields if c != "run_id"]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]:
+            if names:
+                sets = ", ".join(f"{c} = ?" for c in names)
+                con.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*(fields[c] for c in names), run_id])
+        else:
+            con.execute(
+                f"INSERT INTO runs (run_id{''.join(', ' + c for c in names)}) VALUES (?{', ?' * len(names)})",
+                [run_id, *(fields[c] for c in names)],
+            )
+        refresh_kept_views(con, run_id, RUN_FIELD_TABLES)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _derive_deployment_hbm(con: duckdb.DuckDBPyConnection, run_id: str) -> None:

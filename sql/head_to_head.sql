@@ -50,11 +50,6 @@ lp AS (
                  AND (r.slo_tpot_ms IS NULL OR pt.tpot99 <= r.slo_tpot_ms)
                  AND (r.slo_e2e_ms IS NULL OR pt.e2e99 <= r.slo_e2e_ms) AS meets_slo_p99
     FROM pt LEFT JOIN runs r ON r.run_id = $run_id),
-ctx AS (SELECT d.config_name AS engine, max(q.prompt_tokens::BIGINT + q.completion_tokens) AS ctx_v,
-               regexp_extract(arg_max(q.load_point_id, q.prompt_tokens::BIGINT + q.completion_tokens),
-                              '^[^:]*:(.*?)(#[0-9]+)?$', 1) AS ctx_lp
-        FROM requests q JOIN deployments d USING (run_id, deployment_id)
-        WHERE q.run_id = $run_id AND q.error_kind IS NULL GROUP BY ALL),
 agg AS (
     SELECT engine,
            count(*)                                                                     AS n_points,
@@ -77,67 +72,75 @@ agg AS (
            arg_max(fmt_ci(ttft50, ttft50_lo, ttft50_hi, 1), concurrency) FILTER (WHERE shape = 'concurrency') AS steady_v,
            arg_max(point, concurrency) FILTER (WHERE shape = 'concurrency')             AS steady_lp
     FROM lp GROUP BY engine),
+-- the run's requests, from their tallies per load point (v_request_tallies, kept at ingest): one row per load point
+-- read, not every request
 req AS (
     SELECT d.config_name AS engine,
-           count(*)                                                                     AS sent,
-           count(*) FILTER (WHERE q.error_kind IS NOT NULL)                             AS failed,
-           count(*) FILTER (WHERE q.error_kind IS NOT NULL AND l.shape IN ('gamma', 'surge')) AS failed_burst,
-           count(*) FILTER (WHERE q.error_kind IS NULL AND q.max_tokens IS NOT NULL
-                              AND q.completion_tokens < q.max_tokens)                   AS short
-    FROM requests q
+           sum(t.requests)                                                              AS sent,
+           sum(t.failed)                                                                AS failed,
+           sum(t.failed) FILTER (WHERE l.shape IN ('gamma', 'surge'))                   AS failed_burst,
+           sum(t.short_responses)                                                       AS short,
+           max(t.longest_context_tokens)                                                AS ctx_v,
+           regexp_extract(arg_max(t.load_point_id, t.longest_context_tokens), '^[^:]*:(.*?)(#[0-9]+)?$', 1) AS ctx_lp
+    FROM v_request_tallies t
     JOIN deployments d USING (run_id, deployment_id)
     LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-    WHERE q.run_id = $run_id GROUP BY ALL),
+    WHERE t.run_id = $run_id GROUP BY ALL),
 req_kinds AS (
     SELECT engine, string_agg(error_kind || ' x' || n, ', ' ORDER BY n DESC, error_kind) AS kinds
-    FROM (SELECT d.config_name AS engine, q.error_kind, count(*) AS n
-          FROM requests q JOIN deployments d USING (run_id, deployment_id)
-          WHERE q.run_id = $run_id AND q.error_kind IS NOT NULL GROUP BY ALL)
+    FROM (SELECT engine, e.key AS error_kind, sum(e.value) AS n
+          FROM (SELECT d.config_name AS engine, unnest(map_entries(t.error_kinds)) AS e
+                FROM v_request_tallies t JOIN deployments d USING (run_id, deployment_id) WHERE t.run_id = $run_id)
+          GROUP BY ALL)
     GROUP BY engine),
 lr AS (
     SELECT d.config_name AS engine, count(*) AS points, count(*) FILTER (WHERE l.status <> 'ok') AS points_failed,
            string_agg(DISTINCT l.error_kind, ', ') AS point_kinds
     FROM load_runs l JOIN deployments d USING (run_id, deployment_id) WHERE l.run_id = $run_id GROUP BY ALL),
-no_slo AS (SELECT 'no load point meets the p99 SLO' AS why),
+-- every figure of an engine in one row of its joins, laid out as rows (one list of structs, unnested): one join per
+-- engine, not one per figure
 rows AS (
-    SELECT 1 AS ord, 'engine' AS figure, '' AS unit, e.engine, e.engine_kind || coalesce(' ' || e.engine_version, '') AS value,
-           NULL AS load_point_id, NULL AS note FROM eng e
-    UNION ALL SELECT 2, 'precision on GPUs', '', e.engine, e.precision || ' on ' || e.n_gpus || ' x ' || e.gpu_name, NULL, NULL FROM eng e
-    UNION ALL SELECT 3, 'peak output throughput', 'tok/s', e.engine, a.peak_v, a.peak_lp,
-           CASE WHEN a.n_points IS NULL THEN 'no load point ran' END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 4, 'goodput at SLO (best)', 'req/s', e.engine, a.good_v, a.good_lp,
-           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 5, 'tokens per joule at SLO (best)', 'tok/J', e.engine, a.tpj_v, a.tpj_lp,
-           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 5.5, 'tokens per joule above idle at SLO (best)', 'tok/J', e.engine, a.tpja_v, a.tpja_lp,
-           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo)
-                WHEN a.tpja_v IS NULL THEN 'no idle baseline measured' END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 6, '$ per 1M output tokens at SLO (best)', '$', e.engine, a.usd_v, a.usd_lp,
-           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 7, 'energy $ per 1M output tokens at SLO (best)', '$', e.engine, a.eusd_v, a.eusd_lp,
-           CASE WHEN coalesce(a.n_slo, 0) = 0 THEN (SELECT why FROM no_slo) END FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 8, 'p99 TTFT under a surge (worst gamma/surge point)', 'ms', e.engine, a.surge_v,
-           a.surge_lp, CASE WHEN coalesce(a.n_burst, 0) = 0 THEN 'no gamma/surge load point measured' END
-           FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 9, 'median TTFT at highest steady concurrency', 'ms', e.engine, a.steady_v,
-           a.steady_lp, CASE WHEN a.steady_lp IS NULL THEN 'no fixed-concurrency load point measured' END
-           FROM eng e LEFT JOIN agg a USING (engine)
-    UNION ALL SELECT 10, 'build time', 's', e.engine,
-           CASE WHEN e.bstatus = 'no_build' THEN 'no build step'
-                WHEN e.bstatus = 'failed' THEN 'failed' || coalesce(' (' || e.berror || ')', '')
-                ELSE round(e.build_s, 1)::VARCHAR || ' (' || e.bstatus || ')' END, NULL,
-           CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END FROM eng e
-    UNION ALL SELECT 11, 'hardware-locked artifact', '', e.engine,
-           CASE WHEN e.bstatus = 'no_build' OR (e.bstatus IS NOT NULL AND e.hardware_lock IS NULL) THEN 'no'
-                WHEN e.hardware_lock IS NOT NULL THEN 'yes: ' || coalesce(e.hardware_lock->>'gpu_name', '?')
-                     || coalesce(', driver ' || (e.hardware_lock->>'driver'), '') END, NULL,
-           CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END FROM eng e
-    UNION ALL SELECT 12, 'startup to healthy', 's', e.engine, round(e.startup_s, 2)::VARCHAR, NULL,
-           CASE WHEN e.startup_s IS NULL THEN 'did not become healthy' END FROM eng e
-    UNION ALL SELECT 13, 'longest context served', 'tokens', e.engine, c.ctx_v::VARCHAR, c.ctx_lp,
-           CASE WHEN c.ctx_v IS NULL THEN 'no successful request' END FROM eng e LEFT JOIN ctx c USING (engine)
-    UNION ALL SELECT 14, 'behaviour on failure', '', e.engine,
-           CASE WHEN e.dstatus IS DISTINCT FROM 'healthy'
+    SELECT e.engine, unnest([
+        {'ord': 1, 'figure': 'engine', 'unit': '', 'value': e.engine_kind || coalesce(' ' || e.engine_version, ''),
+         'load_point_id': NULL, 'note': NULL},
+        {'ord': 2, 'figure': 'precision on GPUs', 'unit': '',
+         'value': e.precision || ' on ' || e.n_gpus || ' x ' || e.gpu_name, 'load_point_id': NULL, 'note': NULL},
+        {'ord': 3, 'figure': 'peak output throughput', 'unit': 'tok/s', 'value': a.peak_v, 'load_point_id': a.peak_lp,
+         'note': CASE WHEN a.n_points IS NULL THEN 'no load point ran' END},
+        {'ord': 4, 'figure': 'goodput at SLO (best)', 'unit': 'req/s', 'value': a.good_v, 'load_point_id': a.good_lp,
+         'note': CASE WHEN coalesce(a.n_slo, 0) = 0 THEN 'no load point meets the p99 SLO' END},
+        {'ord': 5, 'figure': 'tokens per joule at SLO (best)', 'unit': 'tok/J', 'value': a.tpj_v,
+         'load_point_id': a.tpj_lp, 'note': CASE WHEN coalesce(a.n_slo, 0) = 0 THEN 'no load point meets the p99 SLO' END},
+        {'ord': 5.5, 'figure': 'tokens per joule above idle at SLO (best)', 'unit': 'tok/J', 'value': a.tpja_v,
+         'load_point_id': a.tpja_lp,
+         'note': CASE WHEN coalesce(a.n_slo, 0) = 0 THEN 'no load point meets the p99 SLO'
+                      WHEN a.tpja_v IS NULL THEN 'no idle baseline measured' END},
+        {'ord': 6, 'figure': '$ per 1M output tokens at SLO (best)', 'unit': '$', 'value': a.usd_v,
+         'load_point_id': a.usd_lp, 'note': CASE WHEN coalesce(a.n_slo, 0) = 0 THEN 'no load point meets the p99 SLO' END},
+        {'ord': 7, 'figure': 'energy $ per 1M output tokens at SLO (best)', 'unit': '$', 'value': a.eusd_v,
+         'load_point_id': a.eusd_lp, 'note': CASE WHEN coalesce(a.n_slo, 0) = 0 THEN 'no load point meets the p99 SLO' END},
+        {'ord': 8, 'figure': 'p99 TTFT under a surge (worst gamma/surge point)', 'unit': 'ms', 'value': a.surge_v,
+         'load_point_id': a.surge_lp,
+         'note': CASE WHEN coalesce(a.n_burst, 0) = 0 THEN 'no gamma/surge load point measured' END},
+        {'ord': 9, 'figure': 'median TTFT at highest steady concurrency', 'unit': 'ms', 'value': a.steady_v,
+         'load_point_id': a.steady_lp,
+         'note': CASE WHEN a.steady_lp IS NULL THEN 'no fixed-concurrency load point measured' END},
+        {'ord': 10, 'figure': 'build time', 'unit': 's',
+         'value': CASE WHEN e.bstatus = 'no_build' THEN 'no build step'
+                       WHEN e.bstatus = 'failed' THEN 'failed' || coalesce(' (' || e.berror || ')', '')
+                       ELSE round(e.build_s, 1)::VARCHAR || ' (' || e.bstatus || ')' END,
+         'load_point_id': NULL, 'note': CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END},
+        {'ord': 11, 'figure': 'hardware-locked artifact', 'unit': '',
+         'value': CASE WHEN e.bstatus = 'no_build' OR (e.bstatus IS NOT NULL AND e.hardware_lock IS NULL) THEN 'no'
+                       WHEN e.hardware_lock IS NOT NULL THEN 'yes: ' || coalesce(e.hardware_lock->>'gpu_name', '?')
+                            || coalesce(', driver ' || (e.hardware_lock->>'driver'), '') END,
+         'load_point_id': NULL, 'note': CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END},
+        {'ord': 12, 'figure': 'startup to healthy', 'unit': 's', 'value': round(e.startup_s, 2)::VARCHAR,
+         'load_point_id': NULL, 'note': CASE WHEN e.startup_s IS NULL THEN 'did not become healthy' END},
+        {'ord': 13, 'figure': 'longest context served', 'unit': 'tokens', 'value': r.ctx_v::VARCHAR,
+         'load_point_id': r.ctx_lp, 'note': CASE WHEN r.ctx_v IS NULL THEN 'no successful request' END},
+        {'ord': 14, 'figure': 'behaviour on failure', 'unit': '',
+         'value': CASE WHEN e.dstatus IS DISTINCT FROM 'healthy'
                 THEN 'did not start: ' || coalesce(e.derror, e.dstatus, '?') || coalesce(': ' || left(e.dtext, 80), '')
                 ELSE concat_ws('; ',
                      coalesce(r.failed, 0) || ' of ' || coalesce(r.sent, 0) || ' requests failed'
@@ -147,8 +150,10 @@ rows AS (
                           THEN lr.points_failed || ' of ' || lr.points || ' load points failed'
                                || coalesce(' (' || lr.point_kinds || ')', '') END,
                      CASE WHEN r.short > 0 THEN r.short || ' responses shorter than max_tokens' END) END,
-           NULL, NULL
-    FROM eng e LEFT JOIN req r USING (engine) LEFT JOIN req_kinds k USING (engine) LEFT JOIN lr USING (engine))
+         'load_point_id': NULL, 'note': NULL}
+    ], recursive := true)
+    FROM eng e LEFT JOIN agg a USING (engine) LEFT JOIN req r USING (engine)
+    LEFT JOIN req_kinds k USING (engine) LEFT JOIN lr USING (engine))
 SELECT ord, figure, unit, engine, value, $run_id AS run_id, load_point_id, note
 FROM rows
 ORDER BY ord, engine;

@@ -316,6 +316,59 @@ CREATE TABLE IF NOT EXISTS imported_itl_stats (
     PRIMARY KEY (run_id, deployment_id, load_point_id)
 );
 
+-- Every request of each load point tallied (v_request_tallies_live in sql/views.sql, whose columns these are), kept
+-- where point_stats is (schema 5): the head-to-head's longest context and failures read a row per load point.
+CREATE TABLE IF NOT EXISTS request_tallies (
+    run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT NULL, load_point_id VARCHAR NOT NULL,
+    requests BIGINT, failed BIGINT, short_responses BIGINT, longest_context_tokens BIGINT,
+    error_kinds MAP(VARCHAR, BIGINT),
+    PRIMARY KEY (run_id, deployment_id, load_point_id)
+);
+
+-- Every figure of each load run that ran (v_load_points_core_live in sql/views.sql, whose columns these are, in its
+-- order), kept rather than planned from the nested per-point views at every report (schema 5): filled where
+-- point_stats is (resources/warehouse.refresh_kept_views), and again for a run whenever its own fields change
+-- (warehouse.set_run_fields: SLO, prices, start time), since cost, goodput and the SLO verdict read them.
+-- v_load_points_core reads it; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS load_points_core (
+    run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
+    model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
+    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, run_at TIMESTAMP, workload VARCHAR,
+    shape VARCHAR, concurrency INTEGER, rate DOUBLE, burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER,
+    warmup_s DOUBLE, window_s DOUBLE, achieved_rate DOUBLE, achieved_concurrency DOUBLE, completed INTEGER,
+    failed INTEGER, failed_requests BIGINT, requests_in_window BIGINT, completed_in_window BIGINT,
+    output_tok_s DOUBLE, vllm_output_throughput DOUBLE, requests_s DOUBLE, goodput_requests_s DOUBLE,
+    goodput_requests_s_per_gpu DOUBLE, slo_attainment DOUBLE,
+    ttft_p50_ms DOUBLE, ttft_p90_ms DOUBLE, ttft_p95_ms DOUBLE, ttft_p99_ms DOUBLE, ttft_p999_ms DOUBLE,
+    ttft_mean_ms DOUBLE, ttft_stdev_ms DOUBLE,
+    tpot_p50_ms DOUBLE, tpot_p90_ms DOUBLE, tpot_p95_ms DOUBLE, tpot_p99_ms DOUBLE, tpot_p999_ms DOUBLE,
+    tpot_mean_ms DOUBLE, tpot_stdev_ms DOUBLE,
+    itl_p50_ms DOUBLE, itl_p90_ms DOUBLE, itl_p95_ms DOUBLE, itl_p99_ms DOUBLE, itl_p999_ms DOUBLE,
+    itl_mean_ms DOUBLE, itl_stdev_ms DOUBLE,
+    e2e_p50_ms DOUBLE, e2e_p90_ms DOUBLE, e2e_p95_ms DOUBLE, e2e_p99_ms DOUBLE, e2e_p999_ms DOUBLE,
+    e2e_mean_ms DOUBLE, e2e_stdev_ms DOUBLE,
+    latency_samples BIGINT, tpot_samples BIGINT, itl_samples BIGINT, energy_j DOUBLE, energy_trace_j DOUBLE,
+    energy_trace_gap DOUBLE, j_per_output_token DOUBLE, output_tokens_per_j DOUBLE, mean_power_w DOUBLE,
+    counter_w_per_gpu DOUBLE, idle_power_w DOUBLE, above_idle_power_w DOUBLE, j_per_output_token_above_idle DOUBLE,
+    output_tokens_per_j_above_idle DOUBLE, usd_per_1m_output_tokens DOUBLE, energy_usd_per_1m_output_tokens DOUBLE,
+    meets_slo_p99 BOOLEAN, slo_ttft_ms DOUBLE, slo_tpot_ms DOUBLE, slo_e2e_ms DOUBLE, longest_context_tokens BIGINT,
+    PRIMARY KEY (run_id, load_point_id)
+);
+
+-- Every figure of every point of a run over its repeats, with its 95% interval (v_point_figures_live in sql/views.sql,
+-- whose columns these are, in its order), kept with load_points_core from which it is made (schema 5).
+-- v_point_figures reads it; tests/test_point_stats.py checks they agree.
+CREATE TABLE IF NOT EXISTS point_figures (
+    run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
+    model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
+    workload VARCHAR NOT NULL, point_label VARCHAR NOT NULL, shape VARCHAR, concurrency INTEGER, rate DOUBLE,
+    burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER, run_at TIMESTAMP, repeats BIGINT,
+    min_window_s DOUBLE, metric VARCHAR NOT NULL, label VARCHAR, unit VARCHAR, better VARCHAR, ord INTEGER,
+    estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
+    rel_half_width DOUBLE,
+    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
+);
+
 CREATE TABLE IF NOT EXISTS validation_results (
     run_id          VARCHAR NOT NULL,
     check_name      VARCHAR NOT NULL,
@@ -379,6 +432,6 @@ UPDATE runs SET status = 'complete' WHERE status = 'succeeded';
 -- version 3 also: requests.chunks_exact (a long stream's coalesced tail), table point_stats (created above; filled for
 -- every run by warehouse.apply_schema)
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;
--- version 5: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
+-- version 6: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
 -- list of them: 128 M ones were a third of storing a million requests' token times); rows stored before keep their lists
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_tokens_each INTEGER;

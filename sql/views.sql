@@ -127,6 +127,28 @@ LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 GROUP BY ALL;
 
 
+-- Every request of each load point tallied, whether or not it ran in the window (the head-to-head's longest context
+-- and behaviour on failure, sql/head_to_head.sql): kept in request_tallies where point_stats is
+-- (resources/warehouse.refresh_kept_views), so that a report reads a row per load point instead of every request.
+-- error_kinds: each error kind and its count. tests/test_point_stats.py checks they agree.
+CREATE OR REPLACE VIEW v_request_tallies_live AS
+WITH counts AS (
+    SELECT run_id, deployment_id, load_point_id,
+           count(*)                                                     AS requests,
+           count(*) FILTER (WHERE error_kind IS NOT NULL)               AS failed,
+           count(*) FILTER (WHERE error_kind IS NULL AND max_tokens IS NOT NULL
+                              AND completion_tokens < max_tokens)       AS short_responses,
+           max(prompt_tokens::BIGINT + completion_tokens) FILTER (WHERE error_kind IS NULL) AS longest_context_tokens
+    FROM requests GROUP BY ALL),
+kinds AS (  -- grouped apart: a histogram() beside the counts made one run's tallies take 0.5 s at 1M requests, not 0.07
+    SELECT run_id, deployment_id, load_point_id, map_from_entries(list((error_kind, n) ORDER BY error_kind)) AS error_kinds
+    FROM (SELECT run_id, deployment_id, load_point_id, error_kind, count(*) AS n
+          FROM requests WHERE error_kind IS NOT NULL GROUP BY ALL)
+    GROUP BY ALL)
+SELECT c.*, k.error_kinds FROM counts c LEFT JOIN kinds k USING (run_id, deployment_id, load_point_id);
+
+CREATE OR REPLACE VIEW v_request_tallies AS SELECT * EXCLUDE (source) FROM request_tallies;
+
 -- Requests meeting every SLO of the run (goodput). Kept in point_stats with the SLO they were counted against; a
 -- run whose SLO changed since (wattbench ingest --plan sets it after the rows are in) is counted again, live, from
 -- scalar columns (v_point_stale_slo).
@@ -266,7 +288,7 @@ CREATE OR REPLACE MACRO point_label_of(point_label, load_point_id) AS
 CREATE OR REPLACE MACRO run_at_of(started_at, clock_anchor_unix_ns) AS
     coalesce(started_at, make_timestamp(clock_anchor_unix_ns // 1000));
 
-CREATE OR REPLACE VIEW v_load_points_core AS
+CREATE OR REPLACE VIEW v_load_points_core_live AS
 SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.model, d.precision,
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
        point_label_of(l.point_label, l.load_point_id)                  AS point_label,
@@ -319,6 +341,11 @@ LEFT JOIN (SELECT run_id, deployment_id,
                        ELSE coalesce(idle_power_w_before, idle_power_w_after) END AS idle_power_w
            FROM deployments) p USING (run_id, deployment_id)
 WHERE l.status = 'ok';
+
+-- Kept in load_points_core (sql/schema.sql) rather than planned at every report from the views above: filled where
+-- point_stats is (resources/warehouse.refresh_kept_views) and again whenever a run's own fields change
+-- (warehouse.set_run_fields: its SLO, prices, start time). tests/test_point_stats.py checks they agree.
+CREATE OR REPLACE VIEW v_load_points_core AS SELECT * FROM load_points_core;
 
 -- v_load_points: the figures above and the sampled trace inside each window (v_window_gpu), columns in this order.
 CREATE OR REPLACE VIEW v_load_points AS
@@ -480,7 +507,7 @@ CREATE OR REPLACE VIEW v_point_attrs AS
     WHERE l.status = 'ok'
     GROUP BY ALL;
 
-CREATE OR REPLACE VIEW v_point_figures AS
+CREATE OR REPLACE VIEW v_point_figures_live AS
 WITH over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
            avg(value) AS estimate,
@@ -503,6 +530,10 @@ FROM v_point_attrs a
 JOIN (SELECT * FROM over_repeats UNION ALL BY NAME SELECT * FROM latency) f
   USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
+
+-- Kept in point_figures (sql/schema.sql) with load_points_core, from which it is made, and refreshed with it
+-- (resources/warehouse.refresh_kept_views, set_run_fields): a report reads rows, not this plan.
+CREATE OR REPLACE VIEW v_point_figures AS SELECT * FROM point_figures;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
 -- point label. Repeat-level figures: repeats are paired (the same repeat number ran back to back, on the same

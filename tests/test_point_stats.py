@@ -13,13 +13,13 @@ import pytest
 
 from benchmarks.synthetic import synthesize
 from resources.importers import read_file, store_run
-from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats
+from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats, set_run_fields
 from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ("run_id", "deployment_id", "load_point_id")
+KEYS = ("run_id", "deployment_id", "load_point_id", "workload", "point_label", "metric")
 IMPORTS = ("vllm-bench-serve-0.25.0.json", "guidellm-0.8.1-concurrent-2-4.json")
-KEPT = ("v_window_gpu", "v_imported_request_stats", "v_imported_itl_stats")  # warehouse.KEPT_VIEWS, as views
+KEPT = ("v_window_gpu", "v_imported_request_stats", "v_imported_itl_stats", "v_request_tallies")  # warehouse.KEPT_VIEWS
 # kept view -> (its on-the-fly definition, the kept view's rows)
 PAIRS = {
     "v_request_stats": (
@@ -36,6 +36,8 @@ PAIRS = {
         "SELECT * FROM v_window_steadiness",
     ),
     **{v: (f"SELECT * FROM {v}_live", f"SELECT * FROM {v}") for v in KEPT},
+    "v_load_points_core": ("SELECT * FROM v_load_points_core_live", "SELECT * FROM v_load_points_core"),
+    "v_point_figures": ("SELECT * FROM v_point_figures_live", "SELECT * FROM v_point_figures"),
 }
 
 
@@ -51,6 +53,8 @@ SUMMED = {"itl_mean_ms", "itl_stdev_ms", "client_itl_ms", "client_mean_ms"}
 
 
 def same(a, b, col: str | None = None) -> bool:
+    if hasattr(a, "__len__") and not isinstance(a, str) and hasattr(b, "__len__") and not isinstance(b, str):
+        return len(a) == len(b) and all(same(x, y, col) for x, y in zip(a, b))  # a list (per_repeat)
     if a is None or b is None or (isinstance(a, float) and math.isnan(a)) or (isinstance(b, float) and math.isnan(b)):
         return (a is None or a != a) and (b is None or b != b)
     if col in SUMMED:
@@ -73,7 +77,8 @@ def warehouse(tmp_path_factory):
             store_run(con, run)
             bare = dataclasses.replace(run, points=[dataclasses.replace(p, requests=[]) for p in run.points])
             store_run(con, bare, run_id=f"{name}-without-requests")
-        con.execute("UPDATE runs SET slo_ttft_ms = 2000, slo_tpot_ms = 200")  # a run's SLO set after ingest
+        for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall():  # a run's SLO set after ingest
+            set_run_fields(con, run_id, {"slo_ttft_ms": 2000, "slo_tpot_ms": 200})
     return db
 
 
@@ -180,17 +185,25 @@ def test_client_vs_server_reads_the_kept_client_figures(warehouse):
 
 
 def test_a_changed_slo_recounts_goodput(warehouse):
-    """The SLO was set after ingest (as `wattbench ingest --plan` does): goodput follows it, not the kept count."""
+    """The SLO was set after ingest (as `wattbench ingest --plan` does): goodput follows it, not the kept count, in
+    v_request_stats and in the kept load_points_core that set_run_fields refreshed."""
+    goodput = "SELECT sum(goodput_requests_s) FROM v_load_points_core"
     with connect(warehouse, read_only=True) as con:
         stale = {r[0] for r in con.execute("SELECT run_id FROM v_point_stale_slo").fetchall()}
         assert stale  # the kept counts were made against no SLO
         tight = con.execute("SELECT sum(meeting_slo_in_window) FROM v_request_stats").fetchone()[0]
+        good = con.execute(goodput).fetchone()[0]
     with connect(warehouse) as con:
-        con.execute("UPDATE runs SET slo_ttft_ms = 1")
+        run_ids = [r[0] for r in con.execute("SELECT run_id FROM runs").fetchall()]
+        for run_id in run_ids:
+            set_run_fields(con, run_id, {"slo_ttft_ms": 1})
         assert con.execute("SELECT sum(meeting_slo_in_window) FROM v_request_stats").fetchone()[0] < tight
+        assert con.execute(goodput).fetchone()[0] < good
         refresh_point_stats(con, None)
         assert not con.execute("SELECT count(*) FROM v_point_stale_slo").fetchone()[0]
-        con.execute("UPDATE runs SET slo_ttft_ms = 2000")
+        for run_id in run_ids:
+            set_run_fields(con, run_id, {"slo_ttft_ms": 2000})
+        assert con.execute(goodput).fetchone()[0] == pytest.approx(good)
 
 
 def test_a_version_2_warehouse_gains_its_kept_figures(tmp_path):
@@ -202,7 +215,7 @@ def test_a_version_2_warehouse_gains_its_kept_figures(tmp_path):
         con.execute("DELETE FROM schema_version")
         con.execute("INSERT INTO schema_version (version) VALUES (2)")
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 6
         after = con.execute("SELECT * FROM v_load_points ORDER BY load_point_id").df()
     assert len(before) == 6 and list(before.columns) == list(after.columns)
     summed = [c for c in before.columns if c in SUMMED]
@@ -225,3 +238,30 @@ def test_a_version_3_warehouse_gains_its_kept_trace_figures(tmp_path):
         kept = con.execute("SELECT * FROM v_window_gpu ORDER BY load_point_id").fetchall()
         with_trace = con.execute("SELECT count(trace_mean_w_per_gpu) FROM v_load_points").fetchone()[0]
     assert len(live) == 6 and kept == live and with_trace == 6
+
+
+def test_a_version_4_warehouse_gains_its_kept_load_run_figures(tmp_path):
+    db = tmp_path / "v4.duckdb"
+    with connect(db) as con:
+        ingest_bundle(con, _synthetic(tmp_path / "syn"))
+        live = con.execute("SELECT * FROM v_load_points_core_live ORDER BY load_point_id").fetchall()
+        for table in ("load_points_core", "point_figures", "request_tallies"):  # what a version-4 warehouse holds
+            con.execute(f"DELETE FROM {table}")
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version (version) VALUES (4)")
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        kept = con.execute("SELECT * FROM v_load_points_core ORDER BY load_point_id").fetchall()
+        figures = con.execute("SELECT count(*) FROM v_point_figures").fetchone()[0]
+        tallies = con.execute("SELECT sum(requests) FROM v_request_tallies").fetchone()[0]
+    assert len(live) == 6 and kept == live and figures > 0 and tallies == 6_000
+
+
+@pytest.mark.parametrize("table", ["load_points_core", "point_figures"])
+def test_the_kept_figures_have_their_definitions_columns(warehouse, table):
+    """load_points_core and point_figures (sql/schema.sql) have the columns of their *_live views, in their order and
+    types (the views that read them are SELECT *)."""
+    with connect(warehouse, read_only=True) as con:
+        kept = con.execute(f"DESCRIBE {table}").fetchall()
+        live = con.execute(f"DESCRIBE v_{table}_live").fetchall()
+    assert [(r[0], r[1]) for r in kept] == [(r[0], r[1]) for r in live]

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from resources.plan import load_plan, plan_run_fields  # noqa: E402
-from resources.warehouse import connect, ingest_bundle  # noqa: E402
+from resources.warehouse import connect, ingest_bundle, set_run_fields  # noqa: E402
 from wattbench_agent.bundle import read_manifest, unpacked  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -24,10 +24,7 @@ with tempfile.TemporaryDirectory() as tmp, connect(Path(tmp) / "w.duckdb") as co
     for name in ("bundle-steady.tar.xz", "bundle-long-bursty.tar.xz"):
         with unpacked(HERE / name) as folder:
             ingest_bundle(con, folder)
-            con.execute(
-                f"UPDATE runs SET {', '.join(f'{k} = ?' for k in fields)} WHERE run_id = ?",
-                [*fields.values(), read_manifest(folder)["run_id"]],
-            )
+            set_run_fields(con, read_manifest(folder)["run_id"], fields)
     fig_rows = con.execute("SELECT * FROM v_point_figures WHERE workload = 'steady'").df()
     ratios = con.execute(
         "SELECT * FROM v_engine_contrasts WHERE engine = 'vllm-fp8' AND metric IN "

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 # benchmark_for_step records which Dagster run worked on which benchmark (dagster_runs): every step writes.
 WRITES = re.compile(
     r"\b(INSERT|UPDATE|DELETE|CREATE|replace_rows|ingest_bundle|apply_schema|benchmark_for_step|"
-    r"open_benchmark)\b"
+    r"open_benchmark|set_run_fields)\b"
 )
 
 

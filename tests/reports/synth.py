@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from resources.warehouse import connect, ingest_bundle, replace_rows
+from resources.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import BundleWriter
 
 S = 1_000_000_000  # ns per second
@@ -216,25 +216,21 @@ def write_run(
                 w.write(table, rows)
     with connect(db) as con:
         ingest_bundle(con, bundle)
-        replace_rows(
+        set_run_fields(
             con,
-            "runs",
-            [
-                {
-                    "run_id": run_id,
-                    "source": source,
-                    "plan_name": "synthetic",
-                    "started_at": started or T0,
-                    "status": "complete",
-                    "gpu_price_per_hour": price,
-                    "energy_price_per_kwh": kwh,
-                    "pue": pue,
-                    "slo_ttft_ms": slo_ttft_ms,
-                    "slo_tpot_ms": slo_tpot_ms,
-                    "slo_e2e_ms": None,
-                }
-            ],
-            key=("run_id",),
+            run_id,
+            {
+                "source": source,
+                "plan_name": "synthetic",
+                "started_at": started or T0,
+                "status": "complete",
+                "gpu_price_per_hour": price,
+                "energy_price_per_kwh": kwh,
+                "pue": pue,
+                "slo_ttft_ms": slo_ttft_ms,
+                "slo_tpot_ms": slo_tpot_ms,
+                "slo_e2e_ms": None,
+            },
         )
     return run_id
 
