@@ -177,16 +177,19 @@ class ChunkFiles:
                 )
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             np.cumsum(n[start:stop], out=offsets[1:])
+            tokens, each = _token_lists(tok, n[start:stop], offsets)
             batch = pa.table(  # noqa: F841 - read by DuckDB below
                 {
                     "seq": seq[start:stop],
                     "chunk_ns": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ns)),
-                    "chunk_tokens": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(tok)),
+                    "chunk_tokens": tokens,
+                    "chunk_tokens_each": each,
                 }
             )
             con.execute(
-                f"""INSERT INTO requests BY NAME SELECT r.* EXCLUDE (seq, chunks, chunk_ns, chunk_tokens),
-                       b.chunk_ns, b.chunk_tokens
+                f"""INSERT INTO requests BY NAME
+                    SELECT r.* EXCLUDE (seq, chunks, chunk_ns, chunk_tokens, chunk_tokens_each),
+                           b.chunk_ns, b.chunk_tokens, b.chunk_tokens_each
                     FROM {STAGING} r JOIN batch b USING (seq)
                     WHERE r.seq BETWEEN {int(seq[start])} AND {int(seq[stop - 1])}"""
             )
@@ -388,6 +391,33 @@ class ChunkFiles:
                         + "; nothing was loaded"
                     )
         raise BundleError(f"{self.jsonl}: {reason.format(value='?')}; nothing was loaded")
+
+
+def _token_lists(tok: np.ndarray, n: np.ndarray, offsets: np.ndarray):
+    """(chunk_tokens, chunk_tokens_each) of a batch of rows, as Arrow arrays: a row whose events all carried one count
+    has that count in chunk_tokens_each and a NULL list (storing a list of 128 ones per request was a third of the
+    lists' cost: results/token_storage.json), any other row its list and NULL (sql/views.sql event_tokens reads both).
+    A row without events keeps its empty list."""
+    import pyarrow as pa
+
+    has = n > 0
+    lo = np.zeros(len(n), dtype=np.int32)
+    hi = np.full(len(n), -1, dtype=np.int32)
+    if has.any():
+        first = offsets[:-1][has]
+        lo[has] = np.minimum.reduceat(tok, first)
+        hi[has] = np.maximum.reduceat(tok, first)
+    uniform = has & (lo == hi)
+    kept = ~uniform
+    kept_n = np.where(kept, n, 0)
+    kept_offsets = np.zeros(len(n) + 1, dtype=np.int64)
+    np.cumsum(kept_n, out=kept_offsets[1:])
+    values = tok if kept.all() else tok[np.repeat(kept, n)]
+    tokens = pa.LargeListArray.from_arrays(
+        pa.array(kept_offsets), pa.array(values, type=pa.int32()), mask=pa.array(uniform)
+    )
+    each = pa.array(lo, type=pa.int32(), mask=kept)
+    return tokens, each
 
 
 def _label_key(where: dict) -> tuple[str, str, str, str]:

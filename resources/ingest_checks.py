@@ -78,6 +78,7 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
         "tpot_ms": _NONNEG,
         "prompt_tokens": _NONNEG,
         "completion_tokens": _NONNEG,
+        "chunk_tokens_each": _NONNEG,  # computed at ingest from chunk_tokens (a negative one is named by its list)
         "input_tokens_requested": _NONNEG,
         "max_tokens": _NONNEG,
         "http_status": (100, 599),

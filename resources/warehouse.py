@@ -37,12 +37,15 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6  # 6: requests.chunk_tokens_each (sql/schema.sql migration block)
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
 # holds up to a label's token times (about 600 MB at 9 M gaps): DuckDB's limit meanwhile, so that both stay in 1.5 GB
 OVERLAP_MEMORY = "512MB"
+# DuckDB's threads while it stores the lists beside that thread: one (its second thread only contended with the
+# figures' for the second core: 14.4 s instead of 18.4-18.7 s for the lists of 1M requests, results/ingest_profile.md)
+OVERLAP_THREADS = 1
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
 # loading before the per-point figures hold a point's token times in numpy (the peak of an ingest was both at once)
 EVICT_MEMORY = "128MB"
@@ -133,9 +136,20 @@ def ingest_bundle(
         con.execute(f"SET memory_limit = '{limit}'")
 
 
+# Columns ingest computes, never read from a bundle (a row that names one is refused as naming an unknown column).
+_COMPUTED = {"requests": {"chunk_tokens_each"}}
+# A request whose events all carried one token count keeps that count, not the list (sql/views.sql event_tokens).
+_UNIFORM_TOKENS = (
+    "chunk_tokens IS NOT NULL AND len(chunk_tokens) > 0 AND len(chunk_tokens) = len(chunk_ns) "
+    "AND list_min(chunk_tokens) = list_max(chunk_tokens) AND list_count(chunk_tokens) = len(chunk_tokens)"
+)
+
+
 def _allowed(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> set[str]:
     """The keys a row of a table file may have: its table's columns, and a version-2 request's `chunks`."""
-    return set(cols) | ({"chunks"} if chunks is not None and table == "requests" else set())
+    return set(cols) - _COMPUTED.get(table, set()) | (
+        {"chunks"} if chunks is not None and table == "requests" else set()
+    )
 
 
 def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) -> dict[str, int]:
@@ -207,20 +221,27 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
 
         # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
         flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
+        threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
         for table, path in files.items():
-            if table == "requests" and flat is not None:  # load_runs is in: the figures start while the lists go in
+            overlap = table == "requests" and flat is not None
+            if overlap:  # load_runs is in: the figures start while the lists go in
                 flat.start_figures(run_id, min(intervals.BOOTSTRAP_SAMPLES, intervals.ITL_BOOTSTRAP_SAMPLES))
                 con.execute(f"SET memory_limit = '{OVERLAP_MEMORY}'")  # until the eviction below
-            counts[table] = _load_table(
-                con,
-                table,
-                path,
-                types[table],
-                run_id,
-                deployment_ids,
-                scans[table][1].get("build_id", []),
-                chunks if table == "requests" else None,
-            )
+                con.execute(f"SET threads = {OVERLAP_THREADS}")
+            try:
+                counts[table] = _load_table(
+                    con,
+                    table,
+                    path,
+                    types[table],
+                    run_id,
+                    deployment_ids,
+                    scans[table][1].get("build_id", []),
+                    chunks if table == "requests" else None,
+                )
+            finally:
+                if overlap:
+                    con.execute(f"SET threads = {threads}")
         _derive_deployment_hbm(con, run_id)
         # the figures below hold a point's token times in numpy: DuckDB gives back the pages it cached while loading
         # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
@@ -296,7 +317,12 @@ def _load_table(
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
         _checked(
-            con, table, path, cols, lambda: con.execute(f"INSERT INTO {table} BY NAME " + select, [run_id, str(path)])
+            con,
+            table,
+            path,
+            cols,
+            lambda: con.execute(f"INSERT INTO {table} BY NAME " + select, [run_id, str(path)]),
+            allowed,
         )
     else:  # staged already (_ingest)
         _checked(con, table, path, cols, chunks.load, allowed)
@@ -310,13 +336,17 @@ def _load_table(
 
 def _read_json_select(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> str:
     """SELECT of a table file's rows as the table's columns (parameters: run_id, the file)."""
-    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items()}
+    read_types = {c: _READ_AS.get((table, c), (t,))[0] for c, t in cols.items() if c not in _COMPUTED.get(table, set())}
     if chunks is not None:
         read_types["chunks"] = "BIGINT[]"
     columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
     converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
+    computed = ""
+    if table == "requests":  # inline lists (a version-1 bundle): stored as ChunkFiles.load stores the chunk files'
+        converted.append(f"CASE WHEN {_UNIFORM_TOKENS} THEN NULL ELSE chunk_tokens END AS chunk_tokens")
+        computed = f", CASE WHEN {_UNIFORM_TOKENS} THEN chunk_tokens[1] END::INTEGER AS chunk_tokens_each"
     return (
-        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM "
+        f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}){computed} FROM "
         f"read_json(?, format='newline_delimited', columns={columns_literal})"
     )
 
@@ -343,7 +373,7 @@ _POINT_STATS_PARTS = {
 _TOKEN_EVENTS = """
         SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws,
                l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run,
-               unnest(q.chunk_ns) AS t, unnest(q.chunk_tokens) AS n,
+               unnest(q.chunk_ns) AS t, unnest(event_tokens(q.chunk_tokens, q.chunk_tokens_each, q.chunk_ns)) AS n,
                unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
                            ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
                                 AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END)

@@ -155,7 +155,8 @@ CREATE TABLE IF NOT EXISTS requests (
     error_kind              VARCHAR,            -- NULL when the request succeeded
     error_text              VARCHAR,
     chunk_ns                BIGINT[],           -- arrival of each content-bearing SSE event
-    chunk_tokens            INTEGER[],          -- tokens carried by each of those events
+    chunk_tokens            INTEGER[],          -- tokens carried by each of those events; NULL where chunk_tokens_each says
+    chunk_tokens_each       INTEGER,            -- every event carried this many tokens (a token-by-token stream: 1), and chunk_tokens is not stored; read both through event_tokens() (sql/views.sql)
     chunks_exact            INTEGER,            -- NULL: one entry per event; n: the first n are, the rest one per second (the last event's time, all their tokens): inter-token gaps from the first n only
     in_window               BOOLEAN,            -- sent inside the steady-state window
     PRIMARY KEY (run_id, load_point_id, request_id)
@@ -431,3 +432,6 @@ UPDATE runs SET status = 'complete' WHERE status = 'succeeded';
 -- version 3 also: requests.chunks_exact (a long stream's coalesced tail), table point_stats (created above; filled for
 -- every run by warehouse.apply_schema)
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;
+-- version 6: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
+-- list of them: 128 M ones were a third of storing a million requests' token times); rows stored before keep their lists
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_tokens_each INTEGER;

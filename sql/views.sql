@@ -2,6 +2,12 @@
 -- latency percentiles over successful requests sent inside the steady-state window; throughput over the
 -- window; energy from the GPU energy counter over the same window, summed over the deployment's GPUs.
 
+-- Tokens carried by each event of a request (requests.chunk_tokens), as a list beside chunk_ns: a request whose every
+-- event carried the same count is stored as that one number (requests.chunk_tokens_each, chunk_tokens NULL). Every
+-- reader of the token counts goes through this (one definition); NULL where neither was recorded (imported runs).
+CREATE OR REPLACE MACRO event_tokens(tokens, each, times) AS
+    CASE WHEN each IS NULL THEN tokens ELSE list_resize([]::INTEGER[], len(times), each) END;
+
 -- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests (of a long
 -- stream's recorded events, the exact part: requests.chunks_exact).
 CREATE OR REPLACE VIEW v_itl AS
@@ -687,7 +693,7 @@ WHERE w.prefill_ms IS NOT NULL OR w.server_ttft_ms IS NOT NULL;
 CREATE OR REPLACE VIEW v_window_steadiness_live AS
 WITH tok AS (
     SELECT l.run_id, l.deployment_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.chunk_ns) AS t,
-           unnest(q.chunk_tokens) AS n
+           unnest(event_tokens(q.chunk_tokens, q.chunk_tokens_each, q.chunk_ns)) AS n
     FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL AND l.window_end_ns > l.window_start_ns)
 SELECT run_id, deployment_id, load_point_id,

@@ -77,6 +77,67 @@ def test_version_1_and_2_of_one_run_load_the_same_rows_and_figures(both):
         assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_equal_token_counts_are_stored_as_one_number_and_read_back_as_the_list(tmp_path, version):
+    """A request whose events all carried one count keeps that count (chunk_tokens_each) and no list, whichever
+    bundle version carried it; any other keeps its list; event_tokens gives every request's list back as sent."""
+    rows = [
+        {"load_point_id": "a", "request_id": "1", "chunk_ns": [5, 9, 12], "chunk_tokens": [1, 1, 2]},
+        {"load_point_id": "a", "request_id": "2", "chunk_ns": [20, 30], "chunk_tokens": [1, 1]},
+        {"load_point_id": "a", "request_id": "3", "chunk_ns": [40], "chunk_tokens": [4]},
+        {"load_point_id": "a", "request_id": "4", "chunk_ns": [], "chunk_tokens": [], "error_kind": "http"},
+        {"load_point_id": "a", "request_id": "5", "chunk_ns": [50, 60], "chunk_tokens": [0, 0]},
+    ]
+    folder = tmp_path / "b"
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", [{**r, "deployment_id": "d"} for r in rows])
+    if version == 1:  # the same rows inline, as agents before version 2 wrote them
+        (folder / "requests.jsonl").write_text(
+            "".join(json.dumps({**r, "deployment_id": "d", "source": "emulated"}) + "\n" for r in rows)
+        )
+        for name, _, _ in CHUNK_FILES.values():
+            (folder / name).unlink()
+        manifest = json.loads((folder / "manifest.json").read_text())
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "bundle_version": 1}))
+    with connect(tmp_path / "w.duckdb") as con:
+        ingest_bundle(con, folder)
+        stored = con.execute(
+            "SELECT request_id, chunk_tokens, chunk_tokens_each, "
+            "event_tokens(chunk_tokens, chunk_tokens_each, chunk_ns) FROM requests ORDER BY request_id"
+        ).fetchall()
+    assert stored == [
+        ("1", [1, 1, 2], None, [1, 1, 2]),
+        ("2", None, 1, [1, 1]),
+        ("3", None, 4, [4]),
+        ("4", [], None, []),
+        ("5", None, 0, [0, 0]),
+    ]
+
+
+def test_a_bundle_naming_the_computed_token_count_is_refused(tmp_path):
+    folder = tmp_path / "b"
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", [{"deployment_id": "d", "load_point_id": "a", "request_id": "1", "chunk_ns": [5]}])
+    lines = (folder / "requests.jsonl").read_text().splitlines()
+    row = {**json.loads(lines[0]), "chunk_tokens_each": 1}
+    (folder / "requests.jsonl").write_text(json.dumps(row) + "\n")
+    with (
+        pytest.raises(BundleError, match=r"requests\.jsonl:1: .*chunk_tokens_each"),
+        connect(tmp_path / "w.duckdb") as con,
+    ):
+        ingest_bundle(con, folder)
+
+
+def test_a_negative_token_count_said_by_every_event_inline_is_refused_naming_its_line(tmp_path):
+    folder = tmp_path / "b"
+    row = {"deployment_id": "d", "load_point_id": "a", "request_id": "1", "chunk_ns": [5, 6], "chunk_tokens": [-2, -2]}
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", [{**row, "chunk_ns": [5.5]}])  # stays inline
+    (folder / "requests.jsonl").write_text(json.dumps({**row, "source": "emulated"}) + "\n")
+    with pytest.raises(BundleError, match=r"requests\.jsonl:1: .*chunk_tokens"), connect(tmp_path / "w.duckdb") as con:
+        ingest_bundle(con, folder)
+
+
 def _copy(src, dst):
     import shutil
 
