@@ -605,6 +605,19 @@ SELECT c.run_id, c.deployment_id, c.load_point_id, c.ttft_ms AS client_ttft_ms, 
        c.e2e_ms AS client_e2e_ms, c.e2e_n AS client_e2e_n, i.itl_ms AS client_itl_ms, i.itl_n AS client_itl_n
 FROM client_req c LEFT JOIN client_itl i USING (run_id, deployment_id, load_point_id);
 
+-- How much of each named histogram an engine's /metrics counted inside a load point's window: the change of its _sum
+-- and _count between the window_start and window_end scrapes, summed over label sets (so a mean from them is exact).
+-- `names`: histogram base names. Read by v_client_vs_server and v_engine_ttft_split.
+CREATE OR REPLACE MACRO histogram_window_change(names) AS TABLE
+SELECT m.run_id, m.deployment_id, m.load_point_id, n.metric,
+       sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = n.metric || '_sum')
+         - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = n.metric || '_sum') AS d_sum,
+       sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = n.metric || '_count')
+         - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = n.metric || '_count') AS d_count
+FROM server_metrics m JOIN (SELECT unnest(names) AS metric) n ON m.metric IN (n.metric || '_sum', n.metric || '_count')
+WHERE m.scrape IN ('window_start', 'window_end')
+GROUP BY ALL;
+
 -- The engine's own latency histograms (its /metrics, scraped at each load point's window edges) against the
 -- client's figures over the same requests: the client's error, measured on every real run. Server: the change of a
 -- histogram's _sum and _count between the window_start and window_end scrapes, summed over label sets, so its mean is
@@ -620,14 +633,8 @@ WITH fam(family, metric) AS (VALUES
         ('itl', 'sglang:inter_token_latency_seconds'), ('e2e', 'vllm:e2e_request_latency_seconds'),
         ('e2e', 'sglang:e2e_request_latency_seconds')),
 edge_sums AS (
-    SELECT m.run_id, m.deployment_id, m.load_point_id, f.family, f.metric,
-           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_sum')
-             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_sum') AS d_sum,
-           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_count')
-             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_count') AS d_count
-    FROM server_metrics m JOIN fam f ON m.metric IN (f.metric || '_sum', f.metric || '_count')
-    WHERE m.scrape IN ('window_start', 'window_end')
-    GROUP BY ALL),
+    SELECT h.run_id, h.deployment_id, h.load_point_id, f.family, f.metric, h.d_sum, h.d_count
+    FROM histogram_window_change((SELECT list(metric) FROM fam)) h JOIN fam f USING (metric)),
 edges AS (  -- an engine exporting two names of one family (old and new): the one that counted most
     SELECT * FROM edge_sums
     QUALIFY row_number() OVER (PARTITION BY run_id, deployment_id, load_point_id, family
@@ -662,14 +669,8 @@ WITH fam(family, metric) AS (VALUES
         ('ttft', 'vllm:time_to_first_token_seconds'), ('queue', 'vllm:request_queue_time_seconds'),
         ('prefill', 'vllm:request_prefill_time_seconds')),
 edges AS (
-    SELECT m.run_id, m.deployment_id, m.load_point_id, f.family,
-           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_sum')
-             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_sum') AS d_sum,
-           sum(m.value) FILTER (WHERE m.scrape = 'window_end' AND m.metric = f.metric || '_count')
-             - sum(m.value) FILTER (WHERE m.scrape = 'window_start' AND m.metric = f.metric || '_count') AS d_count
-    FROM server_metrics m JOIN fam f ON m.metric IN (f.metric || '_sum', f.metric || '_count')
-    WHERE m.scrape IN ('window_start', 'window_end')
-    GROUP BY ALL),
+    SELECT h.run_id, h.deployment_id, h.load_point_id, f.family, h.d_sum, h.d_count
+    FROM histogram_window_change((SELECT list(metric) FROM fam)) h JOIN fam f USING (metric)),
 wide AS (
     SELECT run_id, deployment_id, load_point_id,
            1000 * any_value(d_sum) FILTER (WHERE family = 'ttft') / nullif(any_value(d_count) FILTER (WHERE family = 'ttft'), 0) AS server_ttft_ms,
