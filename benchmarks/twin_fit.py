@@ -288,26 +288,13 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
         )
         # the mean SM clock and the share of samples flagged power capped (NVML samples in the window), mean over
         # repeats: not in v_point_figures
-        for row in con.execute(
-            "SELECT engine, precision, workload, point_label, any_value(shape), any_value(concurrency), "
-            "any_value(rate), any_value(burstiness), any_value(input_tokens), any_value(output_tokens), "
-            "avg(mean_sm_clock_mhz), avg(power_capped_share), count(*), list(mean_sm_clock_mhz ORDER BY repeat), "
-            "list(power_capped_share ORDER BY repeat) FROM v_load_points GROUP BY ALL"
-        ).fetchall():
-            base = list(row[:10])
-            figs.append(tuple(base + ["mean_sm_clock_mhz", row[10], None, None, row[12], row[13]]))
-            figs.append(tuple(base + ["power_capped_share", row[11], None, None, row[12], row[14]]))
+        figs += _repeat_means(con, "v_load_points", ("mean_sm_clock_mhz", "power_capped_share"))
         # TTFT's two parts from the engine's own histograms (sql/views.sql v_engine_ttft_split), mean over repeats
-        for row in con.execute(
-            "SELECT engine, precision, workload, point_label, any_value(shape), any_value(concurrency), "
-            "any_value(rate), any_value(burstiness), any_value(input_tokens), any_value(output_tokens), "
-            "avg(s.prefill_ms), avg(s.to_scheduled_ms), count(s.prefill_ms), list(s.prefill_ms ORDER BY repeat), "
-            "list(s.to_scheduled_ms ORDER BY repeat) FROM v_load_points JOIN v_engine_ttft_split s "
-            "USING (run_id, load_point_id) WHERE s.prefill_ms IS NOT NULL GROUP BY ALL"
-        ).fetchall():
-            base = list(row[:10])
-            figs.append(tuple(base + ["prefill_ms", row[10], None, None, row[12], row[13]]))
-            figs.append(tuple(base + ["to_scheduled_ms", row[11], None, None, row[12], row[14]]))
+        figs += _repeat_means(
+            con,
+            "v_load_points JOIN v_engine_ttft_split s USING (run_id, load_point_id) WHERE s.prefill_ms IS NOT NULL",
+            ("prefill_ms", "to_scheduled_ms"),
+        )
         # open-loop points: the send schedule of every repeat, replayed by the twin (s from the load's start)
         sched = con.execute(
             "SELECT d.config_name, l.workload, l.point_label, l.repeat, list((q.scheduled_ns - (l.window_start_ns "
@@ -356,6 +343,23 @@ def refresh_measured(folder: Path = RESULTS) -> dict[str, Any]:
         "rows": rows,
     }
     measured_cache(folder).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def _repeat_means(con, relation: str, figures: tuple[str, ...]) -> list[tuple]:
+    """Figures a load point has in `relation` (columns of that name), as v_point_figures rows: per point the mean over
+    its repeats, no interval, the number of repeats and each repeat's value."""
+    per_figure = ", ".join(f"avg({f}), list({f} ORDER BY repeat)" for f in figures)
+    rows = con.execute(
+        "SELECT engine, precision, workload, point_label, any_value(shape), any_value(concurrency), "
+        "any_value(rate), any_value(burstiness), any_value(input_tokens), any_value(output_tokens), count(*), "
+        f"{per_figure} FROM {relation} GROUP BY ALL"
+    ).fetchall()
+    out = []
+    for row in rows:
+        base, n = list(row[:10]), row[10]
+        for i, f in enumerate(figures):
+            out.append(tuple(base + [f, row[11 + 2 * i], None, None, n, row[12 + 2 * i]]))
     return out
 
 
