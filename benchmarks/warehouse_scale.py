@@ -225,6 +225,7 @@ def run_size(label: str, n: int, work: Path, validation: bool, before: Path | No
 
 
 def write_results(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     (out / "warehouse_scale.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
         "# Warehouse at scale (benchmarks/warehouse_scale.py)",
@@ -299,8 +300,8 @@ def write_results(results: dict, out: Path) -> None:
 def _before_cells(ingests: list[dict]) -> str:
     """The before columns of a size's row: another checkout's ingest of the same bundles ('-' where not run)."""
     before = [i["before"] for i in ingests if "before" in i]
-    if not before:
-        return "- | - | -"
+    if not before:  # this code's load alone: the times are read against it
+        return "- | - | " + "; ".join(f"-; {_loads(i)}" for i in ingests)
     secs = ", ".join(f"{b['ingest_s']:.1f}" if "ingest_s" in b else "failed" for b in before)
     rss = max((b["peak_rss_mb"] for b in before if "peak_rss_mb" in b), default=float("nan"))
     loads = "; ".join(f"{_loads(i['before'])}; {_loads(i)}" for i in ingests if "before" in i)
