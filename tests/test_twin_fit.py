@@ -153,3 +153,45 @@ def test_a_miss_inside_the_measured_repeats_is_counted_as_such():
     ]
     s = twin_fit.summarise(rows)["p"]["output_tok_s"]
     assert s["within_goal"] == 1 and s["misses_inside_repeats"] == 1 and len(s["misses"]) == 2
+
+
+def test_board_factors_recover_a_slower_board_and_shrink_toward_the_typical_one(monkeypatch):
+    """Two boards: measured figures equal to the twin's on one, and on the other 10% slower (tok/s x 0.9, TPOT and
+    TTFT / 0.9) at 5% less power. The profiled factors find that board's speed and power below 1 (shrunk toward 1 by
+    the prior, never past the data) and the typical board near 1; scaled to its factors the twin's errors shrink."""
+    points, _meas = twin_fit.load_points(held_out_models=False)
+    train = [p for p in points if p.workload in ("steady", "light")]
+    monkeypatch.setattr(twin_fit, "BOARDS", {p.key: ("slow" if p.workload == "steady" else "typical") for p in train})
+    preds, meas = {}, {}
+    for i, p in enumerate(train):
+        pred = {
+            "output_tok_s": 1000.0 + 10 * i,
+            "tpot_p50_ms": 6.0,
+            "ttft_p50_ms": 40.0,
+            "ttft_p99_ms": 60.0,
+            "prefill_ms": 20.0,
+            "counter_w_per_gpu": 500.0,
+            "output_tokens_per_j": (1000.0 + 10 * i) / 500.0,
+        }
+        preds[p.key] = pred
+        slow = p.workload == "steady"
+        s, q = (0.9, 0.95) if slow else (1.0, 1.0)
+        for f, (a, c) in twin_fit.BOARD_SCALING.items():
+            meas[(p.key, f)] = pred[f] * s**a * q**c
+    boards = twin_fit.board_factors(preds, train, meas)
+    (s_slow, q_slow), (s_typ, q_typ) = boards["slow"], boards["typical"]
+    assert 0.9 < s_slow < 0.95 and 0.95 < q_slow < 0.99
+    assert abs(s_typ - 1) < 1e-9 and abs(q_typ - 1) < 1e-9
+    p = next(p for p in train if p.workload == "steady")
+    scaled = twin_fit.on_board(preds[p.key], boards["slow"])
+    for f in ("output_tok_s", "tpot_p50_ms", "counter_w_per_gpu", "output_tokens_per_j"):
+        m = meas[(p.key, f)]
+        assert abs(scaled[f] / m - 1) < abs(preds[p.key][f] / m - 1), f
+    assert twin_fit.on_board(preds[p.key], None) is preds[p.key]
+
+
+def test_a_board_factor_never_lifts_power_above_the_limit():
+    pred = {"output_tok_s": 5000.0, "counter_w_per_gpu": 690.0, "output_tokens_per_j": 5000.0 / 690.0}
+    on = twin_fit.on_board(pred, (1.05, 1.05))
+    assert on["counter_w_per_gpu"] == twin_fit.BOARD_LIMIT_W
+    assert abs(on["output_tokens_per_j"] - on["output_tok_s"] / on["counter_w_per_gpu"]) < 1e-9

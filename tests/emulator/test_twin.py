@@ -183,6 +183,23 @@ def test_mem_eff_scale_speeds_memory_bound_decode_only():
     assert fast.step(prefill).t_gpu == pytest.approx(base.step(prefill).t_gpu, rel=0.02)  # compute bound
 
 
+def test_speed_scale_stretches_gpu_time_at_the_same_dynamic_energy():
+    """A slower board (speed_scale 0.9): an uncapped step's GPU time 1/0.9 as long, host time unchanged, and the same
+    bytes and FLOPs over the longer step, so its dynamic (memory + compute) energy stays the same. A power-capped
+    prefill draws less on the slower board, so it is capped less: slower, but by less than 1/0.9."""
+    base, slow = _dep_with_gpu("h200", speed_scale=1.0), _dep_with_gpu("h200", speed_scale=0.9)
+    decode = StepLoad(tokens=1, seqs=1, sampled=1, attn_work=601.0, kv_read=600.0)
+    b, s = base.step(decode), slow.step(decode)
+    assert s.t_gpu == pytest.approx(b.t_gpu / 0.9) and s.t_cpu == pytest.approx(b.t_cpu)
+    g, pf = base.gpu, base.pf
+    static = g.idle_w + g.clock_up_w + g.tdp_w * pf.k_busy
+    assert (s.power_w - static) * s.dt == pytest.approx((b.power_w - static) * b.dt, rel=1e-6)
+    prefill = StepLoad(tokens=8192, seqs=1, sampled=1, attn_work=8192 * 4096.5, prefill_tokens=8192)
+    b, s = base.step(prefill), slow.step(prefill)
+    assert b.clk < 1.0 and s.clk > b.clk  # capped; less so on the slower board
+    assert b.t_gpu < s.t_gpu < b.t_gpu / 0.9
+
+
 def test_power_split_static_memory_compute():
     """Power = static (idle + clocks + active static) + energy per byte read + energy per FLOP: at one stream the
     memory part dominates, and fp8 (half the weight bytes) draws less than bf16; an fp8 FLOP costs half a bf16

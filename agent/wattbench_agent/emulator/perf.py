@@ -58,9 +58,9 @@ class PowerFactors:
     """Power model, as fractions of the GPU's TDP: static, memory traffic, compute (fitted on ML.ENERGY H100 figures
     and the H200 vLLM runs, benchmarks/twin_fit.py, final fit; scaled by TDP elsewhere)."""
 
-    k_busy: float = 0.234  # static active power while the engine iterates (leakage at load, front ends)
-    k_mem: float = 0.454  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
-    k_cmp: float = 1.063  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
+    k_busy: float = 0.240  # static active power while the engine iterates (leakage at load, front ends)
+    k_mem: float = 0.453  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
+    k_cmp: float = 1.081  # tensor power at 100% of the dense peak FLOP/s at full clock (above TDP -> power capped)
     clk_exp: float = 2.5  # compute power ~ clk^clk_exp under DVFS (energy per FLOP ~ clk^(clk_exp - 1)); held
     min_clk: float = 0.55
 
@@ -229,7 +229,7 @@ class Deployment:
         else:
             t_ar = 0.0
         q_bytes = T * self.quant_bytes_per_token
-        t_gpu = t_lin + t_attn + t_ar + self.fixed_s + q_bytes / self.bw
+        t_gpu = (t_lin + t_attn + t_ar + self.fixed_s + q_bytes / self.bw) / self.gpu.speed_scale
         t_cpu = kf.step_overhead_s + kf.seq_overhead_s * load.seqs
         if kf.host_overlap > 0.0:  # scheduling of step n+1 runs while the GPU executes step n
             hidden = min(t_cpu * kf.host_overlap, t_gpu)

@@ -26,7 +26,7 @@ _INTAKE_S, _FINISH_S, _INTAKE_LATENCY_S = 0.005, 0.0013, 0.015  # API server, fi
 # (serial with the GPU unless async_scheduling, the vLLM 0.25 default), custom all-reduce
 _VLLM = KernelFactors(
     gemm_eff=0.707,
-    attn_eff=0.897,
+    attn_eff=0.899,
     fp8_attention=False,
     mem_eff=0.752,
     layer_overhead_s=2.5e-6,
