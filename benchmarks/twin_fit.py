@@ -90,6 +90,9 @@ HELD_OUT_SWEEPS = {
     # another H200 unit: the steady workload's 16 streams under its own and the sweep's protocol, and 32 streams over
     # one 60 s window
     "held-out GPU unit": ROOT / "results" / "h200-vllm-unit",
+    # a fifth H200 (the fastest measured), after the twin was centred on the typical board: 4 / 16 / 64 streams, 2K
+    # prompts at 8, gamma arrivals, the centred twin's figures filed before the run
+    "held-out board": ROOT / "results" / "h200-vllm-board",
 }
 FIT_SETS: tuple[str, ...] = ()  # held-out sets (names above) that a decision moved into every fit
 
