@@ -470,6 +470,12 @@ def real_hardware_md() -> list[str]:
         "H200s); measured after the final fit and predicted by it",
         "held-out GPU unit, as filed before the run": "the same points against the twin's figures filed before the "
         "run (results/h200-vllm-unit/predictions*.json)",
+        "held-out board": "a fifth H200 (results/h200-vllm-board, plans/h200-vllm-board.yaml; the fastest measured: "
+        "bf16 2,508 tok/s at 16 streams): 4, 16 and 64 streams of 512 in / 128 out, 8 streams of 2K-token prompts, "
+        "gamma arrivals at 12 req/s, bf16 and online fp8; measured after the twin was centred on the typical board "
+        "and predicted by its final fit",
+        "held-out board, as filed before the run": "the same points against the centred twin's figures filed before "
+        "the run (results/h200-vllm-board/predictions.json)",
         "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
         "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
         "and predicted by it",
