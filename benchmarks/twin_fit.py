@@ -153,6 +153,9 @@ LOSS_WEIGHTS = {
     # scheduled -> first token, from vLLM's request_prefill_time histogram where the bundle holds it: pins the
     # prefill step's cost apart from the queueing before it (TTFT p50 alone let a fit trade one for the other)
     "prefill_ms": 0.5,
+    # not a target: the part before scheduling (to_scheduled_ms) was tried as one (weight 0.5, every fold refitted and
+    # centred) after the fifth board's TTFT misses; held out by workload it cost tok/s 11 -> 6 and tok/J 15 -> 12 of
+    # 18 within the goal for TTFT p50 11 -> 12 (docs/EMULATOR.md), so it stays compared, not fitted
 }
 # The power split (static, memory, tensor math) is not pinned by average W alone. Anchor, measured on this H200
 # (docs/MEASUREMENT.md; tests/telemetry/traces/h200_trace.json): a bf16 matmul loop draws 686-691 W against the
@@ -777,6 +780,7 @@ def fit(
     }
 
 
+CENTRING_PASSES = 2  # one pass left the boards' mean speed factor at 0.97 (the power refit moves it), two within 1%
 CENTERED = {"h200_speed_scale"}  # set by center_boards, never searched (the boards' factors would absorb any value)
 
 
@@ -854,8 +858,11 @@ def _run_fold(args: tuple) -> tuple[str, dict]:
         res["trained_on"] = sorted(train_keys)
         res["start"] = start or "prior"
     t0 = time.time()
-    cen = center_boards(res["params"], train, meas, log=lambda s: log(f" centring:{s}"))
-    res.update(params=cen["params"], centering=cen["centering"], train_loss=cen.get("train_loss", res["train_loss"]))
+    for _ in range(CENTRING_PASSES):
+        cen = center_boards(res["params"], train, meas, log=lambda s: log(f" centring:{s}"))
+        res.update(
+            params=cen["params"], centering=cen["centering"], train_loss=cen.get("train_loss", res["train_loss"])
+        )
     res["fit_s"] = res.get("fit_s", 0.0) + time.time() - t0
     print(f"[{name}] done: loss {res['train_loss']:.4f} in {res['fit_s']:.0f} s", file=sys.stderr, flush=True)
     return name, res
