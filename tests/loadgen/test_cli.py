@@ -54,6 +54,14 @@ def test_cli_rejects_bad_trace_with_line(fast_server, tmp_path):
     assert p.returncode == 2 and "t.csv:3:" in p.stderr
 
 
+def _as_from_a_terminal() -> None:
+    """The child as a shell in a terminal starts it: SIGINT delivered and handled. A child inherits an ignored or
+    blocked SIGINT from its parent: pytest started as a background job of a non-interactive shell (`make test &`)
+    has SIGINT ignored, and the child then ran its whole --duration (measured: SIG_IGN under `nohup make test &`)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_interrupt_flushes_everything_measured(tmp_path):
     from wattbench_agent.loadgen.testserver import server_process
 
@@ -83,6 +91,7 @@ def test_interrupt_flushes_everything_measured(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_as_from_a_terminal,
         )
         # generous waits: on a loaded 2-core machine the CLI's start-up alone can take many seconds
         deadline = time.time() + 120
