@@ -37,8 +37,8 @@ prefill steps 1.4x too long, and the closed loops' waves collapsed: 14B TTFT +66
 Boards: the same configuration on three H200s moved 15% in tok/s (results/h200-vllm-unit). Every board a fit's
 training points ran on gets a speed and a power factor, profiled out of each loss evaluation (board_factors: a ridge
 toward 1, BOARD_PRIOR); after the fit the knobs are centred on those boards (center_boards: h200_speed_scale, the
-typical board's speed, set to the mean of the boards' speed factors; the power knobs refitted; done twice in this
-round, the mean within 1% of 1 after). A held-out point on a board its fit saw is scaled to that board; on any other
+typical board's speed, set to the mean of the boards' speed factors; the power knobs refitted; CENTRING_PASSES
+times, the mean within 1% of 1 after two). A held-out point on a board its fit saw is scaled to that board; on any other
 board it is predicted for the typical one, which is what the emulator ships.
 
 Goal on held-out points: tok/s, TPOT, W and tok/J within 10%, TTFT p50/p99 within 25%. The report says which
@@ -203,8 +203,8 @@ PARAMS: list[tuple[str, str, float, float]] = [
     ("clk_exp", "pf", 1.0, 3.0),
     ("h200_mem_power_scale", "gpu", 0.5, 2.0),  # HBM3e per byte/s: may be below the H100 HBM3 figure
     ("h200_mem_eff_scale", "gpu", 0.9, 1.4),
-    # the typical H200 board's speed (GPUSpec.speed_scale): not searched by the fit (FIXED at its start) but set by
-    # centering (center_boards): the mean of the training boards' speed factors
+    # the typical H200 board's speed (GPUSpec.speed_scale): never searched by the fit (CENTERED: kept at its start)
+    # but set by centring (center_boards): the mean of the training boards' speed factors
     ("h200_speed_scale", "gpu", 0.8, 1.1),
 ]
 FP8_ONLY = {"fp8_gemm_scale", "fp8_act_quant_layer_s", "fp8_act_quant_bytes"}
@@ -635,13 +635,25 @@ def board_factors(preds: dict[str, dict[str, float]], train: list[Point], meas: 
     return out
 
 
+def fitted_boards(
+    params: dict[str, float], train: list[Point], meas: dict
+) -> tuple[dict[str, dict[str, float]], dict[str, tuple[float, float]]]:
+    """The twin's figures at the training points (one seed, as in a fit; cached) and each training board's factors."""
+    preds = {p.key: _predict_cached(p, params) for p in train}
+    return preds, board_factors(preds, train, meas)
+
+
+def _geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def residuals(params: dict[str, float], train: list[Point], meas: dict, with_ml: bool = True) -> list[float]:
     """Weighted log errors: sqrt(w) ln(predicted / measured) per training point and figure on its board (0 where
     either is missing, so the vector keeps its length), each training board's factors against BOARD_PRIOR,
     ln(emulated / public) per ML.ENERGY figure, and the power anchor."""
     out: list[float] = []
-    preds = {p.key: _predict_cached(p, params) for p in train}
-    boards = board_factors(preds, train, meas)
+    preds, boards = fitted_boards(params, train, meas)
     for p in train:
         pred = on_board(preds[p.key], boards.get(BOARDS.get(p.key, "")))
         for f, w in LOSS_WEIGHTS.items():
@@ -790,21 +802,19 @@ def center_boards(params: dict[str, float], train: list[Point], meas: dict, log=
     5% faster than all three training boards. Here h200_speed_scale takes the geometric mean of the training boards'
     s, the power knobs are refitted (a slower step at the same energy draws less power), and the boards' factors are
     recomputed. Returns the power fit's record with `centering` (the mean speed factor before and after)."""
-    preds = {p.key: _predict_cached(p, params) for p in train}
-    boards = board_factors(preds, train, meas)
+    _preds, boards = fitted_boards(params, train, meas)
     if not boards:
         return {"params": dict(params), "centering": None}
-    s_mean = math.exp(sum(math.log(sq[0]) for sq in boards.values()) / len(boards))
+    s_mean = _geomean(s for s, _q in boards.values())
     lo, hi = next((lo, hi) for n, _w, lo, hi in PARAMS if n == "h200_speed_scale")
     start = {**params, "h200_speed_scale": min(hi, max(lo, params.get("h200_speed_scale", 1.0) * s_mean))}
     frozen = {n for n, _w, _lo, _hi in PARAMS if n not in POWER_KNOBS}
     res = fit(train, meas, frozen=frozen, log=log, start=start, coarse=(0.0625,), max_nfev=3, restarts=1, ftol=1e-2)
-    preds = {p.key: _predict_cached(p, res["params"]) for p in train}
-    after = board_factors(preds, train, meas)
+    _preds, after = fitted_boards(res["params"], train, meas)
     res["centering"] = {
         "speed_mean_before": round(s_mean, 4),
-        "speed_mean_after": round(math.exp(sum(math.log(sq[0]) for sq in after.values()) / len(after)), 4),
-        "power_mean_after": round(math.exp(sum(math.log(sq[1]) for sq in after.values()) / len(after)), 4),
+        "speed_mean_after": round(_geomean(s for s, _q in after.values()), 4),
+        "power_mean_after": round(_geomean(q for _s, q in after.values()), 4),
     }
     return res
 
@@ -1349,14 +1359,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fits done in {time.time() - t0:.0f} s", file=sys.stderr)
     else:
         fits = stored["fits"]
+    trains = {name: train for name, (train, _test, _frozen) in folds(points).items()}
     for name, f in fits.items():  # the anchor as a hard bound, the same rule for every fit (the shipped one too)
         if "params_fitted" not in f:
             f["params_fitted"] = f["params"]
             f["params"] = enforce_anchor({**PRIOR, **f["params"]})
         if "boards" not in f:  # each training board's factors for the knobs as shipped (one seed, as in the fit)
-            train = folds(points)[name][0]
-            preds = {p.key: predict_point(p, {**PRIOR, **f["params"]}, FIT_SEEDS) for p in train}
-            f["boards"] = {b: [round(x, 4) for x in sq] for b, sq in board_factors(preds, train, meas).items()}
+            _preds, boards = fitted_boards({**PRIOR, **f["params"]}, trains[name], meas)
+            f["boards"] = {b: [round(x, 4) for x in sq] for b, sq in boards.items()}
     ev = evaluate(points, meas, fits)
     ml = ml_energy_errors(fits["final (all points)"]["params"], 60.0, 30.0)
     # the held-out summary of the fits this run replaced (with --fit), else the one stored with it
