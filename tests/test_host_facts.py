@@ -17,6 +17,7 @@ import pytest
 from resources.warehouse import connect, ingest_bundle
 from tests.reliability.conftest import emulator_spec, rows
 from wattbench_agent import hostfacts
+from wattbench_agent.loadgen.replay import bundle_summaries
 from wattbench_agent.runner import run_spec
 from wattbench_agent.telemetry import open_sampler
 from wattbench_agent.telemetry.fake_nvml import synthetic_h200_trace
@@ -125,6 +126,24 @@ def test_engine_cpu_time_counts_its_children_alive_and_ended():
     assert hostfacts.tree_cpu_ticks(2**22 + 12345) is None  # no such process
 
 
+@pytest.mark.parametrize("children_files", [True, False])
+def test_process_tree_ticks_from_proc(tmp_path, monkeypatch, children_files):
+    """The tree of process 10 (11 and 12 its children, 13 a grandchild; 99 a stranger): its ticks and its reaped
+    children's, found through the kernel's children lists where it has them, else through every process's parent."""
+    tree = {10: (1, [11, 12], (100, 20, 5, 1)), 11: (10, [13], (50, 5, 0, 0)), 12: (10, [], (7, 3, 0, 0)),
+            13: (11, [], (1, 1, 0, 0)), 99: (1, [], (1000, 1000, 0, 0))}  # fmt: skip
+    files = {}
+    for pid, (ppid, kids, (ut, st, cut, cst)) in tree.items():
+        files[f"proc/{pid}/stat"] = f"{pid} (py (x)) S {ppid} 1 1 0 -1 0 0 0 0 0 {ut} {st} {cut} {cst} 20 0 1 0 5\n"
+        if children_files:
+            files[f"proc/{pid}/task/{pid}/children"] = "".join(f"{k} " for k in kids)
+    proc, _ = fake_root(tmp_path, files)
+    monkeypatch.setattr(hostfacts, "PROC", proc)
+    assert hostfacts.tree_cpu_ticks(10) == 126 + 55 + 10 + 2
+    assert hostfacts.tree_cpu_ticks(11) == 57
+    assert hostfacts.tree_cpu_ticks(50) is None
+
+
 def test_model_weights_hash_is_sampled_and_bounded(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
@@ -204,6 +223,9 @@ def test_an_emulator_run_bundle_carries_host_facts_into_the_warehouse(tmp_path):
     assert 0 < lr["engine_cpu_s"] <= lr["window_s"] * os.cpu_count()
     assert lr["step_gaps"] > 0 and lr["decode_step_ms"] > 0 and lr["expected_stalled_fraction"] == 1 / 15
     assert lr["summary"]["steps"]["decode_step_ms"] == lr["decode_step_ms"]
+    # `wattbench inspect BUNDLE`: the steps made again from the bundle's requests (binary token times) are the live ones
+    (again,) = bundle_summaries(bundle)
+    assert again["steps"] == lr["summary"]["steps"] and again["load_point_id"] == lr["load_point_id"]
     with connect(tmp_path / "w.duckdb") as con:
         ingest_bundle(con, bundle)
         got = con.execute(

@@ -399,9 +399,9 @@ def run_load_point(
         if cross:
             cross.begin()
         sampler.begin_window(lp_id)
+        cpu.begin()  # after the energy read: /proc takes a few ms, the counter is the window's edge of record
         if scraper:
             scraper.scrape_edge(lp_id, "window_start")
-        cpu.begin()  # after the energy read: /proc takes a few ms, the counter is the window's edge of record
 
     def window_end() -> None:
         if cross:

@@ -90,6 +90,7 @@ def test_tokens_not_events_count():
             "output lengths vary (5-9 tokens)",
         ),
         (closed_loop_requests(40, 0), {"closed_loop": True, "concurrency": 1}, "one stream"),
+        (closed_loop_requests(40, 1), {"closed_loop": True, "concurrency": 9}, "every step carries a prefill"),
         (closed_loop_requests(2, 3), {"closed_loop": True, "concurrency": 4}, "too few gaps for a phase: 6.0 stalls"),
         (closed_loop_requests(40, 0), {"closed_loop": True, "concurrency": 4}, "no stall found"),
     ],

@@ -16,19 +16,34 @@ def register(subparsers) -> None:
         "(REQUESTS.points.jsonl): the same code as the live summary, so figures added since the run are "
         "there too (the step decomposition, `steps`).",
     )
-    p.add_argument("requests", metavar="REQUESTS.jsonl", help="the per-request file of `wattbench load --out`")
+    p.add_argument(
+        "requests",
+        metavar="REQUESTS.jsonl",
+        help="the per-request file of `wattbench load --out`; or a result bundle (folder or .tar.xz): its stored "
+        "summaries with their step decomposition made again from its requests",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as `wattbench load --json` does")
     p.set_defaults(func=main)
 
 
 def main(a) -> int:
+    from pathlib import Path
+
+    from wattbench_agent.bundle import ARCHIVE_SUFFIXES, MANIFEST, BundleError
+
     from .cli import summary_table
-    from .replay import ReplayError, summaries
+    from .replay import ReplayError, bundle_summaries, summaries
     from .spec import LoadSpecError
 
+    path = Path(a.requests)
     try:
-        found = summaries(a.requests)
-    except (ReplayError, LoadSpecError) as exc:
+        if path.is_dir() or (path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)):
+            if path.is_dir() and not (path / MANIFEST).exists():
+                raise ReplayError(f"{path}: a folder without {MANIFEST}; expected a result bundle or a JSONL file")
+            found = bundle_summaries(path)
+        else:
+            found = summaries(path)
+    except (ReplayError, LoadSpecError, BundleError) as exc:
         print(f"wattbench inspect: {exc}", file=sys.stderr)
         return 2
     if not found:

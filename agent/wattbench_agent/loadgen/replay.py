@@ -55,10 +55,20 @@ def noted(sink: Any, result: Any) -> Any:
         "slo": facts["slo"],
         "res": facts["res"],
     }
-    with open(points_path(sink.path), "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, separators=(",", ":")) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    side = points_path(sink.path)
+    try:
+        with open(side, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:  # the measurement stands: only its re-analysis loses its window
+        import sys
+
+        print(
+            f"wattbench load: could not write {side} ({exc.strerror or exc}); `wattbench inspect` will infer this "
+            "point's window from its sends",
+            file=sys.stderr,
+        )
     return result
 
 
@@ -162,3 +172,49 @@ class _Saved:
 def summaries(requests: str | os.PathLike) -> list[dict[str, Any]]:
     """Every load point's summary of a per-request file (see `summary`)."""
     return [summary(p) for p in read(requests)]
+
+
+def bundle_summaries(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every load run of a result bundle (a folder, or an archive of one as results/ keeps them): the summary the
+    agent stored with it, its step decomposition made again from its requests (so a bundle from before `steps`
+    gains it; `inspect_note` says that the rest is as stored). Version-2 bundles' token times come from their chunk
+    files."""
+    import numpy as np
+
+    from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_manifest, unpacked
+
+    from . import shapes, steps
+
+    with unpacked(path) as folder:
+        read_manifest(folder)
+        runs = [obj for _, _, obj in _json_lines(folder / "load_runs.jsonl", "a load_runs row")]
+        events = {}
+        for column, (name, code, _) in CHUNK_FILES.items():
+            f = folder / name
+            events[column] = np.fromfile(f, dtype="<i8" if code == "q" else "<i4") if f.exists() else None
+        by_point: dict[tuple, list[dict]] = {}
+        requests = folder / "requests.jsonl"
+        for _, number, rec in _json_lines(requests, "a requests row") if requests.exists() else ():
+            if rec.get("error_kind") is not None or not rec.get("in_window"):
+                continue
+            if "chunks" in rec:
+                if events["chunk_ns"] is None or events["chunk_tokens"] is None:
+                    raise BundleError(f"{requests}:{number}: names chunk files that are not beside it")
+                at, n = rec.pop("chunks")
+                rec["chunk_ns"] = events["chunk_ns"][at : at + n].tolist()
+                rec["chunk_tokens"] = events["chunk_tokens"][at : at + n].tolist()
+            by_point.setdefault((rec.get("deployment_id"), rec.get("load_point_id")), []).append(rec)
+    out = []
+    for lr in runs:
+        s = dict(lr.get("summary") or {})
+        s.setdefault("load_point_id", lr.get("load_point_id"))
+        s["deployment_id"] = lr.get("deployment_id")
+        closed = lr.get("shape") in shapes.names() and shapes.get(lr["shape"]).closed_loop
+        s["steps"] = steps.decompose(
+            by_point.get((lr.get("deployment_id"), lr.get("load_point_id")), []),
+            closed_loop=closed,
+            concurrency=lr.get("concurrency"),
+        )
+        s["inspect_note"] = "from a result bundle: the summary as stored, its steps made again from its requests"
+        out.append(s)
+    return out

@@ -181,7 +181,7 @@ class _Sink:
         self.on_fail_fast: Callable[[], None] | None = None
         self._own = False
         self._f = None
-        self.path: Path | None = None  # the file the records go to, and where this point's start and end (bytes)
+        self.path: Path | None = None  # the file the records go to, and the bytes of it this point's records take
         self.span = [0, 0]
         if out is not None:
             if hasattr(out, "write"):

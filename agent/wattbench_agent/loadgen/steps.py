@@ -25,7 +25,8 @@ summary, `wattbench inspect` and the bundle's load_runs row alike):
   and for output lengths that vary;
 - `phase_state`: 'bunched' when the stalled share is below expected / BUNCHED_RATIO (more than 1.5 prefills share
   a stalled step on average: half-way between spread, 1, and pairs, 2), else 'spread'; None where there is no
-  expectation, a single stream, fewer than MIN_EXPECTED_STALLS stalls are expected among the gaps, no stall was
+  expectation, a single stream, as many streams as tokens a request or more (expected 1: prefills must share steps),
+  fewer than MIN_EXPECTED_STALLS stalls are expected among the gaps, no stall was
   found, or the stalls found average fewer than MIN_STALL_STEPS decode steps (their mode then straddles the
   threshold, so the count is not to be trusted: short prompts on a fast prefill).
 
@@ -132,6 +133,11 @@ def decompose(records: Iterable[dict], *, closed_loop: bool = False, concurrency
     if expected is not None:
         if expected == 0:
             note = "one stream: no other stream's prefill can stall it"
+        elif expected >= 1:
+            note = (
+                "as many streams as tokens a request or more: every step carries a prefill even when spread, and "
+                "steps carrying several are forced, not a phase"
+            )
         elif expected * per_token.size < MIN_EXPECTED_STALLS:
             note = (
                 f"too few gaps for a phase: {expected * per_token.size:.1f} stalls expected, "
