@@ -15,8 +15,8 @@ from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
 # on that one socket, not the death of the process.
 _QUIET_ON_CLOSED_PIPE = ("sql", "report", "runs")
 
-# Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The
-# agent's own subcommands (agent, load, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
+# Modules that expose `register(subparsers)`; each adds its subcommands and sets `func` on its parser. The agent's
+# own subcommands (agent, load, inspect, emulate, telemetry, deploy, make-tiny-model) are `wattbench-agent`'s too.
 _COMMAND_MODULES = (
     "pipelines.commands",  # run, runs, sql, ingest
     "pipelines.report_cli",  # report
@@ -40,6 +40,7 @@ OWN_COMMANDS = {
     "predict": "pipelines.predict_cli",
     "agent": "wattbench_agent.cli",
     "load": "wattbench_agent.loadgen.cli",
+    "inspect": "wattbench_agent.loadgen.inspect_cli",
     "emulate": "wattbench_agent.emulator.cli",
     "telemetry": "wattbench_agent.telemetry.cli",
     "deploy": "wattbench_agent.engines.cli",

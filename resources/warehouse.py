@@ -37,7 +37,7 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-SCHEMA_VERSION = 6  # 6: requests.chunk_tokens_each (sql/schema.sql migration block)
+SCHEMA_VERSION = 7  # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block)
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
@@ -93,7 +93,9 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
         refresh_kept_views(con, None)
     elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
-        refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES))
+        refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES, "window_gpu_stats"))
+    elif current is not None and current < 7:  # version 7 keeps GPU clocks, temperatures, throttling per window
+        refresh_kept_views(con, None, ("window_gpu_stats",))
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:

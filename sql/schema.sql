@@ -88,6 +88,17 @@ CREATE TABLE IF NOT EXISTS deployments (
     error_kind          VARCHAR,
     error_text          VARCHAR,
     config              JSON,
+    gpu_serials         VARCHAR[],          -- per GPU (gpu_uuids' order), as NVML says; NULL where it does not
+    gpu_pci_bus_ids     VARCHAR[],          -- per GPU, PCI bus id (domain:bus:device.function)
+    host                VARCHAR,            -- the node the agent ran on (its host name)
+    cpu_model           VARCHAR,            -- /proc/cpuinfo model name
+    cpu_logical         INTEGER,            -- logical CPUs of the host
+    cpu_usable          DOUBLE,             -- CPUs the agent may use: its affinity, lowered to a cgroup quota
+    cpu_mhz             DOUBLE,             -- mean current CPU clock over the logical CPUs when the agent started
+    cpu_max_mhz         DOUBLE,             -- the highest clock cpufreq allows
+    hypervisor          VARCHAR,            -- none (bare metal) | the hypervisor's name (DMI, else kvm/hyperv/xen) | unknown
+    kernel              VARCHAR,
+    model_weights_hash  VARCHAR,            -- sampled-v1:<sha256> of a model that is a local folder or file (docs/MEASUREMENT.md); NULL otherwise
     PRIMARY KEY (run_id, deployment_id)
 );
 
@@ -129,6 +140,16 @@ CREATE TABLE IF NOT EXISTS load_runs (
     error_kind              VARCHAR,
     error_text              VARCHAR,
     summary                 JSON,               -- the load generator's summary (percentiles etc.)
+    step_gaps               BIGINT,             -- gaps between tokens the step decomposition read (per token)
+    decode_step_ms          DOUBLE,             -- the median gap between consecutive tokens of a request, pooled
+    stalled_gap_fraction    DOUBLE,             -- share of those gaps longer than 1.5 decode steps (stalls)
+    stall_ms_mean           DOUBLE,             -- their mean length; NULL without a stall
+    expected_stalled_fraction DOUBLE,           -- closed loop of c streams, o tokens each: (c - 1) / (o - 1); NULL where undefined
+    phase_state             VARCHAR,            -- bunched | spread (docs/MEASUREMENT.md); NULL where undefined
+    host_load_1m            DOUBLE,             -- the host's 1-minute load average at the window's end
+    host_busy_cpus          DOUBLE,             -- mean busy logical CPUs of the host over the window (/proc/stat)
+    host_steal_share        DOUBLE,             -- share of the host's CPU time its hypervisor gave to others over the window
+    engine_cpu_s            DOUBLE,             -- CPU seconds of the engine's processes and their children over the window
     PRIMARY KEY (run_id, load_point_id)
 );
 
@@ -289,6 +310,10 @@ CREATE TABLE IF NOT EXISTS window_gpu_stats (
     thermal_capped_share    DOUBLE,
     mean_sm_clock_mhz       DOUBLE,
     samples                 BIGINT,
+    mean_mem_clock_mhz      DOUBLE,
+    max_temp_c              DOUBLE,
+    max_hbm_temp_c          DOUBLE,
+    throttled_share         DOUBLE,             -- samples with a clock-lowering reason: power cap, thermal, hw slowdown
     PRIMARY KEY (run_id, deployment_id, load_point_id)
 );
 
@@ -435,3 +460,31 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;
 -- version 6: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
 -- list of them: 128 M ones were a third of storing a million requests' token times); rows stored before keep their lists
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_tokens_each INTEGER;
+-- version 7: the step decomposition and the host's CPU use per load window (load_runs), the host's and the GPUs'
+-- identity and the model's weights hash (deployments), GPU clocks, temperatures and throttling per window
+-- (window_gpu_stats, refilled for every run by warehouse.apply_schema); docs/MEASUREMENT.md
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS step_gaps BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS decode_step_ms DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS stalled_gap_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS stall_ms_mean DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS expected_stalled_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS phase_state VARCHAR;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS host_load_1m DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS host_busy_cpus DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS host_steal_share DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS engine_cpu_s DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS gpu_serials VARCHAR[];
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS gpu_pci_bus_ids VARCHAR[];
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS host VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS cpu_model VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS cpu_logical INTEGER;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS cpu_usable DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS cpu_mhz DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS cpu_max_mhz DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS hypervisor VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS kernel VARCHAR;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS model_weights_hash VARCHAR;
+ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS mean_mem_clock_mhz DOUBLE;
+ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS max_temp_c DOUBLE;
+ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS max_hbm_temp_c DOUBLE;
+ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS throttled_share DOUBLE;

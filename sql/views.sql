@@ -261,6 +261,13 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
        avg(CASE WHEN s.clock_events IS NULL THEN NULL WHEN s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
                                                                AS thermal_capped_share,
        avg(s.sm_clock_mhz)                                     AS mean_sm_clock_mhz,
+       avg(s.mem_clock_mhz)                                    AS mean_mem_clock_mhz,
+       max(s.temp_c)                                           AS max_temp_c,
+       max(s.hbm_temp_c)                                       AS max_hbm_temp_c,
+       avg(CASE WHEN s.clock_events IS NULL THEN NULL
+                WHEN s.clock_events LIKE '%power%' OR s.clock_events LIKE '%thermal%'
+                  OR s.clock_events LIKE '%hw_slowdown%' THEN 1.0 ELSE 0.0 END)
+                                                               AS throttled_share,
        count(*)                                                AS samples
 FROM l
 JOIN s
@@ -270,8 +277,48 @@ GROUP BY l.run_id, l.deployment_id, l.load_point_id;
 
 CREATE OR REPLACE VIEW v_window_gpu AS
 SELECT run_id, deployment_id, load_point_id, trace_mean_w_per_gpu, trace_peak_w_per_gpu, peak_hbm_mib_per_gpu,
-       capped_share, power_capped_share, thermal_capped_share, mean_sm_clock_mhz, samples
+       capped_share, power_capped_share, thermal_capped_share, mean_sm_clock_mhz, mean_mem_clock_mhz, max_temp_c,
+       max_hbm_temp_c, throttled_share, samples
 FROM window_gpu_stats;
+
+-- What the host and the GPU were doing in each load window, and a flag where either may have held the engine back
+-- (docs/MEASUREMENT.md, "Host facts"). The host was saturated when, over the window, its busy logical CPUs reached
+-- 90% of them, its 1-minute load average at the window's end reached their number, the hypervisor stole 5% or more of
+-- their time, or the engine's processes used 90% of the CPUs the agent may use (cpu_usable: affinity, cgroup quota).
+-- The GPU was throttled when 10% or more of the window's samples name a clock-lowering reason (power cap, thermal,
+-- hw slowdown; a sample may name several). A flag is NULL where nothing it rests on was measured; `flags` says why.
+CREATE OR REPLACE VIEW v_window_flags AS
+WITH w AS (
+    SELECT l.run_id, l.deployment_id, l.load_point_id, l.window_s, d.host, d.cpu_logical, d.cpu_usable,
+           l.host_load_1m, l.host_busy_cpus, l.host_steal_share, l.engine_cpu_s,
+           l.engine_cpu_s / nullif(l.window_s, 0)                          AS engine_cpus,
+           g.mean_sm_clock_mhz, g.mean_mem_clock_mhz, g.max_temp_c, g.max_hbm_temp_c, g.throttled_share,
+           g.power_capped_share, g.thermal_capped_share,
+           l.host_busy_cpus >= 0.9 * d.cpu_logical                          AS busy,
+           l.host_load_1m >= d.cpu_logical                                  AS loaded,
+           l.host_steal_share >= 0.05                                       AS stolen,
+           l.engine_cpu_s / nullif(l.window_s, 0) >= 0.9 * d.cpu_usable     AS engine_bound
+    FROM load_runs l
+    JOIN deployments d USING (run_id, deployment_id)
+    LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id))
+SELECT run_id, deployment_id, load_point_id, window_s, host, cpu_logical, cpu_usable, host_load_1m, host_busy_cpus,
+       host_steal_share, engine_cpu_s, engine_cpus, mean_sm_clock_mhz, mean_mem_clock_mhz, max_temp_c, max_hbm_temp_c,
+       throttled_share, power_capped_share, thermal_capped_share,
+       CASE WHEN busy IS NULL AND loaded IS NULL AND stolen IS NULL AND engine_bound IS NULL THEN NULL
+            ELSE coalesce(busy, false) OR coalesce(loaded, false) OR coalesce(stolen, false)
+                 OR coalesce(engine_bound, false) END                      AS host_saturated,
+       throttled_share >= 0.1                                               AS gpu_throttled,
+       nullif(concat_ws('; ',
+           CASE WHEN busy THEN printf('host CPUs %.0f%% busy (%.1f of %d)', 100 * host_busy_cpus / cpu_logical,
+                                      host_busy_cpus, cpu_logical) END,
+           CASE WHEN loaded THEN printf('load average %.1f on %d CPUs', host_load_1m, cpu_logical) END,
+           CASE WHEN stolen THEN printf('%.0f%% of CPU time stolen by the hypervisor', 100 * host_steal_share) END,
+           CASE WHEN engine_bound THEN printf('engine used %.1f of %g usable CPUs', engine_cpus, cpu_usable) END,
+           CASE WHEN throttled_share >= 0.1 THEN printf('GPU clocks lowered in %.0f%% of samples (power cap %.0f%%, '
+                                                        || 'thermal %.0f%%)', 100 * throttled_share,
+                                                        100 * coalesce(power_capped_share, 0),
+                                                        100 * coalesce(thermal_capped_share, 0)) END), '') AS flags
+FROM w;
 
 -- One row per load run that ran (status ok; a point repeated N times has N rows): every figure of
 -- docs/MEASUREMENT.md, units in the names. Every W figure is energy-counter energy over time:
@@ -347,16 +394,22 @@ WHERE l.status = 'ok';
 -- (warehouse.set_run_fields: its SLO, prices, start time). tests/test_point_stats.py checks they agree.
 CREATE OR REPLACE VIEW v_load_points_core AS SELECT * FROM load_points_core;
 
--- v_load_points: the figures above and the sampled trace inside each window (v_window_gpu), columns in this order.
+-- v_load_points: the figures above, the sampled trace inside each window (v_window_gpu), the step decomposition
+-- (load_runs, computed by the load generator: agent/wattbench_agent/loadgen/steps.py) and the window's flags
+-- (v_window_flags), columns in this order.
 CREATE OR REPLACE VIEW v_load_points AS
 SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, meets_slo_p99, slo_ttft_ms, slo_tpot_ms,
                     slo_e2e_ms, longest_context_tokens),
        g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
        g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
+       l.decode_step_ms, l.stalled_gap_fraction, l.stall_ms_mean, l.expected_stalled_fraction, l.phase_state,
+       f.host_saturated, f.gpu_throttled,
        c.usd_per_1m_output_tokens, c.energy_usd_per_1m_output_tokens, c.meets_slo_p99, c.slo_ttft_ms, c.slo_tpot_ms,
        c.slo_e2e_ms, c.longest_context_tokens
 FROM v_load_points_core c
-LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id);
+LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
+LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+LEFT JOIN v_window_flags f USING (run_id, deployment_id, load_point_id);
 
 -- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
 -- the load points measured at the workload lengths nearest the traffic profile's (|ln(in/in')| + |ln(out/out')|;

@@ -12,6 +12,7 @@ __version__ = "0.2.0"
 COMMAND_MODULES = (
     "wattbench_agent.cli",  # agent
     "wattbench_agent.loadgen.cli",  # load
+    "wattbench_agent.loadgen.inspect_cli",  # inspect
     "wattbench_agent.emulator.cli",  # emulate
     "wattbench_agent.telemetry.cli",  # telemetry
     "wattbench_agent.engines.cli",  # deploy, make-tiny-model

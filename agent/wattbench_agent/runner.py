@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from wattbench_agent import procs
+from wattbench_agent import hostfacts, procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
@@ -129,7 +129,22 @@ def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
         "source": adapter.source,
         "telemetry_source": telemetry,
     }
+    row.update(weights_columns(cfg.model, row["config"]))
     return Deployment(spec=dep, adapter=adapter, row=row, telemetry=telemetry)
+
+
+def weights_columns(model: str, config: dict[str, Any]) -> dict[str, Any]:
+    """`model_weights_hash` of a model that is a local file or folder on this node (NULL otherwise, or when it cannot
+    be read); what the hash read and how long it took goes to the deployment's config (`model_weights`)."""
+    try:
+        found = hostfacts.model_weights_hash(model) if model else None
+    except (OSError, ValueError) as exc:
+        config["model_weights"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return {"model_weights_hash": None}
+    if found is None:
+        return {"model_weights_hash": None}
+    config["model_weights"] = {k: v for k, v in found.items() if k != "hash"}
+    return {"model_weights_hash": found["hash"]}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -377,11 +392,14 @@ def run_load_point(
         "repeat": point.repeat,
     }
     cross, sampler, scraper = d.crosscheck, d.sampler, d.scraper
+    # the engine's processes: a server this agent started (an attached engine's are not ours to read)
+    cpu = hostfacts.CpuWindow(d.server.proc.pid if d.server is not None and d.server.proc is not None else None)
 
     def window_start() -> None:
         if cross:
             cross.begin()
         sampler.begin_window(lp_id)
+        cpu.begin()  # after the energy read: /proc takes a few ms, the counter is the window's edge of record
         if scraper:
             scraper.scrape_edge(lp_id, "window_start")
 
@@ -389,6 +407,7 @@ def run_load_point(
         if cross:
             window["crosscheck_j"] = cross.end_j()
         window.update(sampler.end_window(lp_id) or {})
+        window["host"] = cpu.end()
         if scraper:
             scraper.scrape_edge(lp_id, "window_end")
 
@@ -405,6 +424,7 @@ def run_load_point(
             log(f"[{d.id}] {lp_id}: silent truncation found: {truncations}")
         lr.update({**ids, "workload": point.workload, "point_label": point.point_label, "repeat": point.repeat})
         lr["energy_j"] = window.get("total_j")
+        lr.update(window.get("host") or {})
         lr["energy_trace_j"] = window.get("trace_j")
         lr["idle_power_w"] = d.row.get("idle_power_w_before")
         if cross:
@@ -527,6 +547,9 @@ def run_spec(
                 "(a loadable bundle) and starting afresh, so no row is written twice"
             )
         deps = [new_deployment(dep, spec) for dep in spec.deployments]
+        host = hostfacts.host_facts()
+        for d in deps:
+            d.row.update(host)
         node = NodeGpus.probe() if any(d.telemetry == "nvml" for d in deps) else None
         rounds = plan_rounds(deps, node, log)
         if len(rounds) > 1:

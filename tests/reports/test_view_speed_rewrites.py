@@ -25,7 +25,12 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
            AS power_capped_share,
        avg(CASE WHEN s.clock_events IS NULL THEN NULL WHEN s.clock_events LIKE '%thermal%' THEN 1.0 ELSE 0.0 END)
            AS thermal_capped_share,
-       avg(s.sm_clock_mhz) AS mean_sm_clock_mhz, count(*) AS samples
+       avg(s.sm_clock_mhz) AS mean_sm_clock_mhz, avg(s.mem_clock_mhz) AS mean_mem_clock_mhz,
+       max(s.temp_c) AS max_temp_c, max(s.hbm_temp_c) AS max_hbm_temp_c,
+       avg(CASE WHEN s.clock_events IS NULL THEN NULL
+                WHEN s.clock_events LIKE '%power%' OR s.clock_events LIKE '%thermal%'
+                  OR s.clock_events LIKE '%hw_slowdown%' THEN 1.0 ELSE 0.0 END) AS throttled_share,
+       count(*) AS samples
 FROM load_runs l JOIN gpu_samples s
   ON s.run_id = l.run_id AND s.deployment_id = l.deployment_id AND s.t_ns BETWEEN l.window_start_ns AND l.window_end_ns
 GROUP BY ALL ORDER BY {KEY}"""
@@ -153,6 +158,13 @@ def test_load_points_is_the_core_with_the_trace(warehouse):
             "power_capped_share",
             "thermal_capped_share",
             "mean_sm_clock_mhz",
+            "decode_step_ms",
+            "stalled_gap_fraction",
+            "stall_ms_mean",
+            "expected_stalled_fraction",
+            "phase_state",
+            "host_saturated",
+            "gpu_throttled",
         ]
         assert cols.index("trace_mean_w_per_gpu") == cols.index("output_tokens_per_j_above_idle") + 1
         assert set(core) <= set(cols)

@@ -109,6 +109,8 @@ def test_dcgm_kind_samples_and_reads_windows_from_the_energy_counter(exporter, s
     assert w["trace_j"] is None  # no instant power field on the page: no trace integral
     assert info["telemetry_source"] == "dcgm" and info["gpu_name"] == "NVIDIA H200" and info["n_gpus"] == 2
     assert info["driver_version"] == "580.159.04"
+    # which boards: the exporter's pci_bus_id labels (it gives no serial: NULL, not invented)
+    assert info["gpu_pci_bus_ids"] == ["00000000:19:00.0", "00000000:3B:00.0"] and info["gpu_serials"] is None
     rows = {r["gpu_uuid"]: r for r in sink.tables["energy_windows"]}
     assert rows[GPU0]["energy_j"] == pytest.approx(w[GPU0]) and rows[GPU0]["source"] == "measured"
 

@@ -353,6 +353,10 @@ def summary_table(s: dict) -> str:
     ]
     if s.get("errors"):
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))
+    from .steps import describe  # numpy: not for `wattbench load --help`
+
+    if describe(s.get("steps")):
+        rows.append(describe(s.get("steps")))
     return "\n".join(rows)
 
 

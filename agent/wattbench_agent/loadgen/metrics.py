@@ -12,7 +12,8 @@ Definitions follow /work/shared/MEASUREMENT.md (the `vllm bench serve` conventio
 - achieved_rate = requests sent inside the window / window_s;
 - achieved_concurrency = time-averaged number of requests in flight inside the window (a request is in flight
   from sent_ns to sent_ns + e2e_ms; for a failed request e2e_ms is the time to failure);
-- send lateness = sent_ns - scheduled_ns over requests sent inside the window.
+- send lateness = sent_ns - scheduled_ns over requests sent inside the window;
+- steps: the step decomposition of the same requests' gaps (decode step, stalls, phase; steps.py).
 Percentiles are numpy's linear interpolation (as vllm bench); stdev is the population stdev (as vllm bench).
 """
 
@@ -23,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from . import steps
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 
@@ -110,11 +113,18 @@ def is_ok(rec: dict) -> bool:
 
 
 def summarize(
-    records: Iterable[dict], window_start_ns: int, window_end_ns: int, *, slo: dict | None = None
+    records: Iterable[dict],
+    window_start_ns: int,
+    window_end_ns: int,
+    *,
+    slo: dict | None = None,
+    closed_loop: bool = False,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """The load point's summary from its request rows (the `--json` summary, minus what only the run knows).
 
     `slo` (optional): {"ttft_ms": x, "tpot_ms": y, "e2e_ms": z}; adds goodput (requests/s meeting all given SLOs).
+    `closed_loop`, `concurrency`: the point's shape, for the step decomposition's expected stalled share (steps.py).
     """
     recs = list(records)
     ws, we = int(window_start_ns), int(window_end_ns)
@@ -183,6 +193,7 @@ def summarize(
         "ttft_ms": stats(ttft),
         "tpot_ms": stats(tpot),
         "itl_ms": stats(itl_all),
+        "steps": steps.decompose(ok_win, closed_loop=closed_loop, concurrency=concurrency),
         "e2e_ms": stats(e2e),
         "request_throughput": per_s(done_in_window),
         "output_token_throughput": per_s(out_tok_win),

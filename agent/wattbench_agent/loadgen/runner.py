@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import httpx
 
-from . import metrics, shapes
+from . import metrics, replay, shapes, steps
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .spec import LoadSpec
 from .transport import FastTransport
@@ -162,6 +162,7 @@ class LoadResult:
             "completed": s.get("completed"),
             "failed": s.get("failed"),
             "output_tokens_in_window": s.get("output_tokens_in_window"),
+            **steps.load_run_columns(s.get("steps")),
             "status": self.status,
             "error_kind": self.error_kind,
             "error_text": self.error_text,
@@ -180,6 +181,8 @@ class _Sink:
         self.on_fail_fast: Callable[[], None] | None = None
         self._own = False
         self._f = None
+        self.path: Path | None = None  # the file the records go to, and the bytes of it this point's records take
+        self.span = [0, 0]
         if out is not None:
             if hasattr(out, "write"):
                 self._f = out
@@ -188,6 +191,7 @@ class _Sink:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 self._f = p.open("a", encoding="utf-8")
                 self._own = True
+                self.path, self.span = p, [os.fstat(self._f.fileno()).st_size] * 2
         self.on_record = on_record
         self.ws = 0
         self.we = 0
@@ -221,6 +225,8 @@ class _Sink:
             except (OSError, ValueError, AttributeError):
                 pass
             if self._own:
+                if not self._f.closed:
+                    self.span[1] = os.fstat(self._f.fileno()).st_size
                 self._f.close()
 
 
@@ -848,8 +854,11 @@ def run_load(
     n_workers = _auto_workers(spec, workers)
     sink = _Sink(out, on_record, _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
     if n_workers > 1:
-        return _run_multi(
-            spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify, slo
+        return replay.noted(
+            sink,
+            _run_multi(
+                spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify, slo
+            ),
         )
     ctx = _prepare(spec, tok, lp, 0, 1)
     ctx.update(
@@ -894,11 +903,14 @@ def run_load(
     finally:
         sink.close()
 
-    return _result(spec, sink, lp, ctx["duration_s"], res, slo)
+    return replay.noted(sink, _result(spec, sink, lp, ctx["duration_s"], res, slo))
 
 
 def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, slo: dict | None) -> LoadResult:
-    summary = metrics.summarize(sink.records, res["ws"], res["we"], slo=slo)
+    closed = shapes.get(spec.shape).closed_loop
+    summary = metrics.summarize(
+        sink.records, res["ws"], res["we"], slo=slo, closed_loop=closed, concurrency=spec.concurrency
+    )
     status, ek, et = "ok", None, None
     if summary["sent"] and not summary["completed"]:
         status = "failed"
@@ -944,6 +956,7 @@ def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, 
         status=status,
         error_kind=ek,
         error_text=et,
+        extra={"replay": {"load_point_id": lp, "duration_s": duration_s, "res": res, "slo": slo}},
     )
 
 

@@ -7,7 +7,9 @@ the server's own cost per event is a few microseconds. Content event k of a requ
 recv + ttft + k * itl (scheduled, not drifting); the server records, per request, what it actually did:
 the instant the request was complete (recv_ns), the writes of the first and last content events, so
 `GET /stats` gives the server-observed TTFT and request time (recv -> last content write) and the pooled
-gaps between content writes. `POST /reset` clears them.
+gaps between content writes. `POST /reset` clears them. `--stall-every K --stall-ms S`: every K-th content event
+(k = K, 2K, ...) comes S ms late and so do the ones after it (a step that carried another request's prefill, as
+the step decomposition sees it: loadgen/steps.py).
 
 Shape of a stream (like vLLM): a role chunk with empty content at once, then the content chunks, a final
 chunk with finish_reason, a usage chunk (choices: []), `data: [DONE]`.
@@ -60,9 +62,13 @@ def _sse(obj) -> bytes:
 
 
 class Server:
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens: int, mode: str = "ok"):
+    def __init__(
+        self, ttft_ms: float, itl_ms: float, tokens: int, mode: str = "ok", stall_every: int = 0, stall_ms: float = 0
+    ):
         self.ttft_ns = int(ttft_ms * 1e6)
         self.itl_ns = int(itl_ms * 1e6)
+        self.stall_every = int(stall_every)
+        self.stall_ns = int(stall_ms * 1e6)
         self.tokens = tokens
         self.mode = mode
         self.records: list[tuple] = []  # (recv_ns, first_ns, last_ns, n_events, mode)
@@ -281,7 +287,9 @@ class Conn(asyncio.Protocol):
                 return self.finish(fr, 0, 0, False)
             if k + 1 >= n_events:
                 return self.finish(fr, prompt_tokens, n, mode not in ("no_usage", "empty_choices"))
-            self.handles = [loop.call_at(lt0 + (srv.ttft_ns + (k + 1) * srv.itl_ns) / 1e9, emit)]
+            stalls = (k + 1) // srv.stall_every if srv.stall_every else 0  # stalled events up to event k + 1
+            at = srv.ttft_ns + (k + 1) * srv.itl_ns + stalls * srv.stall_ns
+            self.handles = [loop.call_at(lt0 + at / 1e9, emit)]
 
         self.handles = [loop.call_at(lt0 + srv.ttft_ns / 1e9, emit)]
 
@@ -308,7 +316,17 @@ class Conn(asyncio.Protocol):
             self.data_received(b"")
 
 
-def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode: str, ready=None) -> None:
+def serve(
+    host: str,
+    port: int,
+    ttft_ms: float,
+    itl_ms: float,
+    tokens: int,
+    mode: str,
+    ready=None,
+    stall_every: int = 0,
+    stall_ms: float = 0.0,
+) -> None:
     try:
         import uvloop  # type: ignore
 
@@ -316,7 +334,7 @@ def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode
     except ImportError:  # pragma: no cover
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    srv = Server(ttft_ms, itl_ms, tokens, mode)
+    srv = Server(ttft_ms, itl_ms, tokens, mode, stall_every, stall_ms)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -336,7 +354,15 @@ def serve(host: str, port: int, ttft_ms: float, itl_ms: float, tokens: int, mode
 
 
 @contextmanager
-def server_process(ttft_ms: float = 50, itl_ms: float = 10, tokens: int = 0, mode: str = "ok", nice: int = 0):
+def server_process(
+    ttft_ms: float = 50,
+    itl_ms: float = 10,
+    tokens: int = 0,
+    mode: str = "ok",
+    nice: int = 0,
+    stall_every: int = 0,
+    stall_ms: float = 0.0,
+):
     """Start the server in its own process; yields its base URL ('http://127.0.0.1:PORT')."""
     cmd = [
         sys.executable,
@@ -352,6 +378,10 @@ def server_process(ttft_ms: float = 50, itl_ms: float = 10, tokens: int = 0, mod
         str(tokens),
         "--mode",
         mode,
+        "--stall-every",
+        str(stall_every),
+        "--stall-ms",
+        str(stall_ms),
     ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -391,8 +421,10 @@ def main(argv=None) -> None:
     ap.add_argument("--itl-ms", type=float, default=10)
     ap.add_argument("--tokens", type=int, default=0)
     ap.add_argument("--mode", default="ok")
+    ap.add_argument("--stall-every", type=int, default=0, help="every K-th content event comes --stall-ms late")
+    ap.add_argument("--stall-ms", type=float, default=0.0)
     a = ap.parse_args(argv)
-    serve(a.host, a.port, a.ttft_ms, a.itl_ms, a.tokens, a.mode)
+    serve(a.host, a.port, a.ttft_ms, a.itl_ms, a.tokens, a.mode, stall_every=a.stall_every, stall_ms=a.stall_ms)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,7 @@ class DcgmSource(ScrapedSource):
                     "power_limit_w": limit,
                     "persistence_mode": None,
                     "hostname": lab.get("Hostname"),
+                    "pci_bus_id": lab.get("pci_bus_id"),
                 }
             )
         return self.info()

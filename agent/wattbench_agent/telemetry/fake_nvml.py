@@ -255,6 +255,12 @@ class FakeNvml:
     def nvmlDeviceGetPersistenceMode(self, h):
         return self._dev(h, "nvmlDeviceGetPersistenceMode")
 
+    def nvmlDeviceGetSerial(self, h):
+        return self._dev(h, "nvmlDeviceGetSerial")
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(**self._dev(h, "nvmlDeviceGetPciInfo"))
+
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         return self._dev(h, "nvmlDeviceGetTotalEnergyConsumption")
 

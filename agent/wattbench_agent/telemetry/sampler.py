@@ -475,6 +475,8 @@ class Sampler:
             "power_limit_w": limits[0] if limits and all(v is not None for v in limits) else None,
             "power_limits_w": limits,
             "persistence_mode": all(persist) if persist and all(v is not None for v in persist) else None,
+            "gpu_serials": _known([g.get("serial") for g in gpus]),
+            "gpu_pci_bus_ids": _known([g.get("pci_bus_id") for g in gpus]),
             "hz": self.hz if self.kind != "none" else None,
             "sampler_hz": self.hz if self.kind != "none" else None,
             "sampler_cpu_share": st.get("sampler_cpu_share"),
@@ -501,12 +503,19 @@ class Sampler:
                 "driver_version",
                 "power_limit_w",
                 "persistence_mode",
+                "gpu_serials",
+                "gpu_pci_bus_ids",
                 "telemetry_source",
                 "sampler_hz",
                 "sampler_cpu_share",
                 "sampler_call_ms",
             )
         }
+
+
+def _known(values: list[Any]) -> list[Any] | None:
+    """A per-GPU list, or None when no GPU's value is known (a column of NULLs says nothing a NULL does not)."""
+    return values if any(v is not None for v in values) else None
 
 
 def _integrate(pts: list[tuple[int, float]], start_ns: int, end_ns: int) -> float:

@@ -202,6 +202,9 @@ class NvmlSource:
             index = self._call("nvmlDeviceGetIndex", handle, gpu=pos)
             limit = self._call("nvmlDeviceGetEnforcedPowerLimit", handle, gpu=pos)
             persistence = self._call("nvmlDeviceGetPersistenceMode", handle, gpu=pos)
+            serial = self._call("nvmlDeviceGetSerial", handle, gpu=pos)  # the board's, as printed on it
+            pci = self._call("nvmlDeviceGetPciInfo", handle, gpu=pos)
+            bus_id = getattr(pci, "busId", None) if pci is not None else None
             self.gpus.append(
                 {
                     "uuid": _text(uuid) if uuid is not None else (self.wanted[pos] if self.wanted else f"gpu{pos}"),
@@ -210,6 +213,8 @@ class NvmlSource:
                     "handle": handle,
                     "power_limit_w": limit / 1000.0 if limit is not None else None,
                     "persistence_mode": bool(persistence) if persistence is not None else None,
+                    "serial": _text(serial) if serial else None,
+                    "pci_bus_id": _text(bus_id) if bus_id else None,
                 }
             )
         return self.info()
@@ -222,7 +227,11 @@ class NvmlSource:
     def info(self) -> dict[str, Any]:
         return {
             "gpus": [
-                {k: g[k] for k in ("uuid", "index", "name", "power_limit_w", "persistence_mode")} for g in self.gpus
+                {
+                    k: g[k]
+                    for k in ("uuid", "index", "name", "power_limit_w", "persistence_mode", "serial", "pci_bus_id")
+                }
+                for g in self.gpus
             ],
             "driver_version": self.driver_version,
         }
