@@ -119,7 +119,13 @@ def _workload(load: dict[str, Any]):
     from wattbench_agent.loadgen import shapes
 
     shape = load["shape"]
-    common = {"input_tokens": int(load["input_tokens"]), "output_tokens": int(load["output_tokens"])}
+    # the lengths as the load generator draws them: a distribution of the plan's load_options, else its
+    # random_range_ratio around input_tokens / output_tokens
+    common = {
+        "input_tokens": load.get("input_tokens_dist") or int(load["input_tokens"]),
+        "output_tokens": load.get("output_tokens_dist") or int(load["output_tokens"]),
+        "random_range_ratio": float(load.get("random_range_ratio") or 0.0),
+    }
     if shapes.get(shape).closed_loop:
         return Workload(
             shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common

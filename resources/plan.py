@@ -151,6 +151,14 @@ class Workload(_Strict):
     api: Literal["chat", "completions"] = "chat"
     input_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     output_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
+    random_range_ratio: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="spread the lengths as vllm bench serve's --random-range-ratio r: each request's prompt and output "
+        "uniform over [floor(L(1 - r)), ceil(L(1 + r))] around input_tokens / output_tokens (0: every request the same; "
+        "a closed loop of equal requests can lock into one phase, docs/MEASUREMENT.md)",
+    )
     warmup_s: float = Field(2.0, ge=0, le=3600)
     duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
     points: list[LoadPoint] = Field(min_length=1)
@@ -205,6 +213,8 @@ class Workload(_Strict):
                 "duration_s": self.duration_s,
                 "workload": self.name,
             }
+            if self.random_range_ratio:
+                spec["random_range_ratio"] = self.random_range_ratio
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
             if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:

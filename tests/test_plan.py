@@ -150,3 +150,19 @@ def test_an_engine_checkpoint_is_what_that_engine_loads(tmp_path):
     res = BenchPlan(path="plans/h200-vllm-fp8ckpt.yaml")
     other, _ = res.load("meta-llama--Llama-3.1-8B|h200-vllm-fp8ckpt")
     assert other.model != plan.model and all(e.checkpoint is None for e in other.engines)
+
+
+def test_default_plan_spreads_lengths_as_real_traffic(tmp_path):
+    """The default comparison protocol draws each request's lengths as vllm bench serve --random-range-ratio 0.5
+    does: a closed loop of equal requests can lock into one phase (docs/MEASUREMENT.md); every load spec carries the
+    ratio and the load generator accepts it. A plan without it keeps one length a request; out of [0, 1) is refused."""
+    from wattbench_agent.loadgen import LoadSpec
+
+    plan, _ = load_plan(DEFAULT_PLAN)
+    specs = [s for w in plan.workloads for s in w.load_specs()]
+    assert specs and {s["random_range_ratio"] for s in specs} == {0.5}
+    assert all(LoadSpec.from_dict(s).random_range_ratio == 0.5 for s in specs)
+    plain, _ = load_plan(_write(tmp_path, GOOD.replace("    random_range_ratio: 0.5", "    # no spread")))
+    assert all("random_range_ratio" not in s for w in plain.workloads for s in w.load_specs())
+    with pytest.raises(PlanError, match=r"workloads\[0\].random_range_ratio"):
+        load_plan(_write(tmp_path, GOOD.replace("random_range_ratio: 0.5", "random_range_ratio: 1.5", 1)))

@@ -14,10 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from wattbench_agent.emulator.engine import Request, Scheduler
 from wattbench_agent.emulator.perf import StepCost, StepLoad
 from wattbench_agent.emulator.profiles import EngineSetup, setup
 from wattbench_agent.loadgen import shapes
+from wattbench_agent.loadgen.workload import range_ratio_dist, sample_lengths
 
 LengthSpec = int | Sequence[int] | dict
 
@@ -28,8 +31,11 @@ class Workload:
     concurrency (closed loop), or open-loop Poisson / gamma / surge arrivals drawn exactly as the load generator
     draws them for the same seed, or a trace.
 
-    input_tokens / output_tokens: an int, a list of ints (drawn uniformly), or
+    input_tokens / output_tokens: an int, a list of ints (drawn uniformly), a load generator length distribution
+    ({"kind": "uniform", "min": a, "max": b}, ...: loadgen/workload.sample_lengths), or
     {"dist": "lognormal", "mean": m, "sigma": s, "min": a, "max": b}.
+    random_range_ratio: where the lengths are ints, each request's drawn as vllm bench serve's --random-range-ratio
+    (uniform over [floor(L(1 - r)), ceil(L(1 + r))]), as the load generator draws them.
     shared_prefix_tokens: that many leading prompt tokens are identical in every request (prefix caching).
     ramp_s: closed loop only: stream k of N starts at k * ramp_s / N (as wattbench's load generator ramps), not
     all at t = 0.
@@ -48,11 +54,16 @@ class Workload:
     shared_prefix_tokens: int = 0
     ramp_s: float = 0.0
     arrivals: Sequence[float] | None = None
+    random_range_ratio: float = 0.0
 
 
-def _draw(spec: LengthSpec, rng: random.Random) -> int:
+def _draw(spec: LengthSpec, rng: random.Random, ratio: float = 0.0) -> int:
     if isinstance(spec, int):
-        return spec
+        if not ratio:
+            return spec
+        spec = range_ratio_dist(spec, ratio)
+    if isinstance(spec, dict) and "kind" in spec:  # the load generator's own distributions
+        return int(sample_lengths(spec, 1, 1, np.random.default_rng(rng.getrandbits(32)))[0])
     if isinstance(spec, dict):
         mean, sigma = float(spec["mean"]), float(spec.get("sigma", 0.8))
         mu = math.log(mean) - sigma * sigma / 2
@@ -168,8 +179,8 @@ def simulate(
 
     def make(arrival: float) -> Request:
         counter[0] += 1
-        pl = max(1, _draw(wl.input_tokens, rng))
-        ol = max(1, _draw(wl.output_tokens, rng))
+        pl = max(1, _draw(wl.input_tokens, rng, wl.random_range_ratio))
+        ol = max(1, _draw(wl.output_tokens, rng, wl.random_range_ratio))
         hashes: list[int] = []
         if sched.prefix_caching:
             nfull = pl // bs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -252,21 +251,7 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
     if dataset and a.output_tokens is None:
         d["output_tokens_dist"] = {"kind": "dataset"}  # vLLM's behaviour: the dataset's own reply lengths
     if a.random_range_ratio:
-        r = a.random_range_ratio
-        if not 0 <= r < 1:
-            raise ValueError(f"--random-range-ratio {r}: expected 0 <= r < 1")
-        if not dataset:
-            d["input_tokens_dist"] = {
-                "kind": "uniform",
-                "min": max(1, int(n_in * (1 - r))),
-                "max": max(1, math.ceil(n_in * (1 + r))),
-            }
-        if "output_tokens_dist" not in d:
-            d["output_tokens_dist"] = {
-                "kind": "uniform",
-                "min": max(1, int(n_out * (1 - r))),
-                "max": max(1, math.ceil(n_out * (1 + r))),
-            }
+        d["random_range_ratio"] = a.random_range_ratio  # LoadSpec: the prompts when synthetic, the outputs
     until_sent = a.duration is None and a.max_requests is not None
     if a.trace:
         d.update(shape="trace", trace_path=a.trace, concurrency=a.max_concurrency)

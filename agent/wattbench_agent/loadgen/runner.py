@@ -20,7 +20,7 @@ from . import metrics, replay, shapes, steps
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .spec import LoadSpec
 from .transport import FastTransport
-from .workload import Workload, load_tokenizer
+from .workload import Workload, length_dists, load_tokenizer
 
 _perf_ns = time.perf_counter_ns
 PREFETCH_MAX = 20000
@@ -109,8 +109,9 @@ def default_workload(spec: LoadSpec) -> str:
         return named
     if spec.dataset_path:
         return f"sharegpt:{Path(spec.dataset_path).name}"
-    i = "dist" if spec.input_tokens_dist else spec.input_tokens
-    o = "dist" if spec.output_tokens_dist else spec.output_tokens
+    in_dist, out_dist = length_dists(spec)
+    i = "dist" if in_dist else spec.input_tokens
+    o = "dist" if out_dist else spec.output_tokens
     pre = f"-prefix{spec.shared_prefix_tokens}" if spec.shared_prefix_tokens else ""
     return f"synthetic-in{i}-out{o}{pre}"
 
