@@ -1,7 +1,10 @@
 """Static pictures (PNG, matplotlib) for the Dagster UI and the HTML report's static section.
 
-Every picture is drawn from the point summaries (one row per engine x workload x point, the repeats' mean or pooled
-percentile with its 95% interval: sql/load_points.sql), never one dot per repeat; error bars are those intervals.
+The pictures that compare points are drawn from the point summaries (one marker per engine x workload x point, the
+repeats' mean or pooled percentile with its 95% interval: sql/load_points.sql; error bars are those intervals) and
+show every repeat beside its summary as a small dot (a cross where the repeat's closed loop was bunched), so a point
+whose repeats split into two groups is seen as such; a point whose repeats fell in both phase states has its
+interval drawn dashed and its label says so (its mean mixes two states and is no typical figure).
 Rules every picture follows (tests/reports/test_pictures.py checks them on the drawn figure):
 - one colour per engine config, never shared (up to 20 from Tableau's palettes, then evenly spaced hues);
 - points in load order (fixed concurrency ascending, then open-loop shapes by rate), never in string order;
@@ -97,15 +100,21 @@ def config_label(engine: str, df: pd.DataFrame) -> str:
     return f"{engine} ({', '.join(bits)})" if bits else str(engine)
 
 
-def interval_note(points: pd.DataFrame) -> str:
-    """What the error bars are, from the repeats the summaries rest on."""
+def interval_note(points: pd.DataFrame, repeats: pd.DataFrame | None = None) -> str:
+    """What the error bars are, from the repeats the summaries rest on (and, with `repeats` drawn, what the dots
+    are and which points mix two phase states)."""
     if points.empty or "repeats" not in points:
         return "no load point"
     reps = pd.to_numeric(points["repeats"], errors="coerce").dropna()
     if reps.empty or reps.max() <= 1:
         return "one repeat per point: throughput and energy have no interval; latency bars: bootstrap over requests"
     span = f"{int(reps.min())}" if reps.min() == reps.max() else f"{int(reps.min())}-{int(reps.max())}"
-    return f"bars: 95% intervals ({span} repeats per point; t over repeats, latency: bootstrap)"
+    note = f"bars: 95% intervals ({span} repeats per point; t over repeats, latency: bootstrap)"
+    if repeats is not None and not repeats.empty:
+        note += "; dots: each repeat"
+    if _mixed(points).any():
+        note += "; dashed: repeats in two phase states"
+    return note
 
 
 def _err(df: pd.DataFrame, col: str) -> np.ndarray | None:
@@ -259,11 +268,59 @@ def _legend_below(ax, handles=None, ncol: int = 2) -> None:
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False, **kw)
 
 
-def _style_handles() -> list:
-    return [
+def _style_handles(repeats: pd.DataFrame | None = None) -> list:
+    handles = [
         Line2D([], [], color="#555", marker="o", lw=1.2, label="fixed concurrency (filled)"),
         Line2D([], [], color="#555", marker="o", mfc="none", lw=0, label="open-loop arrivals (hollow, not joined)"),
     ]
+    if repeats is not None and not repeats.empty:
+        handles.append(Line2D([], [], color="#555", marker=".", lw=0, alpha=0.6, label="one repeat (dot)"))
+        if (repeats.get("phase_state") == "bunched").any():
+            handles.append(Line2D([], [], color="#555", marker="x", lw=0, ms=4, label="a bunched repeat (cross)"))
+    return handles
+
+
+BUNCHED = "bunched"
+
+
+def _mixed(df: pd.DataFrame) -> pd.Series:
+    """Which summaries rest on repeats in both phase states (sql/load_points.sql mixed_phase)."""
+    if "mixed_phase" not in df:
+        return pd.Series(False, index=df.index)
+    return df["mixed_phase"].map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else False).astype(bool)
+
+
+def _phase_note(row: Any) -> str:
+    """A point label's suffix: its repeats fell in two phase states."""
+    return " (2 phases: mean not typical)" if _mixed(pd.DataFrame([row])).iloc[0] else ""
+
+
+def _repeat_rows(repeats: pd.DataFrame | None, engine: str, x: str, y: str) -> pd.DataFrame:
+    if repeats is None or repeats.empty or x not in repeats or y not in repeats:
+        return pd.DataFrame()
+    return repeats[repeats["engine"] == engine].dropna(subset=[x, y])
+
+
+def draw_repeats(ax, repeats: pd.DataFrame | None, engine: str, x: str, y: str, color: str) -> None:
+    """Every repeat of an engine's points as a small dot at its own figures (a cross where its closed loop was
+    bunched), under the summaries' markers: a point whose repeats split into two groups shows as two groups."""
+    rows = _repeat_rows(repeats, engine, x, y)
+    if rows.empty:
+        return
+    bunched = rows.get("phase_state", pd.Series(None, index=rows.index)) == BUNCHED
+    for part, marker, gid in ((rows[~bunched], "o", "repeats"), (rows[bunched], "x", "repeats-bunched")):
+        if not part.empty:
+            ax.scatter(
+                part[x],
+                part[y],
+                s=10 if marker == "o" else 16,
+                marker=marker,
+                color=color,
+                alpha=0.55,
+                linewidths=0.9,
+                zorder=2,
+                gid=f"{gid}:{engine}",
+            )
 
 
 def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_tok_s") -> pd.DataFrame:
@@ -277,9 +334,25 @@ def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_to
     return df.loc[keep]
 
 
-def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
+def _errorbars(ax, part: pd.DataFrame, x: str, y: str, xerr: bool, **kw) -> None:
+    """A set of summaries with their intervals; those resting on repeats in two phase states with dashed bars."""
+    mixed = _mixed(part)
+    for rows, style in ((part[~mixed], "-"), (part[mixed], "--")):
+        if rows.empty:
+            continue
+        eb = ax.errorbar(rows[x], rows[y], xerr=_err(rows, x) if xerr else None, yerr=_err(rows, y), **kw)
+        for bars in eb.lines[2]:
+            bars.set_linestyle(style)
+        if style == "--":
+            eb.set_label(None)
+            eb.lines[0].set_gid((kw.get("gid") or "") + ":mixed-phase")
+        kw = {**kw, "label": None}
+
+
+def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens/s against median E2E latency, one marker per point summary with its 95% intervals on both
-    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it)."""
+    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it);
+    with `repeats` (reporting.report_frames), every repeat as a small dot (draw_repeats)."""
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
@@ -303,14 +376,16 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
                 lw=1.2,
                 gid=f"frontier:{engine}",
             )
+        draw_repeats(ax, repeats, engine, "e2e_p50_ms", "output_tok_s", c)
         for part, filled in ((closed, True), (open_, False)):
             if part.empty:
                 continue
-            ax.errorbar(
-                part["e2e_p50_ms"],
-                part["output_tok_s"],
-                xerr=_err(part, "e2e_p50_ms"),
-                yerr=_err(part, "output_tok_s"),
+            _errorbars(
+                ax,
+                part,
+                "e2e_p50_ms",
+                "output_tok_s",
+                True,
                 fmt="o",
                 ms=5,
                 color=c,
@@ -323,11 +398,14 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
                 label=config_label(engine, df) if filled or closed.empty else None,
                 gid=f"points:{engine}:{'closed' if filled else 'open'}",
             )
-        labels += [(r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one), c) for _, r in df.iterrows()]
+        labels += [
+            (r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one) + _phase_note(r), c) for _, r in df.iterrows()
+        ]
     ax.set_xlabel("median end-to-end latency, E2E p50 (ms)")
     ax.set_ylabel("output throughput (tokens/s)")
     ax.set_title(
-        f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points)}", fontsize=9
+        f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points, repeats)}",
+        fontsize=9,
     )
     ax.grid(alpha=0.3)
     if data.empty:
@@ -335,15 +413,35 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
     else:
         ax.margins(x=0.12, y=0.12)
         handles, _ = ax.get_legend_handles_labels()
-        _legend_below(ax, handles + _style_handles())
+        _legend_below(ax, handles + _style_handles(repeats))
         place_labels(ax, labels)
     return fig
 
 
-def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bool) -> list:
+def _dash_mixed(eb, rows: pd.DataFrame) -> None:
+    """Dashed interval bars for the summaries resting on repeats in two phase states (one bar per row, in order)."""
+    mixed = _mixed(rows)
+    if mixed.any():
+        for bars in eb.lines[2]:
+            bars.set_linestyles(["--" if m else "-" for m in mixed])
+
+
+def _tpj_repeats(repeats: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The repeats placed as the panel places their points: a closed loop at its concurrency, open-loop arrivals at
+    the repeat's own achieved concurrency."""
+    if repeats is None or repeats.empty:
+        return repeats
+    closed = repeats["shape"] == CLOSED_LOOP
+    return repeats.assign(x=np.where(closed, repeats["concurrency"], repeats["achieved_concurrency"]))
+
+
+def _tpj_panel(
+    ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bool, repeats: pd.DataFrame | None = None
+) -> list:
     """One tokens-per-joule panel: closed-loop sweeps as lines with error bars at their concurrency, open-loop points
-    hollow at their achieved concurrency. Returns the label items."""
+    hollow at their achieved concurrency, every repeat a dot. Returns the label items."""
     labels = []
+    repeats = _tpj_repeats(repeats)
     for engine in sorted(colors):
         df = load_order(data[(data["engine"] == engine)].dropna(subset=[col]))
         if df.empty:
@@ -351,8 +449,9 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
         c = colors[engine]
         closed = df[df["shape"] == CLOSED_LOOP].sort_values("concurrency")
         open_ = df[(df["shape"] != CLOSED_LOOP) & df["achieved_concurrency"].notna()]
+        draw_repeats(ax, repeats, engine, "x", col, c)
         if not closed.empty:
-            ax.errorbar(
+            eb = ax.errorbar(
                 closed["concurrency"],
                 closed[col],
                 yerr=_err(closed, col),
@@ -364,8 +463,13 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
                 label=config_label(engine, df),
                 gid=f"sweep:{engine}",
             )
+            _dash_mixed(eb, closed)
+            labels += [
+                (r["concurrency"], r[col], point_name(r, one) + _phase_note(r), c)
+                for _, r in closed[_mixed(closed)].iterrows()
+            ]
         if not open_.empty:
-            ax.errorbar(
+            eb = ax.errorbar(
                 open_["achieved_concurrency"],
                 open_[col],
                 yerr=_err(open_, col),
@@ -381,14 +485,18 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
                 label=None if not closed.empty else config_label(engine, df),
                 gid=f"open:{engine}",
             )
-            labels += [(r["achieved_concurrency"], r[col], point_name(r, one), c) for _, r in open_.iterrows()]
+            _dash_mixed(eb, open_)
+            labels += [
+                (r["achieved_concurrency"], r[col], point_name(r, one) + _phase_note(r), c) for _, r in open_.iterrows()
+            ]
     return labels
 
 
-def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
+def fig_tokens_per_joule(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens per joule against concurrency, two panels: total GPU energy (energy counter) and above idle
     (the deployment's idle power with the model loaded subtracted). Fixed-concurrency sweeps as lines; open-loop
-    points hollow at their achieved (time-averaged) concurrency; bars: 95% intervals over repeats."""
+    points hollow at their achieved (time-averaged) concurrency; bars: 95% intervals over repeats; with `repeats`,
+    every repeat a dot (a closed loop's summaries that mix two phase states are labelled so)."""
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
     one = points["workload"].nunique() == 1 if not points.empty else True
@@ -397,7 +505,7 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
     titles = ("total: output tokens / GPU energy (counter)", "above idle: output tokens / (energy - idle W x window)")
     for ax, col, title in zip(axes, ("output_tokens_per_j", "output_tokens_per_j_above_idle"), titles):
         data = points.dropna(subset=[col]) if col in points else points.iloc[0:0]
-        labels = _tpj_panel(ax, data, col, colors, one) if not data.empty else []
+        labels = _tpj_panel(ax, data, col, colors, one, repeats) if not data.empty else []
         if not data.empty:
             ticks += data.loc[data["shape"] == CLOSED_LOOP, "concurrency"].dropna().tolist()
             xs += data.loc[data["shape"] != CLOSED_LOOP, "achieved_concurrency"].dropna().tolist()
@@ -414,19 +522,22 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
         ax._wb_labels = labels
     axes[0].set_ylabel("output tokens per joule (tok/J)")
     xs += ticks
+    placed = _tpj_repeats(repeats)
+    if placed is not None and not placed.empty and xs:  # open-loop repeats sit at their own achieved concurrency
+        xs += [float(x) for x in placed["x"].dropna() if x > 0]
     if xs:
         for ax in axes:
             ax.set_xscale("log", base=2)
             plain_log_axis(ax.xaxis, ticks or [round(x, 1) if x < 10 else round(x) for x in xs])
             ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
-    fig.suptitle(f"Energy efficiency against concurrency ({label})\n{interval_note(points)}", fontsize=9)
+    fig.suptitle(f"Energy efficiency against concurrency ({label})\n{interval_note(points, repeats)}", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     if not handles:
         handles, names = axes[1].get_legend_handles_labels()
     if handles:
         fig.legend(
-            handles + _style_handles(),
-            names + [h.get_label() for h in _style_handles()],
+            handles + _style_handles(repeats),
+            names + [h.get_label() for h in _style_handles(repeats)],
             fontsize=7,
             loc="lower center",
             ncol=3,
@@ -579,12 +690,12 @@ def fig_latency_cdf(requests: pd.DataFrame, label: str, metric: str = "ttft_ms")
     return fig
 
 
-def plot_throughput_latency(points: pd.DataFrame, label: str) -> bytes:
-    return _png(fig_throughput_latency(points, label))
+def plot_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> bytes:
+    return _png(fig_throughput_latency(points, label, repeats))
 
 
-def plot_tokens_per_joule(points: pd.DataFrame, label: str) -> bytes:
-    return _png(fig_tokens_per_joule(points, label))
+def plot_tokens_per_joule(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> bytes:
+    return _png(fig_tokens_per_joule(points, label, repeats))
 
 
 def plot_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> bytes:

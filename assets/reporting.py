@@ -9,6 +9,7 @@ import html
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from assets import charts
@@ -26,6 +27,8 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     """What the pictures and charts are drawn from, for one run:
     - points: one row per engine x workload x point, its repeats summarised with 95% intervals (sql/load_points.sql:
       <figure>, <figure>_lo, <figure>_hi), with the mean achieved concurrency, precision and tp of its repeats;
+    - repeats: each repeat of a point (v_load_points: one row per load run) with the figures the pictures compare and
+      its phase state, so that the pictures show every repeat beside the summary;
     - samples: the sampled GPU power; windows: each load run's steady-state window with its point, repeat and
       energy-counter W; requests: TTFT and E2E of successful requests sent inside a window, with their point."""
     from resources.warehouse import run_sql
@@ -41,6 +44,12 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
         points = points.merge(per_run, on=["engine", "workload", "point_label"], how="left")
     return {
         "points": points,
+        "repeats": con.execute(
+            "SELECT engine, workload, point_label, shape, concurrency, rate, repeat, output_tok_s, e2e_p50_ms, "
+            "output_tokens_per_j, output_tokens_per_j_above_idle, achieved_concurrency, phase_state "
+            "FROM v_load_points WHERE run_id = ? ORDER BY engine, workload, point_label, repeat",
+            [run_id],
+        ).df(),
         "samples": con.execute(
             "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
             [run_id],
@@ -64,8 +73,8 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
 def pictures(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
     """The static pictures of a run (PNG): what the Dagster UI shows and the HTML keeps as its static copy."""
     return {
-        "throughput vs latency": plot_throughput_latency(frames["points"], label),
-        "tokens per joule vs concurrency": plot_tokens_per_joule(frames["points"], label),
+        "throughput vs latency": plot_throughput_latency(frames["points"], label, frames.get("repeats")),
+        "tokens per joule vs concurrency": plot_tokens_per_joule(frames["points"], label, frames.get("repeats")),
         "power trace": plot_power_trace(frames["samples"], frames["windows"], label),
         "TTFT CDF": plot_latency_cdf(frames["requests"], label, "ttft_ms"),
         "E2E CDF": plot_latency_cdf(frames["requests"], label, "e2e_ms"),
@@ -78,8 +87,8 @@ def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str,
         "power trace": charts.power_chart(frames["samples"], frames["windows"], label),
         "TTFT CDF": charts.cdf_chart(frames["requests"], label, "ttft_ms"),
         "E2E CDF": charts.cdf_chart(frames["requests"], label, "e2e_ms"),
-        "throughput vs latency": charts.throughput_latency_chart(frames["points"], label),
-        "tokens per joule vs load": charts.tokens_per_joule_chart(frames["points"], label),
+        "throughput vs latency": charts.throughput_latency_chart(frames["points"], label, frames.get("repeats")),
+        "tokens per joule vs load": charts.tokens_per_joule_chart(frames["points"], label, frames.get("repeats")),
     }
 
 
@@ -131,9 +140,21 @@ CONTRAST_HEADLINES = (
 )
 
 
-def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
+MIXED_PHASE_NOTE = "two phase states: the mean mixes them, not a typical figure"
+
+
+def phase_cell(states: Any, mixed: Any) -> str:
+    """The phase states of a point's repeats as the tables print them: 'spread x3'; a point whose repeats fell in
+    both states says that its mean is no typical figure; NULL where no repeat had a phase verdict."""
+    if states is None or (isinstance(states, float) and states != states):
+        return "NULL"
+    return f"{states}: {MIXED_PHASE_NOTE}" if isinstance(mixed, (bool, np.bool_)) and mixed else str(states)
+
+
+def point_summary_table(figures: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per engine x point, its figures as 'estimate [lo, hi]' (the 95% interval; the bare estimate where
-    there is none), from sql/point_figures.sql's long form; rows in the query's order (load order)."""
+    there is none), from sql/point_figures.sql's long form; rows in the query's order (load order). With `points`
+    (sql/load_points.sql), a column gives the phase states of its repeats (phase_cell)."""
     if figures.empty:
         return pd.DataFrame()
     f = figures[figures["metric"].isin([m for m, _ in POINT_FIGURES])].copy()
@@ -144,7 +165,17 @@ def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
     table = rows.merge(wide.reset_index(), on=["engine", "point"], how="left")
     headings = {m: h for m, h in POINT_FIGURES}
     cols = ["engine", "point", "repeats"] + [m for m, _ in POINT_FIGURES if m in table]
-    table = table[cols].rename(columns={"engine": "engine config", "point": "workload:point", **headings})
+    if points is not None and not points.empty and "phase_states" in points:
+        key = points["workload"].astype(str) + ":" + points["point_label"].astype(str)
+        cells = {
+            (e, k): phase_cell(s, m)
+            for e, k, s, m in zip(points["engine"], key, points["phase_states"], points["mixed_phase"])
+        }
+        table["phase"] = [cells.get((e, p), "NULL") for e, p in zip(table["engine"], table["point"])]
+        cols.insert(3, "phase")
+    table = table[cols].rename(
+        columns={"engine": "engine config", "point": "workload:point", "phase": "phase of the repeats", **headings}
+    )
     return table.fillna("NULL").reset_index(drop=True)
 
 

@@ -82,7 +82,7 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
     full = frames["runs"]
-    summary = reporting.point_summary_table(frames["figures"])
+    summary = reporting.point_summary_table(frames["figures"], frames["points"])
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
         "run_id": run_id,
@@ -333,7 +333,7 @@ def _html_sections(
             ),
         )
     ]
-    summary = reporting.point_summary_table(frames["figures"])
+    summary = reporting.point_summary_table(frames["figures"], frames["points"])
     sections.append(
         (
             "Every load point, summarised over its repeats",

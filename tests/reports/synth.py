@@ -42,6 +42,7 @@ class Point:
     status: str = "ok"
     error_kind: str | None = None
     repeat: int | None = None  # set: the load point id gets "#<repeat>" and the row its point_label and repeat
+    phase_state: str | None = None  # the load run's phase state (bunched | spread), as the load generator sets it
 
 
 @dataclass
@@ -148,6 +149,7 @@ def write_run(
                     "error_kind": p.error_kind,
                     "point_label": p.label,
                     "repeat": p.repeat,
+                    "phase_state": p.phase_state,
                 }
             )
             # sends spread so that every request also completes inside the window: latency figures count requests
