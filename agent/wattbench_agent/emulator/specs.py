@@ -232,7 +232,12 @@ def model_spec(name: str) -> ModelSpec:
 
 
 def gpu_spec(name: str) -> GPUSpec:
+    """A GPU of specs.json (datasheet facts and measured idle power), with the factors the real-hardware calibration
+    fitted for it (calibration.json: mem_eff_scale, mem_power_scale, speed_scale) over it."""
+    from wattbench_agent.emulator import calibration
+
     gid, g = _pick("gpus", name, "GPU")
+    g = {**g, **calibration.gpu(gid)}
     return GPUSpec(
         id=gid,
         name=g["name"],
