@@ -155,9 +155,9 @@ class Workload(_Strict):
         0.0,
         ge=0,
         lt=1,
-        description="spread the lengths as vllm bench serve's --random-range-ratio r: each request's prompt and output "
-        "uniform over [floor(L(1 - r)), ceil(L(1 + r))] around input_tokens / output_tokens (0: every request the same; "
-        "a closed loop of equal requests can lock into one phase, docs/MEASUREMENT.md)",
+        description="spread the lengths as vllm bench serve's --random-range-ratio r: each request's prompt and "
+        "output uniform over [floor(L(1 - r)), ceil(L(1 + r))] around input_tokens / output_tokens (0: every request "
+        "the same; a closed loop of equal requests can lock into one phase, docs/MEASUREMENT.md)",
     )
     warmup_s: float = Field(2.0, ge=0, le=3600)
     duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
@@ -284,7 +284,7 @@ class Plan(_Strict):
     model: str
     twin_model: str | None = Field(
         None,
-        description="what the digital twin (wattbench predict, benchmarks/twin_fit.py) takes `model` to be: a "
+        description="what the digital twin (wattbench predict, wattbench/twin/) takes `model` to be: a "
         "twin model name (wattbench_agent/emulator/specs.json: id, Hub name or alias) or a Hugging Face config.json "
         "(the file, or a folder holding one; relative to the plan's folder). Default: `model` itself, which may "
         "also be a local model folder holding a config.json",
