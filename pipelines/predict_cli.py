@@ -234,6 +234,7 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
     from wattbench_agent.bundle import BundleWriter
     from wattbench_agent.emulator import EMULATOR_VERSION, setup
     from wattbench_agent.emulator.specs import model_spec
+    from wattbench_agent.runner import load_seed
 
     found, notes = twins(plan)
     for n in notes:
@@ -295,10 +296,12 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
 
                         at = functools.partial(_simulate, profile, model, plan.gpu, spec, config, wl, load)
                         point_setup = setup(profile, model, plan.gpu, spec.tp, spec.precision, config)
-                        r = at(point_setup, repeat - 1)
+                        # the seed the agent gives this point and repeat: the same arrivals and lengths
+                        seed = load_seed(workload.name, label, repeat, load)
+                        r = at(point_setup, seed)
                         if repeat == 1:
                             bands[f"{workload.name}:{label}"] = spread_band(
-                                point_setup, r, functools.partial(at, seed=0, record=False)
+                                point_setup, r, functools.partial(at, seed=seed, record=False)
                             )
                         suffix = f"#{repeat}" if plan.repeats > 1 else ""
                         lp = f"{spec.name}:{workload.name}:{label}{suffix}"

@@ -357,8 +357,13 @@ def point_seed(point: LoadPointSpec) -> int:
     """Each load point gets its own prompts and arrivals unless the plan pins a seed: repeating the same prompts
     across points (or repeats) would let prefix caching serve later ones from cache and flatter them. The seed
     comes from the workload, point and repeat, not the engine, so every engine of a plan sees the same requests."""
-    key = f"{point.workload}:{point.point_label}" + (f":r{point.repeat}" if point.repeat > 1 else "")
-    return point.load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
+    return load_seed(point.workload, point.point_label, point.repeat, point.load)
+
+
+def load_seed(workload: str, point_label: str, repeat: int, load: dict) -> int:
+    """point_seed from its parts (the twin draws a planned point's arrivals and lengths with it too)."""
+    key = f"{workload}:{point_label}" + (f":r{repeat}" if repeat > 1 else "")
+    return load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
 
 
 def run_load_point(

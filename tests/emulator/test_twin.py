@@ -354,3 +354,25 @@ def test_a_windows_power_is_linear_in_the_power_coefficients():
             + g.tdp_w * pf.k_mem * g.mem_power_scale * b["free_mem"]
         ) / b["window_s"]
         assert w == pytest.approx(r.avg_power_w, rel=1e-9)
+
+
+def test_the_twin_sends_what_the_load_generator_sends_for_the_same_seed():
+    """Open loop with spread lengths: the twin's requests arrive at the load generator's send times for the seed and
+    carry the lengths the load generator draws for them (request i, the i-th send), so a prediction made with the
+    agent's seed for a point describes the very requests the run will send."""
+    from wattbench_agent.loadgen import LoadSpec, shapes
+    from wattbench_agent.loadgen.workload import Workload as Lengths
+
+    seed, horizon = 1234, 6.0
+    wl = Workload(shape="poisson", rate=10, input_tokens=512, output_tokens=128, random_range_ratio=0.5)
+    r = simulate("vllm-like", *H200_8B, "bf16", {}, wl, duration_s=4, warmup_s=2, seed=seed, record=True)
+    spec = LoadSpec(shape="poisson", rate=10, input_tokens=512, output_tokens=128, random_range_ratio=0.5, seed=seed)
+    sends = shapes.get("poisson").offsets(vars(spec), horizon, seed)
+    lengths = Lengths(spec, n_hint=len(sends))
+    got = sorted(r.extra["requests"], key=lambda q: int(q["id"].split("-")[1]))
+    assert got and len(got) <= len(sends)
+    for q in got:
+        i = int(q["id"].split("-")[1]) - 1
+        assert q["sent"] == pytest.approx(sends[i])
+        assert (q["prompt_tokens"], q["max_tokens"]) == lengths.lengths(i)
+    assert len({q["max_tokens"] for q in got}) > 5  # spread, not one length

@@ -73,6 +73,33 @@ def _draw(spec: LengthSpec, rng: random.Random, ratio: float = 0.0) -> int:
     return int(rng.choice(list(spec)))
 
 
+def _loadgen_lengths(wl: Workload, seed: int, horizon: float, n_arrivals: int):
+    """Where the lengths are the load generator's kind (an int with a random_range_ratio, or its length
+    distributions), the load generator's own Workload for the same seed, sized as it sizes it for one worker (the
+    arrivals of an open loop, else 2 x streams x the horizon + streams): request i gets the i-th request's lengths
+    the load generator draws. None for the twin's own length specs (lists, the lognormal dict)."""
+    from wattbench_agent.loadgen.spec import LoadSpec
+    from wattbench_agent.loadgen.workload import Workload as Lengths
+
+    def ok(spec) -> bool:
+        return isinstance(spec, int) or (isinstance(spec, dict) and "kind" in spec)
+
+    spread = wl.random_range_ratio or any(isinstance(s, dict) for s in (wl.input_tokens, wl.output_tokens))
+    if not (spread and ok(wl.input_tokens) and ok(wl.output_tokens)):
+        return None
+    closed = shapes.get(wl.shape).closed_loop
+    n = int(wl.concurrency * max(horizon, 1.0) * 2) + wl.concurrency if closed else n_arrivals
+    spec = LoadSpec(
+        input_tokens=wl.input_tokens if isinstance(wl.input_tokens, int) else 128,
+        output_tokens=wl.output_tokens if isinstance(wl.output_tokens, int) else 128,
+        input_tokens_dist=wl.input_tokens if isinstance(wl.input_tokens, dict) else None,
+        output_tokens_dist=wl.output_tokens if isinstance(wl.output_tokens, dict) else None,
+        random_range_ratio=wl.random_range_ratio,
+        seed=seed,
+    )
+    return Lengths(spec, n_hint=max(n, 1))
+
+
 def _pct(xs: list[float]) -> dict[str, float | None]:
     if not xs:
         return {"p50": None, "p90": None, "p99": None, "mean": None}
@@ -161,6 +188,7 @@ class _Run:
         if problem:
             raise ValueError(problem)
         self.arrivals = self.shape.twin_arrivals(vars(wl), t1, seed)
+        self.lengths = _loadgen_lengths(wl, seed, t1, len(self.arrivals))
         self.prefix_blocks = wl.shared_prefix_tokens // self.sched.bs
         self.made = 0
         self.now = 0.0
@@ -195,8 +223,11 @@ class _Run:
         """A new request sent at `arrival`, its lengths drawn as the load generator draws them."""
         wl, sched = self.wl, self.sched
         self.made += 1
-        pl = max(1, _draw(wl.input_tokens, self.rng, wl.random_range_ratio))
-        ol = max(1, _draw(wl.output_tokens, self.rng, wl.random_range_ratio))
+        if self.lengths is not None:  # the load generator's own draws for this seed, request by request
+            pl, ol = self.lengths.lengths(self.made - 1)
+        else:
+            pl = max(1, _draw(wl.input_tokens, self.rng, wl.random_range_ratio))
+            ol = max(1, _draw(wl.output_tokens, self.rng, wl.random_range_ratio))
         hashes: list[int] = []
         if sched.prefix_caching:
             nfull = pl // sched.bs
