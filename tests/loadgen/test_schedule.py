@@ -133,15 +133,15 @@ def test_random_range_ratio_is_vllm_bench_serves():
     serve's random dataset; prompts only when synthetic; an explicit *_tokens_dist wins; r = 0 keeps one length."""
     spec = LoadSpec(concurrency=4, input_tokens=512, output_tokens=127, random_range_ratio=0.5, seed=3)
     w = Workload(spec, n_hint=4000)
-    ins, outs = zip(*(w._lengths(i) for i in range(4000)))
+    ins, outs = zip(*(w.lengths(i) for i in range(4000)))
     assert (min(ins), max(ins)) == (256, 768) and (min(outs), max(outs)) == (63, 191)
     assert abs(np.mean(outs) - 127) < 2
     assert {len(w.item(i).prompt.split(" ")) for i in range(20)} != {512}  # the prompts follow the drawn lengths
     fixed = Workload(LoadSpec(concurrency=4, input_tokens=512, output_tokens=128))
-    assert {fixed._lengths(i) for i in range(50)} == {(512, 128)}
+    assert {fixed.lengths(i) for i in range(50)} == {(512, 128)}
     explicit = LoadSpec(concurrency=1, output_tokens_dist={"kind": "fixed", "value": 7}, random_range_ratio=0.5)
-    assert {Workload(explicit)._lengths(i)[1] for i in range(50)} == {7}
-    assert Workload(LoadSpec(concurrency=1, output_tokens=1, random_range_ratio=0.9))._lengths(0)[1] >= 1
+    assert {Workload(explicit).lengths(i)[1] for i in range(50)} == {7}
+    assert Workload(LoadSpec(concurrency=1, output_tokens=1, random_range_ratio=0.9)).lengths(0)[1] >= 1
     for bad in (1.0, -0.1):
         with pytest.raises(LoadSpecError, match="random_range_ratio"):
             LoadSpec.from_dict({"concurrency": 1, "random_range_ratio": bad})

@@ -243,7 +243,8 @@ class Workload:
                 synthetic_text(spec.shared_prefix_tokens, prng, self.tok) for _ in range(max(spec.num_prefixes, 1))
             ]
 
-    def _lengths(self, i: int) -> tuple[int, int]:
+    def lengths(self, i: int) -> tuple[int, int]:
+        """Request i's (input, output) lengths, drawn in order from the seed (the twin draws the same)."""
         if i >= self._n:  # grow deterministically
             extra = max(self._n, i + 1 - self._n)
             self._in = np.concatenate(
@@ -256,7 +257,7 @@ class Workload:
         return int(self._in[i]), int(self._out[i])
 
     def item(self, i: int) -> Item:
-        n_in, n_out = self._lengths(i)
+        n_in, n_out = self.lengths(i)
         rng = np.random.default_rng((self.spec.seed, i))
         if self.trace_rows is not None:
             row = self.trace_rows[i % len(self.trace_rows)]
