@@ -213,3 +213,41 @@ def test_same_model_compares_shapes():
     root = Path(__file__).resolve().parents[1]
     assert pc.same_model(str(root / "results" / "h200-vllm" / "config.json"))  # the 8B random model: same shapes
     assert not pc.same_model(str(root / "results" / "h200-vllm-14b" / "config.json"))
+
+
+def test_predict_sends_each_repeat_the_requests_the_agent_will_send(tmp_path, capsys):
+    """A filed prediction describes the run's own requests: each point and repeat is simulated with the seed the agent
+    gives it (runner.point_seed through resources.plan.agent_spec), so every predicted request has the lengths the
+    load generator prepares for it (spread lengths: a different seed would draw different ones), and the repeats
+    differ as the run's will."""
+    from resources.plan import agent_spec, load_plan
+    from wattbench_agent.loadgen import LoadSpec
+    from wattbench_agent.loadgen.runner import _prepare
+    from wattbench_agent.runner import point_seed
+
+    engines = [{**PLAN["engines"][0], "tp": 1, "precision": "bf16", "options": {"max_num_seqs": 16}}]
+    workloads = [
+        {**PLAN["workloads"][0], "sweep": {"concurrency": [4]}, "random_range_ratio": 0.5, "duration_s": 4},
+    ]
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        yaml.safe_dump({**PLAN, "model": "llama-3.1-8b", "engines": engines, "workloads": workloads, "repeats": 2})
+    )
+    db = tmp_path / "wh.duckdb"
+    assert main(["predict", "--plan", str(path), "--db", str(db), "--run-id", "pred-seed"]) == 0
+    capsys.readouterr()
+    plan, _ = load_plan(path)
+    points = agent_spec(plan, "pred-seed", tmp_path / "out", {}).deployments[0].load_points
+    assert len(points) == 2
+    with connect(db, read_only=True) as con:
+        for point in points:
+            rows = con.execute(
+                "SELECT request_id, prompt_tokens, max_tokens FROM requests WHERE run_id = 'pred-seed' "
+                "AND load_point_id = ?",
+                [point.load_point_id],
+            ).fetchall()
+            spec = LoadSpec.from_dict({**point.load, "seed": point_seed(point)})
+            prepared = _prepare(spec, None, point.load_point_id, 0, 1)["workload"]
+            assert len(rows) > 8
+            for rid, prompt, out in rows:
+                assert (prompt, out) == prepared.lengths(int(rid.split("-")[1]) - 1), (point.load_point_id, rid)

@@ -376,3 +376,36 @@ def test_the_twin_sends_what_the_load_generator_sends_for_the_same_seed():
         assert q["sent"] == pytest.approx(sends[i])
         assert (q["prompt_tokens"], q["max_tokens"]) == lengths.lengths(i)
     assert len({q["max_tokens"] for q in got}) > 5  # spread, not one length
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        {"output_tokens_dist": {"kind": "uniform", "min": 64, "max": 192}},  # the steps experiment's spread16
+        {"random_range_ratio": 0.5},  # vllm bench serve's --random-range-ratio
+    ],
+)
+def test_a_closed_loops_lengths_are_the_ones_the_load_generator_prepares(lengths):
+    """Closed loop: the load generator sizes its draws from the window (streams x 2 x horizon + streams), and the
+    lengths of request i depend on that size; the twin's requests carry the lengths the load generator's own
+    preparation (loadgen.runner._prepare, one worker) gives requests 0, 1, 2, ... for the same seed."""
+    from wattbench_agent.loadgen import LoadSpec
+    from wattbench_agent.loadgen.runner import _prepare
+
+    seed, c = 99, 16
+    spec = LoadSpec(concurrency=c, input_tokens=512, output_tokens=128, warmup_s=2, duration_s=4, seed=seed, **lengths)
+    prepared = _prepare(spec, None, "lp", 0, 1)["workload"]
+    wl = Workload(
+        shape="concurrency",
+        concurrency=c,
+        ramp_s=1.0,
+        input_tokens=512,
+        output_tokens=lengths.get("output_tokens_dist", 128),
+        random_range_ratio=lengths.get("random_range_ratio", 0.0),
+    )
+    r = simulate("vllm-like", *H200_8B, "bf16", {}, wl, duration_s=4, warmup_s=2, seed=seed, record=True)
+    got = sorted(r.extra["requests"], key=lambda q: int(q["id"].split("-")[1]))
+    assert len(got) > 3 * c
+    for q in got:
+        i = int(q["id"].split("-")[1]) - 1
+        assert (q["prompt_tokens"], q["max_tokens"]) == prepared.lengths(i)
