@@ -382,6 +382,7 @@ def _spec(args: argparse.Namespace) -> int:
     import uuid
 
     from resources.plan import PlanError, agent_spec, load_plan
+    from wattbench_agent.safety import secret_paths
 
     try:
         plan, _ = load_plan(args.plan)
@@ -396,8 +397,18 @@ def _spec(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"{plan.name}-{uuid.uuid4().hex[:8]}"
     spec = agent_spec(plan, run_id, Path(args.out or f"bundle-{run_id}"), builds={})
     text = spec.to_json(indent=1)
+    secrets = secret_paths(spec.to_dict())
+    if secrets and not args.write:  # the agent needs them in clear, so the spec goes to a file only its owner reads
+        return _fail(
+            f"{args.plan}: the spec holds secrets ({', '.join(secrets[:6])}); not printed: write it with "
+            "--write FILE (made readable by you only)"
+        )
     if args.write:
-        Path(args.write).write_text(text + "\n")
+        fd = os.open(args.write, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secrets else 0o644)
+        if secrets:
+            os.fchmod(fd, 0o600)  # also a file that was there before
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
         n = sum(len(d.load_points) for d in spec.deployments)
         print(
             f"wattbench: {args.write}: run {run_id}, {len(spec.deployments)} deployment(s), {n} load point(s); "

@@ -61,8 +61,10 @@ class EngineSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, StrictStr] = Field(
         default_factory=dict,
-        description="extra environment of this engine's process only (values are strings; "
-        "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
+        description="extra environment of this engine's process only (values are strings; secrets - by name "
+        "(TOKEN, KEY, SECRET, PASS, AUTH, CREDENTIAL, COOKIE) and by value (URL user:password@, Bearer/Basic "
+        "credentials) - are masked in rows and logs, and `wattbench spec` writes them to an owner-only file), "
+        "e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
     )
     checkpoint: str | None = Field(
         None,

@@ -14,7 +14,6 @@ Stdlib only.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -22,17 +21,9 @@ from wattbench_agent.engines.base import EngineConfig
 
 WIRE_VERSION = 2
 
-# Environment variable names whose values never reach a deployments row or a log (tokens, keys, passwords).
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE)", re.IGNORECASE)
-
 
 class WireError(ValueError):
     """An agent spec that cannot be run: names the field and what was expected."""
-
-
-def mask_env(env: dict[str, str]) -> dict[str, str]:
-    """The env map as it may be shown: values of secret-looking names replaced by '***'."""
-    return {k: ("***" if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
 
 
 @dataclass(frozen=True)
