@@ -351,7 +351,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from resources.ingest_checks import incomplete_note
     from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
-    from wattbench_agent.bundle import BundleError, read_manifest, unpacked
+    from wattbench_agent.bundle import ArchiveLimits, BundleError, GiB, read_manifest, unpacked
 
     plan_fields = None
     if args.plan:  # the plan the bundle was measured on: its prices and SLO for the reports
@@ -363,7 +363,10 @@ def _ingest(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
-        with unpacked(args.bundle) as folder, connect(args.db) as con:
+        limits = ArchiveLimits(
+            max_bytes=round(args.max_unpacked_gb * GiB), max_members=args.max_members, max_ratio=args.max_ratio
+        )
+        with unpacked(args.bundle, limits) as folder, connect(args.db) as con:
             manifest = read_manifest(folder)
             counts = ingest_bundle(con, folder)
             if plan_fields:
@@ -479,5 +482,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--plan",
         help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
         "goodput figures need them)",
+    )
+    from wattbench_agent.argtypes import bounded_int, finite_float
+    from wattbench_agent.bundle import ArchiveLimits, GiB
+
+    limits = ArchiveLimits()
+    p.add_argument(
+        "--max-unpacked-gb",
+        type=finite_float(minimum=0, strict_minimum=True),
+        default=limits.max_bytes / GiB,
+        help="an archive: refuse it if it would unpack to more than this many GiB (default %(default)g)",
+    )
+    p.add_argument(
+        "--max-members",
+        type=bounded_int(minimum=1),
+        default=limits.max_members,
+        help="an archive: refuse it if it holds more members (default %(default)d)",
+    )
+    p.add_argument(
+        "--max-ratio",
+        type=finite_float(minimum=1),
+        default=limits.max_ratio,
+        help="an archive: refuse it if it would unpack to more than this many bytes per byte, once past "
+        f"{limits.ratio_floor_bytes // 1024**2} MiB (default %(default)g; real bundles pack 8-30 to 1)",
     )
     p.set_defaults(func=_ingest)
