@@ -6,6 +6,8 @@ A bad plan gets one message naming the file, the field and what was expected; no
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -348,21 +350,96 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+# A plan is a short text: bounds on its bytes and on what its YAML aliases expand to (a 1 KB "billion laughs" of
+# nested aliases expands to 387 M values), checked before anything is built from it.
+MAX_PLAN_BYTES = 1024 * 1024
+MAX_PLAN_VALUES = 100_000  # scalars, lists and mappings after alias expansion (plans/ hold at most a few hundred)
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _read_plan_bytes(path: Path) -> bytes:
+    """The plan file's bytes: a regular file of at most MAX_PLAN_BYTES. A FIFO is refused without waiting for a
+    writer, a device (/dev/zero) without reading it."""
+    expected = "expected a YAML benchmark plan file (see plans/default.yaml)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except FileNotFoundError:
+        raise PlanError(f"{path}: plan file not found; {expected}") from None
+    except IsADirectoryError:
+        raise PlanError(f"{path}: not a regular file (a directory); {expected}") from None
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot be read ({exc.strerror or exc}); {expected}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise PlanError(f"{path}: not a regular file ({kind}); {expected}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot be read ({exc.strerror or exc}); {expected}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: larger than {MAX_PLAN_BYTES // 1024} KiB; {expected}")
+    return raw
+
+
+class _PlanLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a document whose aliases expand beyond MAX_PLAN_VALUES values (or refer
+    to themselves), before it is built into objects."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _count_expanded(node, {})
+        return node
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _count_expanded(node: yaml.Node, memo: dict[int, int | None]) -> int:
+    """How many values `node` stands for once every alias is expanded (shared nodes counted each time they are
+    used, computed once each)."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise _TooLarge("an alias refers to the node that holds it (a recursive structure)")
+        return memo[key]
+    memo[key] = None
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_count_expanded(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_count_expanded(k, memo) + _count_expanded(v, memo) for k, v in node.value)
+    if total > MAX_PLAN_VALUES:
+        raise _TooLarge(f"its aliases expand to more than {MAX_PLAN_VALUES:,} values")
+    memo[key] = total
+    return total
+
+
 def load_plan(path: str | Path) -> tuple[Plan, str]:
     """Parse and validate a plan file; returns the plan and the sha256 of its bytes."""
     path = Path(path)
+    raw = _read_plan_bytes(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PlanError(
-            f"{path}: plan file not found; expected a YAML benchmark plan (see plans/default.yaml)"
-        ) from None
-    try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_PlanLoader)  # a SafeLoader, with bounds
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PlanError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except _TooLarge as exc:
+        raise PlanError(f"{path}: refused: {exc}; expected a plan of at most {MAX_PLAN_VALUES:,} values") from None
+    except RecursionError:
+        raise PlanError(f"{path}: refused: nested too deeply; expected a benchmark plan") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: expected a mapping of plan fields at the top level, got {type(data).__name__}")
     try:
