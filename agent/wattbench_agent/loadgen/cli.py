@@ -409,6 +409,15 @@ def main(a) -> int:
             print(f"wattbench load: {redact_text(ff['message'])}", file=sys.stderr, flush=True)
         else:
             print(summary_table(res.summary), file=sys.stderr if a.json else sys.stdout, flush=True)
+            first = next((r for r in res.records if r.get("error_kind")), None)
+            if first is not None and not res.summary["completed"]:
+                text = " ".join(str(first.get("error_text") or "").split())[:400]
+                print(
+                    f"wattbench load: no request completed; the first failed with {first['error_kind']}: "
+                    f"{redact_text(text)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if a.save_result or a.save_detailed:
             result = result_json(
                 res,
