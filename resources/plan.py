@@ -26,8 +26,16 @@ from pydantic import (
 from wattbench_agent.engines.base import EngineConfig, adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
 from wattbench_agent.loadgen.shapes import label as point_label  # noqa: F401 - the plan's name for it
+from wattbench_agent.loadgen.spec import MAX_CONCURRENCY, MAX_RATE, MAX_TOKENS, MAX_WARMUP_S, MAX_WINDOW_S
 from wattbench_agent.safety import is_plain_name
-from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
+from wattbench_agent.wire import (
+    MAX_IDLE_BASELINE_S,
+    MAX_SAMPLER_HZ,
+    MAX_WARMUP_REQUESTS,
+    AgentSpec,
+    DeploymentSpec,
+    LoadPointSpec,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLAN = REPO_ROOT / "plans" / "default.yaml"
@@ -38,11 +46,8 @@ class PlanError(ValueError):
 
 
 # Upper bounds: a value past them is a typo or an attack, not a benchmark (1e400 reads as inf; a concurrency of 1e9
-# hung the load generator with nothing sent). The load generator applies the same concurrency bound.
-MAX_CONCURRENCY = 16384
-MAX_TOKENS = 1_048_576  # per prompt or output: 1M-token contexts
-MAX_WINDOW_S = 86400.0  # one load point's window, warm-up excluded
-MAX_RATE = 100_000.0  # requests/s
+# hung the load generator with nothing sent). Those of load points and agent settings are the agent's own
+# (wattbench_agent.loadgen.spec, wattbench_agent.wire), which it applies to a spec written by hand too.
 MAX_USD_PER_HOUR = 10_000.0
 
 
@@ -155,7 +160,7 @@ class Workload(_Strict):
     api: Literal["chat", "completions"] = "chat"
     input_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     output_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
-    warmup_s: float = Field(2.0, ge=0, le=3600)
+    warmup_s: float = Field(2.0, ge=0, le=MAX_WARMUP_S)
     duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
     points: list[LoadPoint] = Field(min_length=1)
     sweep: dict[str, list[float]] | None = Field(
@@ -298,10 +303,12 @@ class Plan(_Strict):
         "engines (A B A B), for 95% intervals on every figure",
     )
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
-    sampler_hz: float = Field(10.0, gt=0, le=100)
-    idle_baseline_s: float = Field(3.0, ge=0, le=3600)
+    sampler_hz: float = Field(10.0, gt=0, le=MAX_SAMPLER_HZ)
+    idle_baseline_s: float = Field(3.0, ge=0, le=MAX_IDLE_BASELINE_S)
     health_timeout_s: float = Field(600.0, gt=0, le=MAX_WINDOW_S)
-    warmup_requests: int = Field(0, ge=0, le=100_000, description="unrecorded requests sent once the engine is up")
+    warmup_requests: int = Field(
+        0, ge=0, le=MAX_WARMUP_REQUESTS, description="unrecorded requests sent once the engine is up"
+    )
     start_engines: Literal["one_by_one", "together"] = Field(
         "one_by_one",
         description="start the engines that run side by side one after another (each startup time "

@@ -332,11 +332,12 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
             f"{manifest_path}: a JSON {type(manifest).__name__}; expected a JSON object of manifest "
             "fields (bundle_version, run_id, source, complete, ...)"
         )
-    if manifest.get("bundle_version") not in READS:
+    version = manifest.get("bundle_version")
+    if version not in READS or not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(
             f"{manifest_path}: bundle_version {manifest.get('bundle_version')!r}; this wattbench reads "
             + " and ".join(map(str, READS))
-            + (" (upgrade wattbench)" if isinstance(manifest.get("bundle_version"), int) else "")
+            + (" (upgrade wattbench)" if isinstance(version, int) and not isinstance(version, bool) else "")
         )
     for key in ("run_id", "source"):
         if not manifest.get(key) or not isinstance(manifest[key], str):
@@ -347,6 +348,17 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
     if not isinstance(manifest.get("errors", []), list):
         raise BundleError(f"{manifest_path}: field 'errors' is {manifest['errors']!r:.80}; expected a list")
+    # the fields ingest stores (runs.host, runs.clock_anchor_*): of their types, or absent
+    host = manifest.get("host")
+    if host is not None and not isinstance(host, str):
+        raise BundleError(f"{manifest_path}: field 'host' is {host!r:.80}; expected a string (the host's name)")
+    for key in ("clock_anchor_mono_ns", "clock_anchor_unix_ns", "created_unix_ns", "closed_unix_ns"):
+        value = manifest.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+            raise BundleError(
+                f"{manifest_path}: field {key!r} is {value!r:.80}; expected an integer count of nanoseconds, "
+                "0 to 2^63 - 1"
+            )
     return manifest
 
 
