@@ -37,9 +37,9 @@ from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.metrics_scrape import MetricsScraper
-from wattbench_agent.safety import file_name, redact_url
+from wattbench_agent.safety import file_name, mask_env, mask_map, redact_argv, redact_text, redact_url
 from wattbench_agent.telemetry import open_sampler
-from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
+from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
 Log = Callable[[str], None]
 
@@ -89,7 +89,8 @@ class Deployment:
 
 def clip_error(text: str, limit: int = 2000) -> str:
     """An error text within `limit` characters: its first line (what happened, and why) and as much of the rest
-    (a log tail) as fits, from the end."""
+    (a log tail) as fits, from the end; credentials in it masked (safety.redact_text)."""
+    text = redact_text(text) or ""
     if len(text) <= limit:
         return text
     head, _, rest = text.partition("\n")
@@ -125,7 +126,8 @@ def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
         "target": dep.target,
         "engine_version": None,
         "status": "failed",
-        "config": {**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})},
+        # secrets (by name: options such as api_key, env WANDB_KEY; by value: URL credentials) never reach the row
+        "config": mask_map({**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})}),
         "source": adapter.source,
         "telemetry_source": telemetry,
     }
@@ -242,7 +244,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             d.server = server
             d.row["log_path"] = str(log_path)
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
-            log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
+            log(f"[{d.id}] starting{pinned}: {' '.join(redact_argv(server.command))}")
             server.start()
             procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
@@ -264,7 +266,7 @@ def await_deployment(d: Deployment, log: Log) -> None:
             log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): " + "\n".join(text.splitlines()[:2]))
             return
         d.url = d.row["url"] = server.url
-        log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {d.url}")
+        log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {redact_url(d.url)}")
         if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
             d.row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
     version, where = adapter.detect_version(d.url, server.log_tail(200_000) if server else "")
@@ -534,11 +536,20 @@ def run_round(
             stop_deployment(d, writer)
 
 
+def _redacting(log: Log) -> Log:
+    def redacted(line: str) -> None:
+        log(redact_text(line))
+
+    return redacted
+
+
 def run_spec(
     spec: AgentSpec | dict[str, Any], log: Log = print, report: Callable[[dict], None] = lambda m: None
 ) -> Path:
-    """Run every deployment of an agent spec into one bundle; returns the bundle folder."""
+    """Run every deployment of an agent spec into one bundle; returns the bundle folder. Every line given to `log`
+    has its credentials masked (safety.redact_text)."""
     spec = AgentSpec.from_dict(spec)
+    log = _redacting(log)
     out = Path(spec.out)
     with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
         if writer.set_aside is not None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from wattbench_agent.argtypes import check_finite, finite_float, port_number
+from wattbench_agent.safety import redact_text
 
 from . import shapes
 from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
@@ -390,7 +391,7 @@ def main(a) -> int:
             for v in values
         ]
     except (LoadSpecError, EndpointError, ResultArgError, ValueError) as exc:
-        print(f"wattbench load: {exc}", file=sys.stderr)
+        print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if not a.model:
         print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
@@ -405,13 +406,22 @@ def main(a) -> int:
                 slo=slo,
             )
         except (LoadSpecError, ValueError) as exc:
-            print(f"wattbench load: {exc}", file=sys.stderr)
+            print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
             return 2
         ff = res.summary.get("fail_fast")
         if ff and not res.summary["completed"]:
-            print(f"wattbench load: {ff['message']}", file=sys.stderr, flush=True)
+            print(f"wattbench load: {redact_text(ff['message'])}", file=sys.stderr, flush=True)
         else:
             print(summary_table(res.summary), file=sys.stderr if a.json else sys.stdout, flush=True)
+            first = next((r for r in res.records if r.get("error_kind")), None)
+            if first is not None and not res.summary["completed"]:
+                text = " ".join(str(first.get("error_text") or "").split())[:400]
+                print(
+                    f"wattbench load: no request completed; the first failed with {first['error_kind']}: "
+                    f"{redact_text(text)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if a.save_result or a.save_detailed:
             result = result_json(
                 res,

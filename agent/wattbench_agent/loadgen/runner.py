@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import httpx
 
+from wattbench_agent.safety import redact_url
+
 from . import metrics, replay, shapes, steps
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .spec import LoadSpec
@@ -67,13 +69,14 @@ class _FailFast:
         if not self.fired:
             return None
         text = " ".join(str(self.first.get("error_text") or "").split())
+        url = redact_url(self.url)  # the summary is written and shown: no user:password@
         return {
             "requests": self.n,
-            "url": self.url,
+            "url": url,
             "error_kind": self.sig[0],
             "http_status": self.sig[1],
             "error_text": text,
-            "message": f"stopped: the first {self.n} requests to {self.url} all failed the same way "
+            "message": f"stopped: the first {self.n} requests to {url} all failed the same way "
             f"({self.sig[0]}): {text[:400]}",
         }
 

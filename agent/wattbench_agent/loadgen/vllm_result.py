@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from wattbench_agent.safety import mask_map, redact_url
+
 from . import shapes
 
 # vLLM's metric names -> the record field (ms) they are computed from (itl: gaps between content events).
@@ -176,7 +178,7 @@ def result_json(
         "tokenizer_id": tokenizer_id,
         "num_prompts": num_prompts,
     }
-    out.update(metadata or {})
+    out.update(mask_map(metadata or {}))  # a --metadata token=... is not written in clear
     out.update(
         {
             "request_rate": rate,
@@ -219,7 +221,7 @@ def result_json(
         "load_point_id": s.get("load_point_id"),
         "shape": spec.shape,
         "api": spec.api,
-        "url": spec.url,
+        "url": redact_url(spec.url),
         "warmup_s": spec.warmup_s,
         "window_s": s.get("window_s"),
         "drain_s": s.get("drain_s"),
