@@ -37,7 +37,7 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-SCHEMA_VERSION = 6  # 6: requests.chunk_tokens_each (sql/schema.sql migration block)
+SCHEMA_VERSION = 7  # 7: point figures over repeats on the log scale, latency intervals from them (sql/views.sql)
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
@@ -94,6 +94,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None)
     elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
         refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES))
+    elif current is not None and current < 7:  # version 7: every point's figures and intervals by one definition
+        refresh_kept_views(con, None, ("point_figures",))
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -217,15 +219,13 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
             if suspect:
                 check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
         deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
-        from resources import intervals
-
         # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
         flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
         threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
         for table, path in files.items():
             overlap = table == "requests" and flat is not None
             if overlap:  # load_runs is in: the figures start while the lists go in
-                flat.start_figures(run_id, min(intervals.BOOTSTRAP_SAMPLES, intervals.ITL_BOOTSTRAP_SAMPLES))
+                flat.start_figures(run_id)
                 con.execute(f"SET memory_limit = '{OVERLAP_MEMORY}'")  # until the eviction below
                 con.execute(f"SET threads = {OVERLAP_THREADS}")
             try:
@@ -247,7 +247,6 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
         # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
         con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
         con.execute(f"SET memory_limit = '{ingest_memory()}'")
-        counts["latency_intervals"] = intervals.refresh(con, run_id, events=flat.label_itl if flat else None)
         refresh_point_stats(con, run_id, events=flat)
         con.execute("COMMIT")
     except Exception:

@@ -212,25 +212,6 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
 );
 
--- 95% intervals of latency percentiles per load point (pooled over its repeats), computed at ingest by
--- resources/intervals.py: a bootstrap over requests, stratified by repeat. metric: ttft_p50_ms, tpot_p99_ms,
--- itl_p90_ms, e2e_p50_ms, ... estimate: the percentile of the pooled requests; lo/hi: NULL from one request.
-CREATE TABLE IF NOT EXISTS latency_intervals (
-    run_id          VARCHAR NOT NULL,
-    source          VARCHAR NOT NULL,
-    deployment_id   VARCHAR NOT NULL,
-    workload        VARCHAR NOT NULL,
-    point_label     VARCHAR NOT NULL,
-    metric          VARCHAR NOT NULL,
-    estimate        DOUBLE,
-    lo              DOUBLE,
-    hi              DOUBLE,
-    samples         BIGINT,                 -- requests (gaps for itl_*) the percentile rests on
-    repeats         INTEGER,
-    method          VARCHAR,
-    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
-);
-
 -- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
 -- filled at ingest (resources/warehouse.refresh_point_stats) from the *_live views of sql/views.sql, whose columns
 -- these are (v_request_stats_live, v_itl_stats_live, v_window_steadiness_live, v_client_stats_live as client_*);
@@ -435,3 +416,6 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;
 -- version 6: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
 -- list of them: 128 M ones were a third of storing a million requests' token times); rows stored before keep their lists
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_tokens_each INTEGER;
+-- version 7: a latency percentile's interval comes from its repeats, as every other figure's (sql/views.sql
+-- v_point_figures_live); the request bootstrap table of earlier versions goes
+DROP TABLE IF EXISTS latency_intervals;

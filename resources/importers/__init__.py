@@ -273,11 +273,9 @@ def store_run(
         _insert(con, "load_runs", lr_rows)
         if req_rows:
             _insert_json(con, "requests", req_rows)
-        from resources import intervals
         from resources.warehouse import refresh_point_stats
 
-        intervals.refresh(con, rid)  # latency intervals from the per-request rows, as for a bundle
-        refresh_point_stats(con, rid)  # and the kept per-load-point figures
+        refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
