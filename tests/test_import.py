@@ -248,3 +248,37 @@ def test_bad_files_load_nothing_and_say_why(db, capsys, tmp_path):
     assert "not a vllm result file" in capsys.readouterr().err
     with connect(db) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # the good file was not loaded either
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+def test_wattbench_save_result_round_trips_a_steady_state_window(db, capsys, tmp_path, detailed):
+    """A steady-state window (warm-up, then a fixed duration, requests finishing in the drain): the file's throughput,
+    goodput and output throughput are over one window and one set of requests, and `wattbench import` of it gives
+    back the same figures, with or without the per-request lists."""
+    from wattbench_agent.loadgen.testserver import server_process
+
+    out = tmp_path / "r.json"
+    args = ["--concurrency", "6", "--warmup", "0.5", "--duration", "1.5", "--output-tokens", "20"]
+    args += ["--goodput", "ttft:60", "--result-filename", str(out), "--save-result", "--no-progress"]
+    with server_process(ttft_ms=30, itl_ms=4) as url:
+        p = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m", *args]
+            + (["--save-detailed"] if detailed else []),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert r["request_goodput"] <= r["request_throughput"]
+    assert r["request_throughput"] == pytest.approx(r["completed"] / r["duration"])
+    assert r["output_throughput"] == pytest.approx(r["total_output_tokens"] / r["duration"])
+    assert r["wattbench"]["completed_all"] > r["completed"]  # warm-up and drain completions are not in the window
+    [run_id] = imported(capsys, str(out))
+    [pt] = points(db, run_id)
+    assert pt["window_s"] == pytest.approx(r["duration"])
+    assert pt["requests_s"] == pytest.approx(r["request_throughput"], rel=1e-9)
+    assert pt["goodput_requests_s"] == pytest.approx(r["request_goodput"], rel=1e-9)
+    assert pt["output_tok_s"] == pytest.approx(r["output_throughput"], rel=1e-9)
+    assert pt["ttft_p99_ms"] == pytest.approx(r["p99_ttft_ms"], rel=1e-6)

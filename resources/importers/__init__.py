@@ -51,6 +51,10 @@ class ImportedPoint:
     goodput: float | None = None  # requests/s meeting the tool's SLOs, when it computed them
     figures: dict[str, Any] = field(default_factory=dict)  # the tool's own headline figures, as named there
     requests: list[dict] = field(default_factory=list)  # `requests` rows (no run_id/source/deployment/point)
+    # the window's edges on the requests' clock, where the file says them (wattbench load's own result files);
+    # None: the whole run is the window
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
 
 
 @dataclass
@@ -240,6 +244,8 @@ def store_run(
                 "output_tokens": pt.output_tokens,
                 "warmup_s": pt.warmup_s,
                 "duration_s": pt.window_s,
+                "window_start_ns": pt.window_start_ns,
+                "window_end_ns": pt.window_end_ns,
                 "window_s": pt.window_s,
                 "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
                 "achieved_concurrency": pt.achieved_concurrency,

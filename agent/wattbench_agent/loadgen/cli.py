@@ -70,7 +70,8 @@ def register(subparsers) -> None:
         "--request-rate",
         dest="rate",
         help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
-        "default) sends every request at once: --max-concurrency (or --num-prompts) streams",
+        "default, also with --num-prompts alone) sends every request at once: --max-concurrency (or --num-prompts) "
+        "streams",
     )
     g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
     p.add_argument(
@@ -138,8 +139,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--duration",
         type=finite_float(0),
-        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
-        "with --trace: the whole trace)",
+        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent, the window "
+        "from the first send to the last answer, as vllm bench serve's duration; with --trace: the whole trace)",
     )
     p.add_argument(
         "--max-requests", "--num-prompts", dest="max_requests", type=int, help="stop sending after this many requests"
@@ -308,8 +309,9 @@ def _points(a) -> tuple[str | None, list]:
         return "rate", _floats(a.rate, "--rate")
     if a.trace:
         return None, [None]
-    # vLLM's request rate inf: every request at once, capped by --max-concurrency: closed-loop streams
-    n = a.max_concurrency or (a.max_requests if a.rate is not None else None)
+    # vLLM's request rate inf (also its default, with --num-prompts alone): every request at once, capped by
+    # --max-concurrency: that many closed-loop streams, or one per prompt
+    n = a.max_concurrency or a.max_requests
     if not n:
         if a.rate is not None:
             raise ValueError(

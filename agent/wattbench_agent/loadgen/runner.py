@@ -32,7 +32,7 @@ PREFETCH_BYTES = 256 << 20
 FAIL_FAST_N = 8
 FAIL_FAST_DRAIN_S = 1.0
 _FAIL_FAST_IGNORED = ("timeout", "rate_limited", "cancelled")
-UNTIL_SENT_S = 86400.0  # duration_s 0 with max_requests: send until they are sent (bounded by a day)
+UNTIL_SENT_S = 86400.0  # duration_s 0: send until every request is sent (bounded by a day), window to the last end
 
 
 class _FailFast:
@@ -79,17 +79,12 @@ class _FailFast:
 
 
 def effective_duration(spec: LoadSpec) -> float:
-    """The length of sending after warm-up: duration_s; for a trace with duration 0, the whole trace; for
-    duration 0 with max_requests, until they are sent (open loop: the last arrival; closed loop: UNTIL_SENT_S,
-    and the window ends when sending stops)."""
+    """The length of sending after warm-up: duration_s. Duration 0 (with max_requests, or a trace's whole schedule)
+    is a finite set of requests, measured as `vllm bench serve` measures --num-prompts: sending lasts until every
+    request is sent (UNTIL_SENT_S bounds it), and the window runs from the first send until the last request has
+    ended (its `benchmark_duration`), so every completion is in it."""
     duration_s = float(spec.duration_s)
-    if duration_s > 0:
-        return duration_s
-    shape = shapes.get(spec.shape)
-    if shape.closed_loop:
-        return UNTIL_SENT_S
-    offs = shape.offsets(vars(spec), math.inf, spec.seed)  # every send: the whole trace, or max_requests of them
-    return max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
+    return duration_s if duration_s > 0 else UNTIL_SENT_S
 
 
 def _share(n: int | None, w: int, nw: int) -> int | None:
@@ -552,7 +547,9 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
     duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
     shape = shapes.get(spec.shape)
-    offsets = None if shape.closed_loop else shape.offsets(vars(spec), horizon, spec.seed)
+    # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
+    until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
+    offsets = None if shape.closed_loop else shape.offsets(vars(spec), until_sent, spec.seed)
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
