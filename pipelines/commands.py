@@ -236,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from assets.report_text import contrasts_text, head_to_head_text
+    from assets.report_text import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
@@ -253,6 +253,10 @@ def _run(args: argparse.Namespace) -> int:
         if contrasts:
             print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
             print(contrasts)
+        checks = checks_lines(con, run_id)
+        if checks:
+            print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
+            print("\n".join("  " + line for line in checks))
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [
         e.materialization.metadata["path"].value

@@ -125,7 +125,12 @@ rows AS (
         {'ord': 13, 'figure': 'longest context served', 'unit': 'tokens', 'value': r.ctx_v::VARCHAR,
          'load_point_id': r.ctx_lp, 'note': CASE WHEN r.ctx_v IS NULL THEN 'no successful request' END},
         {'ord': 14, 'figure': 'behaviour on failure', 'unit': '',
-         'value': CASE WHEN e.dstatus IS DISTINCT FROM 'healthy'
+         'value': CASE WHEN e.dstatus IS DISTINCT FROM 'healthy' AND e.startup_s IS NOT NULL AND lr.points > 0
+                THEN 'failed during the run: ' || coalesce(e.derror, e.dstatus, '?')
+                     || coalesce(': ' || left(e.dtext, 80), '') || '; ' || coalesce(r.failed, 0) || ' of '
+                     || coalesce(r.sent, 0) || ' requests failed; ' || lr.points_failed || ' of ' || lr.points
+                     || ' load points run failed'
+              WHEN e.dstatus IS DISTINCT FROM 'healthy'
                 THEN 'did not start: ' || coalesce(e.derror, e.dstatus, '?') || coalesce(': ' || left(e.dtext, 80), '')
                 ELSE concat_ws('; ',
                      coalesce(r.failed, 0) || ' of ' || coalesce(r.sent, 0) || ' requests failed'

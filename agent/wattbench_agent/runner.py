@@ -495,10 +495,21 @@ def run_round(
                     _check_stop(f"load point {point.load_point_id}")
                     done += 1
                     log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
-                    run_load_point(point, d, writer, log, report)
+                    lr = run_load_point(point, d, writer, log, report)
+                    left = len(d.spec.load_points) - k - 1
                     if d.server is not None and not d.server.alive():
                         d.fail("server_crash", d.server.log_tail(1500))
                         log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
+                    elif lr.get("error_kind") == "server_gone":  # it stopped answering (an external one, a pod)
+                        d.fail(
+                            "server_gone",
+                            f"stopped answering during {point.load_point_id}; its {left} later load point(s) were "
+                            f"not run\n{lr.get('error_text') or ''}",
+                        )
+                        log(
+                            f"[{d.id}] server stopped answering during {point.load_point_id}; not running its {left} "
+                            "later point(s)"
+                        )
             idle_windows(deps, "idle_after", spec.idle_baseline_s)
             for d in deps:  # stop engines while the samplers still run, so their columns are complete
                 if d.server is not None:

@@ -406,10 +406,13 @@ def main(a) -> int:
             print(f"wattbench load: {exc}", file=sys.stderr)
             return 2
         ff = res.summary.get("fail_fast")
+        gone = res.summary.get("server_gone")
         if ff and not res.summary["completed"]:
             print(f"wattbench load: {ff['message']}", file=sys.stderr, flush=True)
         else:
             print(summary_table(res.summary), file=sys.stderr if a.json else sys.stdout, flush=True)
+        if gone:
+            print(f"wattbench load: {gone['message']}", file=sys.stderr, flush=True)
         if a.save_result or a.save_detailed:
             result = result_json(
                 res,
@@ -429,8 +432,9 @@ def main(a) -> int:
             path.write_text(json.dumps(result) + "\n", encoding="utf-8")
             print(f"wattbench load: result written to {path} (vllm bench serve's keys)", file=sys.stderr)
         summaries.append(res.summary)
-        if ff and not res.summary["completed"]:
+        if ff and not res.summary["completed"] or gone:
             break
     if a.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else {"sweep": summaries}, separators=(",", ":")))
-    return 0 if all(s["completed"] for s in summaries) else 1
+    # non-zero when a point measured nothing, or its server went away mid-run (a broken window is no measurement)
+    return 0 if all(s["completed"] and not s.get("server_gone") for s in summaries) else 1
