@@ -33,11 +33,11 @@ def _json_value(value):
 
 def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
     """A query result (column names, row tuples) as a table, CSV or JSON lines; NULL and NaN print as NULL in a
-    table, empty in CSV, null in JSON."""
+    table, empty in CSV, null in JSON (which has no Infinity either: null, where a table and CSV say inf)."""
     import math
 
     def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
+        return v is None or (isinstance(v, float) and (math.isnan(v) or fmt == "json" and math.isinf(v)))
 
     rows = [[None if missing(v) else v for v in row] for row in rows]
     if fmt == "csv":
@@ -369,7 +369,7 @@ def _ingest(args: argparse.Namespace) -> int:
     try:
         with unpacked(args.bundle) as folder, connect(args.db) as con:
             manifest = read_manifest(folder)
-            counts = ingest_bundle(con, folder)
+            counts = ingest_bundle(con, folder, replace=args.replace)
             if plan_fields:
                 set_run_fields(con, manifest["run_id"], plan_fields)
     except (BundleError, WarehouseError) as exc:
@@ -467,6 +467,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json), or a tar archive of one (.tar.xz, .tgz)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="the bundle's run is already complete in the warehouse with other rows: drop them all and load the "
+        "bundle's instead (one transaction); without it such a bundle is refused",
+    )
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument(
         "--plan",

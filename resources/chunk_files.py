@@ -5,9 +5,9 @@ little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin` and writ
 in its row of requests.jsonl. At ingest (resources/warehouse.py):
 - DuckDB reads requests.jsonl (now a few hundred bytes a row) into a staging table, `_rq`;
 - `ChunkFiles.load` reads the events in batches of rows (numpy reads the files as they are: no JSON, no Python object
-  per value), checks them (a reference outside the files, a negative token count: the file, the line of the row and the
-  reason) and inserts the rows into `requests` with their lists (Arrow lists over the numpy arrays, which DuckDB reads
-  without a copy per value);
+  per value), checks them (a reference outside the files, a negative token count, token times that go backwards: the
+  file, the line of the row and the reason) and inserts the rows into `requests` with their lists (Arrow lists over
+  the numpy arrays, which DuckDB reads without a copy per value);
 - the per-load-point token figures (warehouse.point_token_figures) read the events from the files again, laid flat
   (`point_events`), instead of unnesting the lists just stored, and they do it in a thread while DuckDB stores the
   lists (`start_figures`: the insert keeps one core busy, the figures the other); warehouse.refresh_point_stats takes
@@ -176,6 +176,19 @@ class ChunkFiles:
                 )
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             np.cumsum(n[start:stop], out=offsets[1:])
+            back = np.diff(ns) < 0  # a gap below zero, within a request (not across two)
+            across = offsets[1:-1] - 1
+            back[across[(across >= 0) & (across < len(back))]] = False
+            if back.any():
+                first = int(np.argmax(back)) + 1
+                row = int(np.searchsorted(offsets, first, side="right")) - 1
+                i = first - int(offsets[row])
+                self._refuse_seq(
+                    int(seq[start + row]),
+                    f"chunk_ns[{i}] = {int(ns[first])} is before chunk_ns[{i - 1}] = {int(ns[first - 1])} (in "
+                    f"{self.paths['chunk_ns'].name}); expected token times that never go backwards (a negative "
+                    "inter-token gap)",
+                )
             tokens, each = _token_lists(tok, n[start:stop], offsets)
             batch = pa.table(  # noqa: F841 - read by DuckDB below
                 {

@@ -270,6 +270,7 @@ def store_run(
                     **r,
                 }
             )
+    check_rows(con, run, lr_rows, req_rows)
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ("requests", "load_runs", "deployments", "runs"):
@@ -293,6 +294,39 @@ def store_run(
         "requests": len(req_rows),
         "deployment_id": dep_id,
     }
+
+
+def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict]) -> None:
+    """The rules a bundle's rows meet at ingest (resources/ingest_checks.row_problem: typed, finite, in range, token
+    times that never go backwards), on every row an import would write, and the tool's own statistics finite and >= 0:
+    ImportFileError naming the file, the load point (and request), the field and the value; nothing is imported."""
+    import math
+
+    from resources.ingest_checks import row_problem
+    from resources.warehouse import table_columns
+
+    types = {t: table_columns(con, t) for t in ("load_runs", "requests")}
+    for pt, row in zip(run.points, lr_rows):
+        problem = row_problem("load_runs", row, None, types["load_runs"])
+        for metric, block in pt.stats.items():
+            for key, value in (block or {}).items():
+                if problem is None and value is not None:
+                    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    if not ok or value < 0:
+                        problem = f"{metric}.{key} = {value!r}; expected a finite number >= 0, or null"
+        if problem is None and pt.goodput is not None:
+            g = pt.goodput
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+                problem = f"goodput = {g!r}; expected a finite number of requests/s >= 0, or null"
+        if problem:
+            raise ImportFileError(f"{run.path}: load point {pt.point_label}: {problem}; nothing was imported")
+    for row in req_rows:
+        problem = row_problem("requests", row, None, types["requests"])
+        if problem:
+            label = row["load_point_id"].rsplit(":", 1)[-1]
+            raise ImportFileError(
+                f"{run.path}: load point {label}, request {row.get('request_id')}: {problem}; nothing was imported"
+            )
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:
