@@ -77,6 +77,10 @@ CREATE TABLE IF NOT EXISTS deployments (
     hbm_total_mib       DOUBLE,
     idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
     idle_power_w_after  DOUBLE,
+    idle_settle_s_before DOUBLE,            -- seconds waited for the GPUs to go quiet before the idle_before window
+    idle_settled_before BOOLEAN,            -- they did (utilisation 0, power steady); false: taken at the timeout
+    idle_settle_s_after DOUBLE,
+    idle_settled_after  BOOLEAN,
     driver_version      VARCHAR,
     power_limit_w       DOUBLE,             -- per GPU
     persistence_mode    BOOLEAN,
@@ -416,6 +420,11 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunks_exact INTEGER;
 -- version 6: requests.chunk_tokens_each (ingest stores a stream of equal token counts as this one number instead of a
 -- list of them: 128 M ones were a third of storing a million requests' token times); rows stored before keep their lists
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS chunk_tokens_each INTEGER;
+-- version 7: the wait for quiet GPUs before each idle window, and whether they went quiet
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settle_s_before DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settled_before BOOLEAN;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settle_s_after DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settled_after BOOLEAN;
 -- version 7: a latency percentile's interval comes from its repeats, as every other figure's (sql/views.sql
 -- v_point_figures_live); the request bootstrap table of earlier versions goes
 DROP TABLE IF EXISTS latency_intervals;

@@ -89,6 +89,8 @@ class AgentSpec:
     telemetry: str = "auto"  # auto | nvml | dcgm | emulated | none
     sampler_hz: float = 10.0
     idle_baseline_s: float = 3.0  # idle power window with the engines loaded, before and after load
+    idle_quiet_s: float = 3.0  # before each idle window, wait until the GPUs were quiet this long (util 0, power flat)
+    idle_quiet_timeout_s: float = 30.0  # ... at most this long; then the window is taken anyway and flagged
     warmup_requests: int = 0  # unrecorded requests once an engine is up
     start_together: bool = False  # start a round's engines at once (faster; startup_s then overlaps)
     energy_crosscheck: bool = False
