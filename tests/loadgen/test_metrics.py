@@ -65,14 +65,13 @@ def test_distribute_tokens_sums(n, chars):
 
 def test_goodput_counts_the_requests_throughput_counts_over_the_same_window():
     """Goodput and request throughput: one window, one denominator, one set of requests (successful requests that
-    ended inside the window), so goodput never exceeds throughput. A request sent late in the window that met the
-    SLO but finished in the drain counted for goodput and not for throughput (goodput 2 > throughput 1 req/s)."""
+    ended inside the window), so goodput never exceeds throughput. Requests sent late in the window that met the SLO
+    but ended in the drain counted for goodput and not for throughput: goodput 3 > throughput 1 req/s here."""
     done = rec(1100 * MS, [1150 * MS, 1160 * MS], in_window=True, rid="done")
-    late = rec(1950 * MS, [1990 * MS, 2100 * MS], in_window=True, rid="late")  # its last token after the window
-    warm = rec(900 * MS, [950 * MS, 1010 * MS], in_window=False, rid="warm")  # sent in warm-up, ended in the window
-    s = summarize([done, late, warm], 1000 * MS, 2000 * MS, slo={"ttft_ms": 100})
-    assert s["request_throughput"] == pytest.approx(2.0) and s["finished_in_window"] == 2
-    assert s["goodput"] == pytest.approx(2.0)  # done and warm: the requests throughput counts, both within the SLO
-    s = summarize([done, late, warm], 1000 * MS, 2000 * MS, slo={"ttft_ms": 45})
-    assert s["goodput"] == pytest.approx(0.0)  # done (50 ms) misses it; warm (50 ms) too
+    late = [rec(t * MS, [(t + 40) * MS, 2100 * MS], in_window=True, rid=f"late{t}") for t in (1900, 1950)]
+    s = summarize([done, *late], 1000 * MS, 2000 * MS, slo={"ttft_ms": 100})
+    assert s["request_throughput"] == pytest.approx(1.0) and s["finished_in_window"] == 1
+    assert s["goodput"] == pytest.approx(1.0)  # done: the one request throughput counts, within the SLO
+    s = summarize([done, *late], 1000 * MS, 2000 * MS, slo={"ttft_ms": 45})
+    assert s["goodput"] == pytest.approx(0.0)  # done (50 ms) misses it; the late ones (40 ms) are not in the window
     assert s["goodput"] <= s["request_throughput"]
