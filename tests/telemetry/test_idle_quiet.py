@@ -81,7 +81,7 @@ def test_the_emulators_gpus_cool_down_and_a_quiet_idle_window_reads_idle(emulato
         quiet = idle_baseline(s, 0.5, "quiet")["total_w"]
     assert at_once > settled_idle * 1.3  # the window began in the busy tail and the fall of power
     assert settled is True and waited >= 1.0
-    assert quiet == pytest.approx(settled_idle, rel=0.01)
+    assert quiet == pytest.approx(settled_idle, rel=0.02)
 
 
 def test_the_agent_waits_records_the_wait_and_takes_idle_from_quiet_gpus(tmp_path):
