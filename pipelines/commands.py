@@ -33,11 +33,11 @@ def _json_value(value):
 
 def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
     """A query result (column names, row tuples) as a table, CSV or JSON lines; NULL and NaN print as NULL in a
-    table, empty in CSV, null in JSON."""
+    table, empty in CSV, null in JSON (which has no Infinity either: null, where a table and CSV say inf)."""
     import math
 
     def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
+        return v is None or (isinstance(v, float) and (math.isnan(v) or fmt == "json" and math.isinf(v)))
 
     rows = [[None if missing(v) else v for v in row] for row in rows]
     if fmt == "csv":
@@ -236,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from assets.report_text import contrasts_text, head_to_head_text
+    from assets.report_text import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
@@ -253,6 +253,10 @@ def _run(args: argparse.Namespace) -> int:
         if contrasts:
             print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
             print(contrasts)
+        checks = checks_lines(con, run_id)
+        if checks:
+            print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
+            print("\n".join("  " + line for line in checks))
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [
         e.materialization.metadata["path"].value
@@ -368,7 +372,7 @@ def _ingest(args: argparse.Namespace) -> int:
         )
         with unpacked(args.bundle, limits) as folder, connect(args.db) as con:
             manifest = read_manifest(folder)
-            counts = ingest_bundle(con, folder)
+            counts = ingest_bundle(con, folder, replace=args.replace)
             if plan_fields:
                 set_run_fields(con, manifest["run_id"], plan_fields)
     except (BundleError, WarehouseError) as exc:
@@ -477,6 +481,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json), or a tar archive of one (.tar.xz, .tgz)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="the bundle's run is already complete in the warehouse with other rows: drop them all and load the "
+        "bundle's instead (one transaction); without it such a bundle is refused",
+    )
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument(
         "--plan",

@@ -30,6 +30,7 @@ from wattbench_agent.loadgen.spec import MAX_CONCURRENCY, MAX_RATE, MAX_TOKENS, 
 from wattbench_agent.safety import is_plain_name
 from wattbench_agent.wire import (
     MAX_IDLE_BASELINE_S,
+    MAX_IDLE_QUIET_S,
     MAX_SAMPLER_HZ,
     MAX_WARMUP_REQUESTS,
     AgentSpec,
@@ -305,6 +306,9 @@ class Plan(_Strict):
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
     sampler_hz: float = Field(10.0, gt=0, le=MAX_SAMPLER_HZ)
     idle_baseline_s: float = Field(3.0, ge=0, le=MAX_IDLE_BASELINE_S)
+    # before each idle window: the GPUs quiet (utilisation 0, power steady) this long, waited for at most the timeout
+    idle_quiet_s: float = Field(3.0, ge=0, le=MAX_IDLE_QUIET_S)
+    idle_quiet_timeout_s: float = Field(30.0, ge=0, le=MAX_IDLE_BASELINE_S)
     health_timeout_s: float = Field(600.0, gt=0, le=MAX_WINDOW_S)
     warmup_requests: int = Field(
         0, ge=0, le=MAX_WARMUP_REQUESTS, description="unrecorded requests sent once the engine is up"
@@ -544,6 +548,8 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
         telemetry=plan.telemetry,
         sampler_hz=plan.sampler_hz,
         idle_baseline_s=plan.idle_baseline_s,
+        idle_quiet_s=plan.idle_quiet_s,
+        idle_quiet_timeout_s=plan.idle_quiet_timeout_s,
         warmup_requests=plan.warmup_requests,
         energy_crosscheck=plan.energy_crosscheck,
         start_together=plan.start_engines == "together",

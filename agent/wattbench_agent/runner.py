@@ -463,11 +463,30 @@ def run_load_point(
     return lr
 
 
-def idle_windows(deps: list[Deployment], name: str, seconds: float) -> None:
-    """One idle window on every running deployment's GPUs at once (engines loaded, no traffic)."""
+def idle_windows(
+    deps: list[Deployment], name: str, seconds: float, quiet_s: float = 0.0, timeout_s: float = 0.0, log: Log = print
+) -> None:
+    """One idle window on every running deployment's GPUs at once (engines loaded, no traffic), taken once their GPUs
+    are quiet: utilisation 0 and power steady for `quiet_s` (telemetry.sampler.wait_until_quiet), at most `timeout_s`.
+    How long that took and whether they went quiet are the deployment's idle_settle_s_* and idle_settled_* (a window
+    that never settled is flagged by validation, deployments.idle_*_settled)."""
     live = [d for d in deps if d.alive and d.sampler is not None]
     if seconds <= 0 or not live:
         return
+    suffix = name.split("_", 1)[1]
+    if quiet_s > 0:
+        from wattbench_agent.telemetry.sampler import wait_until_quiet
+
+        for d, (waited, settled) in zip(live, wait_until_quiet([d.sampler for d in live], quiet_s, timeout_s)):
+            if settled is None:  # its telemetry cannot tell (no utilisation or power read)
+                continue
+            d.row[f"idle_settle_s_{suffix}"] = round(waited, 3)
+            d.row[f"idle_settled_{suffix}"] = settled
+            if not settled:
+                log(
+                    f"[{d.id}] GPUs not quiet after {waited:.1f} s (utilisation above 0 or power still moving over "
+                    f"{quiet_s:g} s): {name} taken anyway and flagged"
+                )
     for d in live:
         d.sampler.begin_window(name)
     time.sleep(seconds)
@@ -505,7 +524,7 @@ def run_round(
                 if d.alive:
                     open_watchers(d, spec, writer, stack, log)
                     warm_up_engine(d, spec.warmup_requests, log)
-            idle_windows(deps, "idle_before", spec.idle_baseline_s)
+            idle_windows(deps, "idle_before", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
             slots = max((len(d.spec.load_points) for d in deps if d.alive), default=0)
             total = sum(len(d.spec.load_points) for d in deps if d.alive)
             done = 0
@@ -517,11 +536,22 @@ def run_round(
                     _check_stop(f"load point {point.load_point_id}")
                     done += 1
                     log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
-                    run_load_point(point, d, writer, log, report)
+                    lr = run_load_point(point, d, writer, log, report)
+                    left = len(d.spec.load_points) - k - 1
                     if d.server is not None and not d.server.alive():
                         d.fail("server_crash", d.server.log_tail(1500))
                         log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
-            idle_windows(deps, "idle_after", spec.idle_baseline_s)
+                    elif lr.get("error_kind") == "server_gone":  # it stopped answering (an external one, a pod)
+                        d.fail(
+                            "server_gone",
+                            f"stopped answering during {point.load_point_id}; its {left} later load point(s) were "
+                            f"not run\n{lr.get('error_text') or ''}",
+                        )
+                        log(
+                            f"[{d.id}] server stopped answering during {point.load_point_id}; not running its {left} "
+                            "later point(s)"
+                        )
+            idle_windows(deps, "idle_after", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
             for d in deps:  # stop engines while the samplers still run, so their columns are complete
                 if d.server is not None:
                     d.server.stop()

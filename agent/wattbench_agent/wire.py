@@ -26,6 +26,7 @@ WIRE_VERSION = 2
 # one is a typo or an attack, not a benchmark: idle_baseline_s 1e9 held the agent for 31 years.
 MAX_SAMPLER_HZ = 100.0
 MAX_IDLE_BASELINE_S = 3600.0
+MAX_IDLE_QUIET_S = 600.0  # the quiet time waited for before an idle window
 MAX_WARMUP_REQUESTS = 100_000
 MAX_HEALTH_TIMEOUT_S = 86400.0
 MAX_REPEAT = 1000
@@ -189,6 +190,8 @@ class AgentSpec:
     telemetry: str = "auto"  # auto | nvml | dcgm | emulated | none
     sampler_hz: float = 10.0
     idle_baseline_s: float = 3.0  # idle power window with the engines loaded, before and after load
+    idle_quiet_s: float = 3.0  # before each idle window, wait until the GPUs were quiet this long (util 0, power flat)
+    idle_quiet_timeout_s: float = 30.0  # ... at most this long; then the window is taken anyway and flagged
     warmup_requests: int = 0  # unrecorded requests once an engine is up
     start_together: bool = False  # start a round's engines at once (faster; startup_s then overlaps)
     energy_crosscheck: bool = False
@@ -205,6 +208,8 @@ class AgentSpec:
                 "telemetry": _one_of(*TELEMETRY),
                 "sampler_hz": _number(0, MAX_SAMPLER_HZ, strict=True),
                 "idle_baseline_s": _number(0, MAX_IDLE_BASELINE_S),
+                "idle_quiet_s": _number(0, MAX_IDLE_QUIET_S),
+                "idle_quiet_timeout_s": _number(0, MAX_IDLE_BASELINE_S),
                 "warmup_requests": _integer(0, MAX_WARMUP_REQUESTS),
                 "start_together": _flag,
                 "energy_crosscheck": _flag,

@@ -71,7 +71,8 @@ def register(subparsers) -> None:
         "--request-rate",
         dest="rate",
         help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
-        "default) sends every request at once: --max-concurrency (or --num-prompts) streams",
+        "default, also with --num-prompts alone) sends every request at once: --max-concurrency (or --num-prompts) "
+        "streams",
     )
     g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
     p.add_argument(
@@ -139,8 +140,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--duration",
         type=finite_float(0),
-        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
-        "with --trace: the whole trace)",
+        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent, the window "
+        "from the first send to the last answer, as vllm bench serve's duration; with --trace: the whole trace)",
     )
     p.add_argument(
         "--max-requests", "--num-prompts", dest="max_requests", type=int, help="stop sending after this many requests"
@@ -309,8 +310,9 @@ def _points(a) -> tuple[str | None, list]:
         return "rate", _floats(a.rate, "--rate")
     if a.trace:
         return None, [None]
-    # vLLM's request rate inf: every request at once, capped by --max-concurrency: closed-loop streams
-    n = a.max_concurrency or (a.max_requests if a.rate is not None else None)
+    # vLLM's request rate inf (also its default, with --num-prompts alone): every request at once, capped by
+    # --max-concurrency: that many closed-loop streams, or one per prompt
+    n = a.max_concurrency or a.max_requests
     if not n:
         if a.rate is not None:
             raise ValueError(
@@ -409,6 +411,7 @@ def main(a) -> int:
             print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
             return 2
         ff = res.summary.get("fail_fast")
+        gone = res.summary.get("server_gone")
         if ff and not res.summary["completed"]:
             print(f"wattbench load: {redact_text(ff['message'])}", file=sys.stderr, flush=True)
         else:
@@ -422,6 +425,8 @@ def main(a) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+        if gone:
+            print(f"wattbench load: {redact_text(gone['message'])}", file=sys.stderr, flush=True)
         if a.save_result or a.save_detailed:
             result = result_json(
                 res,
@@ -441,8 +446,9 @@ def main(a) -> int:
             path.write_text(json.dumps(result) + "\n", encoding="utf-8")
             print(f"wattbench load: result written to {path} (vllm bench serve's keys)", file=sys.stderr)
         summaries.append(res.summary)
-        if ff and not res.summary["completed"]:
+        if ff and not res.summary["completed"] or gone:
             break
     if a.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else {"sweep": summaries}, separators=(",", ":")))
-    return 0 if all(s["completed"] for s in summaries) else 1
+    # non-zero when a point measured nothing, or its server went away mid-run (a broken window is no measurement)
+    return 0 if all(s["completed"] and not s.get("server_gone") for s in summaries) else 1
