@@ -107,9 +107,9 @@ def interval_note(points: pd.DataFrame, repeats: pd.DataFrame | None = None) -> 
         return "no load point"
     reps = pd.to_numeric(points["repeats"], errors="coerce").dropna()
     if reps.empty or reps.max() <= 1:
-        return "one repeat per point: throughput and energy have no interval; latency bars: bootstrap over requests"
+        return "one repeat per point: no figure has an interval (run-to-run variation not measured)"
     span = f"{int(reps.min())}" if reps.min() == reps.max() else f"{int(reps.min())}-{int(reps.max())}"
-    note = f"bars: 95% intervals ({span} repeats per point; t over repeats, latency: bootstrap)"
+    note = f"bars: 95% intervals ({span} repeats per point; t on the log scale over repeats)"
     if repeats is not None and not repeats.empty:
         note += "; dots: each repeat"
     if _mixed(points).any():

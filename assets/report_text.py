@@ -153,7 +153,7 @@ def contrasts_text(con, run_id: str) -> str:
             return "NULL"
         if not _missing(r["ratio_lo"]):
             return f"x{r['ratio']:.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
-        return f"x{r['ratio']:.3f}"
+        return f"x{r['ratio']:.3f} (no interval)"  # the finding says why: it was not tested
 
     rows = [
         [
@@ -169,3 +169,37 @@ def contrasts_text(con, run_id: str) -> str:
     if not rows:
         return ""
     return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+
+
+_CHECKS = """
+SELECT severity, table_name, expectation, column_name, element_count, unexpected_count, sample::VARCHAR AS sample
+FROM validation_results WHERE run_id = $run_id AND NOT success
+ORDER BY CASE severity WHEN 'error' THEN 0 ELSE 1 END, table_name, expectation
+"""
+
+
+def checks_lines(con, run_id: str) -> list[str]:
+    """Every validation rule that failed or warned on a run (validation_results), one line each: severity, table,
+    rule, how many rows and a sample of their values. [] when every rule passed (or none ran)."""
+    import json
+
+    from resources.connection import query_rows
+
+    lines = []
+    for r in records(*query_rows(con, _CHECKS, {"run_id": run_id})):
+        try:
+            sample = json.loads(r["sample"]) if r["sample"] else []
+        except ValueError:
+            sample = [r["sample"]]
+        shown = ", ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in (sample or [])[:3])
+        rows = (
+            f"{r['unexpected_count']} of {r['element_count']} rows"
+            if r["unexpected_count"] is not None and r["element_count"] is not None
+            else "failed"
+        )
+        what = f"{r['column_name']} e.g. {shown}" if r["column_name"] and shown else (r["column_name"] or "")
+        lines.append(
+            f"{str(r['severity']).upper():<5} {r['table_name']:<14} {r['expectation']}: {rows}"
+            + (f" ({what})" if what else "")
+        )
+    return lines

@@ -208,7 +208,9 @@ def contrasts_table(
         lo, hi = r["ratio_lo"], r["ratio_hi"]
         if lo is not None and hi is not None and lo == lo and hi == hi:
             return f"x{r['ratio']:.3f} [{lo:.3f}, {hi:.3f}]"
-        return f"x{r['ratio']:.3f}" if r["ratio"] == r["ratio"] and r["ratio"] is not None else "NULL"
+        if r["ratio"] == r["ratio"] and r["ratio"] is not None:
+            return f"x{r['ratio']:.3f} (no interval)"  # the finding says why: it was not tested
+        return "NULL"
 
     return pd.DataFrame(
         {
@@ -402,9 +404,11 @@ def summarize_notes(source: str, plan_label: str, prices_label: str, min_window_
 # --- Capacity plan -------------------------------------------------------------------------------------------
 
 CAPACITY_ASSUMPTIONS = [
-    "Per-replica capacity = the highest goodput (requests/s meeting every SLO) of a load point whose p99 TTFT/TPOT/E2E "
-    "meet the plan's SLO, at the measured workload lengths nearest the profile's. It is a demonstrated rate: a higher, "
-    "unmeasured load may also meet the SLO, so sweep further to tighten it.",
+    "Per-replica capacity = the 95% lower bound of a load point's goodput (requests/s meeting every SLO, over its "
+    "repeats; one repeat: its measured value), at the point with the highest such bound among those whose p99 "
+    "TTFT/TPOT/E2E meet the plan's SLO on their 95% upper bounds (no interval: the worst repeat), at the measured "
+    "workload lengths nearest the profile's; sized_on names the point and sized_bound the bounds. Never the best "
+    "repeat. It is a demonstrated rate: a higher, unmeasured load may also meet the SLO, so sweep further.",
     "Replicas = ceil(QPS / capacity); GPUs = replicas x GPUs per deployment; a month is 730 h; the elastic pool runs "
     "burst_hours_per_day x 730/24 h a month and is sized for (peak - steady) QPS with no credit for spare baseline "
     "capacity.",

@@ -317,10 +317,12 @@ def _html_sections(
     h2h = reporting.pivot_head_to_head(long)
     methods = reporting.interval_methods(frames["figures"])
     how = (
-        "<p class='meta'>[lo, hi]: the 95% interval. Throughput, power, tokens per joule and cost: the mean of the "
-        "repeats +- t x their standard deviation / sqrt(repeats) (no interval from one repeat). Latency "
-        "percentiles: the percentile of the repeats' pooled requests, with a two-stage bootstrap interval (repeats, "
-        "then requests). Intervals here: " + html.escape("; ".join(methods) or "none") + ".</p>"
+        "<p class='meta'>[lo, hi]: the 95% interval. Every figure is the mean of the repeats' values (a latency "
+        "percentile: of each repeat's percentile; $ per 1M tokens: the price over the mean throughput), its interval "
+        "a t interval on the log scale (positive, and never below zero); none from one repeat, nor for a percentile "
+        "with fewer than ten requests beyond it in a repeat. Intervals here: "
+        + html.escape("; ".join(methods) or "none")
+        + ".</p>"
     )
     sections = [
         (
@@ -352,9 +354,10 @@ def _html_sections(
             "Engines compared at each point",
             (
                 "<p class='meta'>ratio = first engine / second, with the 95% interval of that ratio where repeats pair "
-                "up (the same repeat of a point ran back to back on both engines: a t interval on the log ratios). A "
-                "difference is called only when the interval excludes 1 (latency percentiles: when the two engines' "
-                "intervals do not overlap); otherwise 'no significant difference'. sql/engine_contrasts.sql.</p>"
+                "up (the same repeat of a point ran back to back on both engines: a t interval on the log ratios; "
+                "latency percentiles: each repeat's own). A difference is called only when that interval excludes 1, "
+                "otherwise 'no significant difference'; without an interval the row says it was not tested. "
+                "sql/engine_contrasts.sql.</p>"
                 + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
                 + (
                     f"<details><summary>every figure ({len(every)} rows)</summary>"

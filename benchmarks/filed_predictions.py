@@ -5,8 +5,9 @@ W, tok/J within 10%; TTFT within 25%):
     .venv/bin/python -m benchmarks.filed_predictions results/h200-vllm-sweep plans/h200-vllm-sweep.yaml
 
 writes FOLDER/comparison.json and FOLDER/predicted_vs_measured.png and prints the markdown tables of FOLDER's README.
-Measured figures come from the warehouse's own SQL (v_point_figures: mean over repeats with its 95% t interval;
-latency percentiles with their two-stage bootstrap interval). A point filed but not measured gets no row."""
+Measured figures come from the warehouse's own SQL (v_point_figures: the mean over repeats with its 95% t interval on
+the log scale; a latency percentile: the mean of each repeat's percentile, no interval where a repeat has too few
+requests for it). A point filed but not measured gets no row."""
 
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ def picture(result: dict, path: Path, title: str) -> None:
                 continue
             x = [where[r["point"]] for r in rs]
             y = [r["measured"] for r in rs]
-            # one repeat: no interval (a zero-length bar, said in the table as n/a)
+            # no interval (one repeat, too few requests a repeat for a p99): a zero-length bar, n/a in the table
             err = [
                 [r["measured"] - (r["measured_lo"] if r["measured_lo"] is not None else r["measured"]) for r in rs],
                 [(r["measured_hi"] if r["measured_hi"] is not None else r["measured"]) - r["measured"] for r in rs],
@@ -196,7 +197,7 @@ def markdown(result: dict) -> str:
 
     def interval(r: dict) -> str:
         if r["measured_lo"] is None or r["measured_hi"] is None:
-            return "[n/a: one repeat]"
+            return "[n/a: no interval]"
         return f"[{r['measured_lo']:,.4g}, {r['measured_hi']:,.4g}]"
 
     for r in sorted(result["rows"], key=order):

@@ -132,11 +132,11 @@ def jobs(db: Path) -> list[tuple[str, str, str]]:
     }
     con.close()
     out = [(p.stem, "report", p.stem) for p in sorted(SQL_DIR.glob("*.sql")) if p.stem not in NOT_REPORTS]
-    for v in [*views, "latency_intervals"]:
+    for v in views:
         if v in RAW_VIEWS:
             continue
         out.append((v, "view", f"SELECT * FROM {v}"))
-        if v in has_run or v == "latency_intervals":
+        if v in has_run:
             out.append((f"{v} (latest run)", "view", f"SELECT * FROM {v} WHERE run_id = $run_id"))
     out += [
         (f"{v} (latest run)", "raw", f"SELECT count(*) FROM {v} WHERE run_id = $run_id")

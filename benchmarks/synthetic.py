@@ -213,10 +213,9 @@ POINTS_PER_INSERT = 40  # requests go in 40 points (1M at the default shape) at 
 
 def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str, int]:
     """Write the run into the warehouse of `con` (its schema applied) as ingest leaves one: its rows in every table,
-    then point_stats by resources.warehouse.refresh_point_stats and latency_intervals by resources.intervals.refresh
-    (the bootstrap intervals of latency percentiles), as ingest computes them. `runs_row`: columns of its row in
-    table runs (default: status 'ingested', plan 'scale', nothing else). Returns the rows per table."""
-    from resources import intervals
+    then point_stats (and the kept figures made from them) by resources.warehouse.refresh_point_stats, as ingest
+    computes them. `runs_row`: columns of its row in table runs (default: status 'ingested', plan 'scale', nothing
+    else). Returns the rows per table."""
     from resources.warehouse import refresh_point_stats
 
     run.stage(con)
@@ -230,10 +229,9 @@ def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str
     con.execute("INSERT INTO energy_windows BY NAME " + run.energy_windows_sql())
     con.execute("INSERT INTO server_metrics BY NAME " + run.server_metrics_sql())
     refresh_point_stats(con, run.run_id)
-    intervals.refresh(con, run.run_id)
     return {
         t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run.run_id]).fetchone()[0]
-        for t in ("load_runs", "requests", "gpu_samples", "server_metrics", "point_stats", "latency_intervals")
+        for t in ("load_runs", "requests", "gpu_samples", "server_metrics", "point_stats", "point_figures")
     }
 
 

@@ -59,7 +59,6 @@ VIEWS = (
     "v_window_gpu",
     "v_window_steadiness",
     "v_client_vs_server",
-    "latency_intervals",
 )
 QUERY_PARAMS = {
     "steady_qps": 40,

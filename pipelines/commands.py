@@ -33,11 +33,11 @@ def _json_value(value):
 
 def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
     """A query result (column names, row tuples) as a table, CSV or JSON lines; NULL and NaN print as NULL in a
-    table, empty in CSV, null in JSON."""
+    table, empty in CSV, null in JSON (which has no Infinity either: null, where a table and CSV say inf)."""
     import math
 
     def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
+        return v is None or (isinstance(v, float) and (math.isnan(v) or fmt == "json" and math.isinf(v)))
 
     rows = [[None if missing(v) else v for v in row] for row in rows]
     if fmt == "csv":
@@ -236,7 +236,7 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from assets.report_text import contrasts_text, head_to_head_text
+    from assets.report_text import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
@@ -253,6 +253,10 @@ def _run(args: argparse.Namespace) -> int:
         if contrasts:
             print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
             print(contrasts)
+        checks = checks_lines(con, run_id)
+        if checks:
+            print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
+            print("\n".join("  " + line for line in checks))
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [
         e.materialization.metadata["path"].value
@@ -351,7 +355,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _ingest(args: argparse.Namespace) -> int:
     from resources.ingest_checks import incomplete_note
     from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
-    from wattbench_agent.bundle import BundleError, read_manifest, unpacked
+    from wattbench_agent.bundle import ArchiveLimits, BundleError, GiB, read_manifest, unpacked
 
     plan_fields = None
     if args.plan:  # the plan the bundle was measured on: its prices and SLO for the reports
@@ -363,9 +367,12 @@ def _ingest(args: argparse.Namespace) -> int:
             return _fail(str(exc))
         plan_fields = plan_run_fields(plan, Path(args.plan).resolve(), sha)
     try:
-        with unpacked(args.bundle) as folder, connect(args.db) as con:
+        limits = ArchiveLimits(
+            max_bytes=round(args.max_unpacked_gb * GiB), max_members=args.max_members, max_ratio=args.max_ratio
+        )
+        with unpacked(args.bundle, limits) as folder, connect(args.db) as con:
             manifest = read_manifest(folder)
-            counts = ingest_bundle(con, folder)
+            counts = ingest_bundle(con, folder, replace=args.replace)
             if plan_fields:
                 set_run_fields(con, manifest["run_id"], plan_fields)
     except (BundleError, WarehouseError) as exc:
@@ -382,6 +389,7 @@ def _spec(args: argparse.Namespace) -> int:
     import uuid
 
     from resources.plan import PlanError, agent_spec, load_plan
+    from wattbench_agent.safety import secret_paths
 
     try:
         plan, _ = load_plan(args.plan)
@@ -396,8 +404,18 @@ def _spec(args: argparse.Namespace) -> int:
     run_id = args.run_id or f"{plan.name}-{uuid.uuid4().hex[:8]}"
     spec = agent_spec(plan, run_id, Path(args.out or f"bundle-{run_id}"), builds={})
     text = spec.to_json(indent=1)
+    secrets = secret_paths(spec.to_dict())
+    if secrets and not args.write:  # the agent needs them in clear, so the spec goes to a file only its owner reads
+        return _fail(
+            f"{args.plan}: the spec holds secrets ({', '.join(secrets[:6])}); not printed: write it with "
+            "--write FILE (made readable by you only)"
+        )
     if args.write:
-        Path(args.write).write_text(text + "\n")
+        fd = os.open(args.write, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secrets else 0o644)
+        if secrets:
+            os.fchmod(fd, 0o600)  # also a file that was there before
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
         n = sum(len(d.load_points) for d in spec.deployments)
         print(
             f"wattbench: {args.write}: run {run_id}, {len(spec.deployments)} deployment(s), {n} load point(s); "
@@ -463,10 +481,39 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("ingest", help="load a result bundle into the warehouse (idempotent, one transaction)")
     p.add_argument("bundle", help="bundle folder (holds manifest.json), or a tar archive of one (.tar.xz, .tgz)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="the bundle's run is already complete in the warehouse with other rows: drop them all and load the "
+        "bundle's instead (one transaction); without it such a bundle is refused",
+    )
     p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
     p.add_argument(
         "--plan",
         help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "
         "goodput figures need them)",
+    )
+    from wattbench_agent.argtypes import bounded_int, finite_float
+    from wattbench_agent.bundle import ArchiveLimits, GiB
+
+    limits = ArchiveLimits()
+    p.add_argument(
+        "--max-unpacked-gb",
+        type=finite_float(minimum=0, strict_minimum=True),
+        default=limits.max_bytes / GiB,
+        help="an archive: refuse it if it would unpack to more than this many GiB (default %(default)g)",
+    )
+    p.add_argument(
+        "--max-members",
+        type=bounded_int(minimum=1),
+        default=limits.max_members,
+        help="an archive: refuse it if it holds more members (default %(default)d)",
+    )
+    p.add_argument(
+        "--max-ratio",
+        type=finite_float(minimum=1),
+        default=limits.max_ratio,
+        help="an archive: refuse it if it would unpack to more than this many bytes per byte, once past "
+        f"{limits.ratio_floor_bytes // 1024**2} MiB (default %(default)g; real bundles pack 8-30 to 1)",
     )
     p.set_defaults(func=_ingest)

@@ -10,9 +10,11 @@ warehouse row stays 'running', and its agent and engines may still run. So:
   with its parent (wattbench_agent.procs.die_with_parent);
 - `reap_stale_runs` (at the start of every `wattbench run`, and `wattbench runs --clean`) finds the runs of this
   instance that are not finished but whose process is gone, and for each: stops the agent and engines its bundle
-  names (only those very processes: pid and start time must match), frees its pool slots, marks it failed in
-  Dagster and in the warehouse (`runs.status = 'failed'`, a `failed_runs` row). Slots still held by runs that
-  finished are freed too.
+  names (only those very processes: wattbench_agent.procs.stop refuses, signalling nothing, any identity that does
+  not prove it - pid -1, 0 or 1, a pid that is not an integer, no host or start time - and the refusals are named
+  in the run's failure), frees its pool slots, marks it failed in Dagster and in the warehouse (`runs.status =
+  'failed'`, a `failed_runs` row). Slots still held by runs that finished are freed too. Tags that name no
+  process this host can check leave the run alone until it is named.
 
 `interruptible_slot_wait()` makes SIGINT and SIGTERM stop a `wattbench run` that waits for a pool slot: Dagster's
 in-process executor captures both signals for the run and only looks at them inside a step, so a run queued
@@ -87,12 +89,34 @@ class RunState:
         return Path(db) if db else None
 
 
+def _tag_int(value: str | None) -> int | str | None:
+    """A tag's integer; an empty tag is None, one that is not an integer is kept as found (procs says why it
+    cannot be used)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
 def owner_of(run: Any) -> dict[str, Any] | None:
+    """The identity of the process that executes `run`, as its tags say (None: not tagged). Tags are text anyone
+    can set: a value that is not an integer is kept as found, and `procs.alive` cannot tell (None) for it."""
     tags = run.tags
     if not tags.get(PID_TAG):
         return None
-    start = tags.get(START_TAG)
-    return {"pid": int(tags[PID_TAG]), "host": tags.get(HOST_TAG), "start_ticks": int(start) if start else None}
+    return {"pid": _tag_int(tags[PID_TAG]), "host": tags.get(HOST_TAG), "start_ticks": _tag_int(tags.get(START_TAG))}
+
+
+def describe_process(owner: dict[str, Any] | None, state: bool | None, sep: str = " ") -> str:
+    """`1234 running`, `1234 gone`, `1234 other host`, or why the tags name no process this host can check."""
+    if owner is None:
+        return "-"
+    why = procs.why_unknown(owner)
+    if why and not why.startswith("recorded on host"):
+        return f"unknown ({why})"
+    return f"{owner['pid']}{sep}" + ("running" if state else "other host" if state is None else "gone")
 
 
 def unfinished_runs(instance: Any, limit: int = 200) -> list[RunState]:
@@ -106,26 +130,43 @@ def unfinished_runs(instance: Any, limit: int = 200) -> list[RunState]:
     return out
 
 
-def stop_run_processes(bundle: Path | None, log: Log) -> list[str]:
+def stop_run_processes(bundle: Path | None, log: Log) -> tuple[list[str], list[str]]:
     """Stop what a run's bundle says it started and still runs: the agent first (it stops its engines and closes
-    the bundle, complete=false), then any engine left. Returns what was stopped."""
+    the bundle, complete=false), then any engine left, each only if its identity proves it is that very process
+    (wattbench_agent.procs.stop). Returns what was stopped, and what was refused (nothing signalled) with why."""
     if bundle is None:
-        return []
+        return [], []
+    path = bundle / "manifest.json"
     try:
-        manifest = json.loads((bundle / "manifest.json").read_text())
-        processes = dict(manifest.get("processes") or {})
-    except (OSError, ValueError, AttributeError):
-        return []
-    stopped = []
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return [], []  # the run never started its agent
+    except (OSError, ValueError) as exc:
+        refused = [f"{path}: unreadable ({type(exc).__name__}: {exc}); its processes are not known"]
+        log(f"wattbench: not signalled: {refused[0]}")
+        return [], refused
+    processes = manifest.get("processes") if isinstance(manifest, dict) else None
+    run_id = manifest.get("run_id") if isinstance(manifest, dict) else None
+    if processes is None:
+        return [], []
+    if not isinstance(processes, dict):
+        refused = [f"{path}: 'processes' is a JSON {type(processes).__name__}; expected an object of identities"]
+        log(f"wattbench: not signalled: {refused[0]}")
+        return [], refused
+    stopped, refused = [], []
     order = sorted(processes.items(), key=lambda kv: kv[0] != "agent")
     for name, ident in order:
-        if not isinstance(ident, dict):
-            continue
-        if procs.stop(ident, group=name.startswith("engine:"), grace_s=20.0 if name == "agent" else 10.0):
-            stopped.append(f"{name} (pid {ident.get('pid')})")
+        pid = ident.get("pid") if isinstance(ident, dict) else None
+        try:
+            if procs.stop(ident, group=name.startswith("engine:"), grace_s=20.0 if name == "agent" else 10.0):
+                stopped.append(f"{name} (pid {pid})")
+        except procs.Refused as exc:
+            refused.append(f"process '{name}' (pid {pid!r}) of {path}: {exc}")
     if stopped:
-        log(f"wattbench: stopped {', '.join(stopped)} of run {manifest.get('run_id')}")
-    return stopped
+        log(f"wattbench: stopped {', '.join(stopped)} of run {run_id}")
+    for why in refused:
+        log(f"wattbench: not signalled: {why}")
+    return stopped, refused
 
 
 def mark_in_warehouse(
@@ -168,7 +209,9 @@ class Reaped:
 def reap(instance: Any, state: RunState, reason: str, log: Log = print) -> Reaped:
     """Clean up after one run that is not running any more: its processes, its pool slots, its status."""
     run = state.run
-    stopped = stop_run_processes(state.bundle, log)
+    stopped, refused = stop_run_processes(state.bundle, log)
+    if refused:
+        reason += "; not signalled (identity not proven): " + "; ".join(refused)
     instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
     current = instance.get_run_by_id(run.run_id)
     if current is not None and current.status in _unfinished_statuses():
@@ -242,12 +285,7 @@ def slot_holders(instance: Any, pool: str) -> list[str]:
         state = procs.alive(owner) if owner else None
         out.append(
             f"run {run_id} ("
-            + (
-                "process unknown"
-                if owner is None
-                else f"process {owner['pid']}, "
-                + ("running" if state else "on another host" if state is None else "gone")
-            )
+            + ("process unknown" if owner is None else f"process {describe_process(owner, state, ', ')}")
             + ")"
         )
     return out
@@ -310,11 +348,7 @@ def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
         owner = owner_of(run)
         state = procs.alive(owner) if owner else None
         unfinished = run.status in _unfinished_statuses()
-        process = (
-            "-"
-            if owner is None
-            else f"{owner['pid']} " + ("running" if state else "other host" if state is None else "gone")
-        )
+        process = describe_process(owner, state)
         db = run.tags.get(WAREHOUSE_TAG)
         if db and db not in status_by_db:
             try:

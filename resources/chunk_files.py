@@ -5,16 +5,15 @@ little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin` and writ
 in its row of requests.jsonl. At ingest (resources/warehouse.py):
 - DuckDB reads requests.jsonl (now a few hundred bytes a row) into a staging table, `_rq`;
 - `ChunkFiles.load` reads the events in batches of rows (numpy reads the files as they are: no JSON, no Python object
-  per value), checks them (a reference outside the files, a negative token count: the file, the line of the row and the
-  reason) and inserts the rows into `requests` with their lists (Arrow lists over the numpy arrays, which DuckDB reads
-  without a copy per value);
-- the per-load-point token figures (warehouse.point_token_figures) and the ITL intervals of large points
-  (intervals.runs_itl) read the events from the files again, laid flat (`point_events`, `label_events`), instead of
-  unnesting the lists just stored, and they do it in a thread while DuckDB stores the lists (`start_figures`: the
-  insert keeps one core busy, the figures the other); warehouse.refresh_point_stats and intervals.refresh take them
-  over (`point_figures`, `label_itl`).
-Memory is bounded by BATCH_EVENTS (the batch being inserted), by one large label's events in the thread (about 600 MB
-at 9 M gaps) and by DuckDB's limit meanwhile (warehouse.OVERLAP_MEMORY).
+  per value), checks them (a reference outside the files, a negative token count, token times that go backwards: the
+  file, the line of the row and the reason) and inserts the rows into `requests` with their lists (Arrow lists over
+  the numpy arrays, which DuckDB reads without a copy per value);
+- the per-load-point token figures (warehouse.point_token_figures) read the events from the files again, laid flat
+  (`point_events`), instead of unnesting the lists just stored, and they do it in a thread while DuckDB stores the
+  lists (`start_figures`: the insert keeps one core busy, the figures the other); warehouse.refresh_point_stats takes
+  them over (`point_figures`).
+Memory is bounded by BATCH_EVENTS (the batch being inserted), by one load point's events in the thread and by DuckDB's
+limit meanwhile (warehouse.OVERLAP_MEMORY).
 """
 
 from __future__ import annotations
@@ -177,6 +176,19 @@ class ChunkFiles:
                 )
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             np.cumsum(n[start:stop], out=offsets[1:])
+            back = np.diff(ns) < 0  # a gap below zero, within a request (not across two)
+            across = offsets[1:-1] - 1
+            back[across[(across >= 0) & (across < len(back))]] = False
+            if back.any():
+                first = int(np.argmax(back)) + 1
+                row = int(np.searchsorted(offsets, first, side="right")) - 1
+                i = first - int(offsets[row])
+                self._refuse_seq(
+                    int(seq[start + row]),
+                    f"chunk_ns[{i}] = {int(ns[first])} is before chunk_ns[{i - 1}] = {int(ns[first - 1])} (in "
+                    f"{self.paths['chunk_ns'].name}); expected token times that never go backwards (a negative "
+                    "inter-token gap)",
+                )
             tokens, each = _token_lists(tok, n[start:stop], offsets)
             batch = pa.table(  # noqa: F841 - read by DuckDB below
                 {
@@ -244,68 +256,18 @@ class ChunkFiles:
             "we": None if window is None else window[1],
         }
 
-    def label_events(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(t, events per request, repeat per request) of one point of intervals.large_point_itl (its repeats
-        pooled): its requests ordered and sliced as its SQL orders and slices them (by repeat, load point and request
-        id; the exact part of a capped stream), their times laid flat in that order. None for a deployment this
-        bundle does not carry (its rows came from another bundle of the run)."""
-        refs = self._label_refs(where)
-        if refs is None:
-            return None
-        at, n, repeat = refs
-        t, _ = self.gather(at, n, tokens=False)
-        return t, n, repeat
-
-    def _label_refs(self, where: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """What label_events reads of DuckDB: (first event, events, repeat) of each request, in order."""
-        staged = self.con.execute(
-            f"SELECT count(*) FROM {STAGING} WHERE deployment_id = $deployment_id",
-            {"deployment_id": where["deployment_id"]},
-        ).fetchone()[0]
-        if not staged:
-            return None
-        rows = self.con.execute(
-            f"""SELECT coalesce(l.repeat, 1) AS repeat, q.chunks[1] AS at,
-                       least(q.chunks[2], coalesce(q.chunks_exact, q.chunks[2])) AS n
-                FROM {STAGING} q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-                WHERE q.run_id = $run_id AND q.deployment_id = $deployment_id AND l.workload = $workload
-                  AND coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) = $point_label
-                  AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok' AND q.chunks[2] > 1
-                ORDER BY coalesce(l.repeat, 1), q.load_point_id, q.request_id""",
-            where,
-        ).fetchnumpy()
-        n = np.maximum(np.asarray(rows["n"], dtype=np.int64), 0)
-        return np.asarray(rows["at"], dtype=np.int64), n, np.asarray(rows["repeat"], dtype=np.int64)
-
     # -------------------------------------------------------------------------------------------- figures, in a thread
-    def start_figures(self, run_id: str, n_itl: int) -> None:
+    def start_figures(self, run_id: str) -> None:
         """Start computing, in a thread, the token figures of every staged load point (warehouse.point_token_figures)
-        and the ITL intervals of every label of more than intervals.EXACT_MAX_REQUESTS requests (intervals.runs_itl),
         from the chunk files, while DuckDB stores the lists: DuckDB's insert of lists keeps one core busy and numpy
         the other. What the thread needs of DuckDB (the staged rows' references, the load points' windows) is read
-        here, before it starts: the thread touches no connection. point_figures and label_itl hand its results over
-        (the same values as computed on the spot: the same code, each interval's own seed)."""
-        from resources import intervals
-
+        here, before it starts: the thread touches no connection. point_figures hands its results over (the same
+        values as computed on the spot: the same code)."""
         points = [(dep, lp, self._point_refs(run_id, dep, lp)) for dep, lp in self.points()]
-        large = self.con.execute(
-            f"""SELECT q.deployment_id, l.workload,
-                       coalesce(l.point_label, regexp_extract(l.load_point_id, '([^:#]*)(#[0-9]+)?$', 1)) AS label
-                FROM {STAGING} q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-                WHERE q.run_id = $run_id AND q.in_window AND q.error_kind IS NULL AND l.status = 'ok'
-                GROUP BY ALL HAVING count(*) > $most ORDER BY ALL""",
-            {"run_id": run_id, "most": intervals.EXACT_MAX_REQUESTS},
-        ).fetchall()
-        labels = []
-        for dep, workload, label in large:
-            where = {"run_id": run_id, "deployment_id": dep, "workload": workload, "point_label": label}
-            labels.append((where, self._label_refs(where)))
-        done: dict = {"points": {}, "itl": {}, "n_itl": n_itl, "error": None}
+        done: dict = {"points": {}, "error": None}
         stop = threading.Event()
 
         def work() -> None:
-            from threadpoolctl import threadpool_limits
-
             from resources.warehouse import point_token_figures
 
             try:
@@ -314,15 +276,6 @@ class ChunkFiles:
                         return
                     ev = self._events_of(refs)
                     done["points"][(dep, lp)] = None if ev is None else point_token_figures(ev)
-                with threadpool_limits(1, "blas"):
-                    for where, refs in labels:
-                        if stop.is_set() or refs is None:
-                            continue
-                        at, n, repeat = refs
-                        t, _ = self.gather(at, n, tokens=False)
-                        done["itl"][_label_key(where)] = intervals.runs_itl(
-                            t, n, repeat, intervals.itl_rng(where), n_itl
-                        )
             except BaseException as exc:  # said where the results are asked for
                 done["error"] = exc
 
@@ -348,20 +301,6 @@ class ChunkFiles:
             return done["points"][(deployment_id, load_point_id)]
         ev = self.point_events(run_id, deployment_id, load_point_id)
         return None if ev is None else point_token_figures(ev)
-
-    def label_itl(self, where: dict, rng: np.random.Generator, n_boot: int):
-        """intervals.runs_itl of one large point (`rng`: intervals.itl_rng(where), unused where the thread computed
-        it with its own, the same); None for a deployment this bundle does not carry."""
-        from resources import intervals
-
-        done = self._wait()
-        if done is not None and done["n_itl"] == n_boot and _label_key(where) in done["itl"]:
-            return done["itl"][_label_key(where)]
-        got = self.label_events(where)
-        if got is None:
-            return None
-        t, n, repeat = got
-        return intervals.runs_itl(t, n, repeat, rng, n_boot)
 
     def drop(self) -> None:
         if self._thread is not None:  # an ingest that failed: the thread stops after the figure in hand
@@ -418,10 +357,6 @@ def _token_lists(tok: np.ndarray, n: np.ndarray, offsets: np.ndarray):
     )
     each = pa.array(lo, type=pa.int32(), mask=kept)
     return tokens, each
-
-
-def _label_key(where: dict) -> tuple[str, str, str, str]:
-    return (where["run_id"], where["deployment_id"], where["workload"], where["point_label"])
 
 
 def _other(column: str) -> str:

@@ -8,17 +8,22 @@ only then) for the message: the file, the line and the reason; the transaction i
 bundle stays. The whole bundle is refused when:
 - a table file is not a regular file (a FIFO would be waited on forever, /dev/zero read until memory runs out), or a
   line is longer than MAX_LINE_BYTES, not UTF-8, not a JSON object, or names a column the table does not have;
+- a value of a numeric column (or an element of a numeric list) is not a JSON number: a quoted "5", "NaN", "-5" or
+  "Infinity", a boolean, an object (DuckDB would otherwise convert a quoted number, NaN and Infinity included);
 - a value anywhere in a row is NaN or +-Infinity (`NaN`, `Infinity`, or a number too large for a double, like 1e400):
   a value not measured is null, never a non-finite number;
 - a value that reaches a figure is out of its range (RANGES: durations, counts, energies, powers and token counts
-  are >= 0; utilisation is 0-100 %; an HTTP status is 100-599), or a window ends before it starts;
+  are >= 0; utilisation is 0-100 %; an HTTP status is 100-599), a window ends before it starts, or a request's
+  token times go backwards (LIST_ORDERED: an inter-token gap below zero);
 - a row's natural key (NATURAL_KEYS) appears twice in one file (the lines of both are named).
 
 A table file may be gzip-compressed (`<table>.jsonl.gz`): DuckDB reads it as it is.
 
 The same rules run again, after ingest, as Great Expectations suites (resources/validation.py), and the warehouse's
 natural keys (`ensure_natural_keys`, unique indexes where a table has no primary key) refuse a row twice whatever
-writes it.
+writes it. `row_problem` is the one definition of a well-formed row: bundles (line by line) and `wattbench import`
+(resources/importers: every row an import would write) both ask it, so a row either path refuses names the file,
+where in it (line, or load point and request), the field and the value.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
         "hbm_total_mib": _NONNEG,
         "idle_power_w_before": _NONNEG,
         "idle_power_w_after": _NONNEG,
+        "idle_settle_s_before": _NONNEG,
+        "idle_settle_s_after": _NONNEG,
         "power_limit_w": _NONNEG,
         "sampler_hz": _NONNEG,
         "sampler_cpu_share": _NONNEG,
@@ -54,7 +61,11 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
         "cpu_mhz": _NONNEG,
         "cpu_max_mhz": _NONNEG,
     },
-    "load_runs": {
+    "load_runs": {  # what was measured first, so that a fault in it is named rather than a figure derived from it
+        "completed": _NONNEG,
+        "failed": _NONNEG,
+        "sent": _NONNEG,
+        "window_s": _NONNEG,
         "repeat": (1, None),
         "concurrency": _NONNEG,
         "rate": _NONNEG,
@@ -63,13 +74,9 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
         "output_tokens": _NONNEG,
         "warmup_s": _NONNEG,
         "duration_s": _NONNEG,
-        "window_s": _NONNEG,
         "drain_s": _NONNEG,
         "achieved_rate": _NONNEG,
         "achieved_concurrency": _NONNEG,
-        "sent": _NONNEG,
-        "completed": _NONNEG,
-        "failed": _NONNEG,
         "output_tokens_in_window": _NONNEG,
         "energy_j": _NONNEG,
         "energy_trace_j": _NONNEG,
@@ -116,6 +123,23 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
 }
 # Columns whose list elements are counts (tokens per streamed event).
 LIST_RANGES = {"requests": {"chunk_tokens": _NONNEG}}
+# Lists that never go backwards: a request's token arrival times (a negative gap would be a negative ITL).
+LIST_ORDERED = {"requests": ("chunk_ns",)}
+# SQL types whose values must be JSON numbers (a list of them: the type with [] after it).
+NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+NUMERIC_TYPES += ("FLOAT", "REAL", "DOUBLE")
+
+
+def numeric_columns(types: dict[str, str]) -> dict[str, bool]:
+    """{column: is_list} of the columns whose values (or list elements) must be numbers, from a table's SQL types."""
+    out = {}
+    for column, sql_type in types.items():
+        base = sql_type[:-2] if sql_type.endswith("[]") else sql_type
+        if base in NUMERIC_TYPES or base.startswith("DECIMAL"):
+            out[column] = sql_type.endswith("[]")
+    return out
+
+
 # (start, end): a window that ends before it starts has a negative duration.
 ORDERED = {"load_runs": [("window_start_ns", "window_end_ns")], "energy_windows": [("start_ns", "end_ns")]}
 # What makes a row of a bundle table itself (run_id is the bundle's). gpu_samples and server_metrics have no primary
@@ -192,10 +216,45 @@ def _key(row: dict[str, Any], columns: tuple[str, ...]) -> tuple | None:
     return tuple(out)
 
 
-def _row_problem(table: str, row: dict[str, Any], allowed: set[str]) -> str | None:
-    unknown = set(row) - allowed
-    if unknown:
-        return f"unknown column(s) {', '.join(sorted(unknown))}; expected columns of table {table} in sql/schema.sql"
+def _type_problem(column: str, value: Any) -> str | None:
+    """A value that must be a number and is not one, or is not finite (rows of imports: JSON parsing refused NaN
+    already for bundles)."""
+    if value is None:
+        return None
+    if not _number(value):
+        kind = "a string" if isinstance(value, str) else f"a JSON {type(value).__name__}"
+        return f"{column} = {value!r} ({kind}); expected a number, or null where not measured"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{column} = {value}; expected a finite number, or null where not measured"
+    return None
+
+
+def row_problem(
+    table: str, row: dict[str, Any], allowed: set[str] | None = None, types: dict[str, str] | None = None
+) -> str | None:
+    """What is wrong with one row of a table (None when it is well-formed): unknown columns (with `allowed`), a value
+    of a numeric column that is not a finite number (with `types`: the table's SQL types), a value out of its range,
+    a window that ends before it starts, token times that go backwards. The message names the field and the value."""
+    if allowed is not None:
+        unknown = set(row) - allowed
+        if unknown:
+            names = ", ".join(sorted(unknown))
+            return f"unknown column(s) {names}; expected columns of table {table} in sql/schema.sql"
+    numeric = numeric_columns(types or {})
+    ranged = [c for c in RANGES.get(table, {}) if c in numeric]  # in RANGES' order: what was measured first
+    for column in ranged + [c for c in numeric if c not in ranged]:
+        is_list, value = numeric[column], row.get(column)
+        if is_list and isinstance(value, list):
+            for i, v in enumerate(value):
+                problem = _type_problem(f"{column}[{i}]", v)
+                if problem:
+                    return problem
+        elif is_list and value is not None:
+            return f"{column} = {value!r}; expected a list of numbers"
+        elif not is_list:
+            problem = _type_problem(column, value)
+            if problem:
+                return problem
     for column, bounds in RANGES.get(table, {}).items():
         problem = _range_problem(row.get(column), bounds)
         if problem:
@@ -211,12 +270,22 @@ def _row_problem(table: str, row: dict[str, Any], allowed: set[str]) -> str | No
         a, b = row.get(start), row.get(end)
         if _number(a) and _number(b) and b < a:
             return f"{end} = {b} is before {start} = {a}; expected a window that ends after it starts"
+    for column in LIST_ORDERED.get(table, ()):
+        values = row.get(column)
+        if isinstance(values, list):
+            for i in range(1, len(values)):
+                a, b = values[i - 1], values[i]
+                if _number(a) and _number(b) and b < a:
+                    return (
+                        f"{column}[{i}] = {b} is before {column}[{i - 1}] = {a}; expected token times that never go "
+                        "backwards (a negative inter-token gap)"
+                    )
     return None
 
 
-def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
+def check_table_file(path: Path, table: str, allowed: set[str], types: dict[str, str] | None = None) -> int:
     """Every line of one table file; returns the number of rows. BundleError naming the first problem (and how many
-    lines have one) otherwise."""
+    lines have one) otherwise. `types`: the table's SQL types (numeric columns must hold JSON numbers)."""
     regular_file(path, f"a JSON-lines file of table {table}")
     key_columns = NATURAL_KEYS.get(table)
     hashes: array = array("Q")  # 8 bytes a row: a file of millions of samples stays small in memory
@@ -240,7 +309,7 @@ def check_table_file(path: Path, table: str, allowed: set[str]) -> int:
                 continue
             row, problem = _parse(raw)
             if problem is None:
-                problem = _row_problem(table, row, allowed)
+                problem = row_problem(table, row, allowed, types)
             if problem:
                 problems += 1
                 first = first or f"{path}:{lineno}: {problem}"
@@ -343,20 +412,44 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
             terms.append(f"list_max({c}) > {hi!r}")
     for start, end in ORDERED.get(table, []):
         terms.append(f"{end} < {start}")
+    for c in LIST_ORDERED.get(table, ()):
+        if c in columns:
+            terms.append(f"list_bool_or(list_transform(range(1, len({c})), lambda i: {c}[i + 1] < {c}[i]))")
     return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
 
 
-def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) -> tuple[bool, dict[str, list]]:
+_JSON_NUMBER = "'BIGINT', 'UBIGINT', 'DOUBLE'"
+
+
+def scan_lines(
+    con, path: Path, allowed: set[str], ids: tuple[str, ...] = (), numeric: dict[str, bool] | None = None
+) -> tuple[bool, dict[str, list]]:
     """One pass of DuckDB over a table file: whether a line names a column the table does not have (DuckDB reads a
-    file with named columns and would drop an unknown one silently) or is JSON null (which it would read as a row of
-    NULLs), and the distinct values of the `ids` columns (what rows of the warehouse the file replaces). A line that
-    is another non-object (an array, a number, a string) is refused by that read itself."""
+    file with named columns and would drop an unknown one silently), is JSON null (which it would read as a row of
+    NULLs), or holds something else than a JSON number in a numeric column (`numeric`: {column: is_list}; DuckDB
+    would convert a quoted "5", "NaN" or "Infinity"), and the distinct values of the `ids` columns (what rows of the
+    warehouse the file replaces). A line that is another non-object (an array, a number, a string) is refused by that
+    read itself."""
     known = "[" + ", ".join("'" + c.replace("'", "''") + "'" for c in sorted(allowed)) + "]"
     distinct = "".join(f", list(DISTINCT json->>'{c}') FILTER (WHERE json->>'{c}' IS NOT NULL)" for c in ids)
+    typed = []
+    for c, is_list in (numeric or {}).items():
+        if c not in allowed:
+            continue
+        key = '"' + c.replace("'", "''") + '"'
+        if is_list:
+            typed.append(
+                f"json_type(json, '$.{key}') NOT IN ('ARRAY', 'NULL') OR list_bool_or(list_transform("
+                f"json_extract(json, '$.{key}[*]'), lambda x: json_type(x) NOT IN ({_JSON_NUMBER})))"
+            )
+        else:
+            typed.append(f"json_type(json, '$.{key}') NOT IN ({_JSON_NUMBER}, 'NULL')")
+    wrong_type = " OR ".join(f"coalesce({t}, false)" for t in typed) or "false"
     # json_keys is [] for JSON null (and for {}, which the line-by-line check then lets through, as read_json does)
     row = con.execute(
-        f"SELECT count(*) FILTER (WHERE coalesce(NOT list_has_all({known}, keys) OR len(keys) = 0, true))"
-        f"{distinct} FROM (SELECT json, json_keys(json) AS keys FROM read_json_objects(?, format='newline_delimited'))",
+        f"SELECT count(*) FILTER (WHERE coalesce(NOT list_has_all({known}, keys) OR len(keys) = 0, true) "
+        f"OR ({wrong_type})){distinct} FROM (SELECT json, json_keys(json) AS keys "
+        "FROM read_json_objects(?, format='newline_delimited'))",
         [str(path)],
     ).fetchone()
     return bool(row[0]), {c: sorted(row[1 + i] or []) for i, c in enumerate(ids)}
@@ -364,7 +457,7 @@ def scan_lines(con, path: Path, allowed: set[str], ids: tuple[str, ...] = ()) ->
 
 def check_bundle_files(files: dict[str, Path], columns: dict[str, dict[str, str]]) -> dict[str, int]:
     """Check every table file of a bundle before anything is loaded; rows per table."""
-    return {table: check_table_file(path, table, set(columns[table])) for table, path in files.items()}
+    return {table: check_table_file(path, table, set(columns[table]), columns[table]) for table, path in files.items()}
 
 
 def ensure_natural_keys(con) -> int:

@@ -6,6 +6,8 @@ A bad plan gets one message naming the file, the field and what was expected; no
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,8 +26,17 @@ from pydantic import (
 from wattbench_agent.engines.base import EngineConfig, adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
 from wattbench_agent.loadgen.shapes import label as point_label  # noqa: F401 - the plan's name for it
+from wattbench_agent.loadgen.spec import MAX_CONCURRENCY, MAX_RATE, MAX_TOKENS, MAX_WARMUP_S, MAX_WINDOW_S
 from wattbench_agent.safety import is_plain_name
-from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
+from wattbench_agent.wire import (
+    MAX_IDLE_BASELINE_S,
+    MAX_IDLE_QUIET_S,
+    MAX_SAMPLER_HZ,
+    MAX_WARMUP_REQUESTS,
+    AgentSpec,
+    DeploymentSpec,
+    LoadPointSpec,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PLAN = REPO_ROOT / "plans" / "default.yaml"
@@ -36,11 +47,8 @@ class PlanError(ValueError):
 
 
 # Upper bounds: a value past them is a typo or an attack, not a benchmark (1e400 reads as inf; a concurrency of 1e9
-# hung the load generator with nothing sent). The load generator applies the same concurrency bound.
-MAX_CONCURRENCY = 16384
-MAX_TOKENS = 1_048_576  # per prompt or output: 1M-token contexts
-MAX_WINDOW_S = 86400.0  # one load point's window, warm-up excluded
-MAX_RATE = 100_000.0  # requests/s
+# hung the load generator with nothing sent). Those of load points and agent settings are the agent's own
+# (wattbench_agent.loadgen.spec, wattbench_agent.wire), which it applies to a spec written by hand too.
 MAX_USD_PER_HOUR = 10_000.0
 
 
@@ -61,8 +69,10 @@ class EngineSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, StrictStr] = Field(
         default_factory=dict,
-        description="extra environment of this engine's process only (values are strings; "
-        "values of secret-looking names are masked in the deployments row), e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
+        description="extra environment of this engine's process only (values are strings; secrets - by name "
+        "(TOKEN, KEY, SECRET, PASS, AUTH, CREDENTIAL, COOKIE) and by value (URL user:password@, Bearer/Basic "
+        "credentials) - are masked in rows and logs, and `wattbench spec` writes them to an owner-only file), "
+        "e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
     )
     checkpoint: str | None = Field(
         None,
@@ -159,7 +169,7 @@ class Workload(_Strict):
         "output uniform over [floor(L(1 - r)), ceil(L(1 + r))] around input_tokens / output_tokens (0: every request "
         "the same; a closed loop of equal requests can lock into one phase, docs/MEASUREMENT.md)",
     )
-    warmup_s: float = Field(2.0, ge=0, le=3600)
+    warmup_s: float = Field(2.0, ge=0, le=MAX_WARMUP_S)
     duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
     points: list[LoadPoint] = Field(min_length=1)
     sweep: dict[str, list[float]] | None = Field(
@@ -304,10 +314,15 @@ class Plan(_Strict):
         "engines (A B A B), for 95% intervals on every figure",
     )
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
-    sampler_hz: float = Field(10.0, gt=0, le=100)
-    idle_baseline_s: float = Field(3.0, ge=0, le=3600)
+    sampler_hz: float = Field(10.0, gt=0, le=MAX_SAMPLER_HZ)
+    idle_baseline_s: float = Field(3.0, ge=0, le=MAX_IDLE_BASELINE_S)
+    # before each idle window: the GPUs quiet (utilisation 0, power steady) this long, waited for at most the timeout
+    idle_quiet_s: float = Field(3.0, ge=0, le=MAX_IDLE_QUIET_S)
+    idle_quiet_timeout_s: float = Field(30.0, ge=0, le=MAX_IDLE_BASELINE_S)
     health_timeout_s: float = Field(600.0, gt=0, le=MAX_WINDOW_S)
-    warmup_requests: int = Field(0, ge=0, le=100_000, description="unrecorded requests sent once the engine is up")
+    warmup_requests: int = Field(
+        0, ge=0, le=MAX_WARMUP_REQUESTS, description="unrecorded requests sent once the engine is up"
+    )
     start_engines: Literal["one_by_one", "together"] = Field(
         "one_by_one",
         description="start the engines that run side by side one after another (each startup time "
@@ -356,21 +371,96 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+# A plan is a short text: bounds on its bytes and on what its YAML aliases expand to (a 1 KB "billion laughs" of
+# nested aliases expands to 387 M values), checked before anything is built from it.
+MAX_PLAN_BYTES = 1024 * 1024
+MAX_PLAN_VALUES = 100_000  # scalars, lists and mappings after alias expansion (plans/ hold at most a few hundred)
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _read_plan_bytes(path: Path) -> bytes:
+    """The plan file's bytes: a regular file of at most MAX_PLAN_BYTES. A FIFO is refused without waiting for a
+    writer, a device (/dev/zero) without reading it."""
+    expected = "expected a YAML benchmark plan file (see plans/default.yaml)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except FileNotFoundError:
+        raise PlanError(f"{path}: plan file not found; {expected}") from None
+    except IsADirectoryError:
+        raise PlanError(f"{path}: not a regular file (a directory); {expected}") from None
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot be read ({exc.strerror or exc}); {expected}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise PlanError(f"{path}: not a regular file ({kind}); {expected}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot be read ({exc.strerror or exc}); {expected}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: larger than {MAX_PLAN_BYTES // 1024} KiB; {expected}")
+    return raw
+
+
+class _PlanLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a document whose aliases expand beyond MAX_PLAN_VALUES values (or refer
+    to themselves), before it is built into objects."""
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _count_expanded(node, {})
+        return node
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _count_expanded(node: yaml.Node, memo: dict[int, int | None]) -> int:
+    """How many values `node` stands for once every alias is expanded (shared nodes counted each time they are
+    used, computed once each)."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise _TooLarge("an alias refers to the node that holds it (a recursive structure)")
+        return memo[key]
+    memo[key] = None
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_count_expanded(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_count_expanded(k, memo) + _count_expanded(v, memo) for k, v in node.value)
+    if total > MAX_PLAN_VALUES:
+        raise _TooLarge(f"its aliases expand to more than {MAX_PLAN_VALUES:,} values")
+    memo[key] = total
+    return total
+
+
 def load_plan(path: str | Path) -> tuple[Plan, str]:
     """Parse and validate a plan file; returns the plan and the sha256 of its bytes."""
     path = Path(path)
+    raw = _read_plan_bytes(path)
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise PlanError(
-            f"{path}: plan file not found; expected a YAML benchmark plan (see plans/default.yaml)"
-        ) from None
-    try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_PlanLoader)  # a SafeLoader, with bounds
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PlanError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except _TooLarge as exc:
+        raise PlanError(f"{path}: refused: {exc}; expected a plan of at most {MAX_PLAN_VALUES:,} values") from None
+    except RecursionError:
+        raise PlanError(f"{path}: refused: nested too deeply; expected a benchmark plan") from None
     if not isinstance(data, dict):
         raise PlanError(f"{path}: expected a mapping of plan fields at the top level, got {type(data).__name__}")
     try:
@@ -468,6 +558,8 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
         telemetry=plan.telemetry,
         sampler_hz=plan.sampler_hz,
         idle_baseline_s=plan.idle_baseline_s,
+        idle_quiet_s=plan.idle_quiet_s,
+        idle_quiet_timeout_s=plan.idle_quiet_timeout_s,
         warmup_requests=plan.warmup_requests,
         energy_crosscheck=plan.energy_crosscheck,
         start_together=plan.start_engines == "together",

@@ -291,6 +291,17 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                 E.ExpectColumnValuesToBeInSet(column="version_checked", value_set=[True]),
                 "warn",
             ),
+            # an idle window taken before the GPUs went quiet (utilisation 0, power steady) reads idle high
+            Rule(
+                "deployments.idle_before_settled",
+                E.ExpectColumnValuesToBeInSet(column="idle_settled_before", value_set=[True]),
+                "warn",
+            ),
+            Rule(
+                "deployments.idle_after_settled",
+                E.ExpectColumnValuesToBeInSet(column="idle_settled_after", value_set=[True]),
+                "warn",
+            ),
             Rule(
                 "deployments.hbm_within_gpu",
                 E.ExpectColumnPairValuesAToBeGreaterThanB(

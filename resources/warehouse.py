@@ -28,6 +28,7 @@ from resources.ingest_checks import (
     check_table_file,
     ensure_natural_keys,
     mark_run,
+    numeric_columns,
     run_status,
     scan_lines,
     suspect_rows,
@@ -37,7 +38,9 @@ from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, re
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
     from resources.chunk_files import ChunkFiles
 
-SCHEMA_VERSION = 7  # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block)
+# 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
+# repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs
+SCHEMA_VERSION = 8
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
@@ -95,7 +98,9 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
         refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES, "window_gpu_stats"))
     elif current is not None and current < 7:  # version 7 keeps GPU clocks, temperatures, throttling per window
-        refresh_kept_views(con, None, ("window_gpu_stats",))
+        refresh_kept_views(con, None, ("window_gpu_stats", "point_figures"))
+    elif current is not None and current < 8:  # version 8: every point's figures and intervals by one definition
+        refresh_kept_views(con, None, ("point_figures",))
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -106,12 +111,16 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def ingest_bundle(
-    con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None
+    con: duckdb.DuckDBPyConnection, bundle: str | os.PathLike, run_id: str | None = None, replace: bool = False
 ) -> dict[str, int]:
     """Load a result bundle in one transaction, replacing earlier rows of the same run and deployments.
 
     Idempotent: ingesting the same bundle twice leaves the same rows. `run_id` files the rows under another
-    run (a bundle measured elsewhere, replayed into this run). Returns rows loaded per table.
+    run (a bundle measured elsewhere, replayed into this run). A run that is already complete (status complete or
+    ingested) keeps its rows: a bundle that would change the rows of a deployment it already has is refused
+    (WarehouseError, nothing loaded; a deployment new to the run is added) unless `replace`: then the old rows of the
+    bundle's deployments go, the new land, and the run's validation results (of the old rows) go, in the same one
+    transaction, the run then `ingested` (or `incomplete`). Returns rows loaded per table.
     """
     from resources.chunk_files import ChunkFiles, chunk_paths
 
@@ -131,7 +140,7 @@ def ingest_bundle(
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     con.execute(f"SET memory_limit = '{ingest_memory()}'")  # DuckDB spills to disk past it: a big bundle stays bounded
     try:
-        return _ingest(con, folder, manifest, run_id, files, types, counts, chunks)
+        return _ingest(con, folder, manifest, run_id, files, types, counts, chunks, replace)
     finally:
         if chunks is not None:
             chunks.drop()
@@ -154,11 +163,32 @@ def _allowed(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> set
     )
 
 
-def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) -> dict[str, int]:
+# Statuses of a run whose rows are whole (the bundle's own, or validated): a bundle that would change them is refused.
+_WHOLE = ("complete", "ingested")
+# What a run's old rows were judged on: gone with them when --replace swaps them.
+_JUDGED = ("validation_results", "run_checks")
+
+
+def _fingerprint(con, run_id: str, deployment_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(rows, xor of the rows' hashes) of some deployments of a run in every table a bundle fills for them: equal for
+    the same rows."""
+    out = {}
+    for table in _DEPLOYMENT_TABLES:
+        out[table] = con.execute(
+            f"SELECT count(*), coalesce(bit_xor(hash(x)), 0) FROM (SELECT * EXCLUDE (run_id) FROM {table} "
+            "WHERE run_id = ? AND deployment_id IN (SELECT unnest(?::VARCHAR[]))) x",
+            [run_id, deployment_ids],
+        ).fetchone()
+    return out
+
+
+def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, replace=False) -> dict[str, int]:
     from resources.chunk_files import STAGING
 
     con.execute("BEGIN TRANSACTION")
     try:
+        status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or [None])[0]
+        had = {r[0] for r in con.execute("SELECT deployment_id FROM deployments WHERE run_id = ?", [run_id]).fetchall()}
         con.execute(
             """INSERT INTO runs (run_id, source, host, clock_anchor_mono_ns, clock_anchor_unix_ns, status)
                VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING""",
@@ -202,6 +232,7 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                     else ("build_id",)
                     if t == "engine_builds"
                     else (),
+                    numeric_columns(types[t]),
                 ),
                 _allowed(t, types[t], chunks),
             )
@@ -217,17 +248,22 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
             scans["requests"] = (scans["requests"][0], {"deployment_id": sorted(staged)})
         for table, (suspect, _) in scans.items():
             if suspect:
-                check_table_file(files[table], table, _allowed(table, types[table], chunks))  # file, line, reason
+                check_table_file(files[table], table, _allowed(table, types[table], chunks), types[table])
         deployment_ids = sorted({d for t, (_, ids) in scans.items() for d in ids.get("deployment_id", [])})
-        from resources import intervals
-
+        # a complete run's rows change only when asked: the deployments of this bundle it has already
+        kept = [d for d in deployment_ids if d in had]
+        before = _fingerprint(con, run_id, kept) if status in _WHOLE and kept and not replace else None
+        if replace and kept:  # what the old rows were judged on goes with them; the new rows are not judged yet
+            for table in _JUDGED:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [run_status(manifest), run_id])
         # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
         flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
         threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
         for table, path in files.items():
             overlap = table == "requests" and flat is not None
             if overlap:  # load_runs is in: the figures start while the lists go in
-                flat.start_figures(run_id, min(intervals.BOOTSTRAP_SAMPLES, intervals.ITL_BOOTSTRAP_SAMPLES))
+                flat.start_figures(run_id)
                 con.execute(f"SET memory_limit = '{OVERLAP_MEMORY}'")  # until the eviction below
                 con.execute(f"SET threads = {OVERLAP_THREADS}")
             try:
@@ -245,11 +281,23 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None) ->
                 if overlap:
                     con.execute(f"SET threads = {threads}")
         _derive_deployment_hbm(con, run_id)
+        if before is not None:
+            after = _fingerprint(con, run_id, kept)
+            if after != before:
+                changed = ", ".join(
+                    f"{t} {before[t][0]} -> {after[t][0]} rows" if before[t][0] != after[t][0] else f"{t} rows differ"
+                    for t in before
+                    if before[t] != after[t]
+                )
+                raise WarehouseError(
+                    f"{folder}: run {run_id} is already {status} in the warehouse, and this bundle would change the "
+                    f"rows of its deployment(s) {', '.join(kept)} ({changed}); nothing was loaded. To replace them "
+                    f"with this bundle's: wattbench ingest {folder} --replace"
+                )
         # the figures below hold a point's token times in numpy: DuckDB gives back the pages it cached while loading
         # (its limit lowered, then raised again: what the figures' SQL reads comes back as it needs it)
         con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
         con.execute(f"SET memory_limit = '{ingest_memory()}'")
-        counts["latency_intervals"] = intervals.refresh(con, run_id, events=flat.label_itl if flat else None)
         refresh_point_stats(con, run_id, events=flat)
         con.execute("COMMIT")
     except Exception:
@@ -278,14 +326,14 @@ def _checked(
     try:
         return read()
     except duckdb.ConstraintException as exc:
-        check_table_file(path, table, allowed)
+        check_table_file(path, table, allowed, cols)
         raise BundleError(
             f"{path}: {str(exc).splitlines()[0]}; expected each row once per key (were two attempts "
             "written into one folder? the agent keeps earlier attempts under attempts/<n>/); "
             "nothing was loaded"
         ) from None
     except (duckdb.ConversionException, duckdb.InvalidInputException) as exc:
-        check_table_file(path, table, allowed)
+        check_table_file(path, table, allowed, cols)
         raise BundleError(
             f"{path}: {str(exc).splitlines()[0]}; expected values of the types in sql/schema.sql "
             f"(table {table}); nothing was loaded"
@@ -332,7 +380,7 @@ def _load_table(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
     ).fetchone()
     if suspect:
-        check_table_file(path, table, allowed)  # names file, line and reason; a JSON text that only looked odd passes
+        check_table_file(path, table, allowed, cols)  # names file, line and reason; a JSON text that only looked odd
     return loaded
 
 

@@ -1,6 +1,8 @@
 -- Capacity plan: for the traffic profile and the run's SLO, the fewest GPUs per engine config and their monthly
--- cost (always on, sized for the peak). Per-replica capacity = the highest goodput (requests/s meeting every SLO)
--- of a load point that meets the p99 SLO, at the measured workload lengths nearest the profile's.
+-- cost (always on, sized for the peak). Per-replica capacity = the 95% lower bound of a point's goodput (requests/s
+-- meeting every SLO, over its repeats), at the point with the highest such bound among those whose p99 TTFT/TPOT/E2E
+-- meet the SLO on their upper bounds (a point without an interval: its measured value, its worst repeat), at the
+-- measured workload lengths nearest the profile's; sized_on names the point, sized_bound the bounds used.
 -- replicas = ceil(QPS / capacity); GPUs = replicas x GPUs per deployment; $/month = GPUs x $/GPU-hour x 730 h;
 -- energy $/month = replicas x measured deployment W at the sizing point x 730 h x $/kWh x PUE (second line).
 -- NULL with a `note` when no point meets the SLO. Arithmetic: MACRO capacity_plan in sql/views.sql.
@@ -19,6 +21,6 @@ SELECT engine, source, engine_kind, precision, tp, gpus_per_replica,
        round(burst_ttft_p99_ms, 1)     AS burst_ttft_p99_ms,
        burst_meets_slo,
        measured_input_tokens, measured_output_tokens,
-       note, sized_on, burst_point, run_id
+       note, sized_on, sized_bound, burst_point, run_id
 FROM capacity_plan($run_id, $steady_qps, $peak_qps, $input_tokens, $output_tokens)
 ORDER BY monthly_gpu_usd NULLS LAST, engine;

@@ -2,8 +2,8 @@
 -- (figure, engine) with the run and the load point each value came from, and a note saying why a value is NULL.
 -- Reports pivot it (resources/reporting.pivot_head_to_head): rows are capabilities and figures, columns engines.
 -- Each point is its repeats' summary (v_point_figures): a value carries its 95% interval in brackets (none from one
--- repeat), and the point it came from is workload:point. "At SLO": among points whose pooled p99 TTFT/TPOT/E2E meet
--- the plan's SLO. "Under a surge": the worst p99 TTFT over the gamma and surge points. Whether two engines differ
+-- repeat), and the point it came from is workload:point. "At SLO": among points whose p99 TTFT/TPOT/E2E meet the
+-- plan's SLO on the conservative end of their intervals (v_point_slo). "Under a surge": the worst p99 TTFT over the gamma and surge points. Whether two engines differ
 -- is sql/engine_contrasts.sql's call. $run_id: the run.
 WITH eng AS (
     SELECT d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.precision, d.tp, d.gpu_name,
@@ -15,61 +15,46 @@ WITH eng AS (
 -- (metric -> estimate, lo, hi), read into columns: one aggregate per point, not three per figure
 pf AS (
     SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
-           any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats
+           any_value(method) AS method, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
+           any_value(repeats) AS repeats
     FROM v_point_figures WHERE run_id = $run_id
     GROUP BY engine, workload, point_label, metric),
--- one row per engine and point, summarised over its repeats (means; latency: pooled percentiles), with intervals
+-- one row per engine and point, summarised over its repeats (means, with their intervals): m[metric] is the figure
+-- (estimate, lo, hi, method), the named columns its estimate, by which the rows below pick a point
 pt AS (
-    SELECT engine, workload, point_label, point, shape, concurrency, repeats,
-           m['output_tok_s'].estimate AS tok, m['output_tok_s'].lo AS tok_lo, m['output_tok_s'].hi AS tok_hi,
-           m['goodput_requests_s'].estimate AS good,
-           m['goodput_requests_s'].lo AS good_lo,
-           m['goodput_requests_s'].hi AS good_hi,
-           m['output_tokens_per_j'].estimate AS tpj,
-           m['output_tokens_per_j'].lo AS tpj_lo,
-           m['output_tokens_per_j'].hi AS tpj_hi,
-           m['output_tokens_per_j_above_idle'].estimate AS tpja,
-           m['output_tokens_per_j_above_idle'].lo AS tpja_lo,
-           m['output_tokens_per_j_above_idle'].hi AS tpja_hi,
-           m['usd_per_1m_output_tokens'].estimate AS usd,
-           m['usd_per_1m_output_tokens'].lo AS usd_lo,
-           m['usd_per_1m_output_tokens'].hi AS usd_hi,
-           m['energy_usd_per_1m_output_tokens'].estimate AS eusd,
-           m['energy_usd_per_1m_output_tokens'].lo AS eusd_lo,
-           m['energy_usd_per_1m_output_tokens'].hi AS eusd_hi,
-           m['ttft_p50_ms'].estimate AS ttft50, m['ttft_p50_ms'].lo AS ttft50_lo, m['ttft_p50_ms'].hi AS ttft50_hi,
-           m['ttft_p99_ms'].estimate AS ttft99, m['ttft_p99_ms'].lo AS ttft99_lo, m['ttft_p99_ms'].hi AS ttft99_hi,
-           m['tpot_p99_ms'].estimate AS tpot99,
-           m['e2e_p99_ms'].estimate AS e2e99
+    SELECT engine, workload, point_label, point, shape, concurrency, repeats, m,
+           m['output_tok_s'].estimate AS tok, m['goodput_requests_s'].estimate AS good,
+           m['output_tokens_per_j'].estimate AS tpj, m['output_tokens_per_j_above_idle'].estimate AS tpja,
+           m['usd_per_1m_output_tokens'].estimate AS usd, m['energy_usd_per_1m_output_tokens'].estimate AS eusd,
+           m['ttft_p99_ms'].estimate AS ttft99
     FROM (SELECT engine, workload, point_label, workload || ':' || point_label AS point,
                  any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
-                 map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m
+                 map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi,
+                                                            method := method)))) AS m
           FROM pf GROUP BY engine, workload, point_label)),
-lp AS (
-    SELECT pt.*, (r.slo_ttft_ms IS NULL OR pt.ttft99 <= r.slo_ttft_ms)
-                 AND (r.slo_tpot_ms IS NULL OR pt.tpot99 <= r.slo_tpot_ms)
-                 AND (r.slo_e2e_ms IS NULL OR pt.e2e99 <= r.slo_e2e_ms) AS meets_slo_p99
-    FROM pt LEFT JOIN runs r ON r.run_id = $run_id),
+lp AS (  -- "at SLO": the p99s on the conservative end of their intervals (v_point_slo), as the capacity plan judges
+    SELECT pt.*, coalesce(s.meets_slo, false) AS meets_slo_p99
+    FROM pt LEFT JOIN (SELECT * FROM v_point_slo WHERE run_id = $run_id) s USING (engine, workload, point_label)),
 agg AS (
     SELECT engine,
            count(*)                                                                     AS n_points,
            count(*) FILTER (WHERE meets_slo_p99)                                        AS n_slo,
            count(*) FILTER (WHERE shape IN ('gamma', 'surge'))                          AS n_burst,
-           arg_max(fmt_ci(tok, tok_lo, tok_hi, 1), tok)                                 AS peak_v,
+           arg_max(fmt_fig(m['output_tok_s'], 1), tok)                                  AS peak_v,
            arg_max(point, tok)                                                          AS peak_lp,
-           arg_max(fmt_ci(good, good_lo, good_hi, 2), good) FILTER (WHERE meets_slo_p99) AS good_v,
+           arg_max(fmt_fig(m['goodput_requests_s'], 2), good) FILTER (WHERE meets_slo_p99) AS good_v,
            arg_max(point, good) FILTER (WHERE meets_slo_p99)                            AS good_lp,
-           arg_max(fmt_ci(tpj, tpj_lo, tpj_hi, 3), tpj) FILTER (WHERE meets_slo_p99)    AS tpj_v,
+           arg_max(fmt_fig(m['output_tokens_per_j'], 3), tpj) FILTER (WHERE meets_slo_p99) AS tpj_v,
            arg_max(point, tpj) FILTER (WHERE meets_slo_p99)                             AS tpj_lp,
-           arg_max(fmt_ci(tpja, tpja_lo, tpja_hi, 3), tpja) FILTER (WHERE meets_slo_p99) AS tpja_v,
+           arg_max(fmt_fig(m['output_tokens_per_j_above_idle'], 3), tpja) FILTER (WHERE meets_slo_p99) AS tpja_v,
            arg_max(point, tpja) FILTER (WHERE meets_slo_p99)                            AS tpja_lp,
-           arg_min(fmt_ci(usd, usd_lo, usd_hi, 3), usd) FILTER (WHERE meets_slo_p99)    AS usd_v,
+           arg_min(fmt_fig(m['usd_per_1m_output_tokens'], 3), usd) FILTER (WHERE meets_slo_p99) AS usd_v,
            arg_min(point, usd) FILTER (WHERE meets_slo_p99)                             AS usd_lp,
-           arg_min(fmt_ci(eusd, eusd_lo, eusd_hi, 4), eusd) FILTER (WHERE meets_slo_p99) AS eusd_v,
+           arg_min(fmt_fig(m['energy_usd_per_1m_output_tokens'], 4), eusd) FILTER (WHERE meets_slo_p99) AS eusd_v,
            arg_min(point, eusd) FILTER (WHERE meets_slo_p99)                            AS eusd_lp,
-           arg_max(fmt_ci(ttft99, ttft99_lo, ttft99_hi, 1), ttft99) FILTER (WHERE shape IN ('gamma', 'surge')) AS surge_v,
+           arg_max(fmt_fig(m['ttft_p99_ms'], 1), ttft99) FILTER (WHERE shape IN ('gamma', 'surge')) AS surge_v,
            arg_max(point, ttft99) FILTER (WHERE shape IN ('gamma', 'surge'))            AS surge_lp,
-           arg_max(fmt_ci(ttft50, ttft50_lo, ttft50_hi, 1), concurrency) FILTER (WHERE shape = 'concurrency') AS steady_v,
+           arg_max(fmt_fig(m['ttft_p50_ms'], 1), concurrency) FILTER (WHERE shape = 'concurrency') AS steady_v,
            arg_max(point, concurrency) FILTER (WHERE shape = 'concurrency')             AS steady_lp
     FROM lp GROUP BY engine),
 -- the run's requests, from their tallies per load point (v_request_tallies, kept at ingest): one row per load point
@@ -140,7 +125,12 @@ rows AS (
         {'ord': 13, 'figure': 'longest context served', 'unit': 'tokens', 'value': r.ctx_v::VARCHAR,
          'load_point_id': r.ctx_lp, 'note': CASE WHEN r.ctx_v IS NULL THEN 'no successful request' END},
         {'ord': 14, 'figure': 'behaviour on failure', 'unit': '',
-         'value': CASE WHEN e.dstatus IS DISTINCT FROM 'healthy'
+         'value': CASE WHEN e.dstatus IS DISTINCT FROM 'healthy' AND e.startup_s IS NOT NULL AND lr.points > 0
+                THEN 'failed during the run: ' || coalesce(e.derror, e.dstatus, '?')
+                     || coalesce(': ' || left(e.dtext, 80), '') || '; ' || coalesce(r.failed, 0) || ' of '
+                     || coalesce(r.sent, 0) || ' requests failed; ' || lr.points_failed || ' of ' || lr.points
+                     || ' load points run failed'
+              WHEN e.dstatus IS DISTINCT FROM 'healthy'
                 THEN 'did not start: ' || coalesce(e.derror, e.dstatus, '?') || coalesce(': ' || left(e.dtext, 80), '')
                 ELSE concat_ws('; ',
                      coalesce(r.failed, 0) || ' of ' || coalesce(r.sent, 0) || ' requests failed'

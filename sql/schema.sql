@@ -77,6 +77,10 @@ CREATE TABLE IF NOT EXISTS deployments (
     hbm_total_mib       DOUBLE,
     idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
     idle_power_w_after  DOUBLE,
+    idle_settle_s_before DOUBLE,            -- seconds waited for the GPUs to go quiet before the idle_before window
+    idle_settled_before BOOLEAN,            -- they did (utilisation 0, power steady); false: taken at the timeout
+    idle_settle_s_after DOUBLE,
+    idle_settled_after  BOOLEAN,
     driver_version      VARCHAR,
     power_limit_w       DOUBLE,             -- per GPU
     persistence_mode    BOOLEAN,
@@ -231,25 +235,6 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     labels          MAP(VARCHAR, VARCHAR),  -- the sample's labels (le for histogram buckets)
     value           DOUBLE,
     scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
-);
-
--- 95% intervals of latency percentiles per load point (pooled over its repeats), computed at ingest by
--- resources/intervals.py: a bootstrap over requests, stratified by repeat. metric: ttft_p50_ms, tpot_p99_ms,
--- itl_p90_ms, e2e_p50_ms, ... estimate: the percentile of the pooled requests; lo/hi: NULL from one request.
-CREATE TABLE IF NOT EXISTS latency_intervals (
-    run_id          VARCHAR NOT NULL,
-    source          VARCHAR NOT NULL,
-    deployment_id   VARCHAR NOT NULL,
-    workload        VARCHAR NOT NULL,
-    point_label     VARCHAR NOT NULL,
-    metric          VARCHAR NOT NULL,
-    estimate        DOUBLE,
-    lo              DOUBLE,
-    hi              DOUBLE,
-    samples         BIGINT,                 -- requests (gaps for itl_*) the percentile rests on
-    repeats         INTEGER,
-    method          VARCHAR,
-    PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
 );
 
 -- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
@@ -488,3 +473,11 @@ ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS mean_mem_clock_mhz DOUBLE;
 ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS max_temp_c DOUBLE;
 ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS max_hbm_temp_c DOUBLE;
 ALTER TABLE window_gpu_stats ADD COLUMN IF NOT EXISTS throttled_share DOUBLE;
+-- version 8: the wait for quiet GPUs before each idle window, and whether they went quiet
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settle_s_before DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settled_before BOOLEAN;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settle_s_after DOUBLE;
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settled_after BOOLEAN;
+-- version 8: a latency percentile's interval comes from its repeats, as every other figure's (sql/views.sql
+-- v_point_figures_live); the request bootstrap table of earlier versions goes
+DROP TABLE IF EXISTS latency_intervals;

@@ -411,112 +411,47 @@ LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
 LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
 LEFT JOIN v_window_flags f USING (run_id, deployment_id, load_point_id);
 
--- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
--- the load points measured at the workload lengths nearest the traffic profile's (|ln(in/in')| + |ln(out/out')|;
--- all points when the profile gives no lengths); of those that meet the p99 SLO, the highest goodput is the
--- per-replica capacity (requests/s one deployment sustained while meeting every SLO). Replicas =
--- ceil(QPS / capacity) for the steady and for the peak QPS; GPUs = replicas x GPUs per deployment; monthly cost
--- = GPUs x $/GPU-hour x 730 h; the energy line = replicas x the deployment's measured W at the sizing point x
--- 730 h x $/kWh x PUE. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
-CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
-WITH cfg AS (
-    SELECT d.run_id, d.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
-           coalesce(d.n_gpus, d.tp) AS gpus_per_replica, d.status AS deployment_status, d.error_kind AS deployment_error,
-           r.gpu_price_per_hour, r.energy_price_per_kwh, r.pue, r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms
-    FROM deployments d LEFT JOIN runs r USING (run_id)
-    WHERE d.run_id = p_run_id),
-lp AS (
-    SELECT *, coalesce(abs(ln(input_tokens / p_input_tokens::DOUBLE)), 0)
-              + coalesce(abs(ln(output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
-    FROM v_load_points_core WHERE run_id = p_run_id),
-near AS (SELECT * FROM lp QUALIFY len_distance = min(len_distance) OVER (PARTITION BY engine)),
-cap AS (
-    SELECT engine,
-           count(*)                                                   AS points_at_lengths,
-           count(*) FILTER (WHERE meets_slo_p99)                      AS points_meeting_slo,
-           max(goodput_requests_s) FILTER (WHERE meets_slo_p99)       AS goodput_per_replica,
-           arg_max(load_point_id, goodput_requests_s) FILTER (WHERE meets_slo_p99) AS sized_on,
-           arg_max(mean_power_w, goodput_requests_s) FILTER (WHERE meets_slo_p99)  AS power_w_per_replica,
-           arg_max(ttft_p99_ms, goodput_requests_s) FILTER (WHERE meets_slo_p99)   AS sized_ttft_p99_ms,
-           arg_max(tpot_p99_ms, goodput_requests_s) FILTER (WHERE meets_slo_p99)   AS sized_tpot_p99_ms,
-           min(input_tokens)                                          AS measured_input_tokens,
-           min(output_tokens)                                         AS measured_output_tokens
-    FROM near GROUP BY engine),
-burst AS (
-    SELECT engine, max(ttft_p99_ms) AS burst_ttft_p99_ms, arg_max(load_point_id, ttft_p99_ms) AS burst_point,
-           bool_and(coalesce(meets_slo_p99, false)) AS burst_meets_slo
-    FROM near WHERE shape IN ('gamma', 'surge') GROUP BY engine),
-sized AS (
-    SELECT c.*, cap.* EXCLUDE (engine), b.* EXCLUDE (engine),
-           p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,
-           p_input_tokens::INTEGER AS profile_input_tokens, p_output_tokens::INTEGER AS profile_output_tokens,
-           ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
-           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
-    FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
-SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_replica,
-       steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
-       measured_input_tokens, measured_output_tokens,
-       goodput_per_replica, goodput_per_replica / gpus_per_replica AS goodput_per_gpu, sized_on,
-       sized_ttft_p99_ms, sized_tpot_p99_ms,
-       steady_replicas, steady_replicas * gpus_per_replica AS steady_gpus,
-       peak_replicas, peak_replicas * gpus_per_replica AS peak_gpus,
-       peak_replicas * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd,
-       peak_replicas * power_w_per_replica / 1000 * 730 * energy_price_per_kwh * pue AS monthly_energy_usd,
-       power_w_per_replica, gpu_price_per_hour, energy_price_per_kwh, pue,
-       burst_point, burst_ttft_p99_ms, burst_meets_slo,
-       CASE
-         WHEN deployment_status IS DISTINCT FROM 'healthy'
-           THEN 'deployment ' || coalesce(deployment_status, '?') || coalesce(' (' || deployment_error || ')', '') || ': no capacity measured'
-         WHEN coalesce(points_at_lengths, 0) = 0 THEN 'no load point measured for this engine config'
-         WHEN coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0
-           THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',
-                'TPOT <= ' || slo_tpot_ms || ' ms', 'E2E <= ' || slo_e2e_ms || ' ms') || '): no capacity can be claimed'
-         ELSE 'sized on ' || sized_on
-              || CASE WHEN (profile_input_tokens IS NOT NULL AND profile_input_tokens <> measured_input_tokens)
-                        OR (profile_output_tokens IS NOT NULL AND profile_output_tokens <> measured_output_tokens)
-                      THEN '; measured at ' || measured_input_tokens || '/' || measured_output_tokens
-                           || ' tokens in/out, profile asks ' || coalesce(profile_input_tokens::VARCHAR, '?') || '/'
-                           || coalesce(profile_output_tokens::VARCHAR, '?') || ' (not rescaled)'
-                      ELSE '' END
-              || CASE WHEN burst_point IS NULL THEN '; no gamma/surge point measured'
-                      WHEN NOT burst_meets_slo THEN '; misses the SLO under bursts (' || burst_point || ')'
-                      ELSE '' END
-       END AS note
-FROM sized;
-
--- The figures a user may act on, one row each: its label, unit and which direction is better.
+-- The figures a user may act on, one row each: its label, unit, which direction is better, and how its value over
+-- repeats is summarised (v_point_figures): scale 'log' (a positive quantity: the mean of the repeats, its interval
+-- a t interval on the log scale), 'reciprocal' (a cost per token: price over the mean of its denominator, e.g. $ per
+-- 1M output tokens = price / mean throughput, the interval mapped from the denominator's), 'linear' (a difference
+-- that may be negative: a plain t interval). quantile: the level of a latency percentile (its interval needs enough
+-- requests beyond it in every repeat: MIN_BEYOND_PERCENTILE, docs/MEASUREMENT.md).
 CREATE OR REPLACE VIEW v_metric_catalog AS
 SELECT * FROM (VALUES
-    ('output_tok_s',                    'output throughput (window)',          'tok/s',  'higher',  1, 'repeats'),
-    ('vllm_output_throughput',          'output throughput (whole run, vllm bench serve''s)', 'tok/s', 'higher', 2, 'repeats'),
-    ('requests_s',                      'request throughput',                  'req/s',  'higher',  3, 'repeats'),
-    ('goodput_requests_s',              'goodput at the SLO',                  'req/s',  'higher',  4, 'repeats'),
-    ('output_tokens_per_j',             'tokens per joule',                    'tok/J',  'higher',  5, 'repeats'),
-    ('output_tokens_per_j_above_idle',  'tokens per joule above idle',         'tok/J',  'higher',  6, 'repeats'),
-    ('mean_power_w',                    'power (energy counter)',              'W',      'lower',   7, 'repeats'),
-    ('counter_w_per_gpu',               'power per GPU (energy counter)',      'W',      'lower',   8, 'repeats'),
-    ('above_idle_power_w',              'power above idle',                    'W',      'lower',   9, 'repeats'),
-    ('usd_per_1m_output_tokens',        '$ per 1M output tokens (GPU-hours)',  '$',      'lower',  10, 'repeats'),
-    ('energy_usd_per_1m_output_tokens', 'energy $ per 1M output tokens',       '$',      'lower',  11, 'repeats'),
-    ('ttft_p50_ms',                     'TTFT p50',                            'ms',     'lower',  20, 'requests'),
-    ('ttft_p90_ms',                     'TTFT p90',                            'ms',     'lower',  21, 'requests'),
-    ('ttft_p99_ms',                     'TTFT p99',                            'ms',     'lower',  22, 'requests'),
-    ('tpot_p50_ms',                     'TPOT p50',                            'ms',     'lower',  23, 'requests'),
-    ('tpot_p90_ms',                     'TPOT p90',                            'ms',     'lower',  24, 'requests'),
-    ('tpot_p99_ms',                     'TPOT p99',                            'ms',     'lower',  25, 'requests'),
-    ('itl_p50_ms',                      'ITL p50',                             'ms',     'lower',  26, 'requests'),
-    ('itl_p90_ms',                      'ITL p90',                             'ms',     'lower',  27, 'requests'),
-    ('itl_p99_ms',                      'ITL p99',                             'ms',     'lower',  28, 'requests'),
-    ('e2e_p50_ms',                      'E2E p50',                             'ms',     'lower',  29, 'requests'),
-    ('e2e_p90_ms',                      'E2E p90',                             'ms',     'lower',  30, 'requests'),
-    ('e2e_p99_ms',                      'E2E p99',                             'ms',     'lower',  31, 'requests')
-) AS m(metric, label, unit, better, ord, interval_over);
+    ('output_tok_s',                    'output throughput (window)',          'tok/s',  'higher',  1, 'log', NULL),
+    ('vllm_output_throughput',          'output throughput (whole run, vllm bench serve''s)', 'tok/s', 'higher', 2, 'log', NULL),
+    ('requests_s',                      'request throughput',                  'req/s',  'higher',  3, 'log', NULL),
+    ('goodput_requests_s',              'goodput at the SLO',                  'req/s',  'higher',  4, 'log', NULL),
+    ('output_tokens_per_j',             'tokens per joule',                    'tok/J',  'higher',  5, 'log', NULL),
+    ('output_tokens_per_j_above_idle',  'tokens per joule above idle',         'tok/J',  'higher',  6, 'log', NULL),
+    ('mean_power_w',                    'power (energy counter)',              'W',      'lower',   7, 'log', NULL),
+    ('counter_w_per_gpu',               'power per GPU (energy counter)',      'W',      'lower',   8, 'log', NULL),
+    ('above_idle_power_w',              'power above idle',                    'W',      'lower',   9, 'linear', NULL),
+    ('usd_per_1m_output_tokens',        '$ per 1M output tokens (GPU-hours)',  '$',      'lower',  10, 'reciprocal', NULL),
+    ('energy_usd_per_1m_output_tokens', 'energy $ per 1M output tokens',       '$',      'lower',  11, 'reciprocal', NULL),
+    ('ttft_p50_ms',                     'TTFT p50',                            'ms',     'lower',  20, 'log', 0.50),
+    ('ttft_p90_ms',                     'TTFT p90',                            'ms',     'lower',  21, 'log', 0.90),
+    ('ttft_p99_ms',                     'TTFT p99',                            'ms',     'lower',  22, 'log', 0.99),
+    ('tpot_p50_ms',                     'TPOT p50',                            'ms',     'lower',  23, 'log', 0.50),
+    ('tpot_p90_ms',                     'TPOT p90',                            'ms',     'lower',  24, 'log', 0.90),
+    ('tpot_p99_ms',                     'TPOT p99',                            'ms',     'lower',  25, 'log', 0.99),
+    ('itl_p50_ms',                      'ITL p50',                             'ms',     'lower',  26, 'log', 0.50),
+    ('itl_p90_ms',                      'ITL p90',                             'ms',     'lower',  27, 'log', 0.90),
+    ('itl_p99_ms',                      'ITL p99',                             'ms',     'lower',  28, 'log', 0.99),
+    ('e2e_p50_ms',                      'E2E p50',                             'ms',     'lower',  29, 'log', 0.50),
+    ('e2e_p90_ms',                      'E2E p90',                             'ms',     'lower',  30, 'log', 0.90),
+    ('e2e_p99_ms',                      'E2E p99',                             'ms',     'lower',  31, 'log', 0.99)
+) AS m(metric, label, unit, better, ord, scale, quantile);
 
--- A figure with its 95% interval as text: '8212.3 [8140.1, 8284.5]'; the bare value when there is no interval.
-CREATE OR REPLACE MACRO fmt_ci(v, lo, hi, d) AS
+-- A figure with its 95% interval as text: '8212.3 [8140.1, 8284.5]'; where there is no interval, the bare value and,
+-- when given, why there is none: '89.7 (no interval: ...)'. fmt_fig: the same of a v_point_figures row's struct
+-- (estimate, lo, hi, method).
+CREATE OR REPLACE MACRO fmt_ci(v, lo, hi, d, why := NULL) AS
     CASE WHEN v IS NULL THEN NULL
-         WHEN lo IS NULL OR hi IS NULL OR isnan(lo) OR isnan(hi) THEN round(v, d)::VARCHAR
+         WHEN lo IS NULL OR hi IS NULL OR isnan(lo) OR isnan(hi) THEN round(v, d)::VARCHAR || coalesce(' (' || why || ')', '')
          ELSE round(v, d)::VARCHAR || ' [' || round(lo, d)::VARCHAR || ', ' || round(hi, d)::VARCHAR || ']' END;
+CREATE OR REPLACE MACRO fmt_fig(f, d) AS fmt_ci(f.estimate, f.lo, f.hi, d, why := f.method);
 
 -- Student's t, 0.975 quantile, by degrees of freedom (the 95% two-sided interval of a mean).
 CREATE OR REPLACE MACRO t975(df) AS
@@ -526,26 +461,52 @@ CREATE OR REPLACE MACRO t975(df) AS
                              2.060, 2.056, 2.052, 2.048, 2.045, 2.042][df]
          WHEN df <= 40 THEN 2.021 WHEN df <= 60 THEN 2.000 WHEN df <= 120 THEN 1.980 ELSE 1.960 END;
 
+-- The 95% interval of the mean m of k positive repeats (sample stdev s) on the log scale: log(m) +- t(0.975, k-1) x
+-- s / (m sqrt(k)) (the delta method's standard error of log(m)), so m x exp(-+ ...): positive, and it holds m.
+-- Its coverage is checked by simulation in tests/reports/test_interval_coverage.py. `side`: -1 lower, +1 upper.
+CREATE OR REPLACE MACRO log_mean_bound(m, s, k, side) AS
+    CASE WHEN k IS NULL OR k < 2 OR m IS NULL OR NOT (m > 0) OR s IS NULL THEN NULL
+         ELSE m * exp(side * t975(k - 1) * s / (m * sqrt(k))) END;
+
+-- A latency percentile's interval over repeats needs at least this many requests (gaps for ITL) beyond the
+-- percentile in every repeat: n x (1 - q) >= 10, i.e. 20 a repeat for p50, 100 for p90, 1,000 for p99. Fewer, and
+-- a repeat's sample percentile is biased towards its middle, so an interval around it covers far less than 95%
+-- (tests/reports/test_interval_coverage.py measures both sides of the rule).
+CREATE OR REPLACE MACRO MIN_BEYOND_PERCENTILE() AS 10;
+CREATE OR REPLACE MACRO percentile_samples_needed(q) AS ceil(MIN_BEYOND_PERCENTILE() / (1 - q) - 1e-9)::BIGINT;
+
 -- The figures that are one number per load run (one repeat of a point), in long form: what intervals over repeats
--- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from.
+-- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from. Latency percentiles are each
+-- repeat's own (over its requests); samples: the requests (TPOT: requests with a TPOT; ITL: gaps) each rests on.
 CREATE OR REPLACE VIEW v_repeat_figures AS
-UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat,
-                output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-                output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-                usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-         FROM v_load_points_core)
-ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
-   output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
-   usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens
-INTO NAME metric VALUE value;
+SELECT run_id, deployment_id, engine, workload, point_label, repeat, metric, value,
+       CASE WHEN metric LIKE 'tpot_%' THEN tpot_samples WHEN metric LIKE 'itl_%' THEN itl_samples
+            WHEN metric LIKE 'ttft_%' OR metric LIKE 'e2e_%' THEN latency_samples END AS samples
+FROM (
+    UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat, latency_samples, tpot_samples,
+                    itl_samples, output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s,
+                    output_tokens_per_j, output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu,
+                    above_idle_power_w, usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
+                    ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, tpot_p50_ms, tpot_p90_ms, tpot_p99_ms,
+                    itl_p50_ms, itl_p90_ms, itl_p99_ms, e2e_p50_ms, e2e_p90_ms, e2e_p99_ms
+             FROM v_load_points_core)
+    ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
+       output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
+       usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
+       ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, tpot_p50_ms, tpot_p90_ms, tpot_p99_ms,
+       itl_p50_ms, itl_p90_ms, itl_p99_ms, e2e_p50_ms, e2e_p90_ms, e2e_p99_ms
+    INTO NAME metric VALUE value);
 
 -- Every figure of every point (one engine, workload and point label of a run), over its repeats, with its 95%
--- interval. Repeat-level figures (throughput, power, tokens per joule, cost): the mean of the repeats +- t x sample
--- stdev / sqrt(repeats); one repeat: no interval (lo, hi NULL). Latency percentiles: the percentile of the pooled
--- requests with a two-stage bootstrap interval (latency_intervals, resources/intervals.py). Long form: pivot for
--- reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes and repeats, over the
--- load runs v_load_points_core has (status ok), read from the tables themselves: none of its figures is needed, and
--- planning that view again for them was most of the time of a report over one run.
+-- interval: one definition for every figure (docs/MEASUREMENT.md, "Repeats and intervals"). The estimate is the mean
+-- of the repeats' values (a latency percentile: the mean of each repeat's percentile); a cost per token
+-- ('reciprocal') is the price over the mean of its denominator (price / mean throughput), not a mean of per-repeat
+-- costs. The interval: log_mean_bound (positive quantities; mapped through 1/x for costs), a plain t interval for
+-- 'linear' figures; none from one repeat, and none for a latency percentile whose repeats have too few requests
+-- beyond it (the method says how many it had and needs). Long form: pivot for reading (sql/point_figures.sql,
+-- sql/load_points.sql). v_point_attrs: each point's attributes and repeats, over the load runs v_load_points_core
+-- has (status ok), read from the tables themselves: none of its figures is needed, and planning that view again for
+-- them was most of the time of a report over one run.
 CREATE OR REPLACE VIEW v_point_attrs AS
     SELECT l.run_id, l.deployment_id, l.workload, point_label_of(l.point_label, l.load_point_id) AS point_label,
            any_value(l.source) AS source, any_value(d.config_name) AS engine, any_value(d.engine) AS engine_kind,
@@ -561,27 +522,54 @@ CREATE OR REPLACE VIEW v_point_attrs AS
     GROUP BY ALL;
 
 CREATE OR REPLACE VIEW v_point_figures_live AS
-WITH over_repeats AS (
+WITH per_repeat AS (
+    SELECT f.*, c.scale, c.quantile,
+           CASE WHEN c.scale = 'reciprocal' THEN 1 / nullif(f.value, 0) ELSE f.value END AS x  -- what is averaged
+    FROM v_repeat_figures f JOIN v_metric_catalog c USING (metric)),
+summed AS (
+    SELECT run_id, deployment_id, workload, point_label, metric, any_value(scale) AS scale,
+           any_value(quantile) AS quantile, avg(x) AS m, stddev_samp(x) AS s, count(x) AS k,
+           min(samples) AS min_samples, sum(samples) AS samples, stddev_samp(value) AS stdev,
+           list(value ORDER BY repeat) AS per_repeat
+    FROM per_repeat GROUP BY run_id, deployment_id, workload, point_label, metric),
+why AS (  -- a reason there is no interval, NULL where there is one
+    SELECT *,
+           CASE WHEN k < 2 THEN 'one repeat: no interval'
+                WHEN quantile IS NOT NULL AND coalesce(min_samples, 0) < percentile_samples_needed(quantile)
+                THEN 'no interval: ' || coalesce(min_samples, 0) || ' samples in a repeat, the p'
+                     || round(100 * quantile)::INTEGER || ' needs ' || percentile_samples_needed(quantile)
+                WHEN scale <> 'linear' AND m = 0 AND s = 0 THEN NULL
+                WHEN scale <> 'linear' AND NOT (m > 0) THEN 'no interval: the mean over repeats is not positive'
+           END AS no_interval
+    FROM summed),
+over_repeats AS (
     SELECT run_id, deployment_id, workload, point_label, metric,
-           avg(value) AS estimate,
-           avg(value) - t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS lo,
-           avg(value) + t975(count(value) - 1) * stddev_samp(value) / sqrt(count(value)) AS hi,
-           stddev_samp(value) AS stdev, count(value) AS n, list(value ORDER BY repeat) AS per_repeat,
-           CASE WHEN count(value) > 1 THEN 't interval over ' || count(value) || ' repeats'
-                ELSE 'one repeat: no interval' END AS method
-    FROM v_repeat_figures GROUP BY run_id, deployment_id, workload, point_label, metric),
-latency AS (
-    SELECT run_id, deployment_id, workload, point_label, metric, estimate, lo, hi, NULL::DOUBLE AS stdev,
-           samples AS n, NULL::DOUBLE[] AS per_repeat, method
-    FROM latency_intervals)
+           CASE WHEN scale = 'reciprocal' THEN 1 / nullif(m, 0) ELSE m END AS estimate,
+           CASE WHEN no_interval IS NOT NULL THEN NULL
+                WHEN scale = 'linear' THEN m - t975(k - 1) * s / sqrt(k)
+                WHEN m = 0 THEN 0.0
+                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, 1)
+                ELSE log_mean_bound(m, s, k, -1) END AS lo,
+           CASE WHEN no_interval IS NOT NULL THEN NULL
+                WHEN scale = 'linear' THEN m + t975(k - 1) * s / sqrt(k)
+                WHEN m = 0 THEN 0.0
+                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, -1)
+                ELSE log_mean_bound(m, s, k, 1) END AS hi,
+           stdev, coalesce(samples, k)::BIGINT AS n, per_repeat,
+           coalesce(no_interval,
+                    CASE WHEN scale <> 'linear' AND m = 0 THEN 'every one of ' || k || ' repeats is 0' END,
+                    CASE scale WHEN 'linear' THEN 't interval over ' || k || ' repeats'
+                               WHEN 'reciprocal' THEN 'price over the mean of its denominator; t interval on the log '
+                                                      || 'scale over ' || k || ' repeats'
+                               ELSE 't interval on the log scale over ' || k || ' repeats' END) AS method
+    FROM why)
 SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a.precision, a.tp, a.gpu_name,
        a.n_gpus, a.deployment_id, a.workload, a.point_label, a.shape, a.concurrency, a.rate, a.burstiness,
        a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
        f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
        (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
 FROM v_point_attrs a
-JOIN (SELECT * FROM over_repeats UNION ALL BY NAME SELECT * FROM latency) f
-  USING (run_id, deployment_id, workload, point_label)
+JOIN over_repeats f USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
 
 -- Kept in point_figures (sql/schema.sql) with load_points_core, from which it is made, and refreshed with it
@@ -589,49 +577,182 @@ JOIN v_metric_catalog c USING (metric);
 CREATE OR REPLACE VIEW v_point_figures AS SELECT * FROM point_figures;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
--- point label. Repeat-level figures: repeats are paired (the same repeat number ran back to back, on the same
--- requests and arrivals), so the ratio engine / other is the geometric mean of the per-repeat ratios with a t
--- interval on their logs; it is a difference only when that interval excludes 1. Latency percentiles (no pairing):
--- a difference only when the two engines' 95% intervals do not overlap. Otherwise: 'no significant difference'.
+-- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats are
+-- paired (the same repeat number ran back to back, on the same requests and arrivals), so the ratio engine / other
+-- is the geometric mean of the per-repeat ratios with a 95% t interval on their logs, and the verdict follows from
+-- that interval alone: a difference only when it excludes 1, else 'no significant difference'. Not tested (no
+-- interval, said so): one pair of repeats; a latency percentile with too few requests beyond it in a repeat of
+-- either engine (percentile_samples_needed).
 CREATE OR REPLACE VIEW v_engine_contrasts AS
 WITH pr AS (SELECT * FROM v_repeat_figures),
 paired AS (
     SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
-           count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s
+           count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s,
+           min(least(a.samples, b.samples)) AS min_samples
     FROM pr a JOIN pr b
       ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
      AND b.metric = a.metric AND b.repeat = a.repeat AND b.engine <> a.engine
     WHERE a.value > 0 AND b.value > 0
     GROUP BY ALL),
+judged AS (
+    SELECT p.*, c.quantile,
+           CASE WHEN p.pairs < 2 THEN 'one repeat: not tested'
+                WHEN c.quantile IS NOT NULL AND coalesce(p.min_samples, 0) < percentile_samples_needed(c.quantile)
+                THEN 'too few requests per repeat for the p' || round(100 * c.quantile)::INTEGER || ': not tested'
+           END AS untested
+    FROM paired p JOIN v_metric_catalog c USING (metric)),
 repeat_level AS (
     SELECT run_id, workload, point_label, metric, engine, other, pairs,
            exp(m) AS ratio,
-           exp(m - t975(pairs - 1) * s / sqrt(pairs)) AS ratio_lo,
-           exp(m + t975(pairs - 1) * s / sqrt(pairs)) AS ratio_hi,
-           CASE WHEN pairs < 2 THEN 'one repeat: not tested'
-                WHEN exp(m - t975(pairs - 1) * s / sqrt(pairs)) > 1 OR exp(m + t975(pairs - 1) * s / sqrt(pairs)) < 1
-                THEN 'significant' ELSE 'no significant difference' END AS verdict,
+           CASE WHEN untested IS NULL THEN exp(m - t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_lo,
+           CASE WHEN untested IS NULL THEN exp(m + t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_hi,
+           untested,
            'paired repeats, t interval of the log ratio' AS method
-    FROM paired),
-latency_level AS (  -- v_point_figures' latency rows (a point's attributes and its latency_intervals), read directly
-    SELECT a.run_id, a.workload, a.point_label, x.metric, a.engine, b.engine AS other, least(a.repeats, b.repeats) AS pairs,
-           x.estimate / nullif(y.estimate, 0) AS ratio, NULL::DOUBLE AS ratio_lo, NULL::DOUBLE AS ratio_hi,
-           CASE WHEN x.lo IS NULL OR y.lo IS NULL THEN 'no interval: not tested'
-                WHEN x.lo > y.hi OR x.hi < y.lo THEN 'significant' ELSE 'no significant difference' END AS verdict,
-           '95% intervals compared' AS method
-    FROM v_point_attrs a JOIN latency_intervals x USING (run_id, deployment_id, workload, point_label)
-    JOIN v_point_attrs b
-      ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label AND b.engine <> a.engine
-    JOIN latency_intervals y
-      ON y.run_id = b.run_id AND y.deployment_id = b.deployment_id AND y.workload = b.workload
-     AND y.point_label = b.point_label AND y.metric = x.metric
-    WHERE x.metric IN (SELECT metric FROM v_metric_catalog WHERE interval_over = 'requests'))
-SELECT x.*, c.label, c.unit, c.better, c.ord,
-       CASE WHEN x.verdict <> 'significant' THEN x.verdict
-            WHEN (x.ratio > 1) = (c.better = 'higher') THEN x.engine || ' better'
-            ELSE x.other || ' better' END AS finding
-FROM (SELECT * FROM repeat_level UNION ALL BY NAME SELECT * FROM latency_level) x
+    FROM judged)
+SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, x.ratio, x.ratio_lo, x.ratio_hi,
+       coalesce(x.untested, CASE WHEN x.ratio_lo > 1 OR x.ratio_hi < 1 THEN 'significant'
+                                 ELSE 'no significant difference' END) AS verdict,
+       x.method, c.label, c.unit, c.better, c.ord,
+       CASE WHEN x.untested IS NOT NULL THEN x.untested
+            WHEN NOT (x.ratio_lo > 1 OR x.ratio_hi < 1) THEN 'no significant difference'
+            WHEN (x.ratio_hi < 1) = (c.better = 'higher') THEN x.other || ' better'
+            ELSE x.engine || ' better' END AS finding
+FROM repeat_level x
 JOIN v_metric_catalog c USING (metric);
+
+-- Whether a point meets the run's SLO, judged on the conservative end of each SLO percentile (p99 TTFT, TPOT, E2E):
+-- its interval's upper bound, or, where it has no interval (one repeat, or too few requests per repeat), the worst
+-- repeat's value. *_bound_ms: the value judged; *_bound_from: which it was. One definition for the capacity plan and
+-- the head-to-head's "at SLO" rows. meets_slo: false when a figure the SLO limits was not measured.
+CREATE OR REPLACE VIEW v_point_slo AS
+WITH b AS (
+    SELECT run_id, deployment_id, engine, workload, point_label, metric,
+           coalesce(hi, list_max(per_repeat)) AS bound,
+           CASE WHEN hi IS NOT NULL THEN '95% upper bound' ELSE 'worst of ' || repeats || ' repeat(s)' END AS bound_from
+    FROM point_figures WHERE metric IN ('ttft_p99_ms', 'tpot_p99_ms', 'e2e_p99_ms')),
+p AS (
+    SELECT run_id, deployment_id, engine, workload, point_label
+    FROM point_figures GROUP BY ALL),
+w AS (
+    SELECT p.run_id, p.deployment_id, p.engine, p.workload, p.point_label,
+           max(b.bound) FILTER (WHERE b.metric = 'ttft_p99_ms') AS ttft_p99_bound_ms,
+           any_value(b.bound_from) FILTER (WHERE b.metric = 'ttft_p99_ms') AS ttft_p99_bound_from,
+           max(b.bound) FILTER (WHERE b.metric = 'tpot_p99_ms') AS tpot_p99_bound_ms,
+           any_value(b.bound_from) FILTER (WHERE b.metric = 'tpot_p99_ms') AS tpot_p99_bound_from,
+           max(b.bound) FILTER (WHERE b.metric = 'e2e_p99_ms') AS e2e_p99_bound_ms,
+           any_value(b.bound_from) FILTER (WHERE b.metric = 'e2e_p99_ms') AS e2e_p99_bound_from
+    FROM p LEFT JOIN b USING (run_id, deployment_id, workload, point_label)
+    GROUP BY ALL)
+SELECT w.*, r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms,
+       coalesce((r.slo_ttft_ms IS NULL OR w.ttft_p99_bound_ms <= r.slo_ttft_ms)
+                AND (r.slo_tpot_ms IS NULL OR w.tpot_p99_bound_ms <= r.slo_tpot_ms)
+                AND (r.slo_e2e_ms IS NULL OR w.e2e_p99_bound_ms <= r.slo_e2e_ms), false) AS meets_slo,
+       concat_ws(', ',
+                 CASE WHEN r.slo_ttft_ms IS NOT NULL THEN 'TTFT p99 ' || round(w.ttft_p99_bound_ms, 1) || ' ms ('
+                      || w.ttft_p99_bound_from || ') vs ' || r.slo_ttft_ms || ' ms' END,
+                 CASE WHEN r.slo_tpot_ms IS NOT NULL THEN 'TPOT p99 ' || round(w.tpot_p99_bound_ms, 2) || ' ms ('
+                      || w.tpot_p99_bound_from || ') vs ' || r.slo_tpot_ms || ' ms' END,
+                 CASE WHEN r.slo_e2e_ms IS NOT NULL THEN 'E2E p99 ' || round(w.e2e_p99_bound_ms, 1) || ' ms ('
+                      || w.e2e_p99_bound_from || ') vs ' || r.slo_e2e_ms || ' ms' END) AS slo_judged_on
+FROM w LEFT JOIN runs r USING (run_id);
+
+-- Capacity plan (sql/capacity_plan.sql, sql/hybrid_plan.sql; docs/REPORTS.md). Per engine config of one run:
+-- its points (each summarised over its repeats, v_point_figures) measured at the workload lengths nearest the
+-- traffic profile's (|ln(in/in')| + |ln(out/out')|; all points when the profile gives no lengths); of those that meet
+-- the p99 SLO on the conservative end of their intervals (v_point_slo), the one whose goodput's 95% lower bound is
+-- highest sizes the replica, on that lower bound (a point of one repeat: on its measured value, said so): a rate the
+-- fleet will reach, never the best repeat. Replicas = ceil(QPS / capacity) for the steady and for the peak QPS;
+-- GPUs = replicas x GPUs per deployment; monthly cost = GPUs x $/GPU-hour x 730 h; the energy line = replicas x the
+-- deployment's mean W at the sizing point x 730 h x $/kWh x PUE. sized_on names the point, sized_bound the bound it
+-- used. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
+CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
+WITH cfg AS (
+    SELECT d.run_id, d.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
+           coalesce(d.n_gpus, d.tp) AS gpus_per_replica, d.status AS deployment_status, d.error_kind AS deployment_error,
+           d.startup_s AS deployment_startup_s,
+           r.gpu_price_per_hour, r.energy_price_per_kwh, r.pue, r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms
+    FROM deployments d LEFT JOIN runs r USING (run_id)
+    WHERE d.run_id = p_run_id),
+pts AS (
+    SELECT f.engine, f.workload, f.point_label, any_value(f.shape) AS shape, any_value(f.input_tokens) AS input_tokens,
+           any_value(f.output_tokens) AS output_tokens, any_value(f.repeats) AS repeats,
+           any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
+           any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
+           any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
+           any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
+    FROM v_point_figures f WHERE f.run_id = p_run_id
+    GROUP BY f.engine, f.workload, f.point_label),
+lp AS (
+    SELECT p.*, s.meets_slo, s.slo_judged_on, s.ttft_p99_bound_ms, s.tpot_p99_bound_ms,
+           p.engine || ':' || p.workload || ':' || p.point_label AS point,
+           coalesce(p.goodput_lo, p.goodput) AS capacity,
+           CASE WHEN p.goodput_lo IS NOT NULL
+                THEN 'goodput 95% lower bound ' || round(p.goodput_lo, 2) || ' req/s (mean ' || round(p.goodput, 2)
+                     || ' over ' || p.repeats || ' repeats)'
+                ELSE 'goodput ' || round(p.goodput, 2) || ' req/s as measured (' || p.goodput_method || ')' END
+               || '; ' || s.slo_judged_on AS bound_text,
+           coalesce(abs(ln(p.input_tokens / p_input_tokens::DOUBLE)), 0)
+             + coalesce(abs(ln(p.output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
+    FROM pts p
+    LEFT JOIN (SELECT * FROM v_point_slo WHERE run_id = p_run_id) s USING (engine, workload, point_label)),
+near AS (SELECT * FROM lp QUALIFY len_distance = min(len_distance) OVER (PARTITION BY engine)),
+cap AS (
+    SELECT engine,
+           count(*)                                                   AS points_at_lengths,
+           count(*) FILTER (WHERE meets_slo)                          AS points_meeting_slo,
+           max(capacity) FILTER (WHERE meets_slo)                     AS goodput_per_replica,
+           arg_max(point, capacity) FILTER (WHERE meets_slo)          AS sized_on,
+           arg_max(bound_text, capacity) FILTER (WHERE meets_slo)     AS sized_bound,
+           arg_max(mean_power_w, capacity) FILTER (WHERE meets_slo)   AS power_w_per_replica,
+           arg_max(ttft_p99_bound_ms, capacity) FILTER (WHERE meets_slo) AS sized_ttft_p99_ms,
+           arg_max(tpot_p99_bound_ms, capacity) FILTER (WHERE meets_slo) AS sized_tpot_p99_ms,
+           min(input_tokens)                                          AS measured_input_tokens,
+           min(output_tokens)                                         AS measured_output_tokens
+    FROM near GROUP BY engine),
+burst AS (
+    SELECT engine, max(ttft_p99_bound_ms) AS burst_ttft_p99_ms, arg_max(point, ttft_p99_bound_ms) AS burst_point,
+           bool_and(coalesce(meets_slo, false)) AS burst_meets_slo
+    FROM near WHERE shape IN ('gamma', 'surge') GROUP BY engine),
+sized AS (
+    SELECT c.*, cap.* EXCLUDE (engine), b.* EXCLUDE (engine),
+           p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,
+           p_input_tokens::INTEGER AS profile_input_tokens, p_output_tokens::INTEGER AS profile_output_tokens,
+           ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
+    FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
+SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_replica,
+       steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
+       measured_input_tokens, measured_output_tokens,
+       goodput_per_replica, goodput_per_replica / gpus_per_replica AS goodput_per_gpu, sized_on, sized_bound,
+       sized_ttft_p99_ms, sized_tpot_p99_ms,
+       steady_replicas, steady_replicas * gpus_per_replica AS steady_gpus,
+       peak_replicas, peak_replicas * gpus_per_replica AS peak_gpus,
+       peak_replicas * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd,
+       peak_replicas * power_w_per_replica / 1000 * 730 * energy_price_per_kwh * pue AS monthly_energy_usd,
+       power_w_per_replica, gpu_price_per_hour, energy_price_per_kwh, pue,
+       burst_point, burst_ttft_p99_ms, burst_meets_slo,
+       CASE
+         WHEN deployment_status IS DISTINCT FROM 'healthy'
+           THEN 'deployment ' || coalesce(deployment_status, '?') || coalesce(' (' || deployment_error || ')', '')
+                || CASE WHEN deployment_startup_s IS NOT NULL THEN ' during the run' ELSE '' END
+                || ': no capacity claimed'
+         WHEN coalesce(points_at_lengths, 0) = 0 THEN 'no load point measured for this engine config'
+         WHEN coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0
+           THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',
+                'TPOT <= ' || slo_tpot_ms || ' ms', 'E2E <= ' || slo_e2e_ms || ' ms')
+                || ') on the conservative end of its intervals: no capacity can be claimed'
+         ELSE 'sized on ' || sized_on || ', ' || sized_bound
+              || CASE WHEN (profile_input_tokens IS NOT NULL AND profile_input_tokens <> measured_input_tokens)
+                        OR (profile_output_tokens IS NOT NULL AND profile_output_tokens <> measured_output_tokens)
+                      THEN '; measured at ' || measured_input_tokens || '/' || measured_output_tokens
+                           || ' tokens in/out, profile asks ' || coalesce(profile_input_tokens::VARCHAR, '?') || '/'
+                           || coalesce(profile_output_tokens::VARCHAR, '?') || ' (not rescaled)'
+                      ELSE '' END
+              || CASE WHEN burst_point IS NULL THEN '; no gamma/surge point measured'
+                      WHEN NOT burst_meets_slo THEN '; misses the SLO under bursts (' || burst_point || ')'
+                      ELSE '' END
+       END AS note
+FROM sized;
 
 -- The client's side of v_client_vs_server, per load point (kept in point_stats as client_*): TTFT of requests whose
 -- first token arrived in the window, E2E of those whose last token did, inter-token gaps whose later event did.

@@ -28,7 +28,7 @@ request_rows = st.lists(
             "error_kind": maybe(text),
             "error_text": maybe(text),
             "http_status": maybe(st.integers(100, 599)),
-            "chunk_ns": maybe(st.lists(st.integers(0, 2**62), max_size=8)),
+            "chunk_ns": maybe(st.lists(st.integers(0, 2**62), max_size=8).map(sorted)),  # token times go forward
             "chunk_tokens": maybe(st.lists(st.integers(0, 1000), max_size=8)),
             "in_window": maybe(st.booleans()),
         }

@@ -65,4 +65,4 @@ def test_a_point_measured_once_has_no_interval_and_says_so():
         ],
         "summary": {},
     }
-    assert "3,580 [n/a: one repeat]" in markdown(result)
+    assert "3,580 [n/a: no interval]" in markdown(result)

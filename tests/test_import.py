@@ -248,3 +248,79 @@ def test_bad_files_load_nothing_and_say_why(db, capsys, tmp_path):
     assert "not a vllm result file" in capsys.readouterr().err
     with connect(db) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # the good file was not loaded either
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+def test_wattbench_save_result_round_trips_a_steady_state_window(db, capsys, tmp_path, detailed):
+    """A steady-state window (warm-up, then a fixed duration, requests finishing in the drain): the file's throughput,
+    goodput and output throughput are over one window and one set of requests, and `wattbench import` of it gives
+    back the same figures, with or without the per-request lists."""
+    from wattbench_agent.loadgen.testserver import server_process
+
+    out = tmp_path / "r.json"
+    args = ["--concurrency", "6", "--warmup", "0.5", "--duration", "1.5", "--output-tokens", "20"]
+    args += ["--goodput", "ttft:60", "--result-filename", str(out), "--save-result", "--no-progress"]
+    with server_process(ttft_ms=30, itl_ms=4) as url:
+        p = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--model", "m", *args]
+            + (["--save-detailed"] if detailed else []),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    assert r["request_goodput"] <= r["request_throughput"]
+    assert r["request_throughput"] == pytest.approx(r["completed"] / r["duration"])
+    assert r["output_throughput"] == pytest.approx(r["total_output_tokens"] / r["duration"])
+    assert r["wattbench"]["completed_all"] > r["completed"]  # warm-up and drain completions are not in the window
+    [run_id] = imported(capsys, str(out))
+    [pt] = points(db, run_id)
+    assert pt["window_s"] == pytest.approx(r["duration"])
+    assert pt["requests_s"] == pytest.approx(r["request_throughput"], rel=1e-9)
+    assert pt["goodput_requests_s"] == pytest.approx(r["request_goodput"], rel=1e-9)
+    assert pt["output_tok_s"] == pytest.approx(r["output_throughput"], rel=1e-9)
+    assert pt["ttft_p99_ms"] == pytest.approx(r["p99_ttft_ms"], rel=1e-6)
+
+
+def _constructed(tmp_path, name: str, detailed: bool = True, **change) -> Path:
+    d = json.loads(VLLM_CONSTRUCTED.read_text())
+    if not detailed:
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors"):
+            d.pop(key, None)
+    d.update(change)
+    path = tmp_path / name
+    path.write_text(json.dumps(d))  # Python writes NaN as the bare token NaN, as some tools do
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "detailed", "change", "says"),
+    [
+        ("neg-ttft.json", False, {"p50_ttft_ms": -4.0}, "ttft_ms.p50 = -4.0; expected a finite number >= 0"),
+        ("neg-completed.json", False, {"completed": -400}, "completed = -400; expected >= 0"),
+        ("nan-window.json", False, {"duration": float("nan")}, "window_s = nan; expected a finite number"),
+        ("neg-request-ttft.json", True, {"ttfts": [-0.005] + [0.04] * 5}, "request 0000000: ttft_ms = -5.0;"),
+    ],
+)
+def test_imports_meet_the_ingest_rules_and_name_the_field(db, capsys, tmp_path, name, detailed, change, says):
+    """`wattbench import` checked nothing: a negative TTFT, completed -400 and a NaN window went into the warehouse.
+    The rules of a bundle's rows apply, and the one line names the file, the load point (and request), field, value."""
+    path = _constructed(tmp_path, name, detailed, **change)
+    assert main(["import", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"wattbench import: {path}: load point ") and says in err and "nothing was imported" in err
+    with connect(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+
+
+def test_imported_token_times_that_go_backwards_are_refused(db, capsys, tmp_path):
+    """A negative inter-token gap in a file's per-request lists would average into ITL p50 -4.4 ms: refused, named."""
+    d = json.loads(VLLM_CONSTRUCTED.read_text())
+    itls = [list(x) for x in d["itls"]]
+    itls[1][2] = -0.0044
+    path = _constructed(tmp_path, "back.json", itls=itls)
+    assert main(["import", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "request 0000001: chunk_ns[3] = " in err and "expected token times that never go backwards" in err

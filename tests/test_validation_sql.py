@@ -112,7 +112,7 @@ STRINGS = {
     "shape": ["concurrency", "poisson", "gamma", None],
     "error_kind": [None, None, None, "http_500", "truncated_prompt", "truncated_output"],
 }
-BOOLS = {"version_checked", "has_energy"}
+BOOLS = {"version_checked", "has_energy", "idle_settled_before", "idle_settled_after"}
 
 
 def _numbers(table: str, column: str) -> list:

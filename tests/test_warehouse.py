@@ -126,11 +126,19 @@ def test_ingest_is_idempotent(tmp_path):
 
 
 def test_ingest_replaces_only_its_deployments(tmp_path):
+    """A run from several bundles, one per deployment: a new deployment is added; other rows for a deployment the
+    complete run has already are refused unless asked for (replace), and then only that deployment's rows change."""
     db = tmp_path / "w.duckdb"
     with connect(db) as con:
         ingest_bundle(con, make_bundle(tmp_path / "a", deployment="a", n_requests=3))
         ingest_bundle(con, make_bundle(tmp_path / "b", deployment="b", n_requests=4))
-        ingest_bundle(con, make_bundle(tmp_path / "a2", deployment="a", n_requests=2))
+        with pytest.raises(WarehouseError, match=r"would change the rows of its deployment\(s\) a \(.*requests 3 -> 2"):
+            ingest_bundle(con, make_bundle(tmp_path / "a2", deployment="a", n_requests=2))
+        assert dict(con.execute("SELECT deployment_id, count(*) FROM requests GROUP BY 1").fetchall()) == {
+            "a": 3,
+            "b": 4,
+        }
+        ingest_bundle(con, tmp_path / "a2", replace=True)
         rows = dict(con.execute("SELECT deployment_id, count(*) FROM requests GROUP BY 1").fetchall())
     assert rows == {"a": 2, "b": 4}
 
@@ -263,7 +271,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 8
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

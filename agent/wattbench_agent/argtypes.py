@@ -61,3 +61,21 @@ def finite_float(
 
     parse.__name__ = "finite number"  # argparse says "invalid finite number value" for what it cannot call
     return parse
+
+
+def bounded_int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number within the bounds."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text, 10)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if minimum is not None and number < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {number}")
+        if maximum is not None and number > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {number}")
+        return number
+
+    parse.__name__ = "whole number"
+    return parse

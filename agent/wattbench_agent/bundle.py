@@ -17,6 +17,7 @@ Stdlib only: this module runs inside engine images next to the agent.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -331,11 +332,12 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
             f"{manifest_path}: a JSON {type(manifest).__name__}; expected a JSON object of manifest "
             "fields (bundle_version, run_id, source, complete, ...)"
         )
-    if manifest.get("bundle_version") not in READS:
+    version = manifest.get("bundle_version")
+    if version not in READS or not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(
             f"{manifest_path}: bundle_version {manifest.get('bundle_version')!r}; this wattbench reads "
             + " and ".join(map(str, READS))
-            + (" (upgrade wattbench)" if isinstance(manifest.get("bundle_version"), int) else "")
+            + (" (upgrade wattbench)" if isinstance(version, int) and not isinstance(version, bool) else "")
         )
     for key in ("run_id", "source"):
         if not manifest.get(key) or not isinstance(manifest[key], str):
@@ -346,31 +348,108 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
     if not isinstance(manifest.get("errors", []), list):
         raise BundleError(f"{manifest_path}: field 'errors' is {manifest['errors']!r:.80}; expected a list")
+    # the fields ingest stores (runs.host, runs.clock_anchor_*): of their types, or absent
+    host = manifest.get("host")
+    if host is not None and not isinstance(host, str):
+        raise BundleError(f"{manifest_path}: field 'host' is {host!r:.80}; expected a string (the host's name)")
+    for key in ("clock_anchor_mono_ns", "clock_anchor_unix_ns", "created_unix_ns", "closed_unix_ns"):
+        value = manifest.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+            raise BundleError(
+                f"{manifest_path}: field {key!r} is {value!r:.80}; expected an integer count of nanoseconds, "
+                "0 to 2^63 - 1"
+            )
     return manifest
 
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2")
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveLimits:
+    """What an archive may unpack to. The defaults hold a one-hour, 1M-request bundle with room to spare (about
+    4 GB with per-token times inline, version 1; xz packs real bundles 8-30 to 1) and refuse a bomb early: the
+    limits are checked on each member's header, before its bytes are written. `wattbench ingest --max-unpacked-gb
+    / --max-members / --max-ratio` raise them."""
+
+    max_bytes: int = 16 * GiB  # unpacked, all members
+    max_members: int = 10_000
+    max_ratio: float = 200.0  # unpacked bytes per archive byte ...
+    ratio_floor_bytes: int = 256 * 1024**2  # ... once more than this is unpacked (a small bundle may pack tighter)
+
+    def check(self, path: Path, archive_bytes: int, members: int, unpacked_bytes: int, name: str) -> None:
+        def refuse(what: str, flag: str) -> None:
+            raise BundleError(
+                f"{path}: refused at member {members} ({name[:120]}): {what}; nothing was loaded (if the archive is "
+                f"genuine, raise the limit: wattbench ingest {flag})"
+            )
+
+        if members > self.max_members:
+            refuse(f"more than {self.max_members:,} members (a bundle has a few dozen files)", "--max-members N")
+        if unpacked_bytes > self.max_bytes:
+            gib = self.max_bytes / GiB
+            refuse(
+                f"it would unpack to more than {gib:.4g} GiB (a one-hour, 1M-request bundle is about 4 GB)",
+                f"--max-unpacked-gb {2 * gib:.4g}",
+            )
+        if unpacked_bytes > max(self.ratio_floor_bytes, self.max_ratio * archive_bytes):
+            refuse(
+                f"its {archive_bytes:,} bytes would unpack to at least {unpacked_bytes:,} "
+                f"({unpacked_bytes / archive_bytes:,.0f} to 1, over the limit of {self.max_ratio:g}; real bundles "
+                "pack 8-30 to 1): an archive bomb?",
+                f"--max-ratio {2 * self.max_ratio:g}",
+            )
+
+
+def _checked_members(tar: Any, path: Path, limits: ArchiveLimits) -> Iterator[Any]:
+    """The archive's members, read one header at a time; refused (BundleError) as soon as one would cross a limit,
+    before its bytes are unpacked."""
+    archive_bytes = max(path.stat().st_size, 1)
+    total = 0
+    for n, member in enumerate(tar, start=1):
+        if member.issparse():
+            raise BundleError(f"{path}: member {member.name[:120]} is a sparse file; expected plain files")
+        total += max(member.size, 0) if member.isfile() else 0
+        limits.check(path, archive_bytes, n, total, member.name)
+        yield member
 
 
 @contextlib.contextmanager
-def unpacked(path: str | os.PathLike) -> Iterator[Path]:
+def unpacked(path: str | os.PathLike, limits: ArchiveLimits | None = None) -> Iterator[Path]:
     """A bundle folder for `path`: the folder itself, or an archive of one (a .tar.xz as results/ keeps them)
     unpacked into a temporary folder for as long as the block runs. The archive must hold exactly one bundle
-    (one manifest.json); members outside it (absolute paths, '..') are refused."""
+    (one manifest.json); members outside it (absolute paths, '..') are refused, and so is an archive that would
+    unpack beyond `limits` (ArchiveLimits: total size, member count, compression ratio), before it does. A
+    truncated or corrupt archive is one BundleError naming it."""
+    import lzma
+    import tarfile
+    import tempfile
+    import zlib
+
     path = Path(path)
     if not (path.is_file() and path.name.endswith(ARCHIVE_SUFFIXES)):
         yield path
         return
-    import tarfile
-    import tempfile
-
+    limits = limits or ArchiveLimits()
     with tempfile.TemporaryDirectory(prefix="wattbench-bundle-") as tmp:
         try:
-            with tarfile.open(path) as tar:
-                tar.extractall(tmp, filter="data")  # refuses absolute paths, '..', links out of tmp
-        except (tarfile.TarError, OSError) as exc:
+            with tarfile.open(path, "r|*") as tar:  # a stream: each header is checked before its member is written
+                tar.extractall(tmp, members=_checked_members(tar, path, limits), filter="data")
+        except (EOFError, tarfile.ReadError) as exc:
+            if not isinstance(exc, EOFError) and "unexpected end of data" not in str(exc):
+                raise BundleError(
+                    f"{path}: not a readable bundle archive ({type(exc).__name__}: {exc}); expected a tar archive "
+                    "of a bundle folder"
+                ) from None
             raise BundleError(
-                f"{path}: not a readable bundle archive ({exc}); expected a tar archive of a bundle folder"
+                f"{path}: the archive is cut short (its compressed stream ends before its end marker: a copy or "
+                "download that did not finish?); expected a whole tar archive of a bundle folder"
+            ) from None
+        except (tarfile.TarError, OSError, zlib.error, lzma.LZMAError) as exc:
+            raise BundleError(
+                f"{path}: not a readable bundle archive ({type(exc).__name__}: {exc}); expected a tar archive of a "
+                "bundle folder"
             ) from None
         manifests = sorted(Path(tmp).rglob(MANIFEST))
         manifests = [m for m in manifests if "attempts" not in m.relative_to(tmp).parts]

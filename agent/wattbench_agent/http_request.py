@@ -2,8 +2,10 @@
 OpenAI-compatible server and the load generator's test server), stdlib only.
 
 `parse_request(buf)` returns (request, bytes consumed) once a whole request (head and Content-Length body) is in
-`buf`, (None, 0) while more bytes are needed, and raises `BadRequest` (status, message) for a head that cannot be
-read: the caller answers once and closes, since the next request's start is unknown.
+`buf`; while more bytes are needed, (None, 0) before the head is complete and (None, n) after it, n being the bytes
+the whole request takes (so a server can wait for them without parsing the head again); and raises `BadRequest`
+(status, message) for a head that cannot be read: the caller answers once and closes, since the next request's
+start is unknown. `buf` may be a bytearray (a server appending to it in place: no copy per packet).
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from dataclasses import dataclass
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# A request must arrive whole within this many seconds of its first byte; a kept-alive connection idle this long is
+# closed (the emulator's defaults; `wattbench emulate --request-timeout / --idle-timeout`).
+REQUEST_TIMEOUT_S = 30.0
+IDLE_TIMEOUT_S = 60.0
 
 
 class BadRequest(Exception):
@@ -52,7 +58,7 @@ def content_length(values: list[str]) -> tuple[int | None, str | None]:
 
 
 def parse_request(
-    buf: bytes, max_head: int = MAX_HEAD_BYTES, max_body: int = MAX_BODY_BYTES, what: str = "the server"
+    buf: bytes | bytearray, max_head: int = MAX_HEAD_BYTES, max_body: int = MAX_BODY_BYTES, what: str = "the server"
 ) -> tuple[HttpRequest | None, int]:
     i = buf.find(b"\r\n\r\n")
     if i < 0:
@@ -82,8 +88,9 @@ def parse_request(
     if problem is not None:
         raise BadRequest(400, f"{problem}; expected the body's length in bytes")
     if n > max_body:
-        raise BadRequest(413, f"request body of {n} bytes is over {what}'s limit of {max_body // 2**20} MiB")
+        limit = f"{max_body // 2**20} MiB" if max_body >= 2**20 else f"{max_body} bytes"
+        raise BadRequest(413, f"request body of {n} bytes is over {what}'s limit of {limit}")
     end = i + 4 + n
     if len(buf) < end:
-        return None, 0
-    return HttpRequest(method, target, version, headers, buf[i + 4 : end]), end
+        return None, end
+    return HttpRequest(method, target, version, headers, bytes(buf[i + 4 : end])), end

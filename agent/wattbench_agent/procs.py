@@ -1,9 +1,16 @@
 """Which processes a run started, so that whoever finds the run dead can stop exactly them.
 
-A process is named by its identity: pid, the host, and its start time in clock ticks since boot
-(/proc/<pid>/stat field 22). A pid is reused after a process ends; pid and start time together are not, so
+A process is named by its identity: pid, the host, its start time in clock ticks since boot (/proc/<pid>/stat
+field 22) and its process group. A pid is reused after a process ends; pid and start time together are not, so
 `alive(identity)` is false for a process that ended even when its pid now belongs to another one, and
 `stop(identity)` never signals a stranger.
+
+An identity is read from files (a bundle's manifest) and tags that anyone can write, so `stop` signals only what it
+can prove (`refusal` says why not): a real integer pid > 1 and below the kernel's pid_max (0, -1 and other negative
+numbers are process groups or every process, 1 is init), recorded on this host, with its start time recorded and
+equal to the running process's; a process group only where the identity recorded that the process led its own
+group and it still does. Where Linux has pidfds (5.3+), the process is opened once, checked through /proc while
+held open and signalled through the same handle, so a pid reused between the check and the signal is never hit.
 
 - the agent records itself and each engine server it starts in its bundle's manifest (`processes`);
 - `wattbench run` tags its Dagster run with its own identity;
@@ -13,12 +20,15 @@ A process is named by its identity: pid, the host, and its start time in clock t
 does so under Dagster Pipes, so a `wattbench run` killed with SIGKILL takes its agent (and through the agent's
 SIGTERM handling, the engines) with it.
 
-Stdlib only; Linux /proc (elsewhere a process is taken as alive while its pid exists).
+Stdlib only; Linux /proc (elsewhere a process is taken as alive while its pid exists, and none can be proven, so
+`stop` signals nothing).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import signal
 import socket
 import sys
@@ -26,42 +36,128 @@ import time
 from pathlib import Path
 from typing import Any
 
+# the kernel's largest pid_max (PID_MAX_LIMIT on 64-bit), where /proc/sys/kernel/pid_max cannot be read
+PID_MAX_LIMIT = 4 * 1024 * 1024
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None where /proc does not say (or it is gone)."""
+
+class Refused(Exception):
+    """An identity that does not prove which process it names: nothing was signalled. The message says why."""
+
+
+def pid_max() -> int:
+    """Pids on this host are below this (/proc/sys/kernel/pid_max)."""
+    try:
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return PID_MAX_LIMIT
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (state) on, or None where /proc does not say (or the process is gone)."""
     try:
         stat = (Path("/proc") / str(pid) / "stat").read_text()
     except OSError:
         return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields if len(fields) > 19 else None
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None where /proc does not say (or it is gone)."""
+    fields = _stat_fields(pid)
     try:
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
+        return int(fields[19]) if fields else None
+    except ValueError:
+        return None
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
         return None
 
 
 def identity(pid: int | None = None) -> dict[str, Any]:
-    """{"pid", "host", "start_ticks"} of a process (default: this one)."""
+    """{"pid", "host", "start_ticks", "pgid"} of a process (default: this one). A process that leads its own
+    process group (an engine server started in a session of its own) has pgid == pid."""
     pid = os.getpid() if pid is None else int(pid)
-    return {"pid": pid, "host": socket.gethostname(), "start_ticks": start_ticks(pid)}
+    return {"pid": pid, "host": socket.gethostname(), "start_ticks": start_ticks(pid), "pgid": _pgid(pid)}
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool, float or str, which int() would take
+
+
+def _pid_refusal(ident: Any) -> str | None:
+    """Why `ident`'s pid cannot name one process of this host (None: it can)."""
+    if not isinstance(ident, dict):
+        return f"not a process identity ({type(ident).__name__}); expected an object with pid, host and start_ticks"
+    if "pid" not in ident or ident["pid"] is None:
+        return "no pid recorded"
+    pid = ident["pid"]
+    if not _is_int(pid):
+        return f"pid {pid!r} is not an integer ({type(pid).__name__})"
+    if pid <= 1:
+        what = {
+            1: "is init",
+            0: "means the signaller's own process group to kill()",
+            -1: "means every process to kill()",
+        }.get(pid, f"means process group {-pid} to kill()")
+        return f"pid {pid} {what}; expected the pid of one process, an integer > 1"
+    limit = pid_max()
+    if pid >= limit:
+        return f"pid {pid} is beyond this host's pid_max ({limit}); expected an integer > 1 and < {limit}"
+    return None
+
+
+def _host_refusal(ident: dict[str, Any]) -> str | None:
+    host, here = ident.get("host"), socket.gethostname()
+    if not isinstance(host, str) or not host:
+        return f"no host recorded ({host!r}); expected the name of the host that ran it"
+    if host != here:
+        return f"recorded on host {host!r}, this is {here!r}"
+    return None
+
+
+def why_unknown(ident: Any) -> str | None:
+    """Why this host cannot tell whether `ident`'s process runs (`alive` is None), or None where it can."""
+    return _pid_refusal(ident) or _host_refusal(ident)
+
+
+def refusal(ident: Any) -> str | None:
+    """Why `stop(ident)` would refuse to signal anything (None: the identity names one process of this host
+    precisely enough to check it)."""
+    why = why_unknown(ident)
+    if why:
+        return why
+    pid, ticks = ident["pid"], ident.get("start_ticks")
+    if ticks is None:
+        return (
+            f"no start time (start_ticks) recorded: pid {pid} cannot be told apart from a later process given the "
+            "same pid"
+        )
+    if not _is_int(ticks) or ticks < 0:
+        return f"start_ticks {ticks!r} is not a non-negative integer"
+    if pid == os.getpid():
+        return f"pid {pid} is this process"
+    return None
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] == "Z"
 
 
-def alive(ident: dict[str, Any] | None) -> bool | None:
-    """True if the process named by `ident` still runs, False if it ended, None if this host cannot tell (the
-    identity is from another host)."""
-    if not ident or not ident.get("pid"):
-        return False
-    if ident.get("host") and ident["host"] != socket.gethostname():
+def alive(ident: Any) -> bool | None:
+    """True if the process named by `ident` still runs, False if it ended (or its pid now belongs to a process
+    with another start time), None if this host cannot tell: the identity is from another host, or has no usable
+    pid or host. Without a recorded start time a process holding the pid is taken as alive. Signals nothing."""
+    if why_unknown(ident):
         return None
-    pid = int(ident["pid"])
+    pid = ident["pid"]
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: sends nothing, says whether the pid exists
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -69,34 +165,101 @@ def alive(ident: dict[str, Any] | None) -> bool | None:
     if _zombie(pid):
         return False
     want = ident.get("start_ticks")
-    return want is None or start_ticks(pid) in (None, int(want))
+    if not _is_int(want):
+        return True
+    now = start_ticks(pid)
+    return now is None or now == want  # None: /proc does not say (not Linux)
 
 
-def stop(ident: dict[str, Any], group: bool = False, grace_s: float = 10.0) -> bool:
-    """SIGTERM the process (its process group with `group`: an engine server leads its own), SIGKILL after
-    `grace_s`. Returns True if it was running. Only ever signals the very process `ident` names."""
-    if not alive(ident):
-        return False
-    pid = int(ident["pid"])
+class _Handle:
+    """One process, held: through a pidfd where Linux has them (the signal reaches the process that was checked,
+    whatever happens to its pid meanwhile), else by its pid."""
 
-    def send(sig: int) -> None:
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.fd: int | None = None
         try:
-            if group and os.getpgid(pid) == pid:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
+            self.fd = os.pidfd_open(pid)
+        except AttributeError:  # Python < 3.9 or not Linux
             pass
+        except ProcessLookupError:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # a thread's id, not a process's
+                raise Refused(f"pid {pid} is not a process (a thread of another?)") from exc
+            if exc.errno not in (errno.ENOSYS, errno.EPERM, errno.EACCES):
+                raise
 
-    send(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not alive(ident):
-            return True
-        time.sleep(0.1)
-    if alive(ident):
-        send(signal.SIGKILL)
-    return True
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def send(self, sig: int) -> None:
+        if self.fd is not None:
+            signal.pidfd_send_signal(self.fd, sig)
+        else:
+            os.kill(self.pid, sig)
+
+    def running(self) -> bool:
+        """Whether the held process has not exited (a zombie has)."""
+        if self.fd is not None:
+            readable, _, _ = select.select([self.fd], [], [], 0)  # a pidfd is readable once its process exits
+            return not readable
+        return not _zombie(self.pid) and _stat_fields(self.pid) is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the process to exit; True if it did."""
+        deadline = time.monotonic() + timeout_s
+        while self.running():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.fd is not None:
+                select.select([self.fd], [], [], left)
+            else:
+                time.sleep(min(0.1, left))
+        return True
+
+
+def stop(ident: Any, group: bool = False, grace_s: float = 10.0) -> bool:
+    """SIGTERM the process `ident` names, SIGKILL after `grace_s`. Returns True if it was running (and was
+    signalled), False if it had ended or its pid now belongs to another process (by start time).
+
+    With `group`, its process group is signalled instead, but only where `ident` recorded that the process led its
+    own group (pgid == pid) and it still does; otherwise the process alone. Raises Refused, signalling nothing,
+    when `ident` cannot prove which process it names (see `refusal`)."""
+    why = refusal(ident)
+    if why:
+        raise Refused(why)
+    pid, want = ident["pid"], ident["start_ticks"]
+    try:
+        handle = _Handle(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        # its start time is read between two looks at the held process: if it still runs after the read, the
+        # /proc entry read was its own (a pid is not reused while its process runs, nor while it is a zombie)
+        if not handle.running() or start_ticks(pid) != want or not handle.running():
+            return False
+        # its group only if it was recorded leading one and still does
+        lead = group and ident.get("pgid") == pid and _pgid(pid) == pid
+
+        def send(sig: int) -> None:
+            try:
+                if lead and handle.running():
+                    os.killpg(pid, sig)  # the leader, checked above, holds the group's id while it runs
+                else:
+                    handle.send(sig)  # the very process checked above
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        send(signal.SIGTERM)
+        if not handle.wait(grace_s):
+            send(signal.SIGKILL)
+        return True
+    finally:
+        handle.close()
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -116,7 +279,8 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 
 
 def record(writer: Any, name: str, pid: int) -> None:
-    """Note a process this run started in the bundle's manifest (`processes`), for the stale-run reaper."""
+    """Note a process this run started in the bundle's manifest (`processes`), for the stale-run reaper: its
+    identity, with its process group (an engine server leads its own)."""
     processes = dict(writer.manifest.get("processes") or {})
     processes[name] = identity(pid)
     writer.update_manifest(processes=processes)

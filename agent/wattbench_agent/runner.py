@@ -37,9 +37,9 @@ from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.metrics_scrape import MetricsScraper
-from wattbench_agent.safety import file_name, redact_url
+from wattbench_agent.safety import file_name, mask_env, mask_map, redact_argv, redact_text, redact_url
 from wattbench_agent.telemetry import open_sampler
-from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec, mask_env
+from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
 
 Log = Callable[[str], None]
 
@@ -89,7 +89,8 @@ class Deployment:
 
 def clip_error(text: str, limit: int = 2000) -> str:
     """An error text within `limit` characters: its first line (what happened, and why) and as much of the rest
-    (a log tail) as fits, from the end."""
+    (a log tail) as fits, from the end; credentials in it masked (safety.redact_text)."""
+    text = redact_text(text) or ""
     if len(text) <= limit:
         return text
     head, _, rest = text.partition("\n")
@@ -125,7 +126,8 @@ def new_deployment(dep: DeploymentSpec, spec: AgentSpec) -> Deployment:
         "target": dep.target,
         "engine_version": None,
         "status": "failed",
-        "config": {**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})},
+        # secrets (by name: options such as api_key, env WANDB_KEY; by value: URL credentials) never reach the row
+        "config": mask_map({**adapter.resolved_config(cfg), **({"env": mask_env(dep.env)} if dep.env else {})}),
         "source": adapter.source,
         "telemetry_source": telemetry,
     }
@@ -242,7 +244,7 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             d.server = server
             d.row["log_path"] = str(log_path)
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
-            log(f"[{d.id}] starting{pinned}: {' '.join(server.command)}")
+            log(f"[{d.id}] starting{pinned}: {' '.join(redact_argv(server.command))}")
             server.start()
             procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
@@ -264,7 +266,7 @@ def await_deployment(d: Deployment, log: Log) -> None:
             log(f"[{d.id}] FAILED to start ({d.row['error_kind']}): " + "\n".join(text.splitlines()[:2]))
             return
         d.url = d.row["url"] = server.url
-        log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {d.url}")
+        log(f"[{d.id}] healthy after {d.row['startup_s']:.1f} s at {redact_url(d.url)}")
         if hasattr(adapter, "startup_phases"):  # weights load, CUDA-graph capture (vLLM, SGLang)
             d.row["config"]["startup_phases"] = adapter.startup_phases(server.log_tail(200_000))
     version, where = adapter.detect_version(d.url, server.log_tail(200_000) if server else "")
@@ -466,11 +468,30 @@ def run_load_point(
     return lr
 
 
-def idle_windows(deps: list[Deployment], name: str, seconds: float) -> None:
-    """One idle window on every running deployment's GPUs at once (engines loaded, no traffic)."""
+def idle_windows(
+    deps: list[Deployment], name: str, seconds: float, quiet_s: float = 0.0, timeout_s: float = 0.0, log: Log = print
+) -> None:
+    """One idle window on every running deployment's GPUs at once (engines loaded, no traffic), taken once their GPUs
+    are quiet: utilisation 0 and power steady for `quiet_s` (telemetry.sampler.wait_until_quiet), at most `timeout_s`.
+    How long that took and whether they went quiet are the deployment's idle_settle_s_* and idle_settled_* (a window
+    that never settled is flagged by validation, deployments.idle_*_settled)."""
     live = [d for d in deps if d.alive and d.sampler is not None]
     if seconds <= 0 or not live:
         return
+    suffix = name.split("_", 1)[1]
+    if quiet_s > 0:
+        from wattbench_agent.telemetry.sampler import wait_until_quiet
+
+        for d, (waited, settled) in zip(live, wait_until_quiet([d.sampler for d in live], quiet_s, timeout_s)):
+            if settled is None:  # its telemetry cannot tell (no utilisation or power read)
+                continue
+            d.row[f"idle_settle_s_{suffix}"] = round(waited, 3)
+            d.row[f"idle_settled_{suffix}"] = settled
+            if not settled:
+                log(
+                    f"[{d.id}] GPUs not quiet after {waited:.1f} s (utilisation above 0 or power still moving over "
+                    f"{quiet_s:g} s): {name} taken anyway and flagged"
+                )
     for d in live:
         d.sampler.begin_window(name)
     time.sleep(seconds)
@@ -508,7 +529,7 @@ def run_round(
                 if d.alive:
                     open_watchers(d, spec, writer, stack, log)
                     warm_up_engine(d, spec.warmup_requests, log)
-            idle_windows(deps, "idle_before", spec.idle_baseline_s)
+            idle_windows(deps, "idle_before", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
             slots = max((len(d.spec.load_points) for d in deps if d.alive), default=0)
             total = sum(len(d.spec.load_points) for d in deps if d.alive)
             done = 0
@@ -520,11 +541,22 @@ def run_round(
                     _check_stop(f"load point {point.load_point_id}")
                     done += 1
                     log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
-                    run_load_point(point, d, writer, log, report)
+                    lr = run_load_point(point, d, writer, log, report)
+                    left = len(d.spec.load_points) - k - 1
                     if d.server is not None and not d.server.alive():
                         d.fail("server_crash", d.server.log_tail(1500))
                         log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
-            idle_windows(deps, "idle_after", spec.idle_baseline_s)
+                    elif lr.get("error_kind") == "server_gone":  # it stopped answering (an external one, a pod)
+                        d.fail(
+                            "server_gone",
+                            f"stopped answering during {point.load_point_id}; its {left} later load point(s) were "
+                            f"not run\n{lr.get('error_text') or ''}",
+                        )
+                        log(
+                            f"[{d.id}] server stopped answering during {point.load_point_id}; not running its {left} "
+                            "later point(s)"
+                        )
+            idle_windows(deps, "idle_after", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
             for d in deps:  # stop engines while the samplers still run, so their columns are complete
                 if d.server is not None:
                     d.server.stop()
@@ -539,11 +571,20 @@ def run_round(
             stop_deployment(d, writer)
 
 
+def _redacting(log: Log) -> Log:
+    def redacted(line: str) -> None:
+        log(redact_text(line))
+
+    return redacted
+
+
 def run_spec(
     spec: AgentSpec | dict[str, Any], log: Log = print, report: Callable[[dict], None] = lambda m: None
 ) -> Path:
-    """Run every deployment of an agent spec into one bundle; returns the bundle folder."""
+    """Run every deployment of an agent spec into one bundle; returns the bundle folder. Every line given to `log`
+    has its credentials masked (safety.redact_text)."""
     spec = AgentSpec.from_dict(spec)
+    log = _redacting(log)
     out = Path(spec.out)
     with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
         if writer.set_aside is not None:

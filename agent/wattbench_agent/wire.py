@@ -14,7 +14,7 @@ Stdlib only.
 from __future__ import annotations
 
 import json
-import re
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -22,17 +22,73 @@ from wattbench_agent.engines.base import EngineConfig
 
 WIRE_VERSION = 2
 
-# Environment variable names whose values never reach a deployments row or a log (tokens, keys, passwords).
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE)", re.IGNORECASE)
+# Bounds of the settings an agent spec carries (the plan's own bounds are these: resources/plan.py). A value past
+# one is a typo or an attack, not a benchmark: idle_baseline_s 1e9 held the agent for 31 years.
+MAX_SAMPLER_HZ = 100.0
+MAX_IDLE_BASELINE_S = 3600.0
+MAX_IDLE_QUIET_S = 600.0  # the quiet time waited for before an idle window
+MAX_WARMUP_REQUESTS = 100_000
+MAX_HEALTH_TIMEOUT_S = 86400.0
+MAX_REPEAT = 1000
+MAX_TP = 64
+SOURCES = ("measured", "emulated")
+TELEMETRY = ("auto", "nvml", "dcgm", "emulated", "none")
 
 
 class WireError(ValueError):
     """An agent spec that cannot be run: names the field and what was expected."""
 
 
-def mask_env(env: dict[str, str]) -> dict[str, str]:
-    """The env map as it may be shown: values of secret-looking names replaced by '***'."""
-    return {k: ("***" if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
+# -- field rules: each returns what was expected when a value breaks it (None: the value is fine) ---------------
+def _text(optional: bool = False):
+    def rule(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        return None if isinstance(v, str) and v else "a non-empty string" + (" or null" if optional else "")
+
+    return rule
+
+
+def _integer(lo: int, hi: int, optional: bool = False):
+    def rule(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        ok = isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+        return None if ok else f"an integer {lo}-{hi:,}" + (" or null" if optional else "")
+
+    return rule
+
+
+def _number(lo: float, hi: float, strict: bool = False):
+    def rule(v: Any) -> str | None:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = number and (v > lo if strict else v >= lo) and v <= hi
+        return None if ok else f"a number {'>' if strict else '>='} {lo:g} and <= {hi:g}"
+
+    return rule
+
+
+def _flag(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _one_of(*choices: str):
+    def rule(v: Any) -> str | None:
+        return None if v in choices else "one of " + ", ".join(choices)
+
+    return rule
+
+
+def _mapping(v: Any) -> str | None:
+    return None if isinstance(v, dict) else "an object"
+
+
+def _check(obj: Any, rules: dict[str, Any], where: str) -> None:
+    for name, rule in rules.items():
+        value = getattr(obj, name)
+        expected = rule(value)
+        if expected:
+            raise WireError(f"{where}: field '{name}' is {value!r:.80}; expected {expected}")
 
 
 @dataclass(frozen=True)
@@ -46,8 +102,24 @@ class LoadPointSpec:
     repeat: int = 1  # 1-based
 
     def __post_init__(self) -> None:
-        if self.repeat < 1:
-            raise WireError(f"load point {self.load_point_id}: repeat must be >= 1, got {self.repeat}")
+        where = f"load point {self.load_point_id!r:.80}"
+        _check(
+            self,
+            {
+                "load_point_id": _text(),
+                "workload": _text(),
+                "point_label": _text(),
+                "load": _mapping,
+                "repeat": _integer(1, MAX_REPEAT),
+            },
+            where,
+        )
+        from wattbench_agent.loadgen.spec import LoadSpec, LoadSpecError
+
+        try:  # every duration, count and rate within its bounds before any engine starts
+            LoadSpec.from_dict(dict(self.load))
+        except (LoadSpecError, TypeError) as exc:
+            raise WireError(f"{where}: load: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -67,8 +139,37 @@ class DeploymentSpec:
     load_points: tuple[LoadPointSpec, ...] = ()
 
     def __post_init__(self) -> None:
+        where = f"deployment {self.deployment_id!r:.80}"
         if self.target not in ("local", "external"):
             raise WireError(f"deployment {self.deployment_id}: target must be local or external, got {self.target!r}")
+        _check(
+            self,
+            {
+                "deployment_id": _text(),
+                "build_id": _text(optional=True),
+                "url": _text(optional=True),
+                "artifact_path": _text(optional=True),
+                "port": _integer(0, 65535, optional=True),
+                "env": _mapping,
+                "health_timeout_s": _number(0, MAX_HEALTH_TIMEOUT_S, strict=True),
+            },
+            where,
+        )
+        cfg = self.engine_config
+        _check(
+            cfg,
+            {
+                "engine": _text(),
+                "model": _text(),
+                "config_name": _text(),
+                "precision": _text(),
+                "tp": _integer(1, MAX_TP),
+                "gpu": _text(),
+                "profile": _text(optional=True),
+                "options": _mapping,
+            },
+            f"{where}.engine_config",
+        )
         bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise WireError(
@@ -89,12 +190,32 @@ class AgentSpec:
     telemetry: str = "auto"  # auto | nvml | dcgm | emulated | none
     sampler_hz: float = 10.0
     idle_baseline_s: float = 3.0  # idle power window with the engines loaded, before and after load
+    idle_quiet_s: float = 3.0  # before each idle window, wait until the GPUs were quiet this long (util 0, power flat)
+    idle_quiet_timeout_s: float = 30.0  # ... at most this long; then the window is taken anyway and flagged
     warmup_requests: int = 0  # unrecorded requests once an engine is up
     start_together: bool = False  # start a round's engines at once (faster; startup_s then overlaps)
     energy_crosscheck: bool = False
     version: int = WIRE_VERSION
 
     def __post_init__(self) -> None:
+        _check(
+            self,
+            {
+                "run_id": _text(),
+                "out": _text(),
+                "source": _one_of(*SOURCES),
+                "plan_name": _text(optional=True),
+                "telemetry": _one_of(*TELEMETRY),
+                "sampler_hz": _number(0, MAX_SAMPLER_HZ, strict=True),
+                "idle_baseline_s": _number(0, MAX_IDLE_BASELINE_S),
+                "idle_quiet_s": _number(0, MAX_IDLE_QUIET_S),
+                "idle_quiet_timeout_s": _number(0, MAX_IDLE_BASELINE_S),
+                "warmup_requests": _integer(0, MAX_WARMUP_REQUESTS),
+                "start_together": _flag,
+                "energy_crosscheck": _flag,
+            },
+            "agent spec",
+        )
         names = [d.deployment_id for d in self.deployments]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -117,7 +238,9 @@ class AgentSpec:
             return data
         if not isinstance(data, dict):
             raise WireError(f"an agent spec is a JSON object, got {type(data).__name__}")
-        version = int(data.get("version", 1))
+        version = data.get("version", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise WireError(f"agent spec: field 'version' is {version!r:.80}; expected an integer >= 1")
         if version > WIRE_VERSION:
             raise WireError(
                 f"agent spec version {version} is newer than this agent's {WIRE_VERSION}; "
@@ -178,17 +301,27 @@ def _deployment(raw: dict[str, Any], index: int, version: int) -> DeploymentSpec
     elif not isinstance(cfg, EngineConfig):
         raise WireError(f"{where}: field 'engine_config' is required")
     if raw.get("gpus") is not None:
+        if not isinstance(raw["gpus"], (list, tuple)) or not all(isinstance(g, (str, int)) for g in raw["gpus"]):
+            raise WireError(f"{where}: field 'gpus' is {raw['gpus']!r:.80}; expected a list of GPU indices or UUIDs")
         raw["gpus"] = tuple(str(g) for g in raw["gpus"])
-    raw["env"] = dict(raw.get("env") or {})
+    env = raw.get("env") or {}
+    if not isinstance(env, dict):
+        raise WireError(f"{where}: field 'env' is {env!r:.80}; expected an object of environment variables")
+    raw["env"] = dict(env)
     points = []
-    for j, p in enumerate(raw.get("load_points") or ()):
+    load_points = raw.get("load_points") or ()
+    if not isinstance(load_points, (list, tuple)):
+        raise WireError(f"{where}: field 'load_points' is {load_points!r:.80}; expected a list of load points")
+    for j, p in enumerate(load_points):
         if isinstance(p, LoadPointSpec):
             points.append(p)
             continue
+        if not isinstance(p, dict):
+            raise WireError(f"{where}.load_points[{j}]: expected an object, got {type(p).__name__}")
         p = dict(p)
         if version == 1:  # {"load_point_id", "workload", "spec"}
             p["load"] = p.pop("spec", {})
-            p.setdefault("point_label", p["load_point_id"].rsplit(":", 1)[-1])
+            p.setdefault("point_label", str(p.get("load_point_id", "")).rsplit(":", 1)[-1])
         points.append(_build(LoadPointSpec, p, f"{where}.load_points[{j}]"))
     raw["load_points"] = tuple(points)
     return _build(DeploymentSpec, raw, where)

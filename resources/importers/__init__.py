@@ -51,6 +51,10 @@ class ImportedPoint:
     goodput: float | None = None  # requests/s meeting the tool's SLOs, when it computed them
     figures: dict[str, Any] = field(default_factory=dict)  # the tool's own headline figures, as named there
     requests: list[dict] = field(default_factory=list)  # `requests` rows (no run_id/source/deployment/point)
+    # the window's edges on the requests' clock, where the file says them (wattbench load's own result files);
+    # None: the whole run is the window
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
 
 
 @dataclass
@@ -240,6 +244,8 @@ def store_run(
                 "output_tokens": pt.output_tokens,
                 "warmup_s": pt.warmup_s,
                 "duration_s": pt.window_s,
+                "window_start_ns": pt.window_start_ns,
+                "window_end_ns": pt.window_end_ns,
                 "window_s": pt.window_s,
                 "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
                 "achieved_concurrency": pt.achieved_concurrency,
@@ -264,6 +270,7 @@ def store_run(
                     **r,
                 }
             )
+    check_rows(con, run, lr_rows, req_rows)
     con.execute("BEGIN TRANSACTION")
     try:
         for table in ("requests", "load_runs", "deployments", "runs"):
@@ -273,11 +280,9 @@ def store_run(
         _insert(con, "load_runs", lr_rows)
         if req_rows:
             _insert_json(con, "requests", req_rows)
-        from resources import intervals
         from resources.warehouse import refresh_point_stats
 
-        intervals.refresh(con, rid)  # latency intervals from the per-request rows, as for a bundle
-        refresh_point_stats(con, rid)  # and the kept per-load-point figures
+        refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")
@@ -289,6 +294,39 @@ def store_run(
         "requests": len(req_rows),
         "deployment_id": dep_id,
     }
+
+
+def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict]) -> None:
+    """The rules a bundle's rows meet at ingest (resources/ingest_checks.row_problem: typed, finite, in range, token
+    times that never go backwards), on every row an import would write, and the tool's own statistics finite and >= 0:
+    ImportFileError naming the file, the load point (and request), the field and the value; nothing is imported."""
+    import math
+
+    from resources.ingest_checks import row_problem
+    from resources.warehouse import table_columns
+
+    types = {t: table_columns(con, t) for t in ("load_runs", "requests")}
+    for pt, row in zip(run.points, lr_rows):
+        problem = row_problem("load_runs", row, None, types["load_runs"])
+        for metric, block in pt.stats.items():
+            for key, value in (block or {}).items():
+                if problem is None and value is not None:
+                    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    if not ok or value < 0:
+                        problem = f"{metric}.{key} = {value!r}; expected a finite number >= 0, or null"
+        if problem is None and pt.goodput is not None:
+            g = pt.goodput
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+                problem = f"goodput = {g!r}; expected a finite number of requests/s >= 0, or null"
+        if problem:
+            raise ImportFileError(f"{run.path}: load point {pt.point_label}: {problem}; nothing was imported")
+    for row in req_rows:
+        problem = row_problem("requests", row, None, types["requests"])
+        if problem:
+            label = row["load_point_id"].rsplit(":", 1)[-1]
+            raise ImportFileError(
+                f"{run.path}: load point {label}, request {row.get('request_id')}: {problem}; nothing was imported"
+            )
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:

@@ -69,6 +69,17 @@ def _stats(d: dict) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def _window_ns(d: dict) -> tuple[int, int] | None:
+    """The window a `wattbench load --save-result` file measured over ("wattbench": window_start_s, window_end_s on
+    the clock of start_times), in ns; None for vLLM's own files (their window is the whole run)."""
+    wb = d.get("wattbench")
+    if not isinstance(wb, dict):
+        return None
+    a, b = wb.get("window_start_s"), wb.get("window_end_s")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (a, b))
+    return (round(a * 1e9), round(b * 1e9)) if ok and b >= a else None
+
+
 def _requests(d: dict, path: Path, i: int) -> list[dict]:
     ttfts = d.get("ttfts")
     if not isinstance(ttfts, list):
@@ -89,6 +100,7 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
     ins, outs, itls, lats, starts, errs = (
         col(c) for c in ("input_lens", "output_lens", "itls", "latencies", "start_times", "errors")
     )
+    window = _window_ns(d)
     rows = []
     for k in range(n):
         err = errs[k]
@@ -97,13 +109,13 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
         gaps = itls[k] if isinstance(itls[k], list) else []
         e2e_s = lats[k] if lats[k] is not None else ((ttft_s + sum(gaps)) if ttft_s is not None else None)
         n_out = outs[k]
-        sent = int(starts[k] * 1e9) if starts[k] is not None else None
+        sent = round(starts[k] * 1e9) if starts[k] is not None else None
         chunk_ns = None
         if ok and sent is not None and ttft_s is not None:
-            t = sent + int(ttft_s * 1e9)
+            t = sent + round(ttft_s * 1e9)
             chunk_ns = [t]
             for g in gaps:
-                t += int(g * 1e9)
+                t += round(g * 1e9)
                 chunk_ns.append(t)
         ttft_ms = ttft_s * 1e3 if ttft_s is not None else None
         e2e_ms = e2e_s * 1e3 if e2e_s is not None else None
@@ -123,7 +135,8 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
                 "chunk_ns": chunk_ns,
                 "error_kind": None if ok else "imported_error",
                 "error_text": str(err)[:500] if not ok else None,
-                "in_window": True,
+                # sent inside the window the file measured over (its own: wattbench load), else the whole run
+                "in_window": window is None or (sent is not None and window[0] <= sent <= window[1]),
             }
         )
     return rows
@@ -167,12 +180,17 @@ def _point(d: dict, path: Path, i: int) -> ImportedPoint:
         )
         if k in d
     }
+    wb = d.get("wattbench") if isinstance(d.get("wattbench"), dict) else {}
+    window = _window_ns(d)
+    sent = wb.get("sent") if isinstance(wb.get("sent"), int) and not isinstance(wb.get("sent"), bool) else None
     return ImportedPoint(
         point_label=point_label(shape, conc, rate_v, burst),
         workload=workload,
         shape=shape,
         window_s=duration,
-        sent=completed + failed,
+        window_start_ns=window[0] if window else None,
+        window_end_ns=window[1] if window else None,
+        sent=sent if sent is not None else completed + failed,
         completed=completed,
         failed=failed,
         output_tokens_total=int(d["total_output_tokens"]) if d.get("total_output_tokens") is not None else None,
@@ -208,6 +226,10 @@ def read(path: Path, data: Any) -> ImportedRun:
     first = results[0]
     model = first.get("model_id") or first.get("model") or "unknown"
     started = _date(first)
+    slo = {}
+    wb = first.get("wattbench") if isinstance(first.get("wattbench"), dict) else {}
+    if isinstance(wb.get("slo"), dict):  # `wattbench load --goodput`: the SLOs its goodput counted against
+        slo = {k: float(v) for k, v in wb["slo"].items() if k in ("ttft_ms", "tpot_ms", "e2e_ms") and v is not None}
     notes = []
     if not any(p.requests for p in points):
         notes.append("no per-request rows (the file was saved without --save-detailed): every figure is vLLM's own")
@@ -227,5 +249,6 @@ def read(path: Path, data: Any) -> ImportedRun:
         points=points,
         started_at=started,
         config={"result": meta},
+        slo=slo,
         notes=notes,
     )

@@ -74,6 +74,18 @@ def test_wattbench_run_on_a_plan_outside_plans_dir(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "partition llama-3.1-8b|smoke_plan" in proc.stderr
     assert "Head to head" in proc.stdout and "HTML report: " + str(tmp_path / "runs") in proc.stdout
+    # every check that failed or warned is on the console, with its table, one line each (not only in the UI)
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        flagged = con.execute(
+            "SELECT upper(severity), table_name, expectation FROM validation_results WHERE NOT success"
+        ).fetchall()
+    assert flagged, "the smoke plan's short windows warn"
+    assert f"Validation: {len(flagged)} check(s) failed or warned" in proc.stdout
+    lines = proc.stdout.splitlines()
+    for severity, table, rule in flagged:
+        assert sum(line.split()[:3] == [severity, table, rule + ":"] for line in lines) == 1, (rule, proc.stdout)
     home = {**env}
     out = subprocess.run(
         [

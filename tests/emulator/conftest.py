@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_emulator(*args: str, timeout: float = 20.0) -> tuple[subprocess.Popen, str]:
+def start_emulator(*args: str, timeout: float = 20.0, preexec_fn=None) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "pipelines.cli", "emulate", "--host", "127.0.0.1", "--port", "0", *args]
     proc = subprocess.Popen(
         cmd,
@@ -23,6 +23,7 @@ def start_emulator(*args: str, timeout: float = 20.0) -> tuple[subprocess.Popen,
         stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     deadline = time.monotonic() + timeout
     lines = []

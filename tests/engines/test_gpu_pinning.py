@@ -58,8 +58,13 @@ def deployment(name: str, tp: int, gpus=None) -> DeploymentSpec:
 
 
 def run(tmp_path, *deps: DeploymentSpec, log=None) -> dict[str, list[dict]]:
-    spec = AgentSpec(
-        run_id="pin", out=str(tmp_path / "bundle"), deployments=deps, telemetry="nvml", idle_baseline_s=0.2
+    spec = AgentSpec(  # no wait for quiet GPUs: the replayed recording's own matmul load is no engine's
+        run_id="pin",
+        out=str(tmp_path / "bundle"),
+        deployments=deps,
+        telemetry="nvml",
+        idle_baseline_s=0.2,
+        idle_quiet_s=0,
     )
     bundle = run_spec(spec, log=(log.append if log is not None else lambda m: None))
     return {
@@ -143,7 +148,7 @@ def test_the_tensor_parallel_plan_runs_on_a_fake_four_gpu_node(fake_engines, tmp
         )
         for d in spec.deployments
     )
-    spec = replace(spec, deployments=deps, idle_baseline_s=0.2)
+    spec = replace(spec, deployments=deps, idle_baseline_s=0.2, idle_quiet_s=0)
     bundle = run_spec(spec, log=lambda m: None)
     rows = {
         t: [json.loads(x) for x in (bundle / f"{t}.jsonl").read_text().splitlines()]

@@ -61,3 +61,17 @@ def test_distribute_tokens_sums(n, chars):
     assert sum(out) == n and len(out) == len(chars) and min(out) >= 0
     if n >= len(chars):
         assert min(out) >= 1
+
+
+def test_goodput_counts_the_requests_throughput_counts_over_the_same_window():
+    """Goodput and request throughput: one window, one denominator, one set of requests (successful requests that
+    ended inside the window), so goodput never exceeds throughput. Requests sent late in the window that met the SLO
+    but ended in the drain counted for goodput and not for throughput: goodput 3 > throughput 1 req/s here."""
+    done = rec(1100 * MS, [1150 * MS, 1160 * MS], in_window=True, rid="done")
+    late = [rec(t * MS, [(t + 40) * MS, 2100 * MS], in_window=True, rid=f"late{t}") for t in (1900, 1950)]
+    s = summarize([done, *late], 1000 * MS, 2000 * MS, slo={"ttft_ms": 100})
+    assert s["request_throughput"] == pytest.approx(1.0) and s["finished_in_window"] == 1
+    assert s["goodput"] == pytest.approx(1.0)  # done: the one request throughput counts, within the SLO
+    s = summarize([done, *late], 1000 * MS, 2000 * MS, slo={"ttft_ms": 45})
+    assert s["goodput"] == pytest.approx(0.0)  # done (50 ms) misses it; the late ones (40 ms) are not in the window
+    assert s["goodput"] <= s["request_throughput"]

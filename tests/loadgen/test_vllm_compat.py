@@ -373,3 +373,41 @@ def test_dataset_name_needs_its_path():
     assert p.returncode == 2 and "--dataset-name sharegpt needs --dataset-path" in p.stderr
     p = load("--url", "http://127.0.0.1:9", "--model", "m", "--goodput", "ttft=5", "--concurrency", "1")
     assert p.returncode == 2 and "--goodput 'ttft=5': expected KEY:MILLISECONDS" in p.stderr
+
+
+def test_num_prompts_window_runs_from_the_first_send_to_the_last_answer(tmp_path):
+    """`--request-rate 20 --num-prompts 5` (Poisson sends, each answer 50 ms + 15 x 10 ms): vLLM's duration is the
+    first send to the last answer, and every completion is in it; the window used to close at the last send (0.087 s,
+    request throughput 0.0)."""
+    out = tmp_path / "r.jsonl"
+    with server_process(ttft_ms=50, itl_ms=10) as url:
+        p = load(
+            "--url", url, "--model", "m", "--request-rate", "20", "--num-prompts", "5", "--output-tokens", "16",
+            "--json", "--no-progress", "--out", str(out),
+        )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    first_send_to_last_answer = (max(r["last_token_ns"] for r in recs) - min(r["sent_ns"] for r in recs)) / 1e9
+    assert s["completed"] == 5 and s["finished_in_window"] == 5
+    assert first_send_to_last_answer <= s["window_s"] <= first_send_to_last_answer + 0.05
+    assert s["window_s"] >= 0.05 + 15 * 0.010  # at least one whole answer
+    assert s["request_throughput"] == pytest.approx(5 / s["window_s"])
+    assert s["output_token_throughput"] == pytest.approx(5 * 16 / s["window_s"])
+
+
+def test_num_prompts_alone_sends_them_all_at_once_as_vllm_does(tmp_path):
+    """vLLM's default request rate is inf: `--num-prompts 6` alone sends all six at once (one stream each, capped by
+    --max-concurrency when given); it used to fail asking for a load shape."""
+    with server_process(ttft_ms=20, itl_ms=5) as url:
+        p = load("--url", url, "--model", "m", "--num-prompts", "6", "--output-tokens", "4", "--json", "--no-progress")
+        capped = load(
+            "--url", url, "--model", "m", "--num-prompts", "6", "--max-concurrency", "2", "--output-tokens", "4",
+            "--json", "--no-progress",
+        )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    assert s["sent"] == 6 and s["completed"] == 6 and s["requested_concurrency"] == 6 and s["shape"] == "concurrency"
+    assert s["achieved_concurrency"] > 4  # all at once
+    c = json.loads(capped.stdout.strip().splitlines()[-1])
+    assert c["completed"] == 6 and c["requested_concurrency"] == 2

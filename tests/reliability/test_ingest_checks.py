@@ -334,3 +334,74 @@ def test_a_line_that_is_not_an_object_is_named(tmp_path, capsys, table, line, ex
     rc, _, err = ingest(bundle, db, capsys)
     assert rc != 0 and f"{table}.jsonl:2: {expected}" in err, err
     assert nothing_loaded(db)
+
+
+@pytest.mark.parametrize(
+    "table, lineno, old, new, expected",
+    [
+        ("requests", 2, '"ttft_ms": 10.0', '"ttft_ms": "NaN"', "ttft_ms = 'NaN' (a string); expected a number"),
+        ("requests", 3, '"e2e_ms": 50.0', '"e2e_ms": "-5"', "e2e_ms = '-5' (a string); expected a number"),
+        ("load_runs", 1, '"energy_j": 50.0', '"energy_j": "Infinity"', "energy_j = 'Infinity' (a string)"),
+        ("load_runs", 1, '"completed": 5', '"completed": "5"', "completed = '5' (a string); expected a number"),
+        ("gpu_samples", 2, '"power_w": 300.0', '"power_w": true', "power_w = True (a JSON bool); expected a number"),
+    ],
+)
+def test_numbers_quoted_as_strings_are_refused_naming_file_line_field_and_value(
+    tmp_path, capsys, table, lineno, old, new, expected
+):
+    """DuckDB reads "NaN", "-5", "Infinity" and "5" into a DOUBLE or BIGINT column without a word: such a bundle
+    passed every check (the report then showed tok/J 0 and W inf). Every numeric field must be a JSON number."""
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    edit_line(bundle / f"{table}.jsonl", lineno, old, new)
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert f"{table}.jsonl:{lineno}: {expected}" in err and "nothing was loaded" in err
+    assert nothing_loaded(db)
+
+
+def test_token_times_that_go_backwards_in_the_chunk_file_are_refused(tmp_path, capsys):
+    """A negative inter-token gap would average into ITL p50 -4.4 ms: refused, naming the request's line."""
+    import numpy as np
+
+    from wattbench_agent.bundle import CHUNK_FILES
+
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    path = bundle / CHUNK_FILES["chunk_ns"][0]
+    ns = np.fromfile(path, dtype="<i8")
+    ns[3:6] = [3, 1, 2]  # the second request's times
+    ns.tofile(path)
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and "requests.jsonl:2: chunk_ns[1] = 1 is before chunk_ns[0] = 3" in err
+    assert "expected token times that never go backwards" in err and nothing_loaded(db)
+
+
+def test_token_times_that_go_backwards_inline_are_refused(tmp_path, capsys):
+    """The same in a version-1 bundle, whose lists are inline in requests.jsonl."""
+    from wattbench_agent.bundle import CHUNK_FILES
+
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    rows = [json.loads(x) for x in (bundle / "requests.jsonl").read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row.pop("chunks")
+        row.update(chunk_ns=[1, 3, 2] if i == 3 else [1, 2, 3], chunk_tokens=[1, 1, 1])
+    (bundle / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, _, _ in CHUNK_FILES.values():
+        (bundle / name).unlink()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "bundle_version": 1}))
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and "requests.jsonl:4: chunk_ns[2] = 2 is before chunk_ns[1] = 3" in err and nothing_loaded(db)
+
+
+def test_sql_json_output_says_null_for_a_non_finite_value(tmp_path, capsys):
+    """`wattbench sql --format json` raised a traceback on an Infinity; JSON has no Infinity: null."""
+    db = tmp_path / "w.duckdb"
+    with connect(db):
+        pass
+    assert (
+        wattbench(
+            ["sql", "SELECT 'inf'::DOUBLE AS x, 'nan'::DOUBLE AS y, 1.5 AS z", "--db", str(db), "--format", "json"]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == {"x": None, "y": None, "z": 1.5}

@@ -5,6 +5,7 @@ non-root user with no capabilities and no service-account token."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -141,3 +142,132 @@ def test_an_imported_results_url_credentials_are_not_stored(tmp_path, monkeypatc
     with connect(tmp_path / "w.duckdb", read_only=True) as con:
         (url,) = con.execute("SELECT DISTINCT url FROM deployments").fetchone()
     assert url == "http://***@127.0.0.1:8000"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Secrets by name and by value: an environment, a header map, a command line, a URL, free text
+# ---------------------------------------------------------------------------------------------------------------
+SECRET_ENV = {
+    "WANDB_KEY": "wkey-s3cr3t-1",
+    "AUTH_HEADER": "Bearer s3cr3t-2-bearer",
+    "MY_PASS": "s3cr3t-3",
+    "DATABASE_URL": "postgres://u:s3cr3t-4@db.example/db",
+    "HF_TOKEN": "hf_s3cr3t-5",
+    "SESSION_COOKIE": "sid=s3cr3t-6",
+    "GCP_CREDENTIALS": "s3cr3t-7",
+    "OPENAI_SECRET": "s3cr3t-8",
+    "PROXY": "Basic s3cr3t-9==",
+}
+KEPT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "MAX_TOKENS": "64", "TOKENIZERS_PARALLELISM": "false", "PLAIN": "x"}
+
+
+def test_secret_names_and_values_are_masked():
+    from wattbench_agent.safety import is_secret_name, mask_env, redact_argv, redact_text
+
+    masked = mask_env({**SECRET_ENV, **KEPT_ENV})
+    assert {k: masked[k] for k in KEPT_ENV} == KEPT_ENV
+    assert masked["DATABASE_URL"] == "postgres://***@db.example/db"
+    assert masked["AUTH_HEADER"] == "***" and masked["PROXY"] == "Basic ***"
+    assert "s3cr3t" not in json.dumps(masked)
+    for name in ("Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "apiKey", "db_password"):
+        assert is_secret_name(name), name
+    text = redact_text(
+        "GET http://u:s3cr3t@h:1/v1?api_key=s3cr3t&model=m failed\nAuthorization: Bearer s3cr3t-abc\n"
+        "token=s3cr3t max_tokens=64 and Bearer s3cr3t-xyz"
+    )
+    assert "s3cr3t" not in text and "model=m" in text and "max_tokens=64" in text, text
+    argv = redact_argv(["vllm", "serve", "m", "--api-key", "s3cr3t", "--hf-token=s3cr3t", "--max-num-seqs", "8"])
+    assert argv == ["vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "--max-num-seqs", "8"]
+
+
+def test_a_plans_secret_env_reaches_no_row_log_or_file(tmp_path):
+    """An engine's env of secret names and values (and an option api_key): the engine gets them; the deployments
+    row, the agent's log and every bundle file show them masked."""
+    from tests.reliability.conftest import emulator_spec
+
+    spec = emulator_spec("r-env", tmp_path / "bundle", n_points=1, duration_s=0.5)
+    dep = spec["deployments"][0]
+    dep["env"] = {**SECRET_ENV, **KEPT_ENV}
+    logs: list[str] = []
+    bundle = run_spec(spec, log=logs.append)
+    (row,) = rows(bundle, "deployments")
+    assert row["status"] == "healthy", row
+    assert row["config"]["env"]["DATABASE_URL"] == "postgres://***@db.example/db"
+    assert row["config"]["env"]["MAX_TOKENS"] == "64" and row["config"]["env"]["WANDB_KEY"] == "***"
+    for path in bundle.rglob("*"):
+        if path.is_file() and path.suffix != ".bin" and path.parent.name != "logs":  # logs/: the engine's own output
+            assert "s3cr3t" not in path.read_text(errors="replace"), path
+    assert not [line for line in logs if "s3cr3t" in line]
+
+
+def test_an_engine_options_secret_is_masked_in_its_row():
+    """vLLM takes `--api-key`: a plan's `options: {api_key: ...}` is passed to it, and masked in the row."""
+    from wattbench_agent.runner import new_deployment
+    from wattbench_agent.wire import AgentSpec
+
+    spec = AgentSpec.from_dict(
+        {
+            "run_id": "r",
+            "out": "/nonexistent",
+            "deployments": [
+                {
+                    "deployment_id": "v",
+                    "engine_config": asdict(
+                        EngineConfig(engine="vllm", model="m", config_name="v", options={"api_key": "s3cr3t-o"})
+                    ),
+                    "env": {"DATABASE_URL": "postgres://u:s3cr3t@h/db"},
+                }
+            ],
+        }
+    )
+    row = new_deployment(spec.deployments[0], spec).row
+    assert "s3cr3t" not in json.dumps(row), row["config"]
+
+
+def test_the_load_client_writes_and_prints_no_credentials(tmp_path):
+    """`wattbench load --url http://user:pass@host` (and --metadata token=..., --header Authorization: ...): the
+    result file, the summary and the error messages show no credentials."""
+    import subprocess
+    import sys
+
+    server = MisbehavingServer(behaviours=("ok",))
+    with server.running():
+        port = server.url.rsplit(":", 1)[1]
+        ok = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "load", "--url", f"http://wbuser:{PASSWORD}@127.0.0.1:{port}/v1",
+             "--model", "m", "--concurrency", "1", "--max-requests", "2", "--duration", "0", "--no-progress",
+             "--header", f"Authorization: Bearer {PASSWORD}", "--metadata", f"token={PASSWORD}", "team=infra",
+             "--save-result", "--result-dir", str(tmp_path), "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    (result_file,) = tmp_path.glob("*.json")
+    result = json.loads(result_file.read_text())
+    assert result["wattbench"]["url"] == f"http://***@127.0.0.1:{port}/v1" and result["team"] == "infra"
+    assert result["token"] == "***"
+    assert PASSWORD not in result_file.read_text() + ok.stdout + ok.stderr
+    down = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "load", "--url", f"http://wbuser:{PASSWORD}@127.0.0.1:9/v1",
+         "--concurrency", "1", "--max-requests", "1", "--duration", "0", "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert down.returncode == 2 and "127.0.0.1:9" in down.stderr and PASSWORD not in down.stdout + down.stderr
+
+
+def test_a_spec_holding_secrets_is_not_printed_and_is_written_for_its_owner_only(tmp_path, capsys):
+    from pipelines.cli import main as wattbench
+
+    plan = tmp_path / "plan.yaml"
+    smoke = (Path(__file__).resolve().parents[1] / "data" / "smoke_plan.yaml").read_text()
+    plan.write_text(
+        smoke.replace(
+            "profile: vllm-like, precision: fp8, tp: 1}",
+            f"profile: vllm-like, precision: fp8, tp: 1, env: {{WANDB_KEY: {PASSWORD}}}}}",
+        )
+    )
+    assert wattbench(["spec", "--plan", str(plan)]) == 2
+    out = capsys.readouterr()
+    assert PASSWORD not in out.out + out.err and "deployments[1].env.WANDB_KEY" in out.err and "--write" in out.err
+    assert wattbench(["spec", "--plan", str(plan), "--write", str(tmp_path / "spec.json")]) == 0
+    assert (tmp_path / "spec.json").stat().st_mode & 0o777 == 0o600
+    assert PASSWORD in (tmp_path / "spec.json").read_text()  # the agent needs it

@@ -176,13 +176,16 @@ def test_a_signal_stops_the_agent_and_engines_and_marks_the_run_interrupted(plac
     assert not writer_slot_holders()
 
 
-def fake_run(instance: dg.DagsterInstance, owner: dict, place: dict, status=dg.DagsterRunStatus.STARTED) -> str:
-    """A run as `wattbench run` tags it, executed by the process `owner` names, holding the writer slot."""
+def fake_run(
+    instance: dg.DagsterInstance, owner: dict, place: dict, status=dg.DagsterRunStatus.STARTED, **raw_tags: str
+) -> str:
+    """A run as `wattbench run` tags it, executed by the process `owner` names, holding the writer slot
+    (`raw_tags`: tags as found, by name: pid, start, host)."""
     run_id = str(uuid.uuid4())
     tags = {
-        PID_TAG: str(owner["pid"]),
-        START_TAG: str(owner["start_ticks"] or ""),
-        HOST_TAG: owner["host"],
+        PID_TAG: raw_tags.get("pid", str(owner["pid"])),
+        START_TAG: raw_tags.get("start", str(owner["start_ticks"] or "")),
+        HOST_TAG: raw_tags.get("host", owner["host"]),
         WAREHOUSE_TAG: str(place["db"]),
         RUNS_DIR_TAG: str(place["runs"]),
     }
@@ -290,3 +293,46 @@ def test_a_run_waiting_for_the_writer_slot_stops_on_sigterm(place):
     assert writer_slot_holders() == {holder}  # the holder's slot is its own business
     waiting = [r for r in dagster_runs().values() if r.run_id != holder]
     assert [r.status for r in waiting] == [dg.DagsterRunStatus.FAILURE]
+
+
+@pytest.mark.parametrize(
+    "pid, start",
+    [("abc", "1"), ("-1", ""), ("0", "12"), ("1.5", "x"), (str(2**70), "1"), ("1", "1"), ("", "1")],
+)
+def test_malformed_owner_tags_neither_crash_the_reaper_nor_count_as_gone(place, capsys, pid, start):
+    """Run tags are text anyone can set: a pid tag that names no process of this host leaves the run alone (the
+    reaper cannot tell whether it runs) until the user names it; nothing is signalled, nothing crashes."""
+    instance = dg.DagsterInstance.get()
+    run_id = fake_run(instance, procs.identity(), place, pid=pid, start=start)
+    assert wattbench(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert ("unknown (pid" in out) if pid else ("| -  " in out or "| -" in out), out
+    assert wattbench(["runs", "--clean"]) == 0
+    capsys.readouterr()
+    assert dagster_runs()[run_id].status == dg.DagsterRunStatus.STARTED  # not proven gone: left alone
+    assert wattbench(["runs", "--clean", run_id]) == 0  # named: the user says it is dead
+    assert f"run {run_id} was left 'STARTED'" in capsys.readouterr().err
+    assert dagster_runs()[run_id].status == dg.DagsterRunStatus.FAILURE
+    assert not writer_slot_holders()
+
+
+def test_a_manifest_whose_processes_are_not_identities_is_named_in_the_failure(place, capsys):
+    instance = dg.DagsterInstance.get()
+    dead = sleeper()
+    owner = procs.identity(dead.pid)
+    dead.kill()
+    dead.wait()
+    run_id = fake_run(instance, owner, place)
+    bundle = place["runs"] / run_id / "bundle"
+    bundle.mkdir(parents=True)
+    (bundle / "manifest.json").write_text(json.dumps({"run_id": run_id, "processes": [123, 456]}))
+    assert wattbench(["runs", "--clean"]) == 0
+    err = capsys.readouterr().err
+    assert "not signalled" in err and "'processes' is a JSON list; expected an object of identities" in err
+    (failure,) = [
+        e.message
+        for e in instance.all_logs(run_id)
+        if e.dagster_event and e.dagster_event.event_type == dg.DagsterEventType.RUN_FAILURE
+    ]
+    assert "'processes' is a JSON list" in failure
+    assert dagster_runs()[run_id].status == dg.DagsterRunStatus.FAILURE

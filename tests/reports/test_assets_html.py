@@ -134,18 +134,18 @@ def test_load_point_summary_is_a_dagster_table_with_intervals(env):
         ("beta", "steady:c32"),
     }
     per_repeat = np.array([round(7.0 * s * 10) * 16 / 10.0 for s in ALPHA_C8_RPS])  # tokens in the window / 10 s
-    half = T975_2 * per_repeat.std(ddof=1) / math.sqrt(3)
+    half = T975_2 * per_repeat.std(ddof=1) / (per_repeat.mean() * math.sqrt(3))  # t on the log scale
     cell = rows[("alpha", "steady:c8")]["output tok/s (window)"]
     est, lo, hi = map(float, re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell).groups())
     assert (est, lo, hi) == (
         pytest.approx(per_repeat.mean(), rel=1e-3),
-        pytest.approx(per_repeat.mean() - half, rel=1e-3),
-        pytest.approx(per_repeat.mean() + half, rel=1e-3),
+        pytest.approx(per_repeat.mean() * math.exp(-half), rel=1e-3),
+        pytest.approx(per_repeat.mean() * math.exp(half), rel=1e-3),
     )
     assert rows[("alpha", "steady:c8")]["repeats"] == 3
     assert rows[("beta", "steady:c8")]["tokens per joule, above idle (tok/J)"] == "NULL"  # beta has no idle baseline
     assert re.fullmatch(r"\S+ \[\S+, \S+\]", rows[("alpha", "steady:c8")]["tokens per joule, above idle (tok/J)"])
-    assert "t interval over 3 repeats" in lp.metadata["intervals"].value
+    assert "t interval on the log scale over 3 repeats" in lp.metadata["intervals"].value
 
 
 def test_head_to_head_is_a_dagster_table_too(env):

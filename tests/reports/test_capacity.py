@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from assets.report_text import capacity_params, query_params
@@ -72,7 +73,12 @@ def test_fewest_gpus_and_monthly_cost_per_engine_config(wh):
     assert a["monthly_energy_usd"] == pytest.approx(round(7 * 1000 / 1000 * 730 * KWH * PUE, 0))
     assert (b["steady_replicas"], b["steady_gpus"], b["peak_replicas"], b["peak_gpus"]) == (5, 5, 12, 12)
     assert b["monthly_gpu_usd"] == pytest.approx(12 * PRICE * 730)
-    assert a["sized_on"] == "alpha:steady:c8" and a["note"] == "sized on alpha:steady:c8"
+    assert a["sized_on"] == "alpha:steady:c8"
+    assert a["sized_bound"] == (
+        "goodput 10.0 req/s as measured (one repeat: no interval); TTFT p99 100.0 ms (worst of 1 repeat(s)) vs "
+        "2000.0 ms, TPOT p99 10.0 ms (worst of 1 repeat(s)) vs 200.0 ms"
+    )
+    assert a["note"] == "sized on alpha:steady:c8, " + a["sized_bound"]
     assert b["burst_meets_slo"] and b["burst_ttft_p99_ms"] == pytest.approx(900.0)
 
 
@@ -151,3 +157,25 @@ def test_profile_in_the_plan_and_parameters(wh, repo_root):
         params = query_params(con, text, "cap", {"steady_qps": "30", "peak_qps": "70", "burst_hours_per_day": "6"})
         assert params["steady_qps"] == 30 and params["input_tokens"] is None
         assert len(run_sql(con, text, params)) == 6
+
+
+def test_three_repeats_with_an_outlier_size_on_the_points_lower_bound_not_the_best_repeat(tmp_path):
+    """One point measured 29.2, 20.4 and 52.4 req/s in its three repeats: the plan sizes a replica on the point's
+    goodput over the repeats at the conservative end of its interval (the 95% lower bound of the mean, t on the log
+    scale), never on the best repeat (52.4), and says which point and which bound it used."""
+    db = tmp_path / "w.duckdb"
+    rps = (29.2, 20.4, 52.4)
+    dep = Deployment("alpha", tp=1, points=[simple_point("c64", r, repeat=i) for i, r in enumerate(rps, 1)])
+    write_run(db, tmp_path, "outlier", [dep], price=PRICE)
+    per, _ = _plan(db, run_id="outlier", steady_qps=40.0, peak_qps=100.0)
+    a = per.loc["alpha"]
+    v = np.array(rps)
+    lower = v.mean() * math.exp(-4.303 * v.std(ddof=1) / (v.mean() * math.sqrt(3)))
+    assert a["capacity_rps_per_replica"] == pytest.approx(round(lower, 2), abs=0.006)  # 14.26 req/s
+    assert a["capacity_rps_per_replica"] < min(rps) and a["capacity_rps_per_replica"] != pytest.approx(52.4)
+    assert (a["steady_replicas"], a["peak_replicas"]) == (math.ceil(40 / lower), math.ceil(100 / lower))
+    assert a["sized_on"] == "alpha:steady:c64"
+    assert a["sized_bound"].startswith(
+        f"goodput 95% lower bound {round(lower, 2)} req/s (mean {round(v.mean(), 2)} over 3 repeats)"
+    )
+    assert a["note"].startswith("sized on alpha:steady:c64, goodput 95% lower bound")

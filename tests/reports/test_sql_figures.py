@@ -133,12 +133,14 @@ def test_head_to_head_cells_name_their_origin(wh):
     cell = lambda fig, eng: long[(long["figure"] == fig) & (long["engine"] == eng)].iloc[0]  # noqa: E731
     for engine, value, lp in peak:
         c = cell("peak output throughput", engine)
-        # one repeat: the value alone, no interval; the origin is workload:point
-        assert float(c["value"]) == pytest.approx(round(value, 1)) and c["load_point_id"] == lp.split(":", 1)[1]
+        # one repeat: the value and why it has no interval; the origin is workload:point
+        assert (
+            c["value"] == f"{round(value, 1)} (one repeat: no interval)" and c["load_point_id"] == lp.split(":", 1)[1]
+        )
     # surge row: the worst p99 TTFT over gamma/surge points only (the poisson point's 5000 ms is not a surge)
     surge = cell("p99 TTFT under a surge (worst gamma/surge point)", "alpha")
     assert surge["load_point_id"] == "bursty:gamma-r6-b0.25" and float(surge["value"].split()[0]) < 600
-    assert surge["value"].endswith("]")  # a latency percentile carries its bootstrap interval even from one repeat
+    assert surge["value"].endswith("(one repeat: no interval)")  # one repeat: run-to-run spread not measured, said so
     assert (
         cell("p99 TTFT under a surge (worst gamma/surge point)", "beta")["note"] == "no gamma/surge load point measured"
     )
@@ -156,7 +158,7 @@ def test_head_to_head_cells_name_their_origin(wh):
     table = pivot_head_to_head(long)
     assert list(table.columns) == ["alpha", "beta", "gamma"]
     assert (
-        table.loc["peak output throughput (tok/s)", "beta"] == "1152.0 @ steady:c8"
+        table.loc["peak output throughput (tok/s)", "beta"] == "1152.0 (one repeat: no interval) @ steady:c8"
     )  # 90 requests x 128 tokens / 10 s
     assert table.loc["startup to healthy (s)", "gamma"] == "NULL (did not become healthy)"
     assert table.loc["tokens per joule at SLO (best) (tok/J)", "gamma"] == "NULL (no load point meets the p99 SLO)"

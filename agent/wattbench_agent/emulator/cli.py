@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wattbench_agent.argtypes import port_number
+from wattbench_agent.argtypes import finite_float, port_number
 from wattbench_agent.emulator.profiles import PROFILES, ConfigError, EngineStartupError, parse_config_items, setup
 from wattbench_agent.emulator.specs import SpecError
+from wattbench_agent.http_request import IDLE_TIMEOUT_S, REQUEST_TIMEOUT_S
 
 # With no flags: a small model on one GPU, the smallest deployment that serves at once.
 DEFAULTS = {"profile": "vllm-like", "model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "precision": "bf16"}
@@ -52,6 +53,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="engine knob, repeatable (e.g. max_batch_size=128, max_num_seqs=256, block_size=16)",
     )
     p.add_argument("--seed", type=int, default=0, help="seeds token text and GPU uuids")
+    p.add_argument(
+        "--request-timeout",
+        type=finite_float(minimum=0, strict_minimum=True),
+        default=REQUEST_TIMEOUT_S,
+        help="seconds a request may take to arrive whole, from its first byte (then 408, and the connection "
+        "is closed; default %(default)g)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=finite_float(minimum=0, strict_minimum=True),
+        default=IDLE_TIMEOUT_S,
+        help="seconds a kept-alive connection may stay idle before it is closed (default %(default)g)",
+    )
     p.add_argument("--check", action="store_true", help="check that the config fits, print it as JSON, and exit")
     p.set_defaults(func=run)
 
@@ -75,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     print(describe(args, st), file=sys.stderr, flush=True)
 
     try:
-        return serve(st, args.host, args.port, args.seed)
+        return serve(st, args.host, args.port, args.seed, args.request_timeout, args.idle_timeout)
     except OSError as e:
         print(f"wattbench emulate: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import json
 import math
 import signal
@@ -18,7 +19,14 @@ from typing import Any
 from wattbench_agent.emulator.engine import Request, Scheduler
 from wattbench_agent.emulator.profiles import EMULATES, EMULATOR_VERSION, EngineSetup
 from wattbench_agent.emulator.telemetry import Telemetry
-from wattbench_agent.http_request import MAX_BODY_BYTES, MAX_HEAD_BYTES, BadRequest, parse_request
+from wattbench_agent.http_request import (
+    IDLE_TIMEOUT_S,
+    MAX_BODY_BYTES,
+    MAX_HEAD_BYTES,
+    REQUEST_TIMEOUT_S,
+    BadRequest,
+    parse_request,
+)
 
 _WORDS = (
     "the of and to in is that for it as with was on be by at this from are or an have not but they "
@@ -38,14 +46,27 @@ _REASONS = {
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     411: "Length Required",
     413: "Payload Too Large",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 # Bounds on what one client may make the server hold (http_request.py): the request head, 64 KiB, and one request
-# body, 16 MiB (a 128k-token prompt is under 1 MiB of JSON). Bytes a client sends ahead while its request streams
-# are not read beyond this either.
+# body: 32 bytes for each token the model takes in a prompt (max_model_len; TensorRT-LLM's max_input_len), at least
+# 1 MiB and at most 16 MiB (a 128k-token prompt is under 1 MiB of JSON, so a 131072-token model takes 4 MiB).
+# Bytes a client sends ahead while its request streams are not read beyond this either. A body is gathered in
+# place (a bytearray), the head parsed once: a 16 MiB body arriving in 64 KiB reads used to be copied whole at
+# every read (about 2 GB of copying), which stalled every other client.
+BODY_BYTES_PER_TOKEN = 32
+MIN_BODY_BYTES = 1 << 20
+# Connections that hold a slot and do nothing: a request must arrive whole within REQUEST_TIMEOUT_S of its first
+# byte (408, closed: a slowloris client sending a byte now and then), a kept-alive connection idle for
+# IDLE_TIMEOUT_S is closed, and past the file-descriptor limit the connection idle longest (sending no request, or
+# half a one) is closed to let a new one in.
+FD_HEADROOM = 64  # descriptors kept for everything but client connections
+DECODE_IN_THREAD_BYTES = 256 * 1024  # a body this large is decoded by the decoder thread (a few ms of json and words)
 _BUCKETS_TTFT = (
     0.001,
     0.005,
@@ -233,7 +254,15 @@ class Stream:
 
 
 class EmulatorServer:
-    def __init__(self, st: EngineSetup, host: str = "127.0.0.1", port: int = 8000, seed: int = 0):
+    def __init__(
+        self,
+        st: EngineSetup,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        seed: int = 0,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
         self.st = st
         self.dep = st.dep
         self.sched = Scheduler(st, seed)
@@ -263,6 +292,15 @@ class EmulatorServer:
         self.stream_interval = int(st.options.get("stream_interval") or 1)
         self.k_coalesce = 1
         self.server: asyncio.AbstractServer | None = None
+        self.max_body = body_limit(st)
+        self.prompt_limit = prompt_token_limit(st)
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.connections: set[HttpConnection] = set()
+        self.max_connections = connection_limit()
+        self.timed_out = 0  # connections closed by a timeout or to make room
+        # one thread decodes large request bodies (json, prompt words), in arrival order, off the event loop
+        self.decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="emulator-decode")
 
     # ------------------------------------------------------------ engine loop
     async def engine_loop(self) -> None:
@@ -382,6 +420,25 @@ class EmulatorServer:
                 s.conn.write_chunk(chunk.encode())
 
     # ------------------------------------------------------------ requests
+    def _prompt_too_long(self) -> ApiError:
+        limit = self.prompt_limit
+        if self.st.profile == "trtllm-like":
+            return ApiError(400, f"Prompt length (more than {limit}) exceeds maximum input length ({limit}).")
+        return ApiError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested more than {limit} "
+            "tokens in the messages. Please reduce the length of the messages or completion.",
+        )
+
+    def _words(self, text: str, toks: list[str]) -> None:
+        """Append the words of `text` to `toks`, splitting no further than the model's prompt limit: a prompt past
+        it is refused after work bounded by the limit, not by the text's length."""
+        left = self.prompt_limit - len(toks)
+        words = text.split(None, max(left, 0))
+        if len(words) > left:
+            raise self._prompt_too_long()
+        toks += words
+
     def tokenize_chat(self, messages: Any) -> list[str]:
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list")
@@ -393,7 +450,7 @@ class EmulatorServer:
             if isinstance(content, list):
                 content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
             toks += ["<|start_header_id|>", str(m.get("role", "user")), "<|end_header_id|>", "\n\n"]
-            toks += str(content or "").split()
+            self._words(str(content or ""), toks)
             toks.append("<|eot_id|>")
         toks += ["<|start_header_id|>", "assistant", "<|end_header_id|>", "\n\n"]
         return toks
@@ -409,7 +466,15 @@ class EmulatorServer:
             out.append(h)
         return out
 
-    def new_request(self, conn: HttpConnection, body: dict[str, Any], chat: bool) -> Stream:
+    def decode(self, raw: bytes, chat: bool) -> tuple[dict[str, Any], list[str]]:
+        """A completion request's body and prompt tokens, or ApiError. Reads nothing but the body and settings fixed
+        at start, so a large body is decoded in the decoder thread while the event loop serves everyone else."""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise ApiError(400, f"request body is not valid JSON ({str(exc)[:120]})") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
         model = body.get("model")
         if model is None or str(model).lower() not in self.model_names:
             raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
@@ -420,11 +485,18 @@ class EmulatorServer:
             if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
                 prompt = prompt[0]
             if isinstance(prompt, list):
+                if len(prompt) >= self.prompt_limit:
+                    raise self._prompt_too_long()
                 toks = ["<|begin_of_text|>"] + [str(t) for t in prompt]
             elif isinstance(prompt, str):
-                toks = ["<|begin_of_text|>"] + prompt.split()
+                toks = ["<|begin_of_text|>"]
+                self._words(prompt, toks)
             else:
                 raise ApiError(400, "prompt must be a string or a list of token ids")
+        return body, toks
+
+    def new_request(self, conn: HttpConnection, body: dict[str, Any], toks: list[str], chat: bool) -> Stream:
+        model = body.get("model")
         if _int_field(body, "n", 1) != 1:
             raise ApiError(400, "the emulator serves n=1 only")
         mt = (
@@ -587,6 +659,30 @@ class EmulatorServer:
         )
         self.port = self.server.sockets[0].getsockname()[1]
         self._engine_task = loop.create_task(self.engine_loop())
+        self._sweep_task = loop.create_task(self.sweep_connections())
+
+    async def sweep_connections(self) -> None:
+        """Close connections that hold a slot and do nothing (see REQUEST_TIMEOUT_S)."""
+        period = max(0.05, min(1.0, self.request_timeout_s / 4, self.idle_timeout_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                conn.check_timeouts(now)
+
+    def admit(self, conn: HttpConnection) -> bool:
+        """Room for a new connection: past the limit, the one idle longest (not answering a request) is closed;
+        False if every connection is busy answering one."""
+        self.connections.add(conn)
+        if len(self.connections) <= self.max_connections:
+            return True
+        idle = [c for c in self.connections if c is not conn and not c.busy and not c.closed]
+        if not idle:
+            self.connections.discard(conn)
+            return False
+        oldest = min(idle, key=lambda c: c.last_active_t)
+        oldest.close_idle(f"the server is at its limit of {self.max_connections} connections")
+        return True
 
     def listening_line(self) -> str:
         d = self.dep
@@ -598,20 +694,38 @@ class EmulatorServer:
 
 
 class HttpConnection(asyncio.Protocol):
-    __slots__ = ("srv", "transport", "buf", "busy", "keep_alive", "active", "closed", "paused")
+    __slots__ = (
+        "srv",
+        "transport",
+        "buf",
+        "need",
+        "busy",
+        "keep_alive",
+        "active",
+        "closed",
+        "paused",
+        "first_byte_t",
+        "last_active_t",
+    )
 
     def __init__(self, srv: EmulatorServer):
         self.srv = srv
         self.transport: asyncio.Transport | None = None
-        self.buf = b""
+        self.buf = bytearray()  # appended in place: a large body is not copied at every read
+        self.need = 0  # bytes the request being received takes in all, once its head is read (0: not known yet)
         self.busy = False
         self.keep_alive = True
         self.active: Stream | None = None
         self.closed = False
         self.paused = False
+        self.first_byte_t: float | None = None  # when the request being received began to arrive
+        self.last_active_t = time.monotonic()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if not self.srv.admit(self):
+            self._respond(503, error_body(503, "too many connections", "ServiceUnavailable"), close=True)
+            return
         try:
             import socket
 
@@ -623,54 +737,87 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.srv.connections.discard(self)
         if self.active is not None and self.active.req is not None:
             self.srv.sched.abort(self.active.req)
             self.srv.sched.finished_by_reason["abort"] = self.srv.sched.finished_by_reason.get("abort", 0) + 1
         self.active = None
 
     def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self.last_active_t = now
+        if not self.buf:
+            self.first_byte_t = now
         self.buf += data
-        if self.busy and len(self.buf) > MAX_HEAD_BYTES + MAX_BODY_BYTES and self.transport is not None:
+        if self.busy and len(self.buf) > MAX_HEAD_BYTES + self.srv.max_body and self.transport is not None:
             # a client sending ahead while its request streams: stop reading until the request is done
             self.transport.pause_reading()
             self.paused = True
-        if not self.busy:
+        if not self.busy and len(self.buf) >= self.need:
             self._guarded_process()
+
+    def check_timeouts(self, now: float) -> None:
+        """Called by the server's sweep: a request that does not arrive in time, or an idle kept-alive connection,
+        is closed."""
+        if self.closed or self.busy:
+            return
+        if self.buf and self.first_byte_t is not None and now - self.first_byte_t > self.srv.request_timeout_s:
+            self.srv.timed_out += 1
+            self.buf.clear()
+            message = (
+                f"the request did not arrive whole within {self.srv.request_timeout_s:g} s of its first byte; "
+                "expected a whole request head and body"
+            )
+            self._respond(408, error_body(408, message, "RequestTimeout"), close=True)
+        elif not self.buf and now - self.last_active_t > self.srv.idle_timeout_s:
+            self.close_idle(f"idle for {self.srv.idle_timeout_s:g} s")
+
+    def close_idle(self, why: str) -> None:
+        self.srv.timed_out += 1
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
 
     def _guarded_process(self) -> None:
         """_process, with anything it did not expect answered as a 500 on this connection only."""
         try:
             self._process()
         except Exception as exc:  # noqa: BLE001 - one bad request must not take the server down
-            print(
-                f"wattbench emulator: internal error on a request ({type(exc).__name__}: {exc}); "
-                "the connection is closed, the server goes on",
-                file=sys.stderr,
-                flush=True,
-            )
-            if self.active is not None and self.active.req is not None:
-                self.srv.sched.abort(self.active.req)
-            self.active = None
-            self.busy = False
-            self._respond(
-                500, error_body(500, f"internal error: {type(exc).__name__}", "InternalServerError"), close=True
-            )
+            self._internal_error(exc)
+
+    def _internal_error(self, exc: Exception) -> None:
+        """Anything unexpected while handling a request: a 500 on this connection, which is closed."""
+        print(
+            f"wattbench emulator: internal error on a request ({type(exc).__name__}: {exc}); "
+            "the connection is closed, the server goes on",
+            file=sys.stderr,
+            flush=True,
+        )
+        if self.active is not None and self.active.req is not None:
+            self.srv.sched.abort(self.active.req)
+        self.active = None
+        self.busy = False
+        self._respond(500, error_body(500, f"internal error: {type(exc).__name__}", "InternalServerError"), close=True)
 
     def _bad_request(self, status: int, message: str) -> None:
         """A request head that cannot be read: answer once and close (the next request's start is unknown)."""
-        self.buf = b""
+        self.buf.clear()
+        self.need = 0
         self._respond(status, error_body(status, message, "BadRequestError"), close=True)
 
     def _process(self) -> None:
-        while not self.busy and not self.closed:
+        while not self.busy and not self.closed and len(self.buf) >= self.need:
             try:
-                req, used = parse_request(self.buf, MAX_HEAD_BYTES, MAX_BODY_BYTES, "the emulator")
+                req, used = parse_request(self.buf, MAX_HEAD_BYTES, self.srv.max_body, "the emulator")
             except BadRequest as exc:
                 self._bad_request(exc.status, exc.message)
                 return
             if req is None:
+                self.need = used  # the head is read: wait for the whole body before parsing again
                 return
-            self.buf = self.buf[used:]
+            del self.buf[:used]
+            self.need = 0
+            self.first_byte_t = time.monotonic() if self.buf else None
             self.keep_alive = req.keep_alive
             self._dispatch(req.method, req.path, req.body)
 
@@ -680,26 +827,13 @@ class HttpConnection(asyncio.Protocol):
             if path in ("/v1/chat/completions", "/v1/completions"):
                 if method != "POST":
                     raise ApiError(405, "use POST", "MethodNotAllowed")
-                try:
-                    data = json.loads(body or b"{}")
-                except ValueError as exc:  # UnicodeDecodeError too
-                    raise ApiError(400, f"request body is not valid JSON ({str(exc)[:120]})") from None
-                if not isinstance(data, dict):
-                    raise ApiError(400, "request body must be a JSON object")
-                s = srv.new_request(self, data, chat=path.endswith("chat/completions"))
-                self.active = s
-                self.busy = True
-                if s.stream:
-                    self.transport.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                        b"cache-control: no-cache\r\nx-wattbench-emulated: true\r\n"
-                        b"transfer-encoding: chunked\r\n\r\n"
-                    )
-                if s.req.state == "finished":  # zero tokens to generate
-                    if s.stream:
-                        self._finish_empty_stream(s)
-                    else:
-                        self.finish_nonstream(s, s.req)
+                chat = path.endswith("chat/completions")
+                if len(body) > DECODE_IN_THREAD_BYTES:  # json and words of a large prompt: off the event loop
+                    self.busy = True  # the connection waits for its body; the server does not
+                    future = asyncio.get_running_loop().run_in_executor(srv.decoder, srv.decode, body, chat)
+                    future.add_done_callback(lambda f: self._decoded(f, chat))
+                    return
+                self._start(*srv.decode(body, chat), chat)
                 return
             if method != "GET":
                 raise ApiError(
@@ -736,6 +870,41 @@ class HttpConnection(asyncio.Protocol):
             self.active = None
             self._respond(e.status, error_body(e.status, e.message, e.etype))
 
+    def _start(self, data: dict[str, Any], toks: list[str], chat: bool) -> None:
+        """Submit a decoded completion request and begin its answer (raises ApiError before anything is sent)."""
+        s = self.srv.new_request(self, data, toks, chat)
+        self.active = s
+        self.busy = True
+        if s.stream:
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                b"cache-control: no-cache\r\nx-wattbench-emulated: true\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+        if s.req.state == "finished":  # zero tokens to generate
+            if s.stream:
+                self._finish_empty_stream(s)
+            else:
+                self.finish_nonstream(s, s.req)
+
+    def _decoded(self, future: asyncio.Future, chat: bool) -> None:
+        """A large body decoded in the decoder thread: start its request, or answer its error, then read on."""
+        if self.closed:
+            return
+        try:
+            try:
+                self.busy = False
+                self._start(*future.result(), chat)
+            except ApiError as e:
+                self.busy = False
+                self.active = None
+                self._respond(e.status, error_body(e.status, e.message, e.etype))
+        except Exception as exc:  # noqa: BLE001 - as _guarded_process: this connection only
+            self._internal_error(exc)
+            return
+        if not self.busy:
+            self._next()
+
     def _finish_empty_stream(self, s: Stream) -> None:
         r = s.req
         chunk = s.prefix + s.suffix.replace('"finish_reason":null', '"finish_reason":"length"', 1)
@@ -761,6 +930,7 @@ class HttpConnection(asyncio.Protocol):
         )
         if close or not self.keep_alive:
             head += b"connection: close\r\n"
+        self.last_active_t = time.monotonic()  # idle from the end of its last answer
         self.transport.write(head + b"\r\n" + body)
         if close or not self.keep_alive:
             self.transport.close()
@@ -818,6 +988,7 @@ class HttpConnection(asyncio.Protocol):
     def _done(self) -> None:
         self.active = None
         self.busy = False
+        self.last_active_t = time.monotonic()
         if not self.keep_alive:
             self.transport.close()
             self.closed = True
@@ -835,7 +1006,37 @@ class HttpConnection(asyncio.Protocol):
             self._guarded_process()
 
 
-def serve(st: EngineSetup, host: str, port: int, seed: int = 0) -> int:
+def prompt_token_limit(st: EngineSetup) -> int:
+    """The most prompt tokens this engine takes: max_model_len (vLLM), max_input_len (TensorRT-LLM)."""
+    return int(st.options.get("max_input_len") or st.max_model_len or 131072)
+
+
+def body_limit(st: EngineSetup) -> int:
+    """The largest request body this engine takes: BODY_BYTES_PER_TOKEN for each prompt token it allows."""
+    return max(MIN_BODY_BYTES, min(MAX_BODY_BYTES, prompt_token_limit(st) * BODY_BYTES_PER_TOKEN))
+
+
+def connection_limit() -> int:
+    """How many client connections fit in this process's file-descriptor limit (RLIMIT_NOFILE)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1000
+    if soft == resource.RLIM_INFINITY:
+        return 65536
+    return max(8, soft - FD_HEADROOM)
+
+
+def serve(
+    st: EngineSetup,
+    host: str,
+    port: int,
+    seed: int = 0,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+) -> int:
     """Run the server until SIGINT/SIGTERM. Prints the listening line on stderr when ready."""
     if hasattr(signal, "SIGPIPE"):  # a client hanging up is that connection's end, never the server's (EPIPE)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
@@ -847,7 +1048,7 @@ def serve(st: EngineSetup, host: str, port: int, seed: int = 0) -> int:
         pass
 
     async def main() -> None:
-        srv = EmulatorServer(st, host, port, seed)
+        srv = EmulatorServer(st, host, port, seed, request_timeout_s, idle_timeout_s)
         await srv.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

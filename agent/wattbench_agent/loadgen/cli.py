@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from wattbench_agent.argtypes import check_finite, finite_float, port_number
+from wattbench_agent.safety import redact_text
 
 from . import shapes
 from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
@@ -69,7 +70,8 @@ def register(subparsers) -> None:
         "--request-rate",
         dest="rate",
         help="open-loop requests/s (Poisson; gamma with --burstiness); a comma list sweeps; 'inf' (vLLM's "
-        "default) sends every request at once: --max-concurrency (or --num-prompts) streams",
+        "default, also with --num-prompts alone) sends every request at once: --max-concurrency (or --num-prompts) "
+        "streams",
     )
     g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
     p.add_argument(
@@ -137,8 +139,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--duration",
         type=finite_float(0),
-        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent; "
-        "with --trace: the whole trace)",
+        help="seconds of steady-state window (default 10; with --num-prompts: until they are sent, the window "
+        "from the first send to the last answer, as vllm bench serve's duration; with --trace: the whole trace)",
     )
     p.add_argument(
         "--max-requests", "--num-prompts", dest="max_requests", type=int, help="stop sending after this many requests"
@@ -293,8 +295,9 @@ def _points(a) -> tuple[str | None, list]:
         return "rate", _floats(a.rate, "--rate")
     if a.trace:
         return None, [None]
-    # vLLM's request rate inf: every request at once, capped by --max-concurrency: closed-loop streams
-    n = a.max_concurrency or (a.max_requests if a.rate is not None else None)
+    # vLLM's request rate inf (also its default, with --num-prompts alone): every request at once, capped by
+    # --max-concurrency: that many closed-loop streams, or one per prompt
+    n = a.max_concurrency or a.max_requests
     if not n:
         if a.rate is not None:
             raise ValueError(
@@ -375,7 +378,7 @@ def main(a) -> int:
             for v in values
         ]
     except (LoadSpecError, EndpointError, ResultArgError, ValueError) as exc:
-        print(f"wattbench load: {exc}", file=sys.stderr)
+        print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if not a.model:
         print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
@@ -390,13 +393,25 @@ def main(a) -> int:
                 slo=slo,
             )
         except (LoadSpecError, ValueError) as exc:
-            print(f"wattbench load: {exc}", file=sys.stderr)
+            print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
             return 2
         ff = res.summary.get("fail_fast")
+        gone = res.summary.get("server_gone")
         if ff and not res.summary["completed"]:
-            print(f"wattbench load: {ff['message']}", file=sys.stderr, flush=True)
+            print(f"wattbench load: {redact_text(ff['message'])}", file=sys.stderr, flush=True)
         else:
             print(summary_table(res.summary), file=sys.stderr if a.json else sys.stdout, flush=True)
+            first = next((r for r in res.records if r.get("error_kind")), None)
+            if first is not None and not res.summary["completed"]:
+                text = " ".join(str(first.get("error_text") or "").split())[:400]
+                print(
+                    f"wattbench load: no request completed; the first failed with {first['error_kind']}: "
+                    f"{redact_text(text)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if gone:
+            print(f"wattbench load: {redact_text(gone['message'])}", file=sys.stderr, flush=True)
         if a.save_result or a.save_detailed:
             result = result_json(
                 res,
@@ -416,8 +431,9 @@ def main(a) -> int:
             path.write_text(json.dumps(result) + "\n", encoding="utf-8")
             print(f"wattbench load: result written to {path} (vllm bench serve's keys)", file=sys.stderr)
         summaries.append(res.summary)
-        if ff and not res.summary["completed"]:
+        if ff and not res.summary["completed"] or gone:
             break
     if a.json:
         print(json.dumps(summaries[0] if len(summaries) == 1 else {"sweep": summaries}, separators=(",", ":")))
-    return 0 if all(s["completed"] for s in summaries) else 1
+    # non-zero when a point measured nothing, or its server went away mid-run (a broken window is no measurement)
+    return 0 if all(s["completed"] and not s.get("server_gone") for s in summaries) else 1

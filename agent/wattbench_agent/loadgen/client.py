@@ -8,9 +8,14 @@ SSE scanning is cheap: events are split on blank lines with bytes.find, only `da
 Error kinds (`error_kind`; NULL = success): http_4xx, http_5xx, rate_limited (429; Retry-After in error_text),
 timeout (the request's overall timeout_s), connect_error, disconnected (connection dropped before the stream
 ended), malformed_sse (a data line that is not JSON; the rest of the stream is still read and timed),
-stream_error (the server sent an error object in the stream), empty_choices (the stream ended with no content,
-having sent chunks whose `choices` was empty), no_content (the stream ended with no content event),
-cancelled (the run was interrupted or the drain bound hit), client_error (anything else, with its type).
+stream_error (the server sent an error object in the stream), sse_event_too_long (an SSE event grew past
+MAX_SSE_EVENT_BYTES without ending: the request is stopped there), http_3xx (a redirect, with where to: POSTs are
+not re-sent elsewhere, give the URL it names), empty_choices (the stream ended with no content, having sent chunks
+whose `choices` was empty), no_content (the stream ended with no content event), cancelled (the run was
+interrupted or the drain bound hit), client_error (anything else, with its type).
+
+Connecting (TCP, and TLS for https) may take CONNECT_TIMEOUT_S, not the request's whole timeout_s: an https URL
+naming a server that does not speak TLS fails in seconds, saying so, instead of after timeout_s.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+
+from wattbench_agent.safety import redact_url
 
 from .metrics import distribute_tokens, tpot_ms
 from .transport import timed_stream
@@ -79,6 +86,12 @@ def _retry_after(resp: httpx.Response) -> float | None:
 # entry a second, never gigabytes (docs/MEASUREMENT.md).
 MAX_CHUNK_EVENTS = 16_384
 TAIL_BUCKET_NS = 1_000_000_000
+# One SSE event (its lines up to the blank line that ends it) may hold this many bytes: engines send a few tokens
+# an event; a server whose line never ends used to grow the client's buffer without bound (230 MB in 20 s).
+MAX_SSE_EVENT_BYTES = 1 << 20
+# An error response's body is read this far (its first 500 characters are kept); the rest is not waited for.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+CONNECT_TIMEOUT_S = 30.0
 
 
 class SSEParser:
@@ -108,6 +121,7 @@ class SSEParser:
         "tail_counts",
         "tail_start",
         "cap",
+        "overflow",
     )
 
     def __init__(self, chat: bool, keep_text: bool = False):
@@ -128,6 +142,7 @@ class SSEParser:
         self.tail_counts: list[int] = []  # events in each tail entry
         self.tail_start = 0
         self.cap = MAX_CHUNK_EVENTS
+        self.overflow = False  # an event past MAX_SSE_EVENT_BYTES: the request is stopped
 
     def _coalesce(self, ns: int, length: int) -> None:
         """An event past the cap: into the current one-second tail entry, or a new one."""
@@ -147,12 +162,36 @@ class SSEParser:
         """Content events seen (coalesced ones included)."""
         return len(self.chunk_ns) - len(self.tail_counts) + sum(self.tail_counts)
 
+    def _too_long(self, size: int) -> None:
+        self.overflow = self.done = True
+        self.buf = b""
+        if self.err is None:
+            self.err = "sse_event_too_long"
+            self.errtxt = (
+                f"an SSE event grew past {MAX_SSE_EVENT_BYTES // 1024} KiB ({size:,} bytes) without ending; expected "
+                "events ending in a blank line (the request was stopped there)"
+            )
+
     def feed(self, ns: int, data: bytes) -> None:
         if self.done:
             return
-        buf = self.buf + data if self.buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        pending = self.buf
+        if pending:
+            # an event not ended yet: look for its end in the new bytes only, appending in place, so a server that
+            # sends a line a byte at a time costs the client linear, not quadratic, work
+            if pending[-1:] == b"\r" and data[:1] == b"\n":  # CR LF split across two reads
+                del pending[-1]
+            scan_from = max(len(pending) - 1, 0)
+            pending += data
+            if pending.find(b"\n\n", scan_from) < 0:
+                if len(pending) > MAX_SSE_EVENT_BYTES:
+                    self._too_long(len(pending))
+                return
+            buf = bytes(pending)
+        else:
+            buf = data
         start = 0
         find = buf.find
         key = self.key
@@ -209,7 +248,12 @@ class SSEParser:
                         self.raw.append(_loads(d[k : e + 1]))
                 elif c != b"n":  # not null: something else, let JSON decide
                     self._data(d, ns)
-        self.buf = buf[start:] if start < len(buf) else b""
+        if start >= len(buf) or self.done:
+            self.buf = b""
+        elif len(buf) - start > MAX_SSE_EVENT_BYTES:
+            self._too_long(len(buf) - start)
+        else:
+            self.buf = bytearray(buf[start:])
 
     def _general(self, ev: bytes, ns: int) -> None:
         parts = [ln[5:] for ln in ev.split(b"\n") if ln.startswith(b"data:")]
@@ -265,6 +309,16 @@ class SSEParser:
                 self.empty += 1
 
 
+async def _read_some(resp: httpx.Response, limit: int) -> bytes:
+    """Up to `limit` bytes of a response body (an error's): an endless one is not waited for."""
+    out = bytearray()
+    async for data in resp.aiter_raw():
+        out += data
+        if len(out) >= limit:
+            break
+    return bytes(out[:limit])
+
+
 class RequestRunner:
     """Sends requests for one load point and turns each into a record (dict keyed by `requests` columns).
 
@@ -288,7 +342,7 @@ class RequestRunner:
             }
         )
         t = float(spec.timeout_s)
-        self.timeout_ext = {"connect": t, "read": t, "write": t, "pool": t}
+        self.timeout_ext = {"connect": min(t, CONNECT_TIMEOUT_S), "read": t, "write": t, "pool": t}
         self.is_chat = spec.api == "chat"
         tr = getattr(client, "_transport", None) if client is not None else None
         from .transport import FastTransport
@@ -327,13 +381,21 @@ class RequestRunner:
                 status = resp.status_code
                 try:
                     if status >= 400:
-                        raw = await resp.aread()
+                        raw = await _read_some(resp, MAX_ERROR_BODY_BYTES)
                         retry_after = _retry_after(resp)
                         p.err = "rate_limited" if status == 429 else f"http_{status // 100}xx"
                         txt = raw[:500].decode("utf-8", "replace")
                         if status == 429:
                             txt = f"Retry-After: {resp.headers.get('retry-after')}; {txt}"
                         p.errtxt = f"HTTP {status}: {txt}"
+                    elif 300 <= status < 400:
+                        where = resp.headers.get("location")
+                        p.err = "http_3xx"
+                        p.errtxt = (
+                            f"HTTP {status}: a redirect"
+                            + (f" to {redact_url(where)}" if where else " without a Location")
+                            + "; wattbench does not follow it (a POST is not re-sent elsewhere): give the URL it names"
+                        )
                     else:
                         ts = timed_stream(resp)
                         if ts is not None:
@@ -343,13 +405,20 @@ class RequestRunner:
                                 if not fut.done():
                                     fut.set_result(exc)
 
-                            ts.set_consumer(p.feed, on_done)
+                            def on_data(ns, data, fut=fut):
+                                p.feed(ns, data)
+                                if p.overflow and not fut.done():  # stop reading; aclose drops the connection
+                                    fut.set_result(None)
+
+                            ts.set_consumer(on_data, on_done)
                             exc = await fut
                             if exc is not None:
                                 raise exc
                         else:
                             async for data in resp.aiter_raw():
                                 p.feed(_perf_ns(), data)
+                                if p.overflow:
+                                    break
                         if p.buf.strip() and not p.done:
                             p.feed(_perf_ns(), b"\n\n")
                 finally:

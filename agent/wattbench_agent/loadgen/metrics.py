@@ -6,6 +6,8 @@ Definitions follow /work/shared/MEASUREMENT.md (the `vllm bench serve` conventio
 - output_token_throughput = tokens of successful requests whose content events arrived inside the window / window_s
   (tokens of requests sent during warm-up or finishing in the drain count for the part that fell in the window);
 - request_throughput = successful requests whose last content event arrived inside the window / window_s;
+- goodput = those of them that met every SLO / window_s (the same requests and the same window as request_throughput,
+  so it never exceeds it; vllm bench serve's `request_goodput` likewise divides by its one duration);
 - input_token_throughput = prompt tokens of successful requests sent inside the window / window_s;
   total_token_throughput = input_token_throughput + output_token_throughput (vllm bench's total token throughput,
   over the window);
@@ -149,7 +151,7 @@ def summarize(
 
     # Tokens whose content events arrived inside the window (successful requests, wherever they were sent).
     out_tok_win = 0
-    done_in_window = 0
+    done_win: list[dict] = []  # successful requests whose last content event arrived in the window
     for r in recs:
         if not is_ok(r):
             continue
@@ -163,7 +165,7 @@ def summarize(
                 out_tok_win += int(t[mask].sum())
         end = r.get("last_token_ns")
         if end is not None and ws <= end <= we:
-            done_in_window += 1
+            done_win.append(r)
 
     # Time-averaged in-flight requests inside the window.
     busy_ns = 0
@@ -195,7 +197,7 @@ def summarize(
         "itl_ms": stats(itl_all),
         "steps": steps.decompose(ok_win, closed_loop=closed_loop, concurrency=concurrency),
         "e2e_ms": stats(e2e),
-        "request_throughput": per_s(done_in_window),
+        "request_throughput": per_s(len(done_win)),
         "output_token_throughput": per_s(out_tok_win),
         "input_token_throughput": per_s(in_tok),
         "total_token_throughput": per_s(in_tok + out_tok_win) if window_s > 0 else None,
@@ -207,6 +209,7 @@ def summarize(
         "completed": sum(1 for r in recs if is_ok(r)),
         "failed": sum(1 for r in recs if not is_ok(r)),
         "completed_in_window": len(ok_win),
+        "finished_in_window": len(done_win),
         "failed_in_window": len(win) - len(ok_win),
         "output_tokens_in_window": out_tok_win,
         "input_tokens_total": in_tok,
@@ -221,7 +224,7 @@ def summarize(
     }
     if slo:
         good = 0
-        for r in ok_win:
+        for r in done_win:
             ok = True
             for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
                 lim = slo.get(key)

@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import httpx
 
+from wattbench_agent.safety import redact_url
+
 from . import metrics, replay, shapes, steps
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .spec import LoadSpec
@@ -32,7 +34,7 @@ PREFETCH_BYTES = 256 << 20
 FAIL_FAST_N = 8
 FAIL_FAST_DRAIN_S = 1.0
 _FAIL_FAST_IGNORED = ("timeout", "rate_limited", "cancelled")
-UNTIL_SENT_S = 86400.0  # duration_s 0 with max_requests: send until they are sent (bounded by a day)
+UNTIL_SENT_S = 86400.0  # duration_s 0: send until every request is sent (bounded by a day), window to the last end
 
 
 class _FailFast:
@@ -67,29 +69,123 @@ class _FailFast:
         if not self.fired:
             return None
         text = " ".join(str(self.first.get("error_text") or "").split())
+        url = redact_url(self.url)  # the summary is written and shown: no user:password@
         return {
             "requests": self.n,
-            "url": self.url,
+            "url": url,
             "error_kind": self.sig[0],
             "http_status": self.sig[1],
             "error_text": text,
-            "message": f"stopped: the first {self.n} requests to {self.url} all failed the same way "
+            "message": f"stopped: the first {self.n} requests to {url} all failed the same way "
             f"({self.sig[0]}): {text[:400]}",
         }
 
 
+# Server gone: connection-level failures (refused, reset) with no success since the first of them, for
+# SERVER_GONE_GRACE_S, and a new TCP connection to the server refused too: the endpoint stopped answering (its
+# process died, its pod went away). Sending stops, in-flight requests get FAIL_FAST_DRAIN_S, the point is `failed`
+# with error kind `server_gone`, and every request already completed is kept. Within about 2 s of the first failure.
+SERVER_GONE_GRACE_S = 0.75
+_CONNECTION_FAILURES = ("connect_error", "disconnected")
+
+
+class _ServerGone:
+    """Watches records for connection-level failures; a thread of its own probes the server once they have lasted
+    SERVER_GONE_GRACE_S with no success, and calls `on_gone()` (from that thread) when it does not answer."""
+
+    def __init__(self, url: str):
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.url = url
+        self.address = (parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80))
+        self.on_gone: Callable[[], None] | None = None
+        self.fired = False
+        self.ok = 0
+        self.failures = 0
+        self.first_bad: float | None = None  # time.monotonic() of the first connection failure since a success
+        self.first_rec: dict | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def see(self, rec: dict) -> None:
+        kind = rec.get("error_kind")
+        with self._lock:
+            if kind is None:
+                self.ok += 1
+                self.first_bad = self.first_rec = None
+                return
+            if kind not in _CONNECTION_FAILURES or self.fired:
+                return
+            self.failures += 1
+            if self.first_bad is None:
+                self.first_bad, self.first_rec = time.monotonic(), rec
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="wattbench-server-gone", daemon=True)
+                self._thread.start()
+
+    def _answers(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(self.address, timeout=0.25):
+                return True
+        except OSError:
+            return False
+
+    def _watch(self) -> None:
+        while not self._closed.wait(0.05):
+            with self._lock:
+                first = self.first_bad
+            if first is None or time.monotonic() - first < SERVER_GONE_GRACE_S:
+                continue
+            if self._answers():  # it takes connections: slow or failing, not gone
+                with self._lock:
+                    if self.first_bad == first:
+                        self.first_bad = time.monotonic()
+                continue
+            with self._lock:
+                if self.first_bad is None:  # a request succeeded meanwhile
+                    continue
+                self.fired = True
+            if self.on_gone is not None:
+                try:
+                    self.on_gone()
+                except RuntimeError:  # the run ended meanwhile (its event loop is closed): nothing left to stop
+                    pass
+            return
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def info(self) -> dict | None:
+        if not self.fired:
+            return None
+        rec = self.first_rec or {}
+        text = " ".join(str(rec.get("error_text") or "").split())[:300]
+        return {
+            "url": self.url,
+            "successful_requests": self.ok,
+            "connection_failures": self.failures,
+            "grace_s": SERVER_GONE_GRACE_S,
+            "error_kind": rec.get("error_kind"),
+            "error_text": text,
+            "message": f"stopped: the server at {self.url} stopped answering ({rec.get('error_kind')}: {text}; "
+            f"no request succeeded for {SERVER_GONE_GRACE_S:g} s and a new connection was refused); "
+            f"the {self.ok} request(s) completed before are kept",
+        }
+
+
 def effective_duration(spec: LoadSpec) -> float:
-    """The length of sending after warm-up: duration_s; for a trace with duration 0, the whole trace; for
-    duration 0 with max_requests, until they are sent (open loop: the last arrival; closed loop: UNTIL_SENT_S,
-    and the window ends when sending stops)."""
+    """The length of sending after warm-up: duration_s. Duration 0 (with max_requests, or a trace's whole schedule)
+    is a finite set of requests, measured as `vllm bench serve` measures --num-prompts: sending lasts until every
+    request is sent (UNTIL_SENT_S bounds it), and the window runs from the first send until the last request has
+    ended (its `benchmark_duration`), so every completion is in it."""
     duration_s = float(spec.duration_s)
-    if duration_s > 0:
-        return duration_s
-    shape = shapes.get(spec.shape)
-    if shape.closed_loop:
-        return UNTIL_SENT_S
-    offs = shape.offsets(vars(spec), math.inf, spec.seed)  # every send: the whole trace, or max_requests of them
-    return max(float(offs[-1]) + 1e-3 - spec.warmup_s, 1e-3)
+    return duration_s if duration_s > 0 else UNTIL_SENT_S
 
 
 def _share(n: int | None, w: int, nw: int) -> int | None:
@@ -180,6 +276,7 @@ class _Sink:
         self.records: list[dict] = []
         self.fail_fast = fail_fast or _FailFast(False, "")
         self.on_fail_fast: Callable[[], None] | None = None
+        self.gone = _ServerGone(self.fail_fast.url or "http://127.0.0.1")
         self._own = False
         self._f = None
         self.path: Path | None = None  # the file the records go to, and the bytes of it this point's records take
@@ -212,6 +309,7 @@ class _Sink:
             self._f.flush()
         if self.fail_fast.see(rec) and self.on_fail_fast is not None:
             self.on_fail_fast()
+        self.gone.see(rec)
         if self.on_record is not None:
             try:
                 self.on_record(rec)
@@ -219,6 +317,7 @@ class _Sink:
                 pass
 
     def close(self) -> None:
+        self.gone.close()
         if self._f is not None:
             try:
                 self._f.flush()
@@ -351,6 +450,9 @@ async def _main(ctx: dict) -> dict:
         ff_evt.set()
 
     sink.on_fail_fast = fail_fast
+    gone = getattr(sink, "gone", None)
+    if gone is not None:  # the server stopped answering: stop as fail fast stops (called from the watcher's thread)
+        gone.on_gone = lambda: loop.call_soon_threadsafe(fail_fast)
     wk, nw = ctx.get("worker", 0), ctx.get("n_workers", 1)
     max_req = _share(spec.max_requests, wk, nw)
     n_items = len(items)
@@ -559,7 +661,9 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
     duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
     shape = shapes.get(spec.shape)
-    offsets = None if shape.closed_loop else shape.offsets(vars(spec), horizon, spec.seed)
+    # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
+    until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
+    offsets = None if shape.closed_loop else shape.offsets(vars(spec), until_sent, spec.seed)
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
@@ -741,6 +845,7 @@ def _run_multi(
                 pass
 
     sink.on_fail_fast = lambda: send_all("failfast")
+    gone_sent = False
 
     def handle(wk: int, line: str) -> None:
         nonlocal ready, t0, edges
@@ -781,6 +886,9 @@ def _run_multi(
                 if stop_event is not None and stop_event.is_set() and not stop_sent:
                     stop_sent = True
                     send_all("stop")
+                if sink.gone.fired and not gone_sent:  # the server stopped answering: the workers stop
+                    gone_sent = True
+                    send_all("failfast")
                 now = _perf_ns()
                 if t0 is not None and now - last_show > 5e8:
                     last_show = now
@@ -925,6 +1033,10 @@ def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, 
         summary["fail_fast"] = ff
         if not summary["completed"]:
             status, ek, et = "failed", ff["error_kind"], ff["message"]
+    gone = sink.gone.info()
+    if gone is not None:  # a broken window: the point is not a measurement, whatever completed before
+        summary["server_gone"] = gone
+        status, ek, et = "failed", "server_gone", gone["message"]
     summary.update(
         load_point_id=lp,
         workload=spec.workload or default_workload(spec),

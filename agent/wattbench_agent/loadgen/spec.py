@@ -10,9 +10,35 @@ from typing import Any
 from . import shapes
 from .endpoint import api_of
 
-# More streams than this is a typo, not a benchmark (a concurrency of 1e9 hung with nothing sent).
+# More streams than this is a typo, not a benchmark (a concurrency of 1e9 hung with nothing sent). The plan's bounds
+# are these (resources/plan.py); an agent spec's load points are checked against them before any engine starts.
 MAX_CONCURRENCY = 16384
+MAX_TOKENS = 1_048_576  # per prompt or output: 1M-token contexts
+MAX_WINDOW_S = 86400.0  # one load point's window, warm-up excluded; a request's timeout
+MAX_WARMUP_S = 3600.0
+MAX_RATE = 100_000.0  # requests/s
+MAX_REQUESTS = 100_000_000
 APIS = ("chat", "completions")
+# field: (integer?, highest); numbers past these, or of another type, are refused with the field's name
+_BOUNDS: dict[str, tuple[bool, float]] = {
+    "concurrency": (True, MAX_CONCURRENCY),
+    "rate": (False, MAX_RATE),
+    "burstiness": (False, 1000.0),
+    "surge_factor": (False, 1000.0),
+    "surge_start_s": (False, MAX_WINDOW_S),
+    "surge_duration_s": (False, MAX_WINDOW_S),
+    "trace_time_scale": (False, 1e6),
+    "input_tokens": (True, MAX_TOKENS),
+    "output_tokens": (True, MAX_TOKENS),
+    "shared_prefix_tokens": (True, MAX_TOKENS),
+    "num_prefixes": (True, 1_000_000),
+    "warmup_s": (False, MAX_WARMUP_S),
+    "ramp_s": (False, MAX_WARMUP_S),
+    "duration_s": (False, MAX_WINDOW_S),
+    "max_requests": (True, MAX_REQUESTS),
+    "seed": (True, 2**63 - 1),
+    "timeout_s": (False, MAX_WINDOW_S),
+}
 
 
 class LoadSpecError(ValueError):
@@ -88,6 +114,15 @@ class LoadSpec:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise LoadSpecError(f"{f.name} must be a finite number, got {value}")
+        for name, (integer, highest) in _BOUNDS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            kinds = (int,) if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise LoadSpecError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r:.80}")
+            if value > highest:
+                raise LoadSpecError(f"{name} must be <= {highest:g}, got {value if integer else format(value, 'g')}")
         if self.concurrency is not None and self.concurrency > MAX_CONCURRENCY:
             raise LoadSpecError(f"concurrency must be <= {MAX_CONCURRENCY}, got {self.concurrency}")
         if self.api not in APIS:

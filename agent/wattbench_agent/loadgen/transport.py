@@ -29,6 +29,9 @@ import httpx
 _perf_ns = time.perf_counter_ns
 
 _H_HEAD, _H_BODY_CL, _H_BODY_CHUNK, _H_BODY_EOF, _H_DONE = range(5)
+# A server that speaks TLS completes a handshake in milliseconds; one that does not (a plain HTTP server behind an
+# https URL) never answers it: fail after this, not after the request's whole timeout.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class _Body(httpx.AsyncByteStream):
@@ -346,21 +349,28 @@ class FastTransport(httpx.AsyncBaseTransport):
     async def _connect(self, key: tuple, timeout: float | None) -> _Conn:
         scheme, host, port = key
         loop = asyncio.get_running_loop()
+        tls = scheme == "https"
         try:
             coro = loop.create_connection(
                 lambda: _Conn(self, key),
                 host,
                 port,
-                ssl=self._ssl_ctx() if scheme == "https" else None,
-                server_hostname=host if scheme == "https" else None,
+                ssl=self._ssl_ctx() if tls else None,
+                server_hostname=host if tls else None,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None,
             )
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result when a cancel lands just as the
             # awaited future completes, swallowing the cancel (a Ctrl-C then never stopped that stream)
             async with asyncio.timeout(timeout or None):
                 _tr, conn = await coro
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out") from None
+            raise httpx.ConnectTimeout(f"connect to {host}:{port} timed out after {timeout:g} s") from None
         except OSError as exc:
+            if tls and ("handshake" in str(exc).lower() or isinstance(exc, ssl.SSLError)):
+                raise httpx.ConnectError(
+                    f"TLS with {host}:{port} failed ({exc}); the URL says https: does the server speak TLS there? "
+                    "(a plain HTTP server never answers a TLS handshake: use http://)"
+                ) from exc
             raise httpx.ConnectError(f"connect to {host}:{port}: {exc}") from exc
         self._all.add(conn)
         return conn

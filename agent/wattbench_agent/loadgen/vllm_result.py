@@ -9,8 +9,13 @@ population stdev), as vLLM's.
 
 What differs, and is written down in the file under "wattbench": the figures are wattbench's, over its
 steady-state window (docs/MEASUREMENT.md): latencies over the successful requests sent inside the window,
-throughputs over the window. With `--num-prompts` and no `--duration` the window is the whole run, sending to
-the last answer, which is vLLM's `duration`. A value that was not measured is null, where vLLM writes 0.
+throughputs over the window. vLLM's identities hold over that window: `duration` is the window, `completed` the
+successful requests that ended inside it, `request_throughput` = completed / duration, `request_goodput` = those of
+them meeting the SLOs / duration (so it never exceeds the throughput), `output_throughput` = total_output_tokens
+(the tokens that arrived in the window) / duration; the window's edges are in the file on the clock of
+`start_times`, so `wattbench import` of the file gives back the same figures. With `--num-prompts` and no
+`--duration` the window is the whole run, from the first send to the last answer, which is vLLM's `duration`, and
+every completion is in it. A value that was not measured is null, where vLLM writes 0.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from wattbench_agent.safety import mask_map, redact_url
 
 from . import shapes
 
@@ -165,7 +172,6 @@ def result_json(
     backend = "openai-chat" if spec.api == "chat" else "openai"
     rate = "inf" if shapes.get(spec.shape).closed_loop or not spec.rate else float(spec.rate)
     max_conc = spec.concurrency
-    ok = [r for r in recs if r.get("error_kind") is None]
     peak_tok_s, peak_conc = _peaks(recs)
     out: dict[str, Any] = {
         "date": (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S"),
@@ -176,17 +182,17 @@ def result_json(
         "tokenizer_id": tokenizer_id,
         "num_prompts": num_prompts,
     }
-    out.update(metadata or {})
+    out.update(mask_map(metadata or {}))  # a --metadata token=... is not written in clear
     out.update(
         {
             "request_rate": rate,
             "burstiness": spec.burstiness,
             "max_concurrency": max_conc,
             "duration": s.get("window_s"),
-            "completed": s.get("completed"),
+            "completed": s.get("finished_in_window"),
             "failed": s.get("failed"),
-            "total_input_tokens": sum(int(r.get("prompt_tokens") or 0) for r in ok),
-            "total_output_tokens": sum(int(r.get("completion_tokens") or 0) for r in ok),
+            "total_input_tokens": s.get("input_tokens_total"),
+            "total_output_tokens": s.get("output_tokens_in_window"),
             "request_throughput": s.get("request_throughput"),
             "request_goodput": s.get("goodput") if goodput else None,
             "output_throughput": s.get("output_token_throughput"),
@@ -215,15 +221,19 @@ def result_json(
         out.update(_stat_block(name, metric_values(recs, name), percentiles))
     out["wattbench"] = {
         "definitions": "docs/MEASUREMENT.md: latency statistics over the successful requests sent inside the "
-        "steady-state window; throughputs over the window (duration = window_s)",
+        "steady-state window; throughputs and goodput over the window (duration = window_s): completed = successful "
+        "requests that ended inside it, total_output_tokens = the tokens that arrived inside it",
         "load_point_id": s.get("load_point_id"),
         "shape": spec.shape,
         "api": spec.api,
-        "url": spec.url,
+        "url": redact_url(spec.url),
         "warmup_s": spec.warmup_s,
         "window_s": s.get("window_s"),
+        "window_start_s": res.window_start_ns / 1e9,  # on the clock of start_times
+        "window_end_s": res.window_end_ns / 1e9,
         "drain_s": s.get("drain_s"),
         "sent": s.get("sent"),
+        "completed_all": s.get("completed"),
         "completed_in_window": s.get("completed_in_window"),
         "achieved_rate": s.get("achieved_rate"),
         "achieved_concurrency": s.get("achieved_concurrency"),

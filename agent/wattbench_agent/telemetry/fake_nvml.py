@@ -29,12 +29,19 @@ Fault injection on top of any trace (the recording has none of these):
   A rule is active between from_s and until_s after the epoch (same clock as reset_after_s; either bound may be
   left out) and, when "when_file" is given, only while that file exists - so a test can switch a fault on and
   off at known instants in both processes that replay the trace (sampler and window reads).
+- activity=[{"from_s": a, "until_s": b, "util": 100, "power_w": 650, "tau_s": 0.5}, ...]: a GPU still busy after
+  load, as real ones are (the H200 bundles' idle windows held samples with utilisation above 0 and up to 716 W).
+  Between from_s and until_s (seconds after the epoch, as for errors; until_s null or absent: for ever) every GPU
+  reports utilisation `util` and instant and average power `power_w`; after until_s its power falls back to the
+  trace's with time constant tau_s and its utilisation is the trace's. Readings only: the energy counter replays the
+  trace.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -120,6 +127,7 @@ class FakeNvml:
         latency_scale: float = 1.0,
         errors: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
         reset_when_file: str | Path | None = None,
+        activity: list[dict[str, Any]] | tuple[dict[str, Any], ...] = (),
     ):
         data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text(encoding="utf-8"))
         if data.get("format") != TRACE_FORMAT:
@@ -134,6 +142,7 @@ class FakeNvml:
         self.not_supported = set(not_supported)
         self.latency_scale = latency_scale
         self.error_rules = [_ErrorRule(r) for r in errors]
+        self.activity = [dict(r) for r in activity]
         self.span_ms = float(data.get("seconds", 0)) * 1000.0 or 1.0
         self.system = {k: _Timeline(v) for k, v in data.get("system", {}).items()}
         self.devices = [{k: _Timeline(v) for k, v in d["calls"].items()} for d in data["devices"]]
@@ -200,6 +209,21 @@ class FakeNvml:
                     self._reset_offset[dev] = ret - 1000.0  # the counter restarts near zero
                 ret = ret - self._reset_offset[dev]
         return ret
+
+    def _busy(self) -> tuple[float | None, float | None, float]:
+        """(util override or None, power override in W or None, weight of the override: 1 busy, falling after it)
+        of the `activity` rules at this instant."""
+        elapsed_s = (time.perf_counter_ns() - self.epoch_ns) / 1e9 * self.speed
+        for rule in self.activity:
+            start, until = float(rule.get("from_s", 0.0)), rule.get("until_s")
+            if elapsed_s < start:
+                continue
+            if until is None or elapsed_s < float(until):
+                return float(rule.get("util", 100.0)), float(rule.get("power_w", 650.0)), 1.0
+            weight = math.exp(-(elapsed_s - float(until)) / float(rule.get("tau_s", 0.5)))
+            if weight > 1e-6:
+                return None, float(rule.get("power_w", 650.0)), weight
+        return None, None, 0.0
 
     def _dev(self, handle: FakeHandle, fn: str, *extra: Any) -> Any:
         self.call_log.append((fn, (handle.index, *extra)))
@@ -277,7 +301,11 @@ class FakeNvml:
         return self._dev(h, "nvmlDeviceGetCurrentClocksEventReasons")
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        return SimpleNamespace(**self._dev(h, "nvmlDeviceGetUtilizationRates"))
+        rates = dict(self._dev(h, "nvmlDeviceGetUtilizationRates"))
+        util, _, _ = self._busy() if self.activity else (None, None, 0.0)
+        if util is not None:
+            rates["gpu"] = util
+        return SimpleNamespace(**rates)
 
     def nvmlDeviceGetMemoryInfo(self, h, version=None):
         extra = (version,) if version else ()
@@ -302,6 +330,10 @@ class FakeNvml:
             if injected is not None:
                 rec = {"value": 0, "valueType": 1, "nvmlReturn": injected, "timestamp": 0, "latencyUsec": 0}
             v = rec["value"]
+            if self.activity and fid in (185, 186) and rec.get("nvmlReturn", 0) == 0:  # average, instant power (mW)
+                _, busy_w, weight = self._busy()
+                if busy_w is not None:
+                    v = int(round(v + (busy_w * 1000.0 - v) * weight))
             value = SimpleNamespace(dVal=v, uiVal=v, ulVal=v, ullVal=v, sllVal=v, siVal=v, usVal=v)
             out.append(
                 SimpleNamespace(

@@ -18,6 +18,7 @@ Agent-side code: stdlib, pynvml and httpx only.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import sys
 import threading
@@ -29,6 +30,13 @@ from wattbench_agent.telemetry.sources import TelemetryUnavailable, make_source
 KINDS = ("nvml", "dcgm", "emulated", "none")
 
 TRACE_DISAGREE = 0.02  # flag a window when counter and integrated trace differ by more than 2 %
+# Quiet GPUs (before an idle baseline): every GPU's utilisation 0 and its power within QUIET_TOL_W (or QUIET_TOL_REL of
+# its level, if more) over the last quiet_s seconds of samples. After load a GPU keeps running kernels for a moment and
+# its power falls over seconds: an idle window taken at once reads idle high (the H200 bundles: up to 716 W inside
+# idle windows, idle up to ~8 W high).
+QUIET_TOL_W = 5.0
+QUIET_TOL_REL = 0.02
+_RECENT_S = 120.0  # how much of each GPU's utilisation and power the quiet check keeps
 FLUSH_S = 1.0  # how often sample rows are written to the bundle
 MAX_TRACE_GAP_S = 0.5  # a window whose power trace has a longer hole (NVML errors, a stall) gets no trace_j
 
@@ -136,6 +144,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._pending: list[dict[str, Any]] = []
         self._trace: dict[str, list[tuple[int, float]]] = {}  # uuid -> [(t_ns, power_w)]
+        self._recent: dict[str, collections.deque] = {}  # uuid -> (t_ns, util_gpu_pct, power_w), for quiet_for
         self._last_energy: dict[str, float] = {}
         self._resets: dict[str, list[int]] = {}  # uuid -> t_ns of counter resets seen in the samples
         self._stats: dict[str, Any] = {}
@@ -295,6 +304,8 @@ class Sampler:
                 uuid = row["gpu_uuid"]
                 if row.get("power_w") is not None:
                     self._trace.setdefault(uuid, []).append((row["t_ns"], row["power_w"]))
+                recent = self._recent.setdefault(uuid, collections.deque(maxlen=int(self.hz * _RECENT_S) + 1))
+                recent.append((row["t_ns"], row.get("util_gpu_pct"), row.get("power_w")))
                 e = row.get("energy_mj")
                 if e is not None:
                     last = self._last_energy.get(uuid)
@@ -317,6 +328,34 @@ class Sampler:
             if uuid is None:
                 uuid = next(iter(self._trace), None)
             return list(self._trace.get(uuid, []))
+
+    def quiet_for(self, seconds: float, now_ns: int | None = None) -> bool | None:
+        """Whether every GPU has been quiet for the last `seconds`: samples covering that stretch, utilisation 0 in
+        all of them (where NVML reports it) and power within max(QUIET_TOL_W, QUIET_TOL_REL x its mean). None when
+        there is nothing to judge (no telemetry, or neither utilisation nor power is read)."""
+        if self.kind == "none":
+            return None
+        now = time.perf_counter_ns() if now_ns is None else now_ns
+        since = now - int(seconds * 1e9)
+        with self._lock:
+            series = {u: list(self._recent.get(u, ())) for u in self._uuids()}
+        if not series:
+            return None
+        judged = False
+        for pts in series.values():
+            if not pts or pts[0][0] > since:  # not yet sampled over the whole stretch
+                return False
+            window = [p for p in pts if p[0] >= since]
+            if not window:
+                return False
+            utils = [u for _, u, _ in window if u is not None]
+            powers = [w for _, _, w in window if w is not None]
+            judged = judged or bool(utils or powers)
+            if any(u > 0 for u in utils):
+                return False
+            if powers and max(powers) - min(powers) > max(QUIET_TOL_W, QUIET_TOL_REL * sum(powers) / len(powers)):
+                return False
+        return True if judged else None
 
     # -- windows ----------------------------------------------------------------------------------------------
     def _uuids(self) -> list[str]:
@@ -578,6 +617,28 @@ def open_sampler(
         sample_energy=sample_energy,
         dcgm_url=dcgm_url,
     ).start()
+
+
+def wait_until_quiet(
+    samplers: list[Sampler], quiet_s: float, timeout_s: float, poll_s: float = 0.1
+) -> list[tuple[float, bool | None]]:
+    """Wait until every sampler's GPUs have been quiet for `quiet_s` (Sampler.quiet_for), at most `timeout_s`.
+    Returns, per sampler, (seconds waited, settled): True once quiet, False when the timeout came first, None when
+    its telemetry cannot tell (no samples of utilisation or power)."""
+    start = time.monotonic()
+    out: list[tuple[float, bool | None] | None] = [None] * len(samplers)
+    while True:
+        waited = time.monotonic() - start
+        for i, s in enumerate(samplers):
+            if out[i] is None:
+                q = s.quiet_for(quiet_s)
+                if q is not False:
+                    out[i] = (0.0 if q is None else waited, q)
+        if all(o is not None for o in out):
+            return out  # type: ignore[return-value]
+        if waited >= timeout_s:
+            return [o if o is not None else (waited, False) for o in out]
+        time.sleep(poll_s)
 
 
 def idle_baseline(sampler: Sampler, seconds: float, name: str = "idle_before") -> dict[str, Any]:

@@ -1,0 +1,116 @@
+"""Re-ingesting a run that is already complete: the same bundle again changes nothing; a bundle with other rows for
+that run id (8 of its 9 points missing) is refused with one line instead of silently replacing the run's rows, and
+`--replace` drops the old rows and loads the new in one transaction. The refused path and the replacing path run as
+`wattbench ingest` processes, each exiting with its own code (never a signal) every time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import main as wattbench
+from resources.warehouse import connect
+from tests.reports.synth import Deployment, simple_point, write_run
+from wattbench_agent.bundle import BundleWriter, read_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _points(db: Path, run_id: str = "r") -> list[str]:
+    with connect(db, read_only=True) as con:
+        rows = con.execute("SELECT load_point_id FROM load_runs WHERE run_id = ? ORDER BY 1", [run_id]).fetchall()
+        return [r[0] for r in rows]
+
+
+def _one_point_bundle(tmp: Path, full: Path) -> Path:
+    """The first of the full bundle's nine load points (and its requests, deployments), under the same run id."""
+    from resources.warehouse import ingest_bundle
+
+    out = tmp / "one"
+    manifest = read_manifest(full)
+    tables = {}
+    with connect(tmp / "scratch.duckdb") as con:
+        ingest_bundle(con, full)
+        lp = con.execute("SELECT min(load_point_id) FROM load_runs").fetchone()[0]
+        for table, where in (
+            ("deployments", ""),
+            ("load_runs", " AND load_point_id = ?"),
+            ("requests", " AND load_point_id = ?"),
+        ):
+            cur = con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE true{where}", [lp] if where else [])
+            names = [d[0] for d in cur.description]
+            rows = [
+                {k: v for k, v in zip(names, r) if v is not None and k != "chunk_tokens_each"} for r in cur.fetchall()
+            ]
+            if table == "requests":
+                for row in rows:
+                    row.setdefault("chunk_tokens", [1] * len(row.get("chunk_ns") or []))
+            tables[table] = rows
+    with BundleWriter(out, run_id=manifest["run_id"], source=manifest["source"]) as w:
+        for table, rows in tables.items():
+            w.write(table, rows)
+    return out
+
+
+@pytest.fixture
+def complete_run(tmp_path):
+    """A complete run of nine load points (three points x three repeats), and a bundle of one of them, same run id."""
+    db = tmp_path / "w.duckdb"
+    points = [simple_point(f"c{c}", 5.0 + c, repeat=r) for c in (1, 2, 3) for r in (1, 2, 3)]
+    write_run(db, tmp_path, "r", [Deployment("d", points=points)])
+    return db, tmp_path / "bundle-r", _one_point_bundle(tmp_path, tmp_path / "bundle-r")
+
+
+def test_the_same_bundle_again_changes_nothing(complete_run, capsys):
+    db, full, _ = complete_run
+    before = _points(db)
+    assert wattbench(["ingest", str(full), "--db", str(db)]) == 0
+    assert _points(db) == before and len(before) == 9
+
+
+def test_other_rows_for_a_complete_run_are_refused_and_replace_swaps_them_in_one_transaction(complete_run, capsys):
+    """Before: the bundle of one point replaced the run's rows (8 of 9 points deleted, the run still complete)."""
+    db, _, one = complete_run
+    before = _points(db)
+    assert wattbench(["ingest", str(one), "--db", str(db)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert (
+        "run r is already complete in the warehouse, and this bundle would change the rows of its deployment(s) d ("
+        in err
+    )
+    assert "load_runs 9 -> 1 rows" in err and f"wattbench ingest {one} --replace" in err
+    assert _points(db) == before  # nothing changed
+    assert wattbench(["ingest", str(one), "--db", str(db), "--replace"]) == 0
+    after = _points(db)
+    assert len(after) == 1 and after[0] in before
+    with connect(db, read_only=True) as con:
+        status = con.execute("SELECT status FROM runs WHERE run_id = 'r'").fetchone()[0]
+        kept = con.execute("SELECT count(DISTINCT load_point_id) FROM load_points_core WHERE run_id = 'r'").fetchone()
+        stale = con.execute("SELECT count(*) FROM validation_results WHERE run_id = 'r'").fetchone()[0]
+    assert status == "ingested" and kept == (1,) and stale == 0  # its figures are the new rows'; not yet validated
+
+
+def test_the_refused_and_the_replacing_ingest_exit_cleanly_every_time(complete_run, tmp_path):
+    """`wattbench ingest` on this path, 20 times, each in its own process on a fresh copy of the complete run,
+    refused and replacing in turn: an exit code every time, never a signal (this path was seen to exit with SIGSEGV
+    about 3 times in 10, on close; docs/RELIABILITY.md says what was found and removed)."""
+    import shutil
+
+    db, _, one = complete_run
+    for i in range(20):
+        copy = tmp_path / f"w{i}.duckdb"
+        shutil.copy(db, copy)
+        replace = ["--replace"] if i % 2 else []
+        p = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "ingest", str(one), "--db", str(copy), *replace],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == (0 if replace else 2), (i, p.returncode, p.stderr[-2000:])
+        assert len(_points(copy)) == (1 if replace else 9)
