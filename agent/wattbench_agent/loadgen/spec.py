@@ -30,6 +30,7 @@ _BOUNDS: dict[str, tuple[bool, float]] = {
     "trace_time_scale": (False, 1e6),
     "input_tokens": (True, MAX_TOKENS),
     "output_tokens": (True, MAX_TOKENS),
+    "random_range_ratio": (False, 1.0),  # and < 1 (validate)
     "shared_prefix_tokens": (True, MAX_TOKENS),
     "num_prefixes": (True, 1_000_000),
     "warmup_s": (False, MAX_WARMUP_S),
