@@ -88,3 +88,21 @@ def test_the_calibration_reproduces_from_the_measured_cache(points):
         for q, v in final["spread"][name].items():
             assert cal["spread"][name][q] == pytest.approx(v, rel=1e-6), (name, q)
     assert Params(**cal["params"]).kf["eager_layer_s"] == pytest.approx(final["spread"]["eager_layer_s"]["p50"])
+
+
+def test_the_measured_cache_is_read_again_when_the_figures_definitions_change(tmp_path, monkeypatch):
+    """The cache holds figures computed by sql/views.sql and the step decomposition: when either changes (a new
+    figure definition), the bundles are read again rather than the old figures served under the new definitions."""
+    cache = tmp_path / "measured.json"
+    monkeypatch.setattr(measured, "CACHE", cache)
+    monkeypatch.setattr(measured, "OUT", tmp_path)
+    reads = []
+    monkeypatch.setattr(measured, "_read", lambda paths: reads.append(len(paths)) or [])
+    want = {str(p.relative_to(measured.RESULTS)): measured._sha(p) for p in measured.bundles()}
+    current = {"bundles": want, "definitions": measured.definitions(), "points": []}
+    cache.write_text(json.dumps(current))
+    assert measured.load() == [] and reads == []  # up to date: served from the cache
+    stale = {**current, "definitions": {**current["definitions"], "sql/views.sql": "an earlier definition"}}
+    cache.write_text(json.dumps(stale))
+    assert measured.load() == [] and reads == [len(want)]
+    assert json.loads(cache.read_text())["definitions"] == measured.definitions()

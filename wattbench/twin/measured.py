@@ -99,13 +99,22 @@ def implied_stall_ms(d: float | None, tpot: float | None, c: int | None, o: int)
     return d + (tpot - d) * (o - 1) / (c - 1)
 
 
+# what the cached figures were computed with: the figures' definitions and the step decomposition
+DEFINITIONS = ("sql/views.sql", "agent/wattbench_agent/loadgen/steps.py")
+
+
+def definitions() -> dict[str, str]:
+    return {name: _sha(ROOT / name) for name in DEFINITIONS}
+
+
 def load(refresh: bool = False) -> list[Point]:
-    """The measured points (cached; `refresh` or a changed bundle re-reads them)."""
+    """The measured points (cached; `refresh`, a changed bundle or a changed definition of the figures or of the step
+    decomposition re-reads them)."""
     paths = bundles()
     want = {str(p.relative_to(RESULTS)): _sha(p) for p in paths}
     if not refresh and CACHE.exists():
         data = json.loads(CACHE.read_text())
-        if data.get("bundles") == want:
+        if data.get("bundles") == want and data.get("definitions") == definitions():
             return [Point(**p) for p in data["points"]]
     points = _read(paths)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -116,6 +125,7 @@ def load(refresh: bool = False) -> list[Point]:
                 "what": "every committed real-hardware vLLM bundle, per point (figures over its repeats, as "
                 "v_point_figures) and per repeat (figures and the step decomposition): python -m wattbench.twin",
                 "bundles": want,
+                "definitions": definitions(),
                 "points": [vars(p) for p in points],
             },
             indent=1,
