@@ -477,9 +477,11 @@ cap AS (
            s.engine IS NOT NULL AS sized_by_search,
            CASE WHEN s.engine IS NOT NULL THEN s.search_rps ELSE p.goodput_per_replica END AS goodput_per_replica,
            CASE WHEN s.engine IS NOT NULL
-                THEN 'SLO capacity search ' || s.search_id || ': ' || round(s.capacity, 3) || ' ' || s.unit
-                     || coalesce(' [' || round(s.capacity_lo, 3) || ', ' || round(s.capacity_hi, 3) || ']', '')
-                     || ' at ' || s.at_point_label || ', goodput lower bound ' || round(s.search_rps, 3) || ' req/s'
+                THEN 'SLO capacity search ' || s.search_id || ': ' || printf('%.4g', s.capacity) || ' ' || s.unit
+                     || coalesce(' [' || printf('%.4g', s.capacity_lo) || ', ' || printf('%.4g', s.capacity_hi) || ']',
+                                 '')
+                     || ' at ' || s.at_point_label || ', goodput lower bound ' || printf('%.4g', s.search_rps)
+                     || ' req/s'
                 ELSE p.sized_on END                                   AS sized_on,
            CASE WHEN s.engine IS NOT NULL THEN s.mean_power_w ELSE p.power_w_per_replica END AS power_w_per_replica,
            CASE WHEN s.engine IS NOT NULL THEN s.ttft_p99_ms ELSE p.sized_ttft_p99_ms END AS sized_ttft_p99_ms,
