@@ -173,14 +173,18 @@ def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
     assert point.search["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # the plan's SLO
 
 
+BOTH = "points: [{shape: concurrency, concurrency: 4}]\n    search: {over: concurrency"
+PLAN_SLO = "slo:                       # MLPerf Llama-2-70B server limits\n  ttft_ms: 2000\n  tpot_ms: 200\n"
+
+
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda t: t.replace("search: {over: concurrency", "points: [{shape: concurrency, concurrency: 4}]\n    search: {over: concurrency"), "either points (and a sweep) or a search"),
+        (lambda t: t.replace("search: {over: concurrency", BOTH), "either points (and a sweep) or a search"),
         (lambda t: t.replace("search: {over: concurrency", "search: {over: streams"), "'rate' or 'concurrency'"),
         (lambda t: t.replace("start: 16, tolerance", "start: 16, min_load: 32, tolerance"), "start 16 is outside"),
         (lambda t: t.replace("repeats: 3, max_probes", "repeats: 0, max_probes"), "greater than or equal to 1"),
-        (lambda t: t.replace("slo: {ttft_ms: 200, tpot_ms: 12}}", "slo: {}}").replace("slo:                       # MLPerf Llama-2-70B server limits\n  ttft_ms: 2000\n  tpot_ms: 200\n", ""), "needs an SLO"),
+        (lambda t: t.replace("slo: {ttft_ms: 200, tpot_ms: 12}}", "slo: {}}").replace(PLAN_SLO, ""), "needs an SLO"),
     ],
 )  # fmt: skip
 def test_a_bad_search_is_one_message_naming_the_workload(tmp_path, mutate, expected):
