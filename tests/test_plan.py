@@ -165,7 +165,7 @@ def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
         point = searches[0]
         assert point.load_point_id == f"{dep.deployment_id}:interactive:search-concurrency"
         assert point.load["shape"] == "concurrency" and point.load["concurrency"] == 16
-        assert point.load["output_tokens"] == 64 and point.load["ramp_s"] == 0.5
+        assert point.load["output_tokens"] == 32 and point.load["ramp_s"] == 0.3
         assert point.search["slo"] == {"ttft_ms": 200.0, "tpot_ms": 12.0} and point.search["repeats"] == 3
     text = GOOD.replace("             slo: {ttft_ms: 200, tpot_ms: 12}}", "             }")
     plan, _ = load_plan(_write(tmp_path, text.replace("max_time_s: 60,\n", "max_time_s: 60")))

@@ -14,8 +14,8 @@ it meets the SLO when its attainment reaches the target.
    neighbours). Attainment is flat near 1 below the knee and falls steeply past it, so interpolating it (vLLM's
    serve_sla fits a PCHIP through its margins) steps on a plateau whose slope is noise; bisection needs a number of
    probes known in advance, which is what the probe and time bounds need.
-3. Repeat: the load found and its neighbour one tolerance step below are measured until each has `repeats` windows
-   (the search's own window counts), interleaved, so that the capacity and every figure at it carry an interval.
+3. Repeat: the load found and its neighbour one tolerance step below (a load that met within that step, where the
+   search measured one) are measured until each has `repeats` windows (the search's own windows count), interleaved, so that the capacity and every figure at it carry an interval.
    The capacity is the highest load whose windows, pooled, met the SLO; its 95% interval runs from where the lower
    end of attainment's interval crosses the target to where its upper end does: at every load measured, the mean
    attainment of its windows -+ t x their sample stdev / sqrt(windows) (one window: its own), joined linearly in
@@ -544,7 +544,7 @@ def run_search(
                 else:
                     high = mid
         if low is not None:
-            below = _neighbour_below(over, low, search.tolerance, lo_bound)
+            below = _neighbour_below(over, low, search.tolerance, lo_bound, [p.load for p in probes if p.passed])
             loads = [v for v in (below, low) if v is not None]
             for _ in range(search.repeats):
                 for v in loads:
@@ -562,8 +562,14 @@ def run_search(
     return result
 
 
-def _neighbour_below(over: str, x: float, tolerance: float, lo_bound: float) -> float | None:
-    """The load one tolerance step below x (concurrency: at least one stream fewer), or None below the bounds."""
+def _neighbour_below(
+    over: str, x: float, tolerance: float, lo_bound: float, met: list[float] | None = None
+) -> float | None:
+    """The load one tolerance step below x (concurrency: at least one stream fewer), or None below the bounds; a load
+    that already met the SLO within that step below x is taken instead (its window counts)."""
+    near = [y for y in (met or []) if x / (1 + tolerance) * (1 - 1e-9) <= y < x]
+    if near:
+        return max(near)
     if over == "concurrency":
         y = float(max(1, min(x - 1, round(x / (1 + tolerance)))))
         return y if y < x and y >= lo_bound else None
