@@ -326,7 +326,8 @@ def suites(plan_validation: dict[str, Any] | None = None, sample_period_s: float
                 E.ExpectColumnValuesToBeInSet(column="has_energy", value_set=[True]),
                 "warn",
             ),
-            # every window but a capacity search's probe that ended early (its queue grew without bound: short by design)
+            # every window but a capacity search's probe that ended early (its queue grew without bound: short by
+            # design)
             Rule(
                 "load_runs.min_energy_window",
                 E.ExpectColumnValuesToBeBetween(column="energy_window_s", min_value=min_window),

@@ -15,7 +15,8 @@ it meets the SLO when its attainment reaches the target.
    serve_sla fits a PCHIP through its margins) steps on a plateau whose slope is noise; bisection needs a number of
    probes known in advance, which is what the probe and time bounds need.
 3. Repeat: the load found and its neighbour one tolerance step below (a load that met within that step, where the
-   search measured one) are measured until each has `repeats` windows (the search's own windows count), interleaved, so that the capacity and every figure at it carry an interval.
+   search measured one) are measured until each has `repeats` windows (the search's own windows count),
+   interleaved, so that the capacity and every figure at it carry an interval.
    The capacity is the highest load whose windows, pooled, met the SLO; its 95% interval runs from where the lower
    end of attainment's interval crosses the target to where its upper end does: at every load measured, the mean
    attainment of its windows -+ t x their sample stdev / sqrt(windows) (one window: its own), joined linearly in
