@@ -462,16 +462,7 @@ def run_search(
         if probes and spent() + per_probe() > search.max_time_s:
             raise _Stop("max_time", f"the time bound ({search.max_time_s:g} s) would be passed")
         repeat = 1 + sum(1 for p in probes if p.load == load)
-        probe = Probe(index=len(probes) + 1, phase=phase, load=load, repeat=repeat)
-        spec = probe_spec(base, over, load, repeat)
-        stop = threading.Event()
-        watcher = None
-        if search.early_stop and not shapes.get(spec.shape).closed_loop:
-            watcher = Oversaturation(spec, duration, search.slo, stop)
-        t = clock()
-        out = measure(spec, probe, on_record=watcher.see if watcher else None, stop_event=stop)
-        probe.time_s = clock() - t
-        judge(probe, out, watcher)
+        probe = measure_probe(base, search, measure, load, phase, len(probes) + 1, repeat, clock)
         probes.append(probe)
         if on_probe is not None:
             on_probe(probe)
@@ -483,24 +474,6 @@ def run_search(
             if ff:
                 raise _Stop("refused", ff.get("message") or "every request failed the same way")
         return probe
-
-    def judge(probe: Probe, out: Any, watcher: Oversaturation | None) -> None:
-        s = dict(getattr(out, "summary", None) or {})
-        probe.summary = s
-        probe.status = getattr(out, "status", "ok") or "ok"
-        probe.error_kind = getattr(out, "error_kind", None)
-        probe.error_text = getattr(out, "error_text", None)
-        probe.load_point_id = s.get("load_point_id") or getattr(out, "load_point_id", None)
-        probe.window_s = float(s.get("window_s") or 0.0)
-        probe.attainment = s.get("slo_attainment")
-        probe.met = dict(s.get("slo_met") or {})
-        if watcher is not None and watcher.fired is not None:
-            probe.stopped_early = watcher.fired
-            probe.verdict = "oversaturated"
-        elif probe.attainment is not None and probe.attainment >= search.attainment:
-            probe.verdict = "meets"
-        else:
-            probe.verdict = "misses"
 
     low = high = None  # the highest load that met, the lowest that missed
     try:
@@ -559,6 +532,53 @@ def run_search(
             result.stopped_by = stop.status
             result.note = f"stopped early: {stop.why}"
     result.time_s = spent()
+    _decide(result, lo_bound, hi_bound)
+    return result
+
+
+def measure_probe(
+    base: LoadSpec,
+    search: SearchSpec,
+    measure: Callable[..., Any],
+    load: float,
+    phase: str,
+    index: int,
+    repeat: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> Probe:
+    """One probe at `load`, measured (with the over-saturation watcher on an open loop) and judged against the SLO."""
+    probe = Probe(index=index, phase=phase, load=load, repeat=repeat)
+    spec = probe_spec(base, search.over, load, repeat)
+    stop = threading.Event()
+    watcher = None
+    if search.early_stop and not shapes.get(spec.shape).closed_loop:
+        watcher = Oversaturation(spec, base.duration_s, search.slo, stop)
+    t = clock()
+    out = measure(spec, probe, on_record=watcher.see if watcher else None, stop_event=stop)
+    probe.time_s = clock() - t
+    s = dict(getattr(out, "summary", None) or {})
+    probe.summary = s
+    probe.status = getattr(out, "status", "ok") or "ok"
+    probe.error_kind = getattr(out, "error_kind", None)
+    probe.error_text = getattr(out, "error_text", None)
+    probe.load_point_id = s.get("load_point_id") or getattr(out, "load_point_id", None)
+    probe.window_s = float(s.get("window_s") or 0.0)
+    probe.attainment = s.get("slo_attainment")
+    probe.met = dict(s.get("slo_met") or {})
+    if watcher is not None and watcher.fired is not None:
+        probe.stopped_early = watcher.fired
+        probe.verdict = "oversaturated"
+    elif probe.attainment is not None and probe.attainment >= search.attainment:
+        probe.verdict = "meets"
+    else:
+        probe.verdict = "misses"
+    return probe
+
+
+def decide(result: SearchResult) -> SearchResult:
+    """The capacity, its interval and binding bound of a set of probes however they were chosen (a fixed grid's too:
+    benchmarks/slo_search.py), by the same rules as the search's."""
+    _, lo_bound, hi_bound = result.search.bounds()
     _decide(result, lo_bound, hi_bound)
     return result
 
