@@ -146,7 +146,7 @@ DERIVED: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
         "has_energy": (("energy_j",), "energy_j IS NOT NULL"),
         "energy_window_s": (
             ("window_s", "probe_verdict"),
-            "CASE WHEN probe_verdict IS DISTINCT FROM 'oversaturated' THEN window_s END",
+            "CASE WHEN probe_verdict::VARCHAR IS DISTINCT FROM 'oversaturated' THEN window_s END",
         ),
         "warmup_lifetimes": (
             ("warmup_s", "e2e_p50_ms"),

@@ -143,7 +143,7 @@ def test_html_report_is_offline_and_marked_emulated(smoke_run):
     assert all("src" not in attrs for attrs in re.findall(r"<script\b([^>]*)>", html))
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|<link\b|@import""", html, re.IGNORECASE)
     assert html.count("class='chart'") == 5  # interactive charts (tests/browser/test_report_html.py)
-    assert html.count("data:image/png;base64,") == 6  # 5 load-point pictures + the capacity plan
+    assert html.count("data:image/png;base64,") == 7  # 6 load-point pictures (the frontiers too) + the capacity plan
 
 
 def test_validation_results_recorded(smoke_run):

@@ -166,8 +166,8 @@ def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
         assert point.load_point_id == f"{dep.deployment_id}:interactive:search-concurrency"
         assert point.load["shape"] == "concurrency" and point.load["concurrency"] == 16
         assert point.load["output_tokens"] == 32 and point.load["ramp_s"] == 0.3
-        assert point.search["slo"] == {"ttft_ms": 200.0, "tpot_ms": 12.0} and point.search["repeats"] == 3
-    text = GOOD.replace("             slo: {ttft_ms: 200, tpot_ms: 12}}", "             }")
+        assert point.search["slo"] == {"ttft_ms": 250.0, "tpot_ms": 15.0} and point.search["repeats"] == 3
+    text = GOOD.replace("             slo: {ttft_ms: 250, tpot_ms: 15}}", "             }")
     plan, _ = load_plan(_write(tmp_path, text.replace("max_time_s: 60,\n", "max_time_s: 60")))
     point = agent_spec(plan, "r", tmp_path, {}).deployments[0].load_points[-1]
     assert point.search["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # the plan's SLO
@@ -184,7 +184,7 @@ PLAN_SLO = "slo:                       # MLPerf Llama-2-70B server limits\n  ttf
         (lambda t: t.replace("search: {over: concurrency", "search: {over: streams"), "'rate' or 'concurrency'"),
         (lambda t: t.replace("start: 16, tolerance", "start: 16, min_load: 32, tolerance"), "start 16 is outside"),
         (lambda t: t.replace("repeats: 3, max_probes", "repeats: 0, max_probes"), "greater than or equal to 1"),
-        (lambda t: t.replace("slo: {ttft_ms: 200, tpot_ms: 12}}", "slo: {}}").replace(PLAN_SLO, ""), "needs an SLO"),
+        (lambda t: t.replace("slo: {ttft_ms: 250, tpot_ms: 15}}", "slo: {}}").replace(PLAN_SLO, ""), "needs an SLO"),
     ],
 )  # fmt: skip
 def test_a_bad_search_is_one_message_naming_the_workload(tmp_path, mutate, expected):

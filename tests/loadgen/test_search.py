@@ -26,9 +26,10 @@ from wattbench_agent.loadgen.search import (
 from wattbench_agent.loadgen.testserver import server_process
 
 ROOT = Path(__file__).resolve().parents[2]
-# 4 slots, TTFT 20 ms, 5 ms a token, 16 tokens: a stream holds its slot 95 ms. Up to 4 closed-loop streams never
-# wait (TTFT 20 ms); a fifth always waits for a slot (TTFT ~115 ms): under a 60 ms TTFT bound the capacity is 4.
-SLOTS = dict(ttft_ms=20, itl_ms=5, slots=4)
+# 4 slots, TTFT 20 ms, 10 ms a token, 16 tokens: a stream holds its slot 170 ms. Up to 4 closed-loop streams never
+# wait (TTFT 20 ms, 80 ms under the bound: room for a loaded host); a fifth always waits for a slot, up to 170 ms:
+# under a 100 ms TTFT bound the capacity is 4.
+SLOTS = dict(ttft_ms=20, itl_ms=10, slots=4)
 LOAD = dict(model="model", input_tokens=16, output_tokens=16, warmup_s=0.3, duration_s=1.5, api="completions")
 
 
@@ -57,7 +58,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 # ------------------------------------------------------------------------------------------------ real servers
 def test_a_concurrency_search_finds_the_servers_known_capacity(slot_server):
-    search = SearchSpec(over="concurrency", slo={"ttft_ms": 60}, start=2, tolerance=0.1, repeats=3)
+    search = SearchSpec(over="concurrency", slo={"ttft_ms": 100}, start=2, tolerance=0.1, repeats=3)
     base = LoadSpec(url=slot_server, shape="concurrency", concurrency=2, **LOAD)
     lines: list[str] = []
     result = run_search(base, search, _measure(search.slo), log=lines.append)
@@ -147,7 +148,7 @@ def test_a_server_that_fails_mid_search_ends_it_with_the_probes_kept_and_a_nonze
 
 def test_the_json_line_and_the_saved_result(slot_server, tmp_path):
     r = _cli(
-        "--url", slot_server, "--search", "concurrency", "--goodput", "ttft:60", "tpot:50", "--concurrency", "4",
+        "--url", slot_server, "--search", "concurrency", "--goodput", "ttft:100", "tpot:50", "--concurrency", "4",
         "--slo-attainment", "0.95", "--input-tokens", "16", "--output-tokens", "16", "--duration", "1",
         "--warmup", "0.2", "--search-repeats", "2", "--json", "--save-result", "--result-dir", str(tmp_path),
     )  # fmt: skip
@@ -159,7 +160,7 @@ def test_the_json_line_and_the_saved_result(slot_server, tmp_path):
     assert {"value", "lo", "hi", "binding", "probes"} <= set(cap)
     assert cap["value"] == 4 and cap["lo"] <= 4 <= cap["hi"] and cap["binding"] == "ttft_ms"
     assert cap["probes"] == len(out["probes"]) and cap["unit"] == "streams" and cap["window_s"] > 0
-    assert out["slo"] == {"ttft_ms": 60.0, "tpot_ms": 50.0} and out["attainment"] == 0.95
+    assert out["slo"] == {"ttft_ms": 100.0, "tpot_ms": 50.0} and out["attainment"] == 0.95
     assert {"probe", "phase", "load", "verdict", "attainment", "ttft_p95_ms", "window_s"} <= set(out["probes"][0])
     assert "probe  1 bracket" in r.stderr and "capacity 4 streams" in r.stderr
     (saved,) = list(tmp_path.glob("wattbench-search-concurrency-model-*.json"))
@@ -169,7 +170,7 @@ def test_the_json_line_and_the_saved_result(slot_server, tmp_path):
 
 
 def test_the_probe_bound_stops_the_search_and_says_so(slot_server):
-    search = SearchSpec(over="concurrency", slo={"ttft_ms": 60}, start=1, repeats=1, max_probes=2)
+    search = SearchSpec(over="concurrency", slo={"ttft_ms": 100}, start=1, repeats=1, max_probes=2)
     base = LoadSpec(url=slot_server, shape="concurrency", concurrency=1, **LOAD)
     result = run_search(base, search, _measure(search.slo))
     assert len(result.probes) == 2 and result.stopped_by == "max_probes"
