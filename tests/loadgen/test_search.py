@@ -290,3 +290,20 @@ def test_a_stop_asked_for_ends_the_window_then_not_when_the_drain_ends():
         res = run_load(spec, stop_event=stop, on_window_end=lambda: edges.setdefault("end", time.perf_counter()))
     assert res.window_s < 1.5 and res.drain_s > 1.0
     assert edges["end"] - began < 1.8  # the energy window closed at the stop, not after the drain
+
+
+def test_the_goodput_flag_reads_vllms_form_into_the_searchs_slo():
+    """`--goodput ttft:MS tpot:MS e2el:MS` (vllm bench serve's syntax, space or comma separated) is the search's SLO."""
+    from wattbench_agent.loadgen.vllm_result import ResultArgError, parse_goodput
+
+    assert parse_goodput(["ttft:2000", "tpot:100"]) == {"ttft_ms": 2000.0, "tpot_ms": 100.0}
+    assert parse_goodput(["ttft:500,e2el:9000"]) == {"ttft_ms": 500.0, "e2e_ms": 9000.0}
+    slo = parse_goodput(["ttft:2000", "tpot:100", "e2el:30000"])
+    assert SearchSpec(over="rate", slo=slo).validate().slo_text() == (
+        "TTFT p99 <= 2000 ms, TPOT p99 <= 100 ms, E2E p99 <= 30 s (99% of requests meeting every bound)"
+    )
+    for bad, message in (("itl:5", "KEY one of ttft, tpot, e2el"), ("ttft:fast", "not a number"), ("ttft:-1", ">= 0")):
+        with pytest.raises(ResultArgError, match=message):
+            parse_goodput([bad])
+    with pytest.raises(SearchError, match="positive number of milliseconds"):
+        SearchSpec(over="rate", slo=parse_goodput(["ttft:0"])).validate()
