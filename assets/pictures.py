@@ -690,6 +690,165 @@ def fig_latency_cdf(requests: pd.DataFrame, label: str, metric: str = "ttft_ms")
     return fig
 
 
+def frontier(df: pd.DataFrame, x: str, y: str, x_better: str = "lower") -> pd.DataFrame:
+    """The points no other point beats on both x (lower, or higher with x_better='higher') and higher y, in x order.
+    vLLM's plot_pareto keeps, with x descending, every point whose y reaches the best so far (ties kept)."""
+    df = df.dropna(subset=[x, y])
+    if df.empty:
+        return df
+    asc = x_better == "lower"
+    df = df.sort_values([x, y], ascending=[asc, False])
+    best, keep = -np.inf, []
+    for idx, row in df.iterrows():
+        if row[y] >= best - 1e-12:
+            best = max(best, row[y])
+            keep.append(idx)
+    return df.loc[keep].sort_values(x)
+
+
+# The frontier panels: (x, x label, x better, y, y label, SLO bound on x)
+FRONTIER_PANELS = (
+    ("ttft_p99_ms", "TTFT p99 (ms)", "lower", "output_tokens_per_j", "output tokens per joule (tok/J)", "slo_ttft_ms"),
+    ("tpot_p99_ms", "TPOT p99 (ms)", "lower", "output_tokens_per_j", "output tokens per joule (tok/J)", "slo_tpot_ms"),
+    ("tok_s_per_user", "output tok/s per user", "higher", "tok_s_per_gpu", "output tok/s per GPU", None),
+)
+
+
+def frontier_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The point summaries with vLLM's Pareto axes (vllm/benchmarks/sweep/plot_pareto.py): tokens/s per user = output
+    tok/s / concurrent requests (the achieved, time-averaged concurrency: a closed loop's streams, an open loop's
+    requests in flight) and tokens/s per GPU = output tok/s / the deployment's GPUs."""
+    if points.empty:
+        return points
+    df = points.copy()
+    users = pd.to_numeric(df.get("achieved_concurrency"), errors="coerce")
+    gpus = pd.to_numeric(df.get("n_gpus"), errors="coerce")
+    df["tok_s_per_user"] = df["output_tok_s"] / users.where(users > 0)
+    df["tok_s_per_gpu"] = df["output_tok_s"] / gpus.where(gpus > 0)
+    return df
+
+
+def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: str, slo: dict | None = None) -> Figure:
+    """Per engine config (engine, precision, tp): tokens per joule against TTFT p99 and against TPOT p99, and output
+    tokens/s per GPU against tokens/s per user (vLLM's Pareto view); each config's frontier joined, every point a
+    marker (open loop hollow), the SLO's bound dashed and each config's SLO capacity ringed (slo_capacity)."""
+    df = frontier_points(points)
+    fig, axes = plt.subplots(1, 3, figsize=(15.0, 4.8))
+    colors = engine_colors(points["engine"].unique() if not points.empty else [])
+    cap = capacity if capacity is not None and not capacity.empty else pd.DataFrame()
+    for ax, (x, xlabel, better, y, ylabel, bound) in zip(axes, FRONTIER_PANELS):
+        data = df.dropna(subset=[x, y]) if not df.empty and x in df and y in df else pd.DataFrame()
+        for engine in sorted(colors):
+            part = data[data["engine"] == engine] if not data.empty else data
+            if part.empty:
+                continue
+            c = colors[engine]
+            front = frontier(part, x, y, better)
+            if len(front) > 1:
+                ax.plot(front[x], front[y], color=c, lw=1.4, alpha=0.8, gid=f"frontier:{engine}")
+            for filled in (True, False):
+                sub = part[(part["shape"] == CLOSED_LOOP) == filled]
+                if sub.empty:
+                    continue
+                ax.scatter(
+                    sub[x],
+                    sub[y],
+                    s=22,
+                    color=c,
+                    facecolors=c if filled else "white",
+                    edgecolors=c,
+                    zorder=3,
+                    label=config_label(engine, part) if filled or (part["shape"] == CLOSED_LOOP).sum() == 0 else None,
+                    gid=f"points:{engine}:{'closed' if filled else 'open'}",
+                )
+            here = cap[cap["engine"] == engine] if not cap.empty else cap
+            for _, r in here.iterrows():
+                at = part[(part["workload"] == r["workload"]) & (part["point_label"] == r["at_point_label"])]
+                if at.empty:
+                    continue
+                ax.scatter(
+                    at[x],
+                    at[y],
+                    s=170,
+                    facecolors="none",
+                    edgecolors=c,
+                    linewidths=2.0,
+                    zorder=4,
+                    gid=f"capacity:{engine}",
+                )
+                ax.annotate(
+                    f"SLO capacity {r['capacity']:.3g} {r['unit']}",
+                    (float(at[x].iloc[0]), float(at[y].iloc[0])),
+                    textcoords="offset points",
+                    xytext=(8, -12),
+                    fontsize=7,
+                    color=c,
+                )
+        if bound and not data.empty:
+            _slo_lines(ax, data[x], bound, slo, cap)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if data.empty:
+            why = "no point with both figures measured" if not df.empty else "no load point measured"
+            ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=8, transform=ax.transAxes)
+        elif better == "lower" and data[x].max() / max(data[x].min(), 1e-9) > 20:
+            ax.set_xscale("log")
+            plain_log_axis(ax.xaxis)
+    axes[0].set_title("tokens per joule against TTFT p99", fontsize=8)
+    axes[1].set_title("tokens per joule against TPOT p99", fontsize=8)
+    axes[2].set_title("tok/s per GPU against tok/s per user (vLLM's Pareto view)", fontsize=8)
+    fig.suptitle(
+        f"Frontiers per engine config: lines join the points no other beats on both axes; ringed: the SLO capacity "
+        f"({label})\none marker per point: its repeats' mean (tok/s, tok/J) or pooled percentile (latency)",
+        fontsize=9,
+    )
+    handles, names = [], []
+    for ax in axes:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    if handles:
+        fig.legend(handles, names, fontsize=7, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.06))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def _slo_lines(ax, xs: pd.Series, bound: str, slo: dict | None, cap: pd.DataFrame) -> None:
+    """The plan's SLO bound (dashed) and a capacity search's own (dotted, where it differs) on a latency axis; a
+    bound far right of every point is said in the panel instead of stretching the axis to it."""
+    lines = [("plan SLO", (slo or {}).get(bound), "--")]
+    if not cap.empty and bound in cap:
+        for v in sorted({float(v) for v in cap[bound].dropna()}):
+            if v != lines[0][1]:
+                lines.append(("searched SLO", v, ":"))
+    far = []
+    top = float(xs.max())
+    for name, v, style in lines:
+        if not v:
+            continue
+        if v <= 1.5 * top:
+            ax.axvline(v, color="#d62728", ls=style, lw=1.1, alpha=0.8, label=f"{name}: {v:g} ms")
+        else:
+            far.append(f"{name} {v:g} ms")
+    if far:
+        ax.text(
+            0.98,
+            0.02,
+            "off the axis: " + ", ".join(far),
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#d62728",
+            transform=ax.transAxes,
+        )
+
+
+def plot_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: str, slo: dict | None = None) -> bytes:
+    return _png(fig_frontiers(points, capacity, label, slo))
+
+
 def plot_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> bytes:
     return _png(fig_throughput_latency(points, label, repeats))
 

@@ -15,6 +15,7 @@ import pandas as pd
 from assets import charts
 from assets.pictures import (
     load_order,
+    plot_frontiers,
     plot_latency_cdf,
     plot_power_trace,
     plot_throughput_latency,
@@ -42,6 +43,7 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     ).df()
     if not points.empty:
         points = points.merge(per_run, on=["engine", "workload", "point_label"], how="left")
+    slo = con.execute("SELECT slo_ttft_ms, slo_tpot_ms, slo_e2e_ms FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return {
         "points": points,
         "repeats": con.execute(
@@ -50,6 +52,8 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
             "FROM v_load_points WHERE run_id = ? ORDER BY engine, workload, point_label, repeat",
             [run_id],
         ).df(),
+        "capacity": con.execute("SELECT * FROM v_slo_capacity WHERE run_id = ? ORDER BY engine", [run_id]).df(),
+        "slo": pd.DataFrame([dict(zip(("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms"), slo or (None, None, None)))]),
         "samples": con.execute(
             "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
             [run_id],
@@ -78,7 +82,16 @@ def pictures(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
         "power trace": plot_power_trace(frames["samples"], frames["windows"], label),
         "TTFT CDF": plot_latency_cdf(frames["requests"], label, "ttft_ms"),
         "E2E CDF": plot_latency_cdf(frames["requests"], label, "e2e_ms"),
+        "frontiers": plot_frontiers(frames["points"], frames.get("capacity"), label, slo_of(frames)),
     }
+
+
+def slo_of(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The run's SLO bounds (report_frames' `slo`), the ones it has."""
+    slo = frames.get("slo")
+    if slo is None or slo.empty:
+        return {}
+    return {k: float(v) for k, v in slo.iloc[0].items() if v is not None and pd.notna(v)}
 
 
 def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str, dict[str, Any] | None]:
@@ -118,6 +131,10 @@ POINT_FIGURES = [
     ("counter_w_per_gpu", "power per GPU, energy counter (W)"),
     ("usd_per_1m_output_tokens", "$ per 1M output tokens, GPU-hours ($)"),
     ("energy_usd_per_1m_output_tokens", "energy $ per 1M output tokens ($)"),
+    ("j_per_request", "energy per request, total (J)"),
+    ("j_per_request_above_idle", "energy per request, above idle (J)"),
+    ("j_per_output_token", "energy per output token, total (J)"),
+    ("j_per_output_token_above_idle", "energy per output token, above idle (J)"),
     ("ttft_p50_ms", "TTFT p50 (ms)"),
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("tpot_p50_ms", "TPOT p50 (ms)"),
@@ -408,7 +425,10 @@ CAPACITY_ASSUMPTIONS = [
     "repeats; one repeat: its measured value), at the point with the highest such bound among those whose p99 "
     "TTFT/TPOT/E2E meet the plan's SLO on their 95% upper bounds (no interval: the worst repeat), at the measured "
     "workload lengths nearest the profile's; sized_on names the point and sized_bound the bounds. Never the best "
-    "repeat. It is a demonstrated rate: a higher, unmeasured load may also meet the SLO, so sweep further.",
+    "repeat. It is a demonstrated rate: a higher, unmeasured load may also meet the SLO, so sweep further. Where the "
+    "plan has an SLO capacity search of the config (slo_capacity), it sizes instead: the goodput's lower 95% bound "
+    "at the capacity found, scaled down by capacity_lo / capacity when the capacity's interval reaches below the "
+    "load measured.",
     "Replicas = ceil(QPS / capacity); GPUs = replicas x GPUs per deployment; a month is 730 h; the elastic pool runs "
     "burst_hours_per_day x 730/24 h a month and is sized for (peak - steady) QPS with no credit for spare baseline "
     "capacity.",

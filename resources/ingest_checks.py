@@ -120,6 +120,16 @@ RANGES: dict[str, dict[str, tuple[float | None, float | None]]] = {
     },
     "energy_windows": {"energy_start_mj": _NONNEG, "energy_end_mj": _NONNEG, "energy_j": _NONNEG},
     "server_metrics": {},
+    "searches": {
+        "attainment": (0, 1),
+        "capacity": _NONNEG,
+        "capacity_lo": _NONNEG,
+        "capacity_hi": _NONNEG,
+        "binding_share": (0, 1),
+        "probes": _NONNEG,
+        "window_s": _NONNEG,
+        "time_s": _NONNEG,
+    },
 }
 # Columns whose list elements are counts (tokens per streamed event).
 LIST_RANGES = {"requests": {"chunk_tokens": _NONNEG}}
@@ -152,6 +162,7 @@ NATURAL_KEYS = {
     "gpu_samples": ("deployment_id", "gpu_uuid", "t_ns"),
     "energy_windows": ("deployment_id", "window_name", "gpu_uuid"),
     "server_metrics": ("deployment_id", "t_ns", "metric", "labels"),
+    "searches": ("search_id",),
 }
 # Unique indexes of the tables the schema gives no primary key (a MAP cannot be an index key: its sorted entries can).
 UNIQUE_INDEXES = {

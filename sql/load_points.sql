@@ -2,7 +2,8 @@
 -- per engine x workload x point. Definitions in docs/MEASUREMENT.md; intervals: repeat-level figures (throughput,
 -- power, tokens per joule, cost) a t interval over repeats, NULL with one repeat; latency percentiles the percentile
 -- of the pooled requests with a two-stage bootstrap (repeats, then requests). Power figures are energy-counter
--- energy over the window; *_above_idle subtract the deployment's idle power with the model loaded.
+-- energy over the window; *_above_idle subtract the deployment's idle power with the model loaded. Energy per
+-- request: the window's energy over the requests that ended in it (J); per output token likewise.
 -- Per repeat: sql/load_runs.sql; every figure in long form: sql/point_figures.sql. `phase_states` counts the repeats'
 -- phase states (bunched | spread: docs/MEASUREMENT.md, "Step decomposition"); `mixed_phase` is true when the repeats
 -- fell in both: the point's mean is then a mixture of two states, not a typical figure (NULL: no phase verdict).
@@ -63,6 +64,18 @@ SELECT engine, workload, point_label, shape, concurrency, rate, repeats, window_
        round(m['energy_usd_per_1m_output_tokens'].estimate, 4) AS energy_usd_per_1m_output_tokens,
        round(m['energy_usd_per_1m_output_tokens'].lo, 4) AS energy_usd_per_1m_output_tokens_lo,
        round(m['energy_usd_per_1m_output_tokens'].hi, 4) AS energy_usd_per_1m_output_tokens_hi,
+       round(m['j_per_request'].estimate, 2) AS j_per_request,
+       round(m['j_per_request'].lo, 2) AS j_per_request_lo,
+       round(m['j_per_request'].hi, 2) AS j_per_request_hi,
+       round(m['j_per_request_above_idle'].estimate, 2) AS j_per_request_above_idle,
+       round(m['j_per_request_above_idle'].lo, 2) AS j_per_request_above_idle_lo,
+       round(m['j_per_request_above_idle'].hi, 2) AS j_per_request_above_idle_hi,
+       round(m['j_per_output_token'].estimate, 4) AS j_per_output_token,
+       round(m['j_per_output_token'].lo, 4) AS j_per_output_token_lo,
+       round(m['j_per_output_token'].hi, 4) AS j_per_output_token_hi,
+       round(m['j_per_output_token_above_idle'].estimate, 4) AS j_per_output_token_above_idle,
+       round(m['j_per_output_token_above_idle'].lo, 4) AS j_per_output_token_above_idle_lo,
+       round(m['j_per_output_token_above_idle'].hi, 4) AS j_per_output_token_above_idle_hi,
        round(m['ttft_p50_ms'].estimate, 1) AS ttft_p50_ms,
        round(m['ttft_p50_ms'].lo, 1) AS ttft_p50_ms_lo,
        round(m['ttft_p50_ms'].hi, 1) AS ttft_p50_ms_hi,

@@ -50,6 +50,7 @@ BUNDLE_TABLES = (
     "gpu_samples",
     "energy_windows",
     "server_metrics",
+    "searches",
 )
 
 

@@ -550,6 +550,9 @@ async def _main(ctx: dict) -> dict:
                 return
             await asyncio.sleep(0.05)
         state["stop"] = True
+        state["stopped_ns"] = _perf_ns()  # a stop asked for ends the window now, not when the drain ends
+        if state["stopped_ns"] < we:
+            edges.fire_now(max(state["stopped_ns"], ws))
 
     abort_event = ctx.get("abort_event")
     main_task = asyncio.current_task()
@@ -608,7 +611,7 @@ async def _main(ctx: dict) -> dict:
     finally:
         for t in aux:
             t.cancel()
-        now = _perf_ns()
+        now = min(_perf_ns(), state.get("stopped_ns") or math.inf)
         if now < we:  # sending stopped early (max_requests, trace exhausted, stop): the window ends here
             we = max(now, ws)
             edges.fire_now(we)
@@ -886,6 +889,8 @@ def _run_multi(
                 if stop_event is not None and stop_event.is_set() and not stop_sent:
                     stop_sent = True
                     send_all("stop")
+                    if edges is not None and edges.is_alive():  # the workers end their window now too
+                        edges.fire_now(max(_perf_ns(), sink.ws))
                 if sink.gone.fired and not gone_sent:  # the server stopped answering: the workers stop
                     gone_sent = True
                     send_all("failfast")
