@@ -251,3 +251,14 @@ def test_a_plan_with_a_search_materializes_slo_capacity_through_dagster(tmp_path
     html = next((tmp_path / "runs").glob("*/report.html")).read_text()
     assert "<h2>SLO capacity</h2>" in html or "SLO capacity</h2>" in html
     assert str(Path(plan).name) == "default.yaml"
+
+
+def test_head_to_head_takes_no_figure_from_a_search_probe(warehouse):
+    """alpha measured only its capacity search: the head-to-head picks no 'best' point among the probes (its single
+    windows at c4 and c16 would otherwise be 'peak' and 'best goodput'); beta's plain point is still read."""
+    with connect(warehouse, read_only=True) as con:
+        h2h = run_sql(con, "head_to_head", {"run_id": "r1"})
+    alpha = h2h[(h2h["engine"] == "alpha") & ~h2h["figure"].str.startswith("longest context")]  # a fact of requests
+    assert alpha["load_point_id"].isna().all(), alpha[["figure", "load_point_id"]]
+    beta = h2h[h2h["engine"] == "beta"]
+    assert beta["load_point_id"].notna().any()
