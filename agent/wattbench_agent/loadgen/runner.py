@@ -17,6 +17,7 @@ import httpx
 
 from . import replay, shapes
 from .client import RequestRunner, _Cancelled, endpoint_url
+from .progress import Progress
 from .result import UNTIL_SENT_S, FailFast, LoadResult, point_result
 from .spec import LoadSpec
 from .transport import FastTransport
@@ -247,36 +248,6 @@ class _Edges(threading.Thread):
                     cb()
                 except Exception as exc:  # recorded, never fatal
                     self.errors[name] = f"{type(exc).__name__}: {exc}"
-
-
-class _Progress:
-    def __init__(self, total_s: float, enabled: bool, stream=None, max_requests: int | None = None):
-        self.total_s = max(total_s, 1e-9)
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.max_requests = max_requests if total_s >= UNTIL_SENT_S else None  # "until sent": count requests
-
-    def show(self, elapsed_s: float, sink: _Sink, inflight: int, phase: str) -> None:
-        if not self.enabled:
-            return
-        n = sink.done + sink.failed
-        frac = min(n / self.max_requests if self.max_requests else elapsed_s / self.total_s, 1.0)
-        width = 28
-        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        total = (
-            f"{n}/{self.max_requests} requests, {elapsed_s:6.1f} s"
-            if self.max_requests
-            else f"{elapsed_s:6.1f}/{self.total_s:.0f} s"
-        )
-        self.stream.write(
-            f"\r[{bar}] {total} {phase:<7} done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5} "
-        )
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _new_loop():
@@ -651,7 +622,7 @@ def _worker_main() -> int:
         fail_fast_event=ff_evt,
         on_window_start=None,
         on_window_end=None,
-        progress=_Progress(1.0, False),
+        progress=Progress(1.0, False),
         verify=cfg.get("verify", True),
         t0_fn=t0_fn,
         edges=False,
@@ -713,7 +684,7 @@ def _run_multi(
     duration_s = effective_duration(spec)
     ready, results = 0, {}
     edges = None
-    prog = _Progress(spec.warmup_s + max(duration_s, 0), progress, max_requests=spec.max_requests)
+    prog = Progress(spec.warmup_s + max(duration_s, 0), progress, max_requests=spec.max_requests)
     t0 = None
     interrupted = False
     stop_sent = False
@@ -861,7 +832,7 @@ def run_load(
         stop_event=stop_event,
         on_window_start=on_window_start,
         on_window_end=on_window_end,
-        progress=_Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
+        progress=Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
         verify=verify,
     )
 
