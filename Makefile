@@ -22,7 +22,7 @@ install: $(STAMP)
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml $(STAMP)
 	@mkdir -p $(DAGSTER_HOME) data
 	cp dagster.yaml $@
-	$(BIN)/python -c "from pipelines.commands import open_instance; open_instance()"
+	$(BIN)/python -c "from pipelines.instance import open_instance; open_instance()"
 
 run: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/wattbench run --plan $(PLAN)

@@ -30,7 +30,8 @@ from assets.table_meta import table_metadata
 from resources.bench_plan import BenchPlan
 from resources.plan import plan_run_fields
 from resources.warehouse import apply_schema, replace_rows
-from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
+from wattbench_agent.engines.base import BuildResult, EngineConfig
+from wattbench_agent.engines.registry import adapter_for
 
 
 class LocalEngineBuilder(dg.ConfigurableResource):

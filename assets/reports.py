@@ -3,7 +3,9 @@ the benchmark of this Dagster run, or, for a report materialized alone, its part
 (assets/benchmark_run.py); with none, the report fails with one line instead of showing an empty table.
 
 Every report asset depends on every stage asset, so the blocking Great Expectations checks gate it.
-`REPORT_ASSETS` is the list pipelines/definitions.py wires in.
+`REPORT_ASSETS` is the list pipelines/definitions.py wires in, made from the report registry
+(assets/report_specs.py): the reports built here by their own functions, and `report_asset(spec)` for every
+table report, then `html_report`, which waits for all of them.
 """
 
 import html
@@ -26,6 +28,7 @@ from assets.common import (
     partition_metadata,
     warehouse_connection,
 )
+from assets.report_specs import REPORTS, ReportSpec
 from resources.bench_plan import BenchPlan
 from resources.warehouse import run_sql
 
@@ -363,6 +366,55 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     return dg.MaterializeResult(metadata=meta, check_results=[check])
 
 
+def report_asset(spec: ReportSpec) -> dg.AssetsDefinition:
+    """The Dagster asset of a table report of the registry: its query over the benchmark's validated rows, its
+    table as Dagster table metadata, each row's `figures` as float metadata (`<key columns>/<column>`)."""
+
+    @dg.asset(
+        name=spec.name,
+        description=spec.description,
+        group_name=GROUP,
+        owners=OWNERS,
+        kinds=TABLE_KINDS,
+        deps=STAGES,
+        partitions_def=BENCH_PARTITIONS,
+        pool=WRITER_POOL,
+    )  # DuckDBResource opens read-write, which takes the file lock
+    def table_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
+        run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+        with warehouse_connection(warehouse) as con:
+            table = run_sql(con, spec.sql, spec.params(run_id))
+            source = _source(con, run_id)
+        meta: dict[str, Any] = {
+            "run_id": run_id,
+            "source": source,
+            **partition_metadata(context),
+            "dagster/row_count": dg.MetadataValue.int(len(table)),
+            spec.name: reporting.table_metadata(table) if not table.empty else dg.MetadataValue.md(f"_{spec.empty}_"),
+        }
+        for _, row in table.iterrows():
+            prefix = "/".join(str(row[k]) for k in spec.key)
+            _floats(meta, {f"{prefix}/{c}" if prefix else c: row[c] for c in spec.figures})
+        return dg.MaterializeResult(metadata=meta)
+
+    return table_report
+
+
+def table_reports(con, run_id: str) -> list[tuple[ReportSpec, pd.DataFrame]]:
+    """Every table report of the registry that the HTML report shows, with its table for the run."""
+    return [(s, run_sql(con, s.sql, s.params(run_id))) for s in REPORTS if not s.bespoke and s.html]
+
+
+def _table_sections(tables: list[tuple[ReportSpec, pd.DataFrame]]) -> list[tuple[str, str]]:
+    return [
+        (
+            s.title,
+            f"<p class='meta'>{html.escape(s.description)}</p>" + reporting.html_table(table, empty=s.empty),
+        )
+        for s, table in tables
+    ]
+
+
 def _html_sections(
     long: pd.DataFrame,
     frames: dict[str, pd.DataFrame],
@@ -373,6 +425,7 @@ def _html_sections(
     regress: pd.DataFrame,
     run_id: str,
     searched: pd.DataFrame | None = None,
+    tables: list[tuple[ReportSpec, pd.DataFrame]] = (),
 ) -> list[tuple[str, str]]:
     h2h = reporting.pivot_head_to_head(long)
     methods = reporting.interval_methods(frames["figures"])
@@ -482,6 +535,7 @@ def _html_sections(
             )
         )
     sections.append(("Against the previous run", body))
+    sections += _table_sections(list(tables))
     sections.append(
         (
             "Every load run (each repeat)",
@@ -500,7 +554,7 @@ def _html_sections(
     owners=OWNERS,
     kinds={"python", "duckdb", "html"},
     partitions_def=BENCH_PARTITIONS,
-    deps=[load_point_report, head_to_head, slo_capacity, capacity_plan, regressions],
+    deps=[s.name for s in REPORTS],  # every report of the registry
     pool=WRITER_POOL,
 )
 def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
@@ -522,6 +576,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         per_config, topologies = _capacity_frames(con, run_id, params)
         regress = run_sql(con, "regressions", {"run_id": run_id})
         searched = run_sql(con, "slo_capacity", {"run_id": run_id})
+        tables = table_reports(con, run_id)
         source = _source(con, run_id)
     plots = _load_point_plots(frames, source)
     plots["capacity plan"] = pictures.plot_capacity(
@@ -538,7 +593,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         f"wattbench: {bench_plan.name}",
         source,
         run_id,
-        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id, searched),
+        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id, searched, tables),
         plots,
         notes,
         interactive=interactive,
@@ -571,5 +626,9 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     return dg.MaterializeResult(metadata=meta)
 
 
+# The reports built above by their own functions; every other report of the registry is a table report.
+BESPOKE = {
+    a.key.to_user_string(): a for a in (load_point_report, head_to_head, slo_capacity, capacity_plan, regressions)
+}
 # What pipelines/definitions.py wires in: ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]
-REPORT_ASSETS = [load_point_report, head_to_head, slo_capacity, capacity_plan, regressions, html_report]
+REPORT_ASSETS = [BESPOKE[s.name] if s.bespoke else report_asset(s) for s in REPORTS] + [html_report]

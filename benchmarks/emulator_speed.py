@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from wattbench_agent.metrics_scrape import parse_prometheus
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_TOK_S = 50_000  # issue 14: the twin (prefill budget, API server) must not fall below 50k on 2 cores
 
@@ -139,7 +141,7 @@ def run(
         import httpx
 
         metrics = httpx.get(f"http://{host}:{port}/metrics").text
-        lag = re.search(r"wattbench_emulator_lag_seconds_max\{[^}]*\} (\S+)", metrics)
+        lag = next((v for n, _, v in parse_prometheus(metrics) if n == "wattbench_emulator_lag_seconds_max"), None)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -158,7 +160,7 @@ def run(
         "server_cpu_s": cpu,
         "server_cpu_share": cpu / wall if wall else None,
         "tok_per_server_cpu_s": stats["tokens"] / cpu if cpu else None,
-        "engine_lag_max_s": float(lag.group(1)) if lag else None,
+        "engine_lag_max_s": lag,
         "target_tok_s": TARGET_TOK_S,
     }
 

@@ -30,7 +30,8 @@ from pathlib import Path
 import httpx
 
 from wattbench_agent.deploy.local import start_server
-from wattbench_agent.engines.base import EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.registry import adapter_for
 from wattbench_agent.metrics_scrape import parse_prometheus
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -49,8 +49,9 @@ from wattbench_agent.deploy.kubernetes import (
     build_pod_labels,
     build_pod_spec,
 )
-from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig
 from wattbench_agent.engines.build_agent import BUILD_SPEC_EXTRA, build_spec, result_from_messages
+from wattbench_agent.engines.registry import adapter_for
 
 AGENT_COMMAND = ["python3", "-m", "wattbench_agent"]
 

@@ -6,6 +6,7 @@ wattbench report --capacity              SLO capacity searches, capacity plan + 
 wattbench report --regressions           this run against the previous run of each load point
 wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
 wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
+wattbench report --<report>              any report of the registry with a `cli` name (assets/report_specs.py)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from assets.report_specs import REPORTS, ReportSpec
 from assets.report_text import contrasts_text, head_to_head_text
 from pipelines.commands import _fail, _print_table, latest_run_id
 from wattbench_agent.argtypes import finite_float
@@ -211,8 +213,36 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
     return 0
 
 
+def _regressions(con, run_id: str, args: argparse.Namespace) -> int:
+    from resources.connection import run_sql
+
+    df = run_sql(con, "regressions", {"run_id": run_id})
+    if args.only_flagged:
+        df = df[df["flag"].isin(["REGRESSION", "improvement"])]
+    print(f"Run {run_id} against the previous run of each load point:", file=sys.stderr)
+    _print(df, args.format)
+    return 1 if args.fail_on_regression and (df["flag"] == "REGRESSION").any() else 0
+
+
+def _table_report(con, spec: ReportSpec, run_id: str, args: argparse.Namespace) -> int:
+    """A table report of the registry: its title, then its table."""
+    from resources.connection import run_sql
+
+    print(f"{spec.title}, run {run_id}:", file=sys.stderr if args.format != "table" else sys.stdout)
+    _print(run_sql(con, spec.sql, spec.params(run_id)), args.format)
+    return 0
+
+
+# The reports of the registry whose console form is more than their table.
+_BESPOKE = {"capacity_plan": _capacity, "regressions": _regressions}
+
+
+def _flag(spec: ReportSpec) -> str:
+    return spec.cli.replace("-", "_")
+
+
 def _report(args: argparse.Namespace) -> int:
-    from resources.connection import WarehouseError, connect, run_sql
+    from resources.connection import WarehouseError, connect
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
@@ -224,15 +254,10 @@ def _report(args: argparse.Namespace) -> int:
             if args.buy is not None:
                 return _buy(con, args.buy, args)
             run_id = resolve_run(con, args.run)
-            if args.capacity:
-                return _capacity(con, run_id, args)
-            if args.regressions:
-                df = run_sql(con, "regressions", {"run_id": run_id})
-                if args.only_flagged:
-                    df = df[df["flag"].isin(["REGRESSION", "improvement"])]
-                print(f"Run {run_id} against the previous run of each load point:", file=sys.stderr)
-                _print(df, args.format)
-                return 1 if args.fail_on_regression and (df["flag"] == "REGRESSION").any() else 0
+            for spec in REPORTS:
+                if spec.cli and getattr(args, _flag(spec), False):
+                    handler = _BESPOKE.get(spec.name)
+                    return handler(con, run_id, args) if handler else _table_report(con, spec, run_id, args)
             print(f"Head to head, run {run_id} (95% intervals in brackets):")
             print(head_to_head_text(con, run_id))
             contrasts = contrasts_text(con, run_id)
@@ -259,8 +284,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar=("RUN_A", "RUN_B"),
         help="two runs side by side: B against A per load point and metric, with deltas and flags",
     )
-    mode.add_argument("--capacity", action="store_true", help="capacity plan and hybrid topology of the run")
-    mode.add_argument("--regressions", action="store_true", help="the run against the previous run of each point")
+    for spec in REPORTS:  # the registry's reports that the console prints (assets/report_specs.py)
+        if spec.cli:
+            mode.add_argument(
+                f"--{spec.cli}", action="store_true", dest=_flag(spec), help=spec.cli_help or spec.title.lower()
+            )
     mode.add_argument(
         "--buy",
         nargs="*",
@@ -274,7 +302,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--format",
         choices=["table", "csv", "json"],
         default="table",
-        help="--capacity/--buy/--regressions output format",
+        help="output format of the tables (--capacity, --buy, --regressions and the registry's table reports)",
     )
     g = p.add_argument_group(
         "traffic profile for --capacity and --buy (default: the `capacity:` section of the run's plan)"

@@ -379,7 +379,7 @@ def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
 
 def main_runs(clean: bool, limit: int, named: list[str] = (), log: Log = print) -> int:
     """`wattbench runs [--clean [RUN_ID ...]]`."""
-    from pipelines.commands import open_instance
+    from pipelines.instance import open_instance
 
     if not os.environ.get("DAGSTER_HOME"):
         log("wattbench: DAGSTER_HOME is not set: runs are not kept between commands, so none can be left behind")

@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from wattbench_agent.engines.base import EngineConfig, adapter_for, engine_names
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.registry import adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
 from wattbench_agent.loadgen.shapes import label as point_label  # noqa: F401 - the plan's name for it
 from wattbench_agent.loadgen.spec import MAX_CONCURRENCY, MAX_RATE, MAX_TOKENS, MAX_WARMUP_S, MAX_WINDOW_S

@@ -6,11 +6,14 @@ Each expectation has a short name (`<table>.<what>`) and a severity: `error` blo
 How the rules run (docs/RELIABILITY.md, "Validation at scale"): every rule is a GX expectation that asks a yes/no
 question of each row. DuckDB answers it: one SQL pass per table counts, for every rule, the rows in its domain, the
 rows it skips (missing values) and the rows that break it, and fetches up to 20 of the breaking values; those
-metrics are handed to the expectation's own `_validate`, so GX decides each verdict (`mostly`, vacuous truth) and
-shapes its result exactly as it does for a batch it computed itself. Nothing is sampled: every row is judged. A run
-of 10M requests never becomes a DataFrame (benchmarks/warehouse_scale.py times it). Rows handed in as a DataFrame
-(`validate_table`) go through the same SQL, in an in-memory DuckDB. tests/test_validation_sql.py checks every rule's
-SQL against GX's own pandas engine on rows that break each rule and on boundary values.
+metrics are handed to the expectation's `metrics_validate`, under the ids its `get_validation_dependencies` gives
+them, as GX's own validator hands it the metrics its execution engine computed: GX decides each verdict (`mostly`,
+vacuous truth) and shapes its result exactly as it does for a batch it computed itself (no private GX call). GX's
+SQL datasources would compute the metrics with queries of their own, and DuckDB is not among the dialects GX 1.x
+supports (GXSqlDialect); the one pass per table is what keeps a large run's checks bounded. Nothing is sampled: every
+row is judged. A run of 10M requests never becomes a DataFrame (benchmarks/warehouse_scale.py times it). Rows handed
+in as a DataFrame (`validate_table`) go through the same SQL, in an in-memory DuckDB. tests/test_validation_sql.py
+checks every rule's SQL against GX's own pandas engine on rows that break each rule and on boundary values.
 Derived columns (per-GPU energy deltas, counter-vs-trace differences) are SQL expressions (DERIVED), computed in
 the same pass, so every rule stays a plain GX expectation.
 """
@@ -647,15 +650,15 @@ def _judge(
             ).fetchall()
             sample = [tuple(r) if q.pair else r[0] for r in got]
         metric = type(exp).map_metric
-        metrics = {
+        computed = {
             "table.row_count": value[rows],
             "column_values.nonnull.unexpected_count": value[skipped] if skipped else 0,
             f"{metric}.unexpected_count": value[bad],
             f"{metric}.unexpected_values": sample,
             f"{metric}.filtered_row_count": value[rows] - (value[skipped] if skipped else 0),
         }
-        verdict = exp._validate(metrics)  # GX's own judgement (mostly, vacuous truth) on the SQL's metrics
-        res = verdict.get("result") or {}
+        verdict = _gx_verdict(exp, computed)
+        res = verdict.result or {}
         outcomes.append(
             Outcome(
                 rule=rule.name,
@@ -663,13 +666,21 @@ def _judge(
                 expectation=exp.expectation_type,
                 column=column,
                 severity=severity,
-                success=bool(verdict["success"]),
+                success=bool(verdict.success),
                 element_count=res.get("element_count"),
                 unexpected_count=res.get("unexpected_count"),
                 sample=_jsonable((res.get("partial_unexpected_list") or [])[:5]),
             )
         )
     return SuiteResult(table, outcomes, value["n"])
+
+
+def _gx_verdict(exp: Any, computed: dict[str, Any]) -> Any:
+    """GX's own verdict (mostly, vacuous truth, the result's shape) on metrics computed by the SQL: the metrics the
+    expectation declares it depends on (`get_validation_dependencies`), under GX's own ids for them, handed to
+    `metrics_validate`, the entry GX's validator itself calls with the metrics its execution engine computed."""
+    needed = exp.get_validation_dependencies().metric_configurations
+    return exp.metrics_validate({cfg.id: computed[name] for name, cfg in needed.items()})
 
 
 def _no_rows(table: str, overrides: dict[str, str]) -> SuiteResult:

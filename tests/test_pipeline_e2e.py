@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from assets.checks import stage_checks
+from assets.report_specs import REPORTS
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect, run_sql
@@ -62,13 +63,10 @@ def test_whole_graph_materializes(smoke_run):
         "requests",
         "gpu_samples",
         "server_metrics",
-        "load_point_report",
-        "head_to_head",
-        "slo_capacity",
-        "capacity_plan",
-        "regressions",
+        *(s.name for s in REPORTS),  # the report registry (assets/report_specs.py)
         "html_report",
     }
+    assert {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions"} <= materialized
     errors = [e for e in result.get_asset_check_evaluations() if not e.passed and e.severity.value == "ERROR"]
     assert not errors, [e.metadata for e in errors]
 
@@ -184,7 +182,7 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     )
     materialized = {e.asset_key.to_user_string() for e in bad.get_asset_materialization_events()}
     assert "requests" in materialized
-    reports = {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"}
+    reports = {s.name for s in REPORTS} | {"html_report"}
     assert not reports & materialized
     failed = [e for e in bad.get_asset_check_evaluations() if not e.passed]
     assert any(e.check_name == "gx_requests" for e in failed)

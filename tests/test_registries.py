@@ -17,7 +17,9 @@ import yaml
 from resources.plan import PlanError, agent_spec, load_plan, point_label
 from wattbench_agent.emulator import Workload, simulate
 from wattbench_agent.engines import registry
-from wattbench_agent.engines.base import EmulatorAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.emulator import EmulatorAdapter
+from wattbench_agent.engines.registry import adapter_for
 from wattbench_agent.loadgen import LoadSpec, LoadSpecError, shapes
 from wattbench_agent.runner import run_spec
 

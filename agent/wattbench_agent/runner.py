@@ -32,8 +32,9 @@ from wattbench_agent import hostfacts, procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
-from wattbench_agent.engines.base import EngineAdapter, adapter_for
+from wattbench_agent.engines.base import EngineAdapter
 from wattbench_agent.engines.failures import mark_truncations
+from wattbench_agent.engines.registry import adapter_for
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
 from wattbench_agent.loadgen import LoadSpec, run_load, shapes
 from wattbench_agent.metrics_scrape import MetricsScraper

@@ -13,109 +13,14 @@ Registry: IMPORTERS, in detection order; each module has TOOL, `detect(path, dat
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from resources.importers.imported import ImportedRun, ImportFileError, read_json
 from wattbench_agent.safety import redact_url
 
 SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-
-
-class ImportFileError(ValueError):
-    """A file cannot be imported; the message names the file, what is wrong and what was expected."""
-
-
-@dataclass
-class ImportedPoint:
-    point_label: str  # c8, poisson-r4, ... (resources.plan.point_label's names)
-    workload: str
-    shape: str  # concurrency | poisson | gamma | constant | ...
-    window_s: float  # the tool's measured duration (s)
-    sent: int | None
-    completed: int | None
-    failed: int | None
-    output_tokens_total: int | None  # output tokens of the successful requests in that duration
-    api: str | None = None
-    concurrency: int | None = None
-    rate: float | None = None
-    burstiness: float | None = None
-    input_tokens: int | None = None  # requested lengths where the file says them, else the measured means
-    output_tokens: int | None = None
-    warmup_s: float | None = None
-    achieved_concurrency: float | None = None
-    stats: dict[str, dict[str, float | None]] = field(default_factory=dict)  # ttft_ms/tpot_ms/itl_ms/e2e_ms
-    goodput: float | None = None  # requests/s meeting the tool's SLOs, when it computed them
-    figures: dict[str, Any] = field(default_factory=dict)  # the tool's own headline figures, as named there
-    requests: list[dict] = field(default_factory=list)  # `requests` rows (no run_id/source/deployment/point)
-    # the window's edges on the requests' clock, where the file says them (wattbench load's own result files);
-    # None: the whole run is the window
-    window_start_ns: int | None = None
-    window_end_ns: int | None = None
-
-
-@dataclass
-class ImportedRun:
-    tool: str  # vllm | aiperf | guidellm  -> source 'imported:<tool>'
-    tool_version: str | None
-    path: Path
-    sha256: str
-    model: str
-    points: list[ImportedPoint]
-    url: str | None = None
-    started_at: _dt.datetime | None = None
-    finished_at: _dt.datetime | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms
-    notes: list[str] = field(default_factory=list)
-
-
-def file_sha256(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def read_json(path: Path) -> Any:
-    """A JSON document, or JSON lines (one object per line, as vLLM's --append-result and AIPerf's records write)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ImportFileError(f"{path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ImportFileError(f"{path}: not a text file; expected a JSON result file") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as first:
-        rows = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if i == 1:
-                    raise ImportFileError(
-                        f"{path}: not JSON ({first.msg} at line {first.lineno}); expected a result "
-                        "file of vllm bench serve, AIPerf or guidellm"
-                    ) from None
-                raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") from None
-        return rows
-
-
-def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:
-    """The load shape's own label (as a plan's point gets), plus -max<N> for an open-loop point capped at N in
-    flight: the tools sweep that cap, so it tells their points apart."""
-    from wattbench_agent.loadgen import shapes
-
-    label = shapes.label({"shape": shape, "concurrency": concurrency, "rate": rate, "burstiness": burstiness})
-    if concurrency and not shapes.get(shape).closed_loop:
-        label += f"-max{concurrency}"
-    return label
 
 
 def _importers():

@@ -23,7 +23,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resources.importers import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label, read_json
+from resources.importers.imported import (
+    ImportedPoint,
+    ImportedRun,
+    ImportFileError,
+    file_sha256,
+    point_label,
+    read_json,
+)
 
 TOOL = "aiperf"
 EXPECTED = (

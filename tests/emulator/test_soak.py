@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.emulator.conftest import ROOT, start_emulator, stop
+from wattbench_agent.metrics_scrape import parse_prometheus
 
 pytestmark = pytest.mark.slow
 MODEL = "llama-3.1-8b"
@@ -99,11 +100,7 @@ def test_soak_health_stays_fast_and_memory_flat(record_property):
         assert proc.poll() is None, f"the emulator died (exit {proc.returncode})"
         assert health_ms(port) is not None
         metrics = httpx.get(url + "/metrics", timeout=5).text
-        lag = [
-            float(line.rsplit(" ", 1)[1])
-            for line in metrics.splitlines()
-            if line.startswith("wattbench_emulator_lag_seconds_max")
-        ]
+        lag = [v for name, _, v in parse_prometheus(metrics) if name == "wattbench_emulator_lag_seconds_max"]
     finally:
         done.set()
         if client.poll() is None:

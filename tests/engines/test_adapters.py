@@ -9,7 +9,8 @@ import pytest
 
 from wattbench_agent.deploy.local import DeployError, classify_start_failure
 from wattbench_agent.engines import registry
-from wattbench_agent.engines.base import EngineAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineAdapter, EngineConfig
+from wattbench_agent.engines.registry import adapter_for
 from wattbench_agent.engines.sglang import SglangAdapter
 from wattbench_agent.engines.trtllm import TrtllmAdapter
 from wattbench_agent.engines.vllm import VllmAdapter

@@ -26,9 +26,10 @@ from resources.bench_plan import BenchPlan
 from resources.warehouse import connect
 from tests.engines.test_kubernetes import roundtrip
 from wattbench_agent.deploy.kubernetes import BUILD_AGENT_COMMAND, K8sTarget, build_pod, to_dicts
-from wattbench_agent.engines.base import EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec, result_from_messages, run_builds
 from wattbench_agent.engines.build_cache import tree_digest
+from wattbench_agent.engines.registry import adapter_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_PLAN = REPO_ROOT / "tests" / "data" / "smoke_plan.yaml"

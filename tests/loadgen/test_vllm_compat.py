@@ -290,7 +290,8 @@ def test_a_wrong_model_stops_with_the_servers_answer(emulator, tmp_path):
 
 
 def test_every_request_failing_stops_but_a_mixed_failure_rate_keeps_going():
-    from wattbench_agent.loadgen.runner import FAIL_FAST_N, run_load
+    from wattbench_agent.loadgen.result import FAIL_FAST_N
+    from wattbench_agent.loadgen.runner import run_load
     from wattbench_agent.loadgen.spec import LoadSpec
 
     with server_process(ttft_ms=1, itl_ms=1, mode="http_500") as bad:

@@ -61,7 +61,7 @@ def test_first_use_of_a_fresh_dagster_home_is_serialized(tmp_path):
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DAGSTER_HOME": str(home)}
-    code = "from pipelines.commands import open_instance; open_instance(['llama-3.1-8b'])"
+    code = "from pipelines.instance import open_instance; open_instance(['llama-3.1-8b'])"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
         for _ in range(4)

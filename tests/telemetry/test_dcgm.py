@@ -94,6 +94,18 @@ def test_odd_lines_are_skipped():
     assert set(gpus) == {GPU0, GPU1, "GPU-x"} and gpus["GPU-x"]["fields"]["DCGM_FI_DEV_GPU_TEMP"] is None
 
 
+def test_label_values_are_unescaped_and_timestamps_read():
+    """The exposition format's escapes (\\" \\\\ \\n) in label values and a trailing sample timestamp, as
+    prometheus_client reads them."""
+    text = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-y",modelName="NVIDIA \\"H200\\" {NVL}"} 57 1733460000000\n'
+        'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-y",modelName="NVIDIA \\"H200\\" {NVL}"} 1.5e2\n'
+    )
+    g = parse_page(text)["GPU-y"]
+    assert g["labels"]["modelName"] == 'NVIDIA "H200" {NVL}'
+    assert g["fields"] == {"DCGM_FI_DEV_GPU_TEMP": 57.0, "DCGM_FI_DEV_POWER_USAGE": 150.0}
+
+
 def test_dcgm_kind_samples_and_reads_windows_from_the_energy_counter(exporter, sink):
     with open_sampler("dcgm", dcgm_url=exporter + "/metrics", hz=10, out=sink, deployment_id="d1") as s:
         s.begin_window("lp")

@@ -39,8 +39,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from wattbench_agent.engines.base import EngineAdapter, EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineAdapter, EngineConfig
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec
+from wattbench_agent.engines.registry import adapter_for
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

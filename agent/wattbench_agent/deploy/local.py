@@ -17,15 +17,7 @@ from pathlib import Path
 
 import httpx
 
-
-class DeployError(RuntimeError):
-    """A server did not come up; `kind` says how (start_failed, oom_at_start, health_timeout, port_in_use,
-    hardware_mismatch, not_built, config_error)."""
-
-    def __init__(self, kind: str, text: str):
-        super().__init__(text)
-        self.kind = kind
-
+from wattbench_agent.engines.failures import DeployError
 
 # Lines engines print when weights plus KV cache do not fit (vLLM, TensorRT-LLM, PyTorch, the emulator). vLLM
 # >= 0.6 refuses a KV cache too small for one max-length request: "To serve at least one request with the

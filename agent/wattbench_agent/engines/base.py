@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,74 +129,3 @@ class EngineAdapter:
         if version is None:
             return None
         return version in self.checked_versions
-
-
-class EmulatorAdapter(EngineAdapter):
-    """The built-in emulator, served by `wattbench emulate` (agent/wattbench_agent/emulator)."""
-
-    name = "emulator"
-    follows_version = "wattbench"
-    source = "emulated"
-    version_path = "/version"
-    image = "wattbench:latest"
-
-    def plan_problem(self, spec: dict[str, Any]) -> str | None:
-        if not spec.get("profile"):
-            return "an emulator engine needs profile: trtllm-like or vllm-like"
-        if spec.get("checkpoint"):
-            return "checkpoint is for engines that load a model; the emulator engine runs the plan's model shape"
-        return None
-
-    @property
-    def checked_versions(self) -> tuple[str, ...]:
-        from wattbench_agent.emulator.profiles import EMULATOR_VERSION
-
-        return (f"wattbench-emulator-{EMULATOR_VERSION}",)
-
-    def build(self, cfg: EngineConfig, workdir: Path) -> BuildResult:
-        from wattbench_agent.emulator import emulated_build
-
-        return emulated_build(cfg)
-
-    def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "wattbench_agent",
-            "emulate",
-            "--profile",
-            cfg.profile or "vllm-like",
-            "--model",
-            cfg.model,
-            "--gpu",
-            cfg.gpu,
-            "--tp",
-            str(cfg.tp),
-            "--precision",
-            cfg.precision,
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ]
-        for key, value in sorted(cfg.options.items()):
-            cmd += ["--config", f"{key}={value}"]
-        return cmd
-
-
-def engine_names() -> tuple[str, ...]:
-    """Every engine name a plan, the CLI and the agent accept: the adapter registry's keys."""
-    from wattbench_agent.engines import registry
-
-    return tuple(registry.ADAPTERS)
-
-
-def adapter_for(engine: str) -> EngineAdapter:
-    """The adapter registered for an engine name."""
-    from wattbench_agent.engines import registry
-
-    try:
-        return registry.ADAPTERS[engine]()
-    except KeyError:
-        known = ", ".join(sorted(registry.ADAPTERS))
-        raise ValueError(f"unknown engine {engine!r}; expected one of {known}") from None

@@ -31,7 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from wattbench_agent.engines.base import BuildResult, EngineConfig, adapter_for
+from wattbench_agent.engines.base import BuildResult, EngineConfig
+from wattbench_agent.engines.registry import adapter_for
 
 BUILD_SPEC_ENV = "WATTBENCH_BUILD_SPEC"
 BUILD_SPEC_EXTRA = "build_spec"

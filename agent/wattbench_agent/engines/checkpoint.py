@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig
+from wattbench_agent.engines.failures import DeployError
 from wattbench_agent.engines.options import Flag, OptionError, normalise
 
 
@@ -48,8 +49,6 @@ class CheckpointEngineAdapter(EngineAdapter):
 
     def serve_options(self, cfg: EngineConfig, artifact_path: str | None) -> dict[str, Any]:
         """`options`, with a bad option turned into a config_error start failure and the served model name kept."""
-        from wattbench_agent.deploy.local import DeployError
-
         try:
             opts = self.options(cfg)
         except OptionError as exc:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from wattbench_agent.argtypes import finite_float, port_number
-from wattbench_agent.engines.base import EngineConfig, adapter_for
+from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.engines.registry import adapter_for
 from wattbench_agent.safety import file_name
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from wattbench_agent.engines.base import BuildResult, EngineAdapter, EngineConfig
+from wattbench_agent.engines.failures import DeployError
 
 
 class ExternalAdapter(EngineAdapter):
@@ -31,8 +32,6 @@ class ExternalAdapter(EngineAdapter):
         return None
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
-        from wattbench_agent.deploy.local import DeployError
-
         raise DeployError(
             "config_error",
             "an external endpoint is measured, not started: give its url in the plan "

@@ -36,6 +36,16 @@ DEPLOY_ERROR_KINDS = (
 TRUNCATION_KINDS = ("truncated_prompt", "truncated_output")
 
 
+class DeployError(RuntimeError):
+    """A server did not come up; `kind` says how (one of DEPLOY_ERROR_KINDS: start_failed, oom_at_start,
+    health_timeout, port_in_use, hardware_mismatch, not_built, config_error). Raised by the adapters (a config they
+    refuse, an engine built for another GPU) and by the deployment targets (deploy/local.py)."""
+
+    def __init__(self, kind: str, text: str):
+        super().__init__(text)
+        self.kind = kind
+
+
 def classify_truncation(record: dict[str, Any], prompt_tolerance: int = 0) -> str | None:
     """'truncated_prompt' | 'truncated_output' | None for one request record (a `requests` row or dict with
     prompt_tokens, input_tokens_requested, completion_tokens, max_tokens, finish_reason).

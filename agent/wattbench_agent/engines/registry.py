@@ -1,4 +1,5 @@
-"""Engine name -> adapter class (or a lazy loader of it). `adapter_for(name)` calls the value with no arguments.
+"""Engine name -> adapter class (or a lazy loader of it), and the lookups over it: `engine_names()`, and
+`adapter_for(name)`, which calls the value with no arguments.
 
 Adapters whose module may not be in this build yet are registered through `_lazy`: the import happens when the
 adapter is first asked for, and a missing module gives a clear error for that engine only.
@@ -9,7 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from wattbench_agent.engines.base import EmulatorAdapter, EngineAdapter
+from wattbench_agent.engines.base import EngineAdapter
+from wattbench_agent.engines.emulator import EmulatorAdapter
 from wattbench_agent.engines.external import ExternalAdapter
 from wattbench_agent.engines.sglang import SglangAdapter
 from wattbench_agent.engines.trtllm import TrtllmAdapter
@@ -38,3 +40,17 @@ ADAPTERS: dict[str, Callable[[], EngineAdapter]] = {
     "transformers": _lazy("wattbench_agent.engines.transformers_serve", "TransformersServeAdapter"),
     "external": ExternalAdapter,
 }
+
+
+def engine_names() -> tuple[str, ...]:
+    """Every engine name a plan, the CLI and the agent accept: the adapter registry's keys."""
+    return tuple(ADAPTERS)
+
+
+def adapter_for(engine: str) -> EngineAdapter:
+    """The adapter registered for an engine name."""
+    try:
+        return ADAPTERS[engine]()
+    except KeyError:
+        known = ", ".join(sorted(ADAPTERS))
+        raise ValueError(f"unknown engine {engine!r}; expected one of {known}") from None

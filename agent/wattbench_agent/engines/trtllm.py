@@ -47,6 +47,7 @@ from wattbench_agent.engines.build_cache import (
     query_gpu,
     tree_digest,
 )
+from wattbench_agent.engines.failures import DeployError
 from wattbench_agent.engines.options import Flag, OptionError, normalise
 from wattbench_agent.safety import file_name
 
@@ -266,8 +267,6 @@ class TrtllmAdapter(EngineAdapter):
         return cmd + list(opts.get("extra_build_args") or [])
 
     def serve_command(self, cfg: EngineConfig, host: str, port: int, artifact_path: str | None = None) -> list[str]:
-        from wattbench_agent.deploy.local import DeployError
-
         try:
             opts = self.options(cfg)
         except OptionError as exc:
@@ -297,8 +296,6 @@ class TrtllmAdapter(EngineAdapter):
     # ------------------------------------------------------------------ engines on disk
     def locate_engine(self, cfg: EngineConfig) -> str:
         """The cached engine of this config that fits the GPU present; a clear DeployError otherwise."""
-        from wattbench_agent.deploy.local import DeployError
-
         gpu = self.gpu_probe()
         fit, entries = self.cache.find_for_gpu(cfg.build_id(), gpu)
         if fit:
@@ -318,8 +315,6 @@ class TrtllmAdapter(EngineAdapter):
     def check_engine(self, engine_dir: str | os.PathLike) -> None:
         """Refuse an engine whose hardware lock does not fit the GPU present (DeployError 'hardware_mismatch')."""
         import json
-
-        from wattbench_agent.deploy.local import DeployError
 
         lock_path = Path(engine_dir) / LOCK_FILE
         try:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "stats": ".metrics",
     "summarize": ".metrics",
-    "LoadResult": ".runner",
+    "LoadResult": ".result",
     "run_load": ".runner",
     "run_sweep": ".runner",
     "arrival_offsets": ".shapes",
@@ -38,7 +38,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .metrics import stats, summarize
-    from .runner import LoadResult, run_load, run_sweep
+    from .result import LoadResult
+    from .runner import run_load, run_sweep
     from .shapes import arrival_offsets
     from .shapes.trace import TraceError, load_trace
     from .spec import LoadSpec, LoadSpecError

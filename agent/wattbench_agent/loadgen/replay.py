@@ -4,7 +4,7 @@
 point ends, one line to PATH's points file beside it (`points_path`: `r.jsonl` -> `r.points.jsonl`) with what the
 point's summary needs besides its records: its spec, its window, send end and drain, the instants its window
 callbacks ran, its SLO, and which bytes of PATH hold its records. `summaries(PATH)` rebuilds every point's summary
-from the two through the very function that made the live one (runner._result), so `wattbench inspect PATH --json`
+from the two through the very function that made the live one (result.point_result), so `wattbench inspect PATH --json`
 prints what `wattbench load --json` printed, and a run saved by an older wattbench gains the figures added since
 (the step decomposition). Records of a point with no points line (a run interrupted before its point ended, or
 a file from before points files) are summarised with their window inferred from their sends, and say so.
@@ -136,12 +136,12 @@ def read(requests: str | os.PathLike) -> list[SavedPoint]:
 
 
 def summary(point: SavedPoint) -> dict[str, Any]:
-    """A saved point's summary: with its points line, exactly as the live run made it (runner._result over the
+    """A saved point's summary: with its points line, exactly as the live run made it (result.point_result over the
     records in the order they completed); without, metrics.summarize over a window from the first to the last send
     inside it (`inspect_note` says so)."""
     from . import metrics
     from .client import endpoint_url
-    from .runner import _FailFast, _result
+    from .result import FailFast, point_result
     from .spec import LoadSpec
 
     if point.facts is None:
@@ -156,11 +156,11 @@ def summary(point: SavedPoint) -> dict[str, Any]:
         return s
     f = point.facts
     spec = LoadSpec.from_dict(f["spec"])
-    fail_fast = _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api))
+    fail_fast = FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api))
     for rec in point.records:  # as the live sink saw them
         fail_fast.see(rec)
     saved = _Saved(point.records, fail_fast, _SavedVerdict(f.get("server_gone")))
-    return _result(spec, saved, f["load_point_id"], f["duration_s"], f["res"], f.get("slo")).summary
+    return point_result(spec, saved, f["load_point_id"], f["duration_s"], f["res"], f.get("slo")).summary
 
 
 @dataclass
@@ -175,7 +175,7 @@ class _SavedVerdict:
 
 @dataclass
 class _Saved:
-    """What runner._result reads of a live sink: the records, the fail-fast watcher that saw them and the
+    """What result.point_result reads of a live sink: the records, the fail-fast watcher that saw them and the
     server-gone verdict."""
 
     records: list[dict]

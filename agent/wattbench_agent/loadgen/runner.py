@@ -10,75 +10,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
 
-from wattbench_agent.safety import redact_url
-
-from . import metrics, replay, shapes, steps
+from . import replay, shapes
 from .client import RequestRunner, _Cancelled, endpoint_url
+from .progress import Progress
+from .result import UNTIL_SENT_S, FailFast, LoadResult, point_result
 from .spec import LoadSpec
 from .transport import FastTransport
-from .workload import Workload, length_dists, load_tokenizer
+from .workload import Workload, load_tokenizer
 
 _perf_ns = time.perf_counter_ns
 PREFETCH_MAX = 20000
 PREFETCH_BYTES = 256 << 20
-# Fail fast: when the first FAIL_FAST_N requests of a run all fail the same way (same error kind and HTTP status)
-# and none succeeded, sending stops and in-flight requests get FAIL_FAST_DRAIN_S to finish. Timeouts, 429s and
-# cancellations never count: they say "slow" or "later", not "misconfigured". Any success, or a failure of
-# another kind, turns it off for the rest of the run (a mixed failure rate goes on as before).
-FAIL_FAST_N = 8
+
+# How long in-flight requests get to finish once sending stops early (fail fast, see result.py, or server gone).
 FAIL_FAST_DRAIN_S = 1.0
-_FAIL_FAST_IGNORED = ("timeout", "rate_limited", "cancelled")
-UNTIL_SENT_S = 86400.0  # duration_s 0: send until every request is sent (bounded by a day), window to the last end
-
-
-class _FailFast:
-    """Watches the first records of a run; `see(rec)` returns True once, when the run should stop."""
-
-    def __init__(self, enabled: bool, url: str):
-        self.active = enabled
-        self.url = url
-        self.sig: tuple | None = None
-        self.n = 0
-        self.first: dict | None = None
-        self.fired = False
-
-    def see(self, rec: dict) -> bool:
-        if not self.active:
-            return False
-        kind = rec.get("error_kind")
-        sig = (kind, rec.get("http_status"))
-        if kind is None or kind in _FAIL_FAST_IGNORED or (self.sig is not None and sig != self.sig):
-            self.active = False
-            return False
-        if self.sig is None:
-            self.sig, self.first = sig, rec
-        self.n += 1
-        if self.n >= FAIL_FAST_N:
-            self.active = False
-            self.fired = True
-            return True
-        return False
-
-    def info(self) -> dict | None:
-        if not self.fired:
-            return None
-        text = " ".join(str(self.first.get("error_text") or "").split())
-        url = redact_url(self.url)  # the summary is written and shown: no user:password@
-        return {
-            "requests": self.n,
-            "url": url,
-            "error_kind": self.sig[0],
-            "http_status": self.sig[1],
-            "error_text": text,
-            "message": f"stopped: the first {self.n} requests to {url} all failed the same way "
-            f"({self.sig[0]}): {text[:400]}",
-        }
 
 
 # Server gone: connection-level failures (refused, reset) with no success since the first of them, for
@@ -199,82 +149,14 @@ def default_load_point_id(spec: LoadSpec) -> str:
     return shapes.label(vars(spec))
 
 
-def default_workload(spec: LoadSpec) -> str:
-    named = shapes.get(spec.shape).workload_name(vars(spec))
-    if named:
-        return named
-    if spec.dataset_path:
-        return f"sharegpt:{Path(spec.dataset_path).name}"
-    in_dist, out_dist = length_dists(spec)
-    i = "dist" if in_dist else spec.input_tokens
-    o = "dist" if out_dist else spec.output_tokens
-    pre = f"-prefix{spec.shared_prefix_tokens}" if spec.shared_prefix_tokens else ""
-    return f"synthetic-in{i}-out{o}{pre}"
-
-
-@dataclass
-class LoadResult:
-    spec: LoadSpec
-    records: list[dict]
-    summary: dict
-    window_start_ns: int
-    window_end_ns: int
-    t0_ns: int = 0
-    send_end_ns: int = 0
-    drain_s: float = 0.0
-    status: str = "ok"
-    error_kind: str | None = None
-    error_text: str | None = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def window_s(self) -> float:
-        return (self.window_end_ns - self.window_start_ns) / 1e9
-
-    def load_run_row(self) -> dict[str, Any]:
-        """The `load_runs` columns the load generator knows (no run_id, source, deployment_id, energy)."""
-        s, sp = self.summary, self.spec
-        return {
-            "load_point_id": s.get("load_point_id"),
-            "workload": s.get("workload"),
-            "shape": sp.shape,
-            "api": sp.api,
-            "concurrency": sp.concurrency,
-            "rate": sp.rate,
-            "burstiness": sp.burstiness if "burstiness" in shapes.get(sp.shape).fields else None,
-            # requested lengths; NULL where the dataset decides them (each request's are in `requests`)
-            "input_tokens": None if sp.dataset_path else sp.input_tokens,
-            "output_tokens": None if (sp.output_tokens_dist or {}).get("kind") == "dataset" else sp.output_tokens,
-            "warmup_s": sp.warmup_s,
-            "duration_s": s.get("duration_s", sp.duration_s),
-            "window_start_ns": self.window_start_ns,
-            "window_end_ns": self.window_end_ns,
-            "window_s": self.window_s,
-            "drain_s": self.drain_s,
-            "achieved_rate": s.get("achieved_rate"),
-            "achieved_concurrency": s.get("achieved_concurrency"),
-            "send_lateness_p50_ms": (s.get("send_lateness_ms") or {}).get("p50"),
-            "send_lateness_p99_ms": (s.get("send_lateness_ms") or {}).get("p99"),
-            "sent": s.get("sent"),
-            "completed": s.get("completed"),
-            "failed": s.get("failed"),
-            "output_tokens_in_window": s.get("output_tokens_in_window"),
-            **steps.load_run_columns(s.get("steps")),
-            "status": self.status,
-            "error_kind": self.error_kind,
-            "error_text": self.error_text,
-            "summary": s,
-        }
-
-
 class _Sink:
     """Collects records; appends each to the JSONL file and flushes it as it completes."""
 
     def __init__(
-        self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None, fail_fast: _FailFast | None = None
+        self, out: str | Path | IO | None, on_record: Callable[[dict], None] | None, fail_fast: FailFast | None = None
     ):
         self.records: list[dict] = []
-        self.fail_fast = fail_fast or _FailFast(False, "")
+        self.fail_fast = fail_fast or FailFast(False, "")
         self.on_fail_fast: Callable[[], None] | None = None
         self.gone = _ServerGone(self.fail_fast.url or "http://127.0.0.1")
         self._own = False
@@ -366,36 +248,6 @@ class _Edges(threading.Thread):
                     cb()
                 except Exception as exc:  # recorded, never fatal
                     self.errors[name] = f"{type(exc).__name__}: {exc}"
-
-
-class _Progress:
-    def __init__(self, total_s: float, enabled: bool, stream=None, max_requests: int | None = None):
-        self.total_s = max(total_s, 1e-9)
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.max_requests = max_requests if total_s >= UNTIL_SENT_S else None  # "until sent": count requests
-
-    def show(self, elapsed_s: float, sink: _Sink, inflight: int, phase: str) -> None:
-        if not self.enabled:
-            return
-        n = sink.done + sink.failed
-        frac = min(n / self.max_requests if self.max_requests else elapsed_s / self.total_s, 1.0)
-        width = 28
-        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        total = (
-            f"{n}/{self.max_requests} requests, {elapsed_s:6.1f} s"
-            if self.max_requests
-            else f"{elapsed_s:6.1f}/{self.total_s:.0f} s"
-        )
-        self.stream.write(
-            f"\r[{bar}] {total} {phase:<7} done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5} "
-        )
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _new_loop():
@@ -770,7 +622,7 @@ def _worker_main() -> int:
         fail_fast_event=ff_evt,
         on_window_start=None,
         on_window_end=None,
-        progress=_Progress(1.0, False),
+        progress=Progress(1.0, False),
         verify=cfg.get("verify", True),
         t0_fn=t0_fn,
         edges=False,
@@ -832,7 +684,7 @@ def _run_multi(
     duration_s = effective_duration(spec)
     ready, results = 0, {}
     edges = None
-    prog = _Progress(spec.warmup_s + max(duration_s, 0), progress, max_requests=spec.max_requests)
+    prog = Progress(spec.warmup_s + max(duration_s, 0), progress, max_requests=spec.max_requests)
     t0 = None
     interrupted = False
     stop_sent = False
@@ -934,7 +786,7 @@ def _run_multi(
         "edge_errors": dict(edges.errors) if edges else {},
         "workers": nw,
     }
-    return _result(spec, sink, lp, duration_s, res, slo)
+    return point_result(spec, sink, lp, duration_s, res, slo)
 
 
 def run_load(
@@ -966,7 +818,7 @@ def run_load(
     tok = tokenizer if tokenizer is not None else (load_tokenizer(spec.tokenizer) if spec.tokenizer else None)
     lp = spec.load_point_id or default_load_point_id(spec)
     n_workers = _auto_workers(spec, workers)
-    sink = _Sink(out, on_record, _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
+    sink = _Sink(out, on_record, FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
     if n_workers > 1:
         return replay.noted(
             sink,
@@ -980,7 +832,7 @@ def run_load(
         stop_event=stop_event,
         on_window_start=on_window_start,
         on_window_end=on_window_end,
-        progress=_Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
+        progress=Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
         verify=verify,
     )
 
@@ -1017,65 +869,7 @@ def run_load(
     finally:
         sink.close()
 
-    return replay.noted(sink, _result(spec, sink, lp, ctx["duration_s"], res, slo))
-
-
-def _result(spec: LoadSpec, sink: _Sink, lp: str, duration_s: float, res: dict, slo: dict | None) -> LoadResult:
-    closed = shapes.get(spec.shape).closed_loop
-    summary = metrics.summarize(
-        sink.records, res["ws"], res["we"], slo=slo, closed_loop=closed, concurrency=spec.concurrency
-    )
-    status, ek, et = "ok", None, None
-    if summary["sent"] and not summary["completed"]:
-        status = "failed"
-        errs = summary["errors"]
-        ek = max(errs, key=errs.get) if errs else "no_requests"
-        et = next((r["error_text"] for r in sink.records if r["error_kind"] == ek), None)
-    elif not summary["sent"]:
-        status, ek, et = "failed", "no_requests", "no request was sent"
-    ff = sink.fail_fast.info()
-    if ff is not None:
-        summary["fail_fast"] = ff
-        if not summary["completed"]:
-            status, ek, et = "failed", ff["error_kind"], ff["message"]
-    gone = sink.gone.info()
-    if gone is not None:  # a broken window: the point is not a measurement, whatever completed before
-        summary["server_gone"] = gone
-        status, ek, et = "failed", "server_gone", gone["message"]
-    summary.update(
-        load_point_id=lp,
-        workload=spec.workload or default_workload(spec),
-        shape=spec.shape,
-        api=spec.api,
-        requested_rate=spec.rate if not shapes.get(spec.shape).closed_loop else None,
-        requested_concurrency=spec.concurrency,
-        burstiness=spec.burstiness,
-        warmup_s=spec.warmup_s,
-        drain_s=res["drain_s"],
-        duration_s=duration_s if duration_s < UNTIL_SENT_S else summary["window_s"],
-        send_s=(res["send_end"] - res["t0"]) / 1e9,
-        transport=spec.transport,
-        workers=res.get("workers", 1),
-        window_edge_lateness_ms={
-            k: (v - (res["ws"] if k == "start" else res["we"])) / 1e6 for k, v in res["edges_called"].items()
-        },
-    )
-    if res["edge_errors"]:
-        summary["window_callback_errors"] = res["edge_errors"]
-    return LoadResult(
-        spec=spec,
-        records=sink.records,
-        summary=summary,
-        window_start_ns=res["ws"],
-        window_end_ns=res["we"],
-        t0_ns=res["t0"],
-        send_end_ns=res["send_end"],
-        drain_s=res["drain_s"],
-        status=status,
-        error_kind=ek,
-        error_text=et,
-        extra={"replay": {"load_point_id": lp, "duration_s": duration_s, "res": res, "slo": slo}},
-    )
+    return replay.noted(sink, point_result(spec, sink, lp, ctx["duration_s"], res, slo))
 
 
 def run_sweep(spec: LoadSpec, param: str, values, out=None, progress: bool = False, **kw) -> list[LoadResult]:

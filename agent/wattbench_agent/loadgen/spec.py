@@ -87,7 +87,7 @@ class LoadSpec:
         True  # closed loop: a stream that got 429 waits Retry-After (capped) before its next request
     )
     transport: str = "fast"  # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
-    fail_fast: bool = True  # stop when the first requests all fail the same way (runner.FAIL_FAST_N)
+    fail_fast: bool = True  # stop when the first requests all fail the same way (result.FAIL_FAST_N)
 
     # ------------------------------------------------------------------ construction
     @classmethod

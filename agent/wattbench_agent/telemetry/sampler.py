@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Any
 
-from wattbench_agent.telemetry.sources import TelemetryUnavailable, make_source
+from wattbench_agent.telemetry.kinds import make_source
+from wattbench_agent.telemetry.sources import TelemetryUnavailable
 
 KINDS = ("nvml", "dcgm", "emulated", "none")
 

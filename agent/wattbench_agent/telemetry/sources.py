@@ -410,15 +410,3 @@ class EmulatedSource(ScrapedSource):
             return {g["uuid"]: (None, time.perf_counter_ns()) for g in self.gpus}
         by_uuid = {g.get("gpu_uuid"): g.get("energy_mj") for g in gpus}
         return {g["uuid"]: (by_uuid.get(g["uuid"]), t_ns) for g in self.gpus}
-
-
-def make_source(kind: str, gpu_uuids=None, url=None, nvml_spec=None, sample_energy=True, dcgm_url=None):
-    if kind == "nvml":
-        return NvmlSource(gpu_uuids, nvml_spec=nvml_spec, sample_energy=sample_energy)
-    if kind == "emulated":
-        return EmulatedSource(url, gpu_uuids)
-    if kind == "dcgm":
-        from wattbench_agent.telemetry.dcgm import DcgmSource
-
-        return DcgmSource(dcgm_url or os.environ.get("WATTBENCH_DCGM_URL") or url, gpu_uuids)
-    raise ValueError(f"unknown telemetry kind {kind!r}; expected nvml, dcgm, emulated or none")
