@@ -88,7 +88,11 @@ def connect(
         if not read_only:
             from resources.warehouse import apply_schema
 
-            apply_schema(con)
+            apply_schema(con)  # registers the token store's functions too
+        else:  # the per-token times beside the warehouse, read by sql/views.sql (resources/token_store.py)
+            from resources import token_store
+
+            token_store.register(con)
         yield con
     finally:
         con.close()
