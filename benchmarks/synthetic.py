@@ -251,7 +251,7 @@ def synthesize(
     as agents before version 2 wrote them."""
     import duckdb
 
-    from wattbench_agent.bundle import BundleWriter
+    from wattbench_agent.bundle import CSV_TABLES, BundleWriter
 
     run = SyntheticRun(run_id, n_requests, seed, requests_per_point, events_per_request)
     folder.mkdir(parents=True, exist_ok=True)
@@ -275,6 +275,15 @@ def synthesize(
         ("energy_windows", run.energy_windows_sql()),
         ("server_metrics", run.server_metrics_sql()),
     ):
+        if bundle_version >= 3 and table in CSV_TABLES:  # as the agent writes it: its columns, strings quoted
+            have = {d[0] for d in con.execute(f"DESCRIBE {sql}").fetchall()}
+            cols = ", ".join(c if c in have else f"NULL AS {c}" for c, _ in CSV_TABLES[table])
+            strings = ", ".join(c for c, kind in CSV_TABLES[table] if kind == "str")
+            con.execute(
+                f"COPY (SELECT {cols} FROM ({sql})) TO '{folder / (table + '.csv')}' "
+                f"(FORMAT csv, HEADER true, FORCE_QUOTE ({strings}))"
+            )
+            continue
         con.execute(f"COPY ({sql}) TO '{folder / (table + '.jsonl')}' (FORMAT json)")
     con.close()
     manifest = json.loads((folder / "manifest.json").read_text())

@@ -92,10 +92,9 @@ class ChunkFiles:
         """The rows of the requests file into the staging table (`seq`: the row's place in the file; `events_at`,
         `events_n`: its events in the chunk files, from version 2's `chunks` or version 3's columns)."""
         refs = "" if csv else ", chunks[1] AS events_at, chunks[2] AS events_n"
-        self.con.execute(
-            f"CREATE OR REPLACE TEMP TABLE {STAGING} AS SELECT row_number() OVER () AS seq, *{refs} FROM ({select_sql})",
-            params,
-        )
+        # a row's place in the file is its rowid here (insertion order is kept; a window numbering the rows would
+        # read the file on one thread)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {STAGING} AS SELECT *{refs} FROM ({select_sql})", params)
         self.staged = True
         if csv:
             bad = self.con.execute(
@@ -169,14 +168,14 @@ class ChunkFiles:
             {"run_id": run_id},
         ).fetchall()
         refs = con.execute(
-            f"""SELECT q.seq, q.events_at AS "at", q.events_n AS n, coalesce(q.chunks_exact, q.events_n) AS exact,
+            f"""SELECT q.rowid AS seq, q.events_at AS "at", q.events_n AS n, coalesce(q.chunks_exact, q.events_n) AS exact,
                        q.error_kind IS NULL AS ok, coalesce(q.in_window, false) AS in_window, p.i AS point
                 FROM {STAGING} q JOIN (SELECT *, row_number() OVER (ORDER BY deployment_id, load_point_id) - 1 AS i FROM (
                     SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL)) p
                   ON p.deployment_id IS NOT DISTINCT FROM q.deployment_id
                  AND p.load_point_id IS NOT DISTINCT FROM q.load_point_id
                 WHERE q.events_at IS NOT NULL
-                ORDER BY p.i, q.seq"""
+                ORDER BY p.i, q.rowid"""
         ).fetchnumpy()
         refs = {k: np.asarray(v) for k, v in refs.items()}
         done: dict = {"error": None}
@@ -277,7 +276,7 @@ class ChunkFiles:
         )
         con.execute(
             f"""INSERT INTO requests BY NAME
-                SELECT r.* EXCLUDE (seq, chunk_ns, chunk_tokens, events_at, events_n{self._extra()}),
+                SELECT r.* EXCLUDE (chunk_ns, chunk_tokens, events_at, events_n{self._extra()}),
                        CASE WHEN r.events_at IS NULL THEN r.chunk_ns END AS chunk_ns,
                        CASE WHEN r.events_at IS NULL AND NOT coalesce({uniform_sql}, false) THEN r.chunk_tokens END
                            AS chunk_tokens,
@@ -287,7 +286,7 @@ class ChunkFiles:
                        CASE WHEN r.events_at IS NOT NULL THEN $events_file END AS events_file,
                        CASE WHEN r.events_at IS NOT NULL AND e.each IS NULL AND r.events_n > 0 THEN $counts_file END
                            AS counts_file
-                FROM {STAGING} r LEFT JOIN each e USING (seq)""",
+                FROM {STAGING} r LEFT JOIN each e ON e.seq = r.rowid""",
             {"events_file": events_file, "counts_file": counts_file},
         )
 
@@ -307,7 +306,7 @@ class ChunkFiles:
     def _refuse_seq(self, seq: int, status: int, where: int) -> None:
         from resources.token_pass import BACKWARDS
 
-        at, n = self.con.execute(f"SELECT events_at, events_n FROM {STAGING} WHERE seq = ?", [seq]).fetchone()
+        at, n = self.con.execute(f"SELECT events_at, events_n FROM {STAGING} WHERE rowid = ?", [seq]).fetchall()[0]
         if status == BACKWARDS:
             ns = np.fromfile(self.paths["chunk_ns"], dtype="<i8", count=where + 1, offset=8 * at)
             reason = (

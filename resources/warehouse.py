@@ -305,6 +305,8 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             )
             if staged and table == "load_runs":  # the windows are in
                 chunks.start_pass(run_id)
+        if staged:  # before the rows are compared with a complete run's: a bundle loads to the same rows each time
+            _fill_steps(con, run_id, chunks)
         _derive_deployment_hbm(con, run_id)
         if before is not None:
             after = _fingerprint(con, run_id, kept)
@@ -324,8 +326,6 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
         con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
         con.execute(f"SET memory_limit = '{ingest_memory()}'")
         refresh_point_stats(con, run_id, events=flat)
-        if chunks is not None and chunks.staged:
-            _fill_steps(con, run_id, chunks)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

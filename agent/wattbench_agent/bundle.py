@@ -11,7 +11,7 @@ are: `"chunks": [first event, events]` (an index into both files). An hour at 30
 they were 3 GB to write here and to parse at ingest; as binary they are 1.5 GB that numpy reads as it is. A row whose
 lists are not that (a missing chunk_tokens, lengths that differ, a non-integer) keeps them inline, as version 1 did.
 
-Version 3: the requests' scalar fields are CSV (`requests.csv`, CSV_TABLES): a header naming the columns, then one
+Version 3: the requests' scalar fields and the GPU samples are CSV (`requests.csv`, `gpu_samples.csv`: CSV_TABLES): a header naming the columns, then one
 line a request, every value written by its type (a string always quoted, so that "" is an empty string and an empty
 field is null; true/false; numbers as Python writes them; an inline list as JSON text), which DuckDB reads in
 parallel with the warehouse's declared types instead of parsing JSON. Where a request's events are in the chunk files
@@ -79,6 +79,28 @@ CSV_TABLES = {
         ("events_n", "int"),  # its events there
         ("chunk_ns", "list"),  # inline, where the lists could not go to the chunk files
         ("chunk_tokens", "list"),
+    ),
+    "gpu_samples": (  # telemetry.sources.SAMPLE_COLUMNS and who they are
+        ("run_id", "str"),
+        ("source", "str"),
+        ("deployment_id", "str"),
+        ("gpu_uuid", "str"),
+        ("gpu_index", "int"),
+        ("t_ns", "int"),
+        ("power_w", "float"),
+        ("power_avg_w", "float"),
+        ("energy_mj", "float"),
+        ("hbm_used_mib", "float"),
+        ("hbm_total_mib", "float"),
+        ("util_gpu_pct", "float"),
+        ("util_mem_pct", "float"),
+        ("sm_clock_mhz", "float"),
+        ("mem_clock_mhz", "float"),
+        ("temp_c", "float"),
+        ("hbm_temp_c", "float"),
+        ("power_limit_w", "float"),
+        ("clock_event_reasons", "int"),
+        ("clock_events", "str"),
     ),
 }
 # Tables a bundle may carry, in the order ingest loads them.
@@ -154,8 +176,8 @@ class BundleWriter:
         }
         if self.set_aside is not None:
             self.manifest["earlier_attempt"] = str(self.set_aside)
-        # an earlier attempt continued ("append") keeps the layout it was written in: JSON requests, version 2
-        self._csv = not (self.path / "requests.jsonl").exists()
+        # an earlier attempt continued ("append") keeps the layout it was written in: JSON tables, version 2
+        self._csv = not any((self.path / f"{t}.jsonl").exists() for t in CSV_TABLES)
         if not self._csv:
             self.manifest["bundle_version"] = 2
         self._write_manifest()
