@@ -41,46 +41,59 @@ I_MULTI = 9
 
 
 @njit(cache=True, nogil=True)
-def _select(vals, wts, m, total, ranks, hist, out):
+def _select(vals, wts, m, total, ranks, hist, mark, out):
     """out[k] = the value at 0-based position ranks[k] (ranks ascending) of the first m values, each counted wts[i]
-    times (wts of length 0: once), in ascending order."""
+    times (wts of length 0: once), in ascending order: one pass bins them, one more gathers the bins that hold a
+    wanted rank, whose values alone are sorted."""
     bits = vals.view(np.int64)
     hist[:] = 0
     weighted = len(wts) > 0
     for i in range(m):
         hist[bits[i] >> SHIFT] += wts[i] if weighted else 1
-    k = 0
     nr = len(ranks)
+    rank_bin = np.empty(nr, np.int64)
+    bin_start = np.empty(nr, np.int64)  # the weight before the bin
     acc = 0
     b = 0
-    while k < nr:
+    for k in range(nr):
         while acc + hist[b] <= ranks[k]:
             acc += hist[b]
             b += 1
-        # every rank in bin b: the bin's values sorted, walked by weight
-        cnt = 0
+        rank_bin[k] = b
+        bin_start[k] = acc
+    # the wanted bins' values, gathered in one pass (a few thousand values each); mark: all False between calls
+    size = 0
+    for k in range(nr):
+        if not mark[rank_bin[k]]:
+            mark[rank_bin[k]] = True
+            size += hist[rank_bin[k]] if not weighted else 0
+    if weighted:
         for i in range(m):
-            if (bits[i] >> SHIFT) == b:
-                cnt += 1
-        v = np.empty(cnt)
-        w = np.empty(cnt, np.int64)
-        j = 0
-        for i in range(m):
-            if (bits[i] >> SHIFT) == b:
-                v[j] = vals[i]
-                w[j] = wts[i] if weighted else 1
-                j += 1
-        order = np.argsort(v, kind="mergesort")
-        while k < nr and ranks[k] < acc + hist[b]:
-            pos = acc
-            for j in range(cnt):
-                pos += w[order[j]]
-                if pos > ranks[k]:
-                    out[k] = v[order[j]]
-                    break
-            k += 1
-        acc += hist[b]
-        b += 1
+            if mark[bits[i] >> SHIFT]:
+                size += 1
+    v = np.empty(size)
+    w = np.empty(size, np.int64)
+    vb = np.empty(size, np.int64)
+    j = 0
+    for i in range(m):
+        x = bits[i] >> SHIFT
+        if mark[x]:
+            v[j] = vals[i]
+            w[j] = wts[i] if weighted else 1
+            vb[j] = x
+            j += 1
+    for k in range(nr):
+        mark[rank_bin[k]] = False
+    order = np.argsort(v, kind="mergesort")  # by value: a bin's values are in one stretch of it, in bin order
+    for k in range(nr):
+        pos = 0
+        for jj in range(size):
+            if vb[order[jj]] < rank_bin[k]:
+                continue
+            pos += w[order[jj]]
+            if bin_start[k] + pos > ranks[k]:
+                out[k] = v[order[jj]]
+                break
 
 
 @njit(cache=True)
@@ -99,7 +112,9 @@ def _neumaier(vals, m):
 
 
 @njit(cache=True, nogil=True)
-def point_pass(ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run, status, where, each, gap, ptok, pw, hist):
+def point_pass(
+    ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run, status, where, each, gap, ptok, pw, hist, mark
+):
     """One load point (or any set of requests): status/where/each per request (filled), and (floats, ints) of the
     point's figures. ns/cnt: the times and counts files as arrays; at, n, exact: each request's first event, events
     and exact events; ok: succeeded; inw: sent in the window. gap, ptok, pw: work arrays of at least the point's
@@ -121,18 +136,20 @@ def point_pass(ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run,
         if k_n > 0:
             c0 = cnt[a]
             same = True
+            prev_t = ns[a]
             for k in range(k_n):
                 c = cnt[a + k]
+                t = ns[a + k]
                 if c < 0:
                     status[r] = NEGATIVE
                     where[r] = k
                     break
-                if c != c0:
-                    same = False
-                if k > 0 and ns[a + k] < ns[a + k - 1]:
+                if t < prev_t:
                     status[r] = BACKWARDS
                     where[r] = k
                     break
+                same = same and c == c0
+                prev_t = t
             if status[r] == OK and same:
                 each[r] = c0
         if status[r] != OK or not ok[r]:
@@ -179,7 +196,7 @@ def point_pass(ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run,
             ranks[2 * i] = int(np.floor(rn[i]))
             ranks[2 * i + 1] = int(np.ceil(rn[i]))
         sel = np.empty(10)
-        _select(gap, np.empty(0, np.int64), m, m, ranks, hist, sel)
+        _select(gap, np.empty(0, np.int64), m, m, ranks, hist, mark, sel)
         for i in range(5):
             lo, hi = sel[2 * i], sel[2 * i + 1]
             f[F_ITL_Q + i] = lo if ranks[2 * i] == ranks[2 * i + 1] else lo + (hi - lo) * (rn[i] - ranks[2 * i])
@@ -199,7 +216,7 @@ def point_pass(ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run,
         iv[I_MULTI] = multi
         two = np.array([(total - 1) // 2, total // 2], np.int64)
         med = np.empty(2)
-        _select(ptok, pw, q, total, two, hist, med)
+        _select(ptok, pw, q, total, two, hist, mark, med)
         step = med[0] if total % 2 == 1 else (med[0] + med[1]) / 2.0
         f[F_STEP] = step
         threshold = STALL_FACTOR * step
@@ -225,6 +242,7 @@ class Workspace:
     def __init__(self) -> None:
         self.size = 0
         self.hist = np.zeros(BINS, np.int64)
+        self.mark = np.zeros(BINS, np.bool_)
 
     def arrays(self, events: int):
         if events > self.size:
@@ -232,7 +250,7 @@ class Workspace:
             self.gap = np.empty(self.size)
             self.ptok = np.empty(self.size)
             self.pw = np.empty(self.size, np.int64)
-        return self.gap, self.ptok, self.pw, self.hist
+        return self.gap, self.ptok, self.pw, self.hist, self.mark
 
 
 def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) -> tuple[dict, dict]:
@@ -247,7 +265,7 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
     each = np.empty(rows, np.int32)
     ws, we = (None, None) if window is None else window
     has_window = ws is not None and we is not None
-    gap, ptok, pw, hist = work.arrays(int(n.sum()))
+    gap, ptok, pw, hist, mark = work.arrays(int(n.sum()))
     f, iv = point_pass(
         ns,
         cnt,
@@ -267,6 +285,7 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
         ptok,
         pw,
         hist,
+        mark,
     )
     figures = {
         "itl_samples": int(iv[I_ITL_N]),
