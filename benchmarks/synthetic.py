@@ -330,9 +330,10 @@ def _write_chunked_requests(con, folder: Path, run: SyntheticRun, csv: bool = Tr
                     "events_n", pa.array(n)
                 )
                 cols = ", ".join(c if c in scalars.column_names else f"NULL AS {c}" for c in names)
+                header = "true" if p == 0 else "false"
                 con.execute(
-                    f"COPY (SELECT {cols} FROM scalars) TO '{part}' (FORMAT csv, HEADER {'true' if p == 0 else 'false'}, "
-                    f"FORCE_QUOTE ({strings}))"
+                    f"COPY (SELECT {cols} FROM scalars) TO '{part}' "
+                    f"(FORMAT csv, HEADER {header}, FORCE_QUOTE ({strings}))"
                 )
             else:
                 scalars = scalars.append_column("chunks", refs)  # noqa: F841

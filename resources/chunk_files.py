@@ -168,10 +168,12 @@ class ChunkFiles:
             {"run_id": run_id},
         ).fetchall()
         refs = con.execute(
-            f"""SELECT q.rowid AS seq, q.events_at AS "at", q.events_n AS n, coalesce(q.chunks_exact, q.events_n) AS exact,
-                       q.error_kind IS NULL AS ok, coalesce(q.in_window, false) AS in_window, p.i AS point
-                FROM {STAGING} q JOIN (SELECT *, row_number() OVER (ORDER BY deployment_id, load_point_id) - 1 AS i FROM (
-                    SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL)) p
+            f"""SELECT q.rowid AS seq, q.events_at AS "at", q.events_n AS n,
+                       coalesce(q.chunks_exact, q.events_n) AS exact, q.error_kind IS NULL AS ok,
+                       coalesce(q.in_window, false) AS in_window, p.i AS point
+                FROM {STAGING} q
+                JOIN (SELECT *, row_number() OVER (ORDER BY deployment_id, load_point_id) - 1 AS i
+                      FROM (SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL)) p
                   ON p.deployment_id IS NOT DISTINCT FROM q.deployment_id
                  AND p.load_point_id IS NOT DISTINCT FROM q.load_point_id
                 WHERE q.events_at IS NOT NULL
@@ -200,7 +202,14 @@ class ChunkFiles:
         each = np.full(rows, -1, np.int32)
         figures: dict = {}
         if not self.paths or rows == 0:
-            return {"seq": refs["seq"], "n": refs["n"], "status": status, "where": where, "each": each, "points": figures}
+            return {
+                "seq": refs["seq"],
+                "n": refs["n"],
+                "status": status,
+                "where": where,
+                "each": each,
+                "points": figures,
+            }
         maps = {c: _mapped(p) for c, p in self.paths.items()}
         ns = maps["chunk_ns"][1].view("<i8")[: self.events]
         cnt = maps["chunk_tokens"][1].view("<i4")[: self.events]

@@ -62,7 +62,9 @@ def register(con) -> None:
             values = np.empty(int(offsets[-1]), dtype=dtype)
             for i, name in enumerate(names):
                 if count[i]:
-                    values[offsets[i] : offsets[i + 1]] = _map(folder, maps, name, dtype)[first[i] : first[i] + count[i]]
+                    values[offsets[i] : offsets[i + 1]] = _map(folder, maps, name, dtype)[
+                        first[i] : first[i] + count[i]
+                    ]
             arrow = pa.int64() if dtype == "<i8" else pa.int32()
             return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=arrow))
 
@@ -90,7 +92,11 @@ def _map(folder: Path, maps: dict, name: str, dtype: str):
                 f"{path}: missing; the warehouse's per-token times are kept in {folder} beside it (moved or deleted?)"
             )
         size = path.stat().st_size
-        got = np.memmap(path, dtype=dtype, mode="r", shape=(size // np.dtype(dtype).itemsize,)) if size else np.zeros(0, dtype)
+        got = (
+            np.memmap(path, dtype=dtype, mode="r", shape=(size // np.dtype(dtype).itemsize,))
+            if size
+            else np.zeros(0, dtype)
+        )
         maps[(name, dtype)] = got
     return got
 

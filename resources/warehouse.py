@@ -497,7 +497,9 @@ def scan_csv(con, path: Path, table: str, cols: dict[str, str], allowed: set[str
     if not present:
         return False, {c: [] for c in ids}
     row = con.execute(
-        "SELECT " + ", ".join(f"list(DISTINCT {c}) FILTER (WHERE {c} IS NOT NULL)" for c in present) + f" FROM ({select})",
+        "SELECT "
+        + ", ".join(f"list(DISTINCT {c}) FILTER (WHERE {c} IS NOT NULL)" for c in present)
+        + f" FROM ({select})",
         ["", str(path)],
     ).fetchone()
     found = dict(zip(present, row))

@@ -76,15 +76,19 @@ def test_an_unknown_column_in_the_header_and_a_row_twice_are_named(bundle, tmp_p
     folder = shutil.copytree(bundle, tmp_path / "unknown")
     text = (folder / "requests.csv").read_text()
     (folder / "requests.csv").write_text(text.replace('"error_text"', '"error_txt"', 1))
-    with pytest.raises(BundleError, match=r"requests\.csv:1: unknown column\(s\) error_txt"):
-        with connect(tmp_path / "w.duckdb") as con:
-            ingest_bundle(con, folder)
+    with (
+        pytest.raises(BundleError, match=r"requests\.csv:1: unknown column\(s\) error_txt"),
+        connect(tmp_path / "w.duckdb") as con,
+    ):
+        ingest_bundle(con, folder)
     folder = shutil.copytree(bundle, tmp_path / "twice")
     lines = (folder / "requests.csv").read_text().splitlines(keepends=True)
     (folder / "requests.csv").write_text("".join(lines + [lines[5]]))
-    with pytest.raises(BundleError, match=rf"requests\.csv:{len(lines) + 1}: the same row as line 6"):
-        with connect(tmp_path / "w2.duckdb") as con:
-            ingest_bundle(con, folder)
+    with (
+        pytest.raises(BundleError, match=rf"requests\.csv:{len(lines) + 1}: the same row as line 6"),
+        connect(tmp_path / "w2.duckdb") as con,
+    ):
+        ingest_bundle(con, folder)
 
 
 def test_the_sql_sandbox_reaches_the_token_times_and_no_other_file(bundle, tmp_path):
@@ -137,6 +141,8 @@ def test_the_step_decomposition_is_made_from_the_token_times_as_the_agent_makes_
 
 
 def test_the_agent_refuses_a_field_its_csv_has_no_column_for(tmp_path):
-    with BundleWriter(tmp_path / "b", run_id="r", source="emulated") as w:
-        with pytest.raises(BundleError, match=re.escape("unknown column(s) colour")):
-            w.write("requests", [{"load_point_id": "a", "request_id": "1", "colour": "red"}])
+    with (
+        BundleWriter(tmp_path / "b", run_id="r", source="emulated") as w,
+        pytest.raises(BundleError, match=re.escape("unknown column(s) colour")),
+    ):
+        w.write("requests", [{"load_point_id": "a", "request_id": "1", "colour": "red"}])

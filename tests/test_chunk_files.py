@@ -15,7 +15,6 @@ from benchmarks.synthetic import synthesize
 from resources.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, BundleWriter, read_manifest
 
-
 # every request's fields, its token times and counts as lists, whichever way they are stored
 REQUESTS = """SELECT * EXCLUDE (chunk_ns, chunk_tokens, chunk_tokens_each, events_file, events_at, events_n,
                                 counts_file),

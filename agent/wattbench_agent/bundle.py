@@ -11,11 +11,11 @@ are: `"chunks": [first event, events]` (an index into both files). An hour at 30
 they were 3 GB to write here and to parse at ingest; as binary they are 1.5 GB that numpy reads as it is. A row whose
 lists are not that (a missing chunk_tokens, lengths that differ, a non-integer) keeps them inline, as version 1 did.
 
-Version 3: the requests' scalar fields and the GPU samples are CSV (`requests.csv`, `gpu_samples.csv`: CSV_TABLES): a header naming the columns, then one
-line a request, every value written by its type (a string always quoted, so that "" is an empty string and an empty
-field is null; true/false; numbers as Python writes them; an inline list as JSON text), which DuckDB reads in
-parallel with the warehouse's declared types instead of parsing JSON. Where a request's events are in the chunk files
-its row says `events_at` (first event) and `events_n` (events).
+Version 3: the requests' scalar fields and the GPU samples are CSV (`requests.csv`, `gpu_samples.csv`: CSV_TABLES):
+a header naming the columns, then one line a row, every value written by its type (a string always quoted, so that
+"" is an empty string and an empty field is null; true/false; numbers as Python writes them; an inline list as JSON
+text), which DuckDB reads in parallel with the warehouse's declared types instead of parsing JSON. Where a request's
+events are in the chunk files its row says `events_at` (first event) and `events_n` (events).
 
 Stdlib only: this module runs inside engine images next to the agent.
 """

@@ -88,9 +88,7 @@ def expected_stalled_fraction(
     return expected_for_lengths({r.get("completion_tokens") for r in records}, closed_loop, concurrency)
 
 
-def expected_for_lengths(
-    lengths: set, closed_loop: bool, concurrency: int | None
-) -> tuple[float | None, str | None]:
+def expected_for_lengths(lengths: set, closed_loop: bool, concurrency: int | None) -> tuple[float | None, str | None]:
     """expected_stalled_fraction from the set of the records' output lengths (None among them: one not known)."""
     if not closed_loop:
         return None, "open loop: prefills come with the arrivals, not once per request of each stream"
