@@ -228,7 +228,7 @@ def run_size(label: str, n: int, work: Path, validation: bool, before: Path | No
             ingests[-1]["before"] = earlier
         print(
             f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of bundle "
-            f"(version 2); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+            f"(version 3); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
             f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}"
             + (
                 f"; before ({earlier['commit'][:7]}): {earlier.get('ingest_s', float('nan')):.1f} s, "
