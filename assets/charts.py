@@ -8,6 +8,8 @@ static pictures (assets/pictures.py), with the same colours, order and 95% inter
 - TTFT and E2E CDFs: one panel per engine config, one line per point; hover shows the nearest quantile;
 - throughput against latency: error bars on both axes, each config's Pareto frontier over fixed concurrency;
 - tokens per joule against load: total and above idle side by side, error bars, open-loop points hollow.
+Both comparisons also draw every repeat of a point as a small dot (a cross where its closed loop was bunched), as the
+static pictures do; hovering one names its repeat and phase.
 """
 
 from __future__ import annotations
@@ -283,9 +285,41 @@ def _point_rows(points: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def throughput_latency_chart(points: pd.DataFrame, label: str) -> dict[str, Any] | None:
+# a repeat's dot: bunched closed loops as crosses, every other repeat a small circle
+_PHASE_SHAPE = alt.Shape(
+    "phase:N",
+    title="repeat (dot)",
+    scale=alt.Scale(domain=["spread or none", "bunched"], range=["circle", "cross"]),
+    legend=alt.Legend(symbolStrokeColor="#555", symbolFillColor="#555", symbolOpacity=0.5),
+)
+
+
+def _repeat_dots(repeats: pd.DataFrame | None, x: str, y: str, one: bool) -> pd.DataFrame:
+    """Every repeat with a figure on both axes: engine, point, repeat, its phase ('bunched' or 'spread or none')."""
+    cols = ["engine", "point", "repeat", "phase", x, y]
+    if repeats is None or repeats.empty or x not in repeats or y not in repeats:
+        return pd.DataFrame(columns=cols)
+    r = repeats.dropna(subset=[x, y]).copy()
+    r["point"] = [point_name(row, one) for _, row in r.iterrows()]
+    r["phase"] = np.where(r.get("phase_state") == "bunched", "bunched", "spread or none")
+    return r[cols]
+
+
+def _dot_tooltip() -> list:
+    return [
+        alt.Tooltip("engine:N", title="engine config"),
+        alt.Tooltip("point:N", title="load point"),
+        alt.Tooltip("repeat:Q", title="repeat"),
+        alt.Tooltip("phase:N", title="phase"),
+    ]
+
+
+def throughput_latency_chart(
+    points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None
+) -> dict[str, Any] | None:
     """Output tok/s against E2E p50 with 95% intervals on both axes (rules), each config's Pareto frontier over
-    its fixed-concurrency points (open-loop points hollow, off the line); drag pans, wheel zooms."""
+    its fixed-concurrency points (open-loop points hollow, off the line), every repeat a small dot; drag pans, wheel
+    zooms."""
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     if data.empty:
         return None
@@ -346,24 +380,38 @@ def throughput_latency_chart(points: pd.DataFrame, label: str) -> dict[str, Any]
         .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
         .transform_filter("!datum.closed"),
     ]
-    chart = alt.layer(*layers).properties(
-        width=WIDTH,
-        height=380,
-        title=alt.Title(
-            f"Throughput against latency, Pareto frontier per config ({label})",
-            subtitle=f"{interval_note(points)}; line: Pareto frontier over fixed concurrency; hollow: "
-            "open-loop arrivals; hover a point for its name and figures; wheel zooms, drag pans",
-        ),
+    dots = _repeat_dots(repeats, "e2e_p50_ms", "output_tok_s", data["workload"].nunique() == 1)
+    if not dots.empty:
+        layers.append(  # drawn last: small and half transparent, the summaries stay readable under them
+            alt.Chart(_data(dots))
+            .mark_point(size=22, opacity=0.5, filled=True)
+            .encode(x=x, y=y, color=color, shape=_PHASE_SHAPE, tooltip=_dot_tooltip())
+        )
+    chart = (
+        alt.layer(*layers)
+        .resolve_scale(shape="independent")
+        .properties(
+            width=WIDTH,
+            height=380,
+            title=alt.Title(
+                f"Throughput against latency, Pareto frontier per config ({label})",
+                subtitle=f"{interval_note(points, repeats)}; line: Pareto frontier over fixed concurrency; hollow: "
+                "open-loop arrivals; hover a point for its name and figures; wheel zooms, drag pans",
+            ),
+        )
     )
     return _spec(chart)
 
 
-def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] | None:
+def tokens_per_joule_chart(
+    points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None
+) -> dict[str, Any] | None:
     """Tokens per joule against concurrency, total and above idle side by side (one scale), 95% intervals, fixed-
-    concurrency sweeps as lines, open-loop points hollow at their achieved concurrency."""
+    concurrency sweeps as lines, open-loop points hollow at their achieved concurrency, every repeat a small dot."""
     if points.empty:
         return None
     df = _point_rows(points)
+    one = df["workload"].nunique() == 1
     parts = []
     for col, measure in (
         ("output_tokens_per_j", "total (GPU energy counter)"),
@@ -376,10 +424,17 @@ def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] |
         p["tok_j"], p["lo"], p["hi"] = p[col], p.get(f"{col}_lo"), p.get(f"{col}_hi")
         p["x"] = np.where(p["closed"], p["concurrency"], p.get("achieved_concurrency"))
         p["text"] = [with_interval(r["tok_j"], r["lo"], r["hi"]) for _, r in p.iterrows()]
+        p["kind"] = "point"
         parts.append(p.dropna(subset=["x"]))
+        if repeats is not None and not repeats.empty and col in repeats:
+            closed = repeats["shape"] == CLOSED_LOOP
+            placed = repeats.assign(x=np.where(closed, repeats["concurrency"], repeats["achieved_concurrency"]))
+            dots = _repeat_dots(placed, "x", col, one).rename(columns={col: "tok_j"})
+            parts.append(dots.assign(measure=measure, kind="repeat", closed=False))
     data = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if data.empty:
+    if data.empty or not (data["kind"] == "point").any():
         return None
+    data["closed"] = data["closed"].astype(bool)
     measures = list(dict.fromkeys(data["measure"]))
     xs = sorted({round(float(v), 1) if v < 10 else round(float(v)) for v in data["x"]})
     scale = _engine_scale(df["engine"].unique())
@@ -401,25 +456,49 @@ def tokens_per_joule_chart(points: pd.DataFrame, label: str) -> dict[str, Any] |
         alt.Tooltip("repeats:Q", title="repeats"),
     ]
     base = alt.Chart()
+    point, dot = "datum.kind == 'point'", "datum.kind == 'repeat'"
     layers = [
-        base.mark_line().encode(x=x, y=y, color=color, detail="engine:N").transform_filter("datum.closed"),
-        base.mark_rule().encode(x=x, y=alt.Y("lo:Q"), y2="hi:Q", color=color),
+        base.mark_point(size=22, opacity=0.5, filled=True)
+        .encode(x=x, y=y, color=color, shape=_PHASE_SHAPE, tooltip=_dot_tooltip())
+        .transform_filter(dot),
+        base.mark_line().encode(x=x, y=y, color=color, detail="engine:N").transform_filter(f"{point} && datum.closed"),
+        base.mark_rule().encode(x=x, y=alt.Y("lo:Q"), y2="hi:Q", color=color).transform_filter(point),
         base.mark_point(size=60, strokeWidth=1.6, opacity=1, filled=True)
         .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
-        .transform_filter("datum.closed"),
+        .transform_filter(f"{point} && datum.closed"),
         base.mark_point(size=60, strokeWidth=1.6, opacity=1, fill="white")
         .encode(x=x, y=y, color=color, shape=_LOOP_SHAPE, tooltip=tooltip)
-        .transform_filter("!datum.closed"),
+        .transform_filter(f"{point} && !datum.closed"),
     ]
-    cols = ["engine", "point", "loop", "closed", "measure", "x", "tok_j", "lo", "hi", "text", "repeats"]
+    if not (data["kind"] == "repeat").any():
+        layers = layers[1:]
+    cols = [
+        "engine",
+        "point",
+        "loop",
+        "closed",
+        "measure",
+        "x",
+        "tok_j",
+        "lo",
+        "hi",
+        "text",
+        "repeats",
+        "kind",
+        "repeat",
+        "phase",
+    ]
+    data = data.reindex(columns=cols)
     chart = (
         alt.layer(*layers, data=_data(data[cols]))
+        .resolve_scale(shape="independent")
         .properties(width=int(WIDTH / 2) - 40, height=300)
         .facet(column=alt.Column("measure:N", title=None, sort=measures))
         .properties(
             title=alt.Title(
                 f"Energy efficiency against load ({label})",
-                subtitle=f"{interval_note(points)}; hollow: open-loop arrivals at their achieved concurrency; "
+                subtitle=f"{interval_note(points, repeats)}; hollow: open-loop arrivals at their achieved "
+                "concurrency; "
                 "hover a point for its name and figures",
             )
         )

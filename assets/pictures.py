@@ -1,7 +1,10 @@
 """Static pictures (PNG, matplotlib) for the Dagster UI and the HTML report's static section.
 
-Every picture is drawn from the point summaries (one row per engine x workload x point, the repeats' mean or pooled
-percentile with its 95% interval: sql/load_points.sql), never one dot per repeat; error bars are those intervals.
+The pictures that compare points are drawn from the point summaries (one marker per engine x workload x point, the
+repeats' mean or pooled percentile with its 95% interval: sql/load_points.sql; error bars are those intervals) and
+show every repeat beside its summary as a small dot (a cross where the repeat's closed loop was bunched), so a point
+whose repeats split into two groups is seen as such; a point whose repeats fell in both phase states has its
+interval drawn dashed and its label says so (its mean mixes two states and is no typical figure).
 Rules every picture follows (tests/reports/test_pictures.py checks them on the drawn figure):
 - one colour per engine config, never shared (up to 20 from Tableau's palettes, then evenly spaced hues);
 - points in load order (fixed concurrency ascending, then open-loop shapes by rate), never in string order;
@@ -97,15 +100,21 @@ def config_label(engine: str, df: pd.DataFrame) -> str:
     return f"{engine} ({', '.join(bits)})" if bits else str(engine)
 
 
-def interval_note(points: pd.DataFrame) -> str:
-    """What the error bars are, from the repeats the summaries rest on."""
+def interval_note(points: pd.DataFrame, repeats: pd.DataFrame | None = None) -> str:
+    """What the error bars are, from the repeats the summaries rest on (and, with `repeats` drawn, what the dots
+    are and which points mix two phase states)."""
     if points.empty or "repeats" not in points:
         return "no load point"
     reps = pd.to_numeric(points["repeats"], errors="coerce").dropna()
     if reps.empty or reps.max() <= 1:
         return "one repeat per point: no figure has an interval (run-to-run variation not measured)"
     span = f"{int(reps.min())}" if reps.min() == reps.max() else f"{int(reps.min())}-{int(reps.max())}"
-    return f"bars: 95% intervals ({span} repeats per point; t on the log scale over repeats)"
+    note = f"bars: 95% intervals ({span} repeats per point; t on the log scale over repeats)"
+    if repeats is not None and not repeats.empty:
+        note += "; dots: each repeat"
+    if _mixed(points).any():
+        note += "; dashed: repeats in two phase states"
+    return note
 
 
 def _err(df: pd.DataFrame, col: str) -> np.ndarray | None:
@@ -259,11 +268,59 @@ def _legend_below(ax, handles=None, ncol: int = 2) -> None:
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False, **kw)
 
 
-def _style_handles() -> list:
-    return [
+def _style_handles(repeats: pd.DataFrame | None = None) -> list:
+    handles = [
         Line2D([], [], color="#555", marker="o", lw=1.2, label="fixed concurrency (filled)"),
         Line2D([], [], color="#555", marker="o", mfc="none", lw=0, label="open-loop arrivals (hollow, not joined)"),
     ]
+    if repeats is not None and not repeats.empty:
+        handles.append(Line2D([], [], color="#555", marker=".", lw=0, alpha=0.6, label="one repeat (dot)"))
+        if (repeats.get("phase_state") == "bunched").any():
+            handles.append(Line2D([], [], color="#555", marker="x", lw=0, ms=4, label="a bunched repeat (cross)"))
+    return handles
+
+
+BUNCHED = "bunched"
+
+
+def _mixed(df: pd.DataFrame) -> pd.Series:
+    """Which summaries rest on repeats in both phase states (sql/load_points.sql mixed_phase)."""
+    if "mixed_phase" not in df:
+        return pd.Series(False, index=df.index)
+    return df["mixed_phase"].map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else False).astype(bool)
+
+
+def _phase_note(row: Any) -> str:
+    """A point label's suffix: its repeats fell in two phase states."""
+    return " (2 phases: mean not typical)" if _mixed(pd.DataFrame([row])).iloc[0] else ""
+
+
+def _repeat_rows(repeats: pd.DataFrame | None, engine: str, x: str, y: str) -> pd.DataFrame:
+    if repeats is None or repeats.empty or x not in repeats or y not in repeats:
+        return pd.DataFrame()
+    return repeats[repeats["engine"] == engine].dropna(subset=[x, y])
+
+
+def draw_repeats(ax, repeats: pd.DataFrame | None, engine: str, x: str, y: str, color: str) -> None:
+    """Every repeat of an engine's points as a small dot at its own figures (a cross where its closed loop was
+    bunched), under the summaries' markers: a point whose repeats split into two groups shows as two groups."""
+    rows = _repeat_rows(repeats, engine, x, y)
+    if rows.empty:
+        return
+    bunched = rows.get("phase_state", pd.Series(None, index=rows.index)) == BUNCHED
+    for part, marker, gid in ((rows[~bunched], "o", "repeats"), (rows[bunched], "x", "repeats-bunched")):
+        if not part.empty:
+            ax.scatter(
+                part[x],
+                part[y],
+                s=10 if marker == "o" else 16,
+                marker=marker,
+                color=color,
+                alpha=0.55,
+                linewidths=0.9,
+                zorder=2,
+                gid=f"{gid}:{engine}",
+            )
 
 
 def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_tok_s") -> pd.DataFrame:
@@ -277,9 +334,25 @@ def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_to
     return df.loc[keep]
 
 
-def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
+def _errorbars(ax, part: pd.DataFrame, x: str, y: str, xerr: bool, **kw) -> None:
+    """A set of summaries with their intervals; those resting on repeats in two phase states with dashed bars."""
+    mixed = _mixed(part)
+    for rows, style in ((part[~mixed], "-"), (part[mixed], "--")):
+        if rows.empty:
+            continue
+        eb = ax.errorbar(rows[x], rows[y], xerr=_err(rows, x) if xerr else None, yerr=_err(rows, y), **kw)
+        for bars in eb.lines[2]:
+            bars.set_linestyle(style)
+        if style == "--":
+            eb.set_label(None)
+            eb.lines[0].set_gid((kw.get("gid") or "") + ":mixed-phase")
+        kw = {**kw, "label": None}
+
+
+def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens/s against median E2E latency, one marker per point summary with its 95% intervals on both
-    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it)."""
+    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it);
+    with `repeats` (reporting.report_frames), every repeat as a small dot (draw_repeats)."""
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
@@ -303,14 +376,16 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
                 lw=1.2,
                 gid=f"frontier:{engine}",
             )
+        draw_repeats(ax, repeats, engine, "e2e_p50_ms", "output_tok_s", c)
         for part, filled in ((closed, True), (open_, False)):
             if part.empty:
                 continue
-            ax.errorbar(
-                part["e2e_p50_ms"],
-                part["output_tok_s"],
-                xerr=_err(part, "e2e_p50_ms"),
-                yerr=_err(part, "output_tok_s"),
+            _errorbars(
+                ax,
+                part,
+                "e2e_p50_ms",
+                "output_tok_s",
+                True,
                 fmt="o",
                 ms=5,
                 color=c,
@@ -323,11 +398,14 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
                 label=config_label(engine, df) if filled or closed.empty else None,
                 gid=f"points:{engine}:{'closed' if filled else 'open'}",
             )
-        labels += [(r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one), c) for _, r in df.iterrows()]
+        labels += [
+            (r["e2e_p50_ms"], r["output_tok_s"], point_name(r, one) + _phase_note(r), c) for _, r in df.iterrows()
+        ]
     ax.set_xlabel("median end-to-end latency, E2E p50 (ms)")
     ax.set_ylabel("output throughput (tokens/s)")
     ax.set_title(
-        f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points)}", fontsize=9
+        f"Throughput against latency, Pareto frontier per config ({label})\n{interval_note(points, repeats)}",
+        fontsize=9,
     )
     ax.grid(alpha=0.3)
     if data.empty:
@@ -335,15 +413,35 @@ def fig_throughput_latency(points: pd.DataFrame, label: str) -> Figure:
     else:
         ax.margins(x=0.12, y=0.12)
         handles, _ = ax.get_legend_handles_labels()
-        _legend_below(ax, handles + _style_handles())
+        _legend_below(ax, handles + _style_handles(repeats))
         place_labels(ax, labels)
     return fig
 
 
-def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bool) -> list:
+def _dash_mixed(eb, rows: pd.DataFrame) -> None:
+    """Dashed interval bars for the summaries resting on repeats in two phase states (one bar per row, in order)."""
+    mixed = _mixed(rows)
+    if mixed.any():
+        for bars in eb.lines[2]:
+            bars.set_linestyles(["--" if m else "-" for m in mixed])
+
+
+def _tpj_repeats(repeats: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The repeats placed as the panel places their points: a closed loop at its concurrency, open-loop arrivals at
+    the repeat's own achieved concurrency."""
+    if repeats is None or repeats.empty:
+        return repeats
+    closed = repeats["shape"] == CLOSED_LOOP
+    return repeats.assign(x=np.where(closed, repeats["concurrency"], repeats["achieved_concurrency"]))
+
+
+def _tpj_panel(
+    ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bool, repeats: pd.DataFrame | None = None
+) -> list:
     """One tokens-per-joule panel: closed-loop sweeps as lines with error bars at their concurrency, open-loop points
-    hollow at their achieved concurrency. Returns the label items."""
+    hollow at their achieved concurrency, every repeat a dot. Returns the label items."""
     labels = []
+    repeats = _tpj_repeats(repeats)
     for engine in sorted(colors):
         df = load_order(data[(data["engine"] == engine)].dropna(subset=[col]))
         if df.empty:
@@ -351,8 +449,9 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
         c = colors[engine]
         closed = df[df["shape"] == CLOSED_LOOP].sort_values("concurrency")
         open_ = df[(df["shape"] != CLOSED_LOOP) & df["achieved_concurrency"].notna()]
+        draw_repeats(ax, repeats, engine, "x", col, c)
         if not closed.empty:
-            ax.errorbar(
+            eb = ax.errorbar(
                 closed["concurrency"],
                 closed[col],
                 yerr=_err(closed, col),
@@ -364,8 +463,13 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
                 label=config_label(engine, df),
                 gid=f"sweep:{engine}",
             )
+            _dash_mixed(eb, closed)
+            labels += [
+                (r["concurrency"], r[col], point_name(r, one) + _phase_note(r), c)
+                for _, r in closed[_mixed(closed)].iterrows()
+            ]
         if not open_.empty:
-            ax.errorbar(
+            eb = ax.errorbar(
                 open_["achieved_concurrency"],
                 open_[col],
                 yerr=_err(open_, col),
@@ -381,14 +485,18 @@ def _tpj_panel(ax, data: pd.DataFrame, col: str, colors: dict[str, str], one: bo
                 label=None if not closed.empty else config_label(engine, df),
                 gid=f"open:{engine}",
             )
-            labels += [(r["achieved_concurrency"], r[col], point_name(r, one), c) for _, r in open_.iterrows()]
+            _dash_mixed(eb, open_)
+            labels += [
+                (r["achieved_concurrency"], r[col], point_name(r, one) + _phase_note(r), c) for _, r in open_.iterrows()
+            ]
     return labels
 
 
-def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
+def fig_tokens_per_joule(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens per joule against concurrency, two panels: total GPU energy (energy counter) and above idle
     (the deployment's idle power with the model loaded subtracted). Fixed-concurrency sweeps as lines; open-loop
-    points hollow at their achieved (time-averaged) concurrency; bars: 95% intervals over repeats."""
+    points hollow at their achieved (time-averaged) concurrency; bars: 95% intervals over repeats; with `repeats`,
+    every repeat a dot (a closed loop's summaries that mix two phase states are labelled so)."""
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
     one = points["workload"].nunique() == 1 if not points.empty else True
@@ -397,7 +505,7 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
     titles = ("total: output tokens / GPU energy (counter)", "above idle: output tokens / (energy - idle W x window)")
     for ax, col, title in zip(axes, ("output_tokens_per_j", "output_tokens_per_j_above_idle"), titles):
         data = points.dropna(subset=[col]) if col in points else points.iloc[0:0]
-        labels = _tpj_panel(ax, data, col, colors, one) if not data.empty else []
+        labels = _tpj_panel(ax, data, col, colors, one, repeats) if not data.empty else []
         if not data.empty:
             ticks += data.loc[data["shape"] == CLOSED_LOOP, "concurrency"].dropna().tolist()
             xs += data.loc[data["shape"] != CLOSED_LOOP, "achieved_concurrency"].dropna().tolist()
@@ -414,19 +522,22 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str) -> Figure:
         ax._wb_labels = labels
     axes[0].set_ylabel("output tokens per joule (tok/J)")
     xs += ticks
+    placed = _tpj_repeats(repeats)
+    if placed is not None and not placed.empty and xs:  # open-loop repeats sit at their own achieved concurrency
+        xs += [float(x) for x in placed["x"].dropna() if x > 0]
     if xs:
         for ax in axes:
             ax.set_xscale("log", base=2)
             plain_log_axis(ax.xaxis, ticks or [round(x, 1) if x < 10 else round(x) for x in xs])
             ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
-    fig.suptitle(f"Energy efficiency against concurrency ({label})\n{interval_note(points)}", fontsize=9)
+    fig.suptitle(f"Energy efficiency against concurrency ({label})\n{interval_note(points, repeats)}", fontsize=9)
     handles, names = axes[0].get_legend_handles_labels()
     if not handles:
         handles, names = axes[1].get_legend_handles_labels()
     if handles:
         fig.legend(
-            handles + _style_handles(),
-            names + [h.get_label() for h in _style_handles()],
+            handles + _style_handles(repeats),
+            names + [h.get_label() for h in _style_handles(repeats)],
             fontsize=7,
             loc="lower center",
             ncol=3,
@@ -579,12 +690,171 @@ def fig_latency_cdf(requests: pd.DataFrame, label: str, metric: str = "ttft_ms")
     return fig
 
 
-def plot_throughput_latency(points: pd.DataFrame, label: str) -> bytes:
-    return _png(fig_throughput_latency(points, label))
+def frontier(df: pd.DataFrame, x: str, y: str, x_better: str = "lower") -> pd.DataFrame:
+    """The points no other point beats on both x (lower, or higher with x_better='higher') and higher y, in x order.
+    vLLM's plot_pareto keeps, with x descending, every point whose y reaches the best so far (ties kept)."""
+    df = df.dropna(subset=[x, y])
+    if df.empty:
+        return df
+    asc = x_better == "lower"
+    df = df.sort_values([x, y], ascending=[asc, False])
+    best, keep = -np.inf, []
+    for idx, row in df.iterrows():
+        if row[y] >= best - 1e-12:
+            best = max(best, row[y])
+            keep.append(idx)
+    return df.loc[keep].sort_values(x)
 
 
-def plot_tokens_per_joule(points: pd.DataFrame, label: str) -> bytes:
-    return _png(fig_tokens_per_joule(points, label))
+# The frontier panels: (x, x label, x better, y, y label, SLO bound on x)
+FRONTIER_PANELS = (
+    ("ttft_p99_ms", "TTFT p99 (ms)", "lower", "output_tokens_per_j", "output tokens per joule (tok/J)", "slo_ttft_ms"),
+    ("tpot_p99_ms", "TPOT p99 (ms)", "lower", "output_tokens_per_j", "output tokens per joule (tok/J)", "slo_tpot_ms"),
+    ("tok_s_per_user", "output tok/s per user", "higher", "tok_s_per_gpu", "output tok/s per GPU", None),
+)
+
+
+def frontier_points(points: pd.DataFrame) -> pd.DataFrame:
+    """The point summaries with vLLM's Pareto axes (vllm/benchmarks/sweep/plot_pareto.py): tokens/s per user = output
+    tok/s / concurrent requests (the achieved, time-averaged concurrency: a closed loop's streams, an open loop's
+    requests in flight) and tokens/s per GPU = output tok/s / the deployment's GPUs."""
+    if points.empty:
+        return points
+    df = points.copy()
+    users = pd.to_numeric(df.get("achieved_concurrency"), errors="coerce")
+    gpus = pd.to_numeric(df.get("n_gpus"), errors="coerce")
+    df["tok_s_per_user"] = df["output_tok_s"] / users.where(users > 0)
+    df["tok_s_per_gpu"] = df["output_tok_s"] / gpus.where(gpus > 0)
+    return df
+
+
+def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: str, slo: dict | None = None) -> Figure:
+    """Per engine config (engine, precision, tp): tokens per joule against TTFT p99 and against TPOT p99, and output
+    tokens/s per GPU against tokens/s per user (vLLM's Pareto view); each config's frontier joined, every point a
+    marker (open loop hollow), the SLO's bound dashed and each config's SLO capacity ringed (slo_capacity)."""
+    df = frontier_points(points)
+    fig, axes = plt.subplots(1, 3, figsize=(15.0, 4.8))
+    colors = engine_colors(points["engine"].unique() if not points.empty else [])
+    cap = capacity if capacity is not None and not capacity.empty else pd.DataFrame()
+    for ax, (x, xlabel, better, y, ylabel, bound) in zip(axes, FRONTIER_PANELS):
+        data = df.dropna(subset=[x, y]) if not df.empty and x in df and y in df else pd.DataFrame()
+        for engine in sorted(colors):
+            part = data[data["engine"] == engine] if not data.empty else data
+            if part.empty:
+                continue
+            c = colors[engine]
+            front = frontier(part, x, y, better)
+            if len(front) > 1:
+                ax.plot(front[x], front[y], color=c, lw=1.4, alpha=0.8, gid=f"frontier:{engine}")
+            for filled in (True, False):
+                sub = part[(part["shape"] == CLOSED_LOOP) == filled]
+                if sub.empty:
+                    continue
+                ax.scatter(
+                    sub[x],
+                    sub[y],
+                    s=22,
+                    color=c,
+                    facecolors=c if filled else "white",
+                    edgecolors=c,
+                    zorder=3,
+                    label=config_label(engine, part) if filled or (part["shape"] == CLOSED_LOOP).sum() == 0 else None,
+                    gid=f"points:{engine}:{'closed' if filled else 'open'}",
+                )
+            here = cap[cap["engine"] == engine] if not cap.empty else cap
+            for _, r in here.iterrows():
+                at = part[(part["workload"] == r["workload"]) & (part["point_label"] == r["at_point_label"])]
+                if at.empty:
+                    continue
+                ax.scatter(
+                    at[x],
+                    at[y],
+                    s=170,
+                    facecolors="none",
+                    edgecolors=c,
+                    linewidths=2.0,
+                    zorder=4,
+                    gid=f"capacity:{engine}",
+                )
+                ax.annotate(
+                    f"SLO capacity {r['capacity']:.3g} {r['unit']}",
+                    (float(at[x].iloc[0]), float(at[y].iloc[0])),
+                    textcoords="offset points",
+                    xytext=(8, -12),
+                    fontsize=7,
+                    color=c,
+                )
+        if bound and not data.empty:
+            _slo_lines(ax, data[x], bound, slo, cap)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if data.empty:
+            why = "no point with both figures measured" if not df.empty else "no load point measured"
+            ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=8, transform=ax.transAxes)
+        elif better == "lower" and data[x].max() / max(data[x].min(), 1e-9) > 20:
+            ax.set_xscale("log")
+            plain_log_axis(ax.xaxis)
+    axes[0].set_title("tokens per joule against TTFT p99", fontsize=8)
+    axes[1].set_title("tokens per joule against TPOT p99", fontsize=8)
+    axes[2].set_title("tok/s per GPU against tok/s per user (vLLM's Pareto view)", fontsize=8)
+    fig.suptitle(
+        f"Frontiers per engine config: lines join the points no other beats on both axes; ringed: the SLO capacity "
+        f"({label})\none marker per point: its repeats' mean (tok/s, tok/J) or pooled percentile (latency)",
+        fontsize=9,
+    )
+    handles, names = [], []
+    for ax in axes:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    if handles:
+        fig.legend(handles, names, fontsize=7, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.06))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def _slo_lines(ax, xs: pd.Series, bound: str, slo: dict | None, cap: pd.DataFrame) -> None:
+    """The plan's SLO bound (dashed) and a capacity search's own (dotted, where it differs) on a latency axis; a
+    bound far right of every point is said in the panel instead of stretching the axis to it."""
+    lines = [("plan SLO", (slo or {}).get(bound), "--")]
+    if not cap.empty and bound in cap:
+        for v in sorted({float(v) for v in cap[bound].dropna()}):
+            if v != lines[0][1]:
+                lines.append(("searched SLO", v, ":"))
+    far = []
+    top = float(xs.max())
+    for name, v, style in lines:
+        if not v:
+            continue
+        if v <= 1.5 * top:
+            ax.axvline(v, color="#d62728", ls=style, lw=1.1, alpha=0.8, label=f"{name}: {v:g} ms")
+        else:
+            far.append(f"{name} {v:g} ms")
+    if far:
+        ax.text(
+            0.98,
+            0.02,
+            "off the axis: " + ", ".join(far),
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#d62728",
+            transform=ax.transAxes,
+        )
+
+
+def plot_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: str, slo: dict | None = None) -> bytes:
+    return _png(fig_frontiers(points, capacity, label, slo))
+
+
+def plot_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> bytes:
+    return _png(fig_throughput_latency(points, label, repeats))
+
+
+def plot_tokens_per_joule(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> bytes:
+    return _png(fig_tokens_per_joule(points, label, repeats))
 
 
 def plot_power_trace(samples: pd.DataFrame, windows: pd.DataFrame, label: str) -> bytes:

@@ -9,11 +9,13 @@ import html
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from assets import charts
 from assets.pictures import (
     load_order,
+    plot_frontiers,
     plot_latency_cdf,
     plot_power_trace,
     plot_throughput_latency,
@@ -26,6 +28,8 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     """What the pictures and charts are drawn from, for one run:
     - points: one row per engine x workload x point, its repeats summarised with 95% intervals (sql/load_points.sql:
       <figure>, <figure>_lo, <figure>_hi), with the mean achieved concurrency, precision and tp of its repeats;
+    - repeats: each repeat of a point (v_load_points: one row per load run) with the figures the pictures compare and
+      its phase state, so that the pictures show every repeat beside the summary;
     - samples: the sampled GPU power; windows: each load run's steady-state window with its point, repeat and
       energy-counter W; requests: TTFT and E2E of successful requests sent inside a window, with their point."""
     from resources.warehouse import run_sql
@@ -39,8 +43,17 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     ).df()
     if not points.empty:
         points = points.merge(per_run, on=["engine", "workload", "point_label"], how="left")
+    slo = con.execute("SELECT slo_ttft_ms, slo_tpot_ms, slo_e2e_ms FROM runs WHERE run_id = ?", [run_id]).fetchone()
     return {
         "points": points,
+        "repeats": con.execute(
+            "SELECT engine, workload, point_label, shape, concurrency, rate, repeat, output_tok_s, e2e_p50_ms, "
+            "output_tokens_per_j, output_tokens_per_j_above_idle, achieved_concurrency, phase_state "
+            "FROM v_load_points WHERE run_id = ? ORDER BY engine, workload, point_label, repeat",
+            [run_id],
+        ).df(),
+        "capacity": con.execute("SELECT * FROM v_slo_capacity WHERE run_id = ? ORDER BY engine", [run_id]).df(),
+        "slo": pd.DataFrame([dict(zip(("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms"), slo or (None, None, None)))]),
         "samples": con.execute(
             "SELECT deployment_id, gpu_uuid, t_ns, power_w FROM gpu_samples WHERE run_id = ? AND power_w IS NOT NULL",
             [run_id],
@@ -64,12 +77,21 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
 def pictures(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
     """The static pictures of a run (PNG): what the Dagster UI shows and the HTML keeps as its static copy."""
     return {
-        "throughput vs latency": plot_throughput_latency(frames["points"], label),
-        "tokens per joule vs concurrency": plot_tokens_per_joule(frames["points"], label),
+        "throughput vs latency": plot_throughput_latency(frames["points"], label, frames.get("repeats")),
+        "tokens per joule vs concurrency": plot_tokens_per_joule(frames["points"], label, frames.get("repeats")),
         "power trace": plot_power_trace(frames["samples"], frames["windows"], label),
         "TTFT CDF": plot_latency_cdf(frames["requests"], label, "ttft_ms"),
         "E2E CDF": plot_latency_cdf(frames["requests"], label, "e2e_ms"),
+        "frontiers": plot_frontiers(frames["points"], frames.get("capacity"), label, slo_of(frames)),
     }
+
+
+def slo_of(frames: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """The run's SLO bounds (report_frames' `slo`), the ones it has."""
+    slo = frames.get("slo")
+    if slo is None or slo.empty:
+        return {}
+    return {k: float(v) for k, v in slo.iloc[0].items() if v is not None and pd.notna(v)}
 
 
 def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str, dict[str, Any] | None]:
@@ -78,8 +100,8 @@ def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str,
         "power trace": charts.power_chart(frames["samples"], frames["windows"], label),
         "TTFT CDF": charts.cdf_chart(frames["requests"], label, "ttft_ms"),
         "E2E CDF": charts.cdf_chart(frames["requests"], label, "e2e_ms"),
-        "throughput vs latency": charts.throughput_latency_chart(frames["points"], label),
-        "tokens per joule vs load": charts.tokens_per_joule_chart(frames["points"], label),
+        "throughput vs latency": charts.throughput_latency_chart(frames["points"], label, frames.get("repeats")),
+        "tokens per joule vs load": charts.tokens_per_joule_chart(frames["points"], label, frames.get("repeats")),
     }
 
 
@@ -109,6 +131,10 @@ POINT_FIGURES = [
     ("counter_w_per_gpu", "power per GPU, energy counter (W)"),
     ("usd_per_1m_output_tokens", "$ per 1M output tokens, GPU-hours ($)"),
     ("energy_usd_per_1m_output_tokens", "energy $ per 1M output tokens ($)"),
+    ("j_per_request", "energy per request, total (J)"),
+    ("j_per_request_above_idle", "energy per request, above idle (J)"),
+    ("j_per_output_token", "energy per output token, total (J)"),
+    ("j_per_output_token_above_idle", "energy per output token, above idle (J)"),
     ("ttft_p50_ms", "TTFT p50 (ms)"),
     ("ttft_p99_ms", "TTFT p99 (ms)"),
     ("tpot_p50_ms", "TPOT p50 (ms)"),
@@ -131,9 +157,21 @@ CONTRAST_HEADLINES = (
 )
 
 
-def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
+MIXED_PHASE_NOTE = "two phase states: the mean mixes them, not a typical figure"
+
+
+def phase_cell(states: Any, mixed: Any) -> str:
+    """The phase states of a point's repeats as the tables print them: 'spread x3'; a point whose repeats fell in
+    both states says that its mean is no typical figure; NULL where no repeat had a phase verdict."""
+    if states is None or (isinstance(states, float) and states != states):
+        return "NULL"
+    return f"{states}: {MIXED_PHASE_NOTE}" if isinstance(mixed, (bool, np.bool_)) and mixed else str(states)
+
+
+def point_summary_table(figures: pd.DataFrame, points: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per engine x point, its figures as 'estimate [lo, hi]' (the 95% interval; the bare estimate where
-    there is none), from sql/point_figures.sql's long form; rows in the query's order (load order)."""
+    there is none), from sql/point_figures.sql's long form; rows in the query's order (load order). With `points`
+    (sql/load_points.sql), a column gives the phase states of its repeats (phase_cell)."""
     if figures.empty:
         return pd.DataFrame()
     f = figures[figures["metric"].isin([m for m, _ in POINT_FIGURES])].copy()
@@ -144,7 +182,17 @@ def point_summary_table(figures: pd.DataFrame) -> pd.DataFrame:
     table = rows.merge(wide.reset_index(), on=["engine", "point"], how="left")
     headings = {m: h for m, h in POINT_FIGURES}
     cols = ["engine", "point", "repeats"] + [m for m, _ in POINT_FIGURES if m in table]
-    table = table[cols].rename(columns={"engine": "engine config", "point": "workload:point", **headings})
+    if points is not None and not points.empty and "phase_states" in points:
+        key = points["workload"].astype(str) + ":" + points["point_label"].astype(str)
+        cells = {
+            (e, k): phase_cell(s, m)
+            for e, k, s, m in zip(points["engine"], key, points["phase_states"], points["mixed_phase"])
+        }
+        table["phase"] = [cells.get((e, p), "NULL") for e, p in zip(table["engine"], table["point"])]
+        cols.insert(3, "phase")
+    table = table[cols].rename(
+        columns={"engine": "engine config", "point": "workload:point", "phase": "phase of the repeats", **headings}
+    )
     return table.fillna("NULL").reset_index(drop=True)
 
 
@@ -377,7 +425,10 @@ CAPACITY_ASSUMPTIONS = [
     "repeats; one repeat: its measured value), at the point with the highest such bound among those whose p99 "
     "TTFT/TPOT/E2E meet the plan's SLO on their 95% upper bounds (no interval: the worst repeat), at the measured "
     "workload lengths nearest the profile's; sized_on names the point and sized_bound the bounds. Never the best "
-    "repeat. It is a demonstrated rate: a higher, unmeasured load may also meet the SLO, so sweep further.",
+    "repeat. It is a demonstrated rate: a higher, unmeasured load may also meet the SLO, so sweep further. Where the "
+    "plan has an SLO capacity search of the config (slo_capacity), it sizes instead: the goodput's lower 95% bound "
+    "at the capacity found, scaled down by capacity_lo / capacity when the capacity's interval reaches below the "
+    "load measured.",
     "Replicas = ceil(QPS / capacity); GPUs = replicas x GPUs per deployment; a month is 730 h; the elastic pool runs "
     "burst_hours_per_day x 730/24 h a month and is sized for (peak - steady) QPS with no credit for spare baseline "
     "capacity.",

@@ -82,7 +82,7 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
     full = frames["runs"]
-    summary = reporting.point_summary_table(frames["figures"])
+    summary = reporting.point_summary_table(frames["figures"], frames["points"])
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
         "run_id": run_id,
@@ -152,6 +152,59 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     return dg.MaterializeResult(metadata=meta)
 
 
+@dg.asset(
+    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL
+)  # DuckDBResource opens read-write, which takes the file lock
+def slo_capacity(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
+    """The SLO capacity of every capacity search of the plan (a workload with `search:`): per engine config, the
+    highest load meeting the plan's SLO with its 95% interval, the binding bound and what limits it, and the figures
+    at that load with their intervals over its repeats: tokens/s, tokens per joule, joules per request, $ per 1M
+    output tokens, W; probes and window-seconds used (table slo_capacity, made again here from searches and the
+    point figures; sql/slo_capacity.sql), with the frontier pictures (tok/J against TTFT p99 and TPOT p99, tok/s per
+    GPU against tok/s per user) and the capacity marked on them."""
+    from resources.warehouse import refresh_kept_views
+
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    with warehouse_connection(warehouse) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            refresh_kept_views(con, run_id, ("slo_capacity",))
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        table = run_sql(con, "slo_capacity", {"run_id": run_id})
+        frames = reporting.report_frames(con, run_id)
+        source = _source(con, run_id)
+    picture = pictures.plot_frontiers(frames["points"], frames["capacity"], source, reporting.slo_of(frames))
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "source": source,
+        **partition_metadata(context),
+        "dagster/row_count": dg.MetadataValue.int(len(table)),
+        "searches": dg.MetadataValue.int(len(table)),
+        "slo_capacity": reporting.table_metadata(table)
+        if not table.empty
+        else dg.MetadataValue.md("_no capacity search in this benchmark: add a workload with `search:` to the plan_"),
+        "answers": dg.MetadataValue.md(
+            "\n".join(f"- **{r['engine']}** ({r['workload']}): {r['answer']}" for _, r in table.iterrows()) or "_none_"
+        ),
+        "frontiers": dg.MetadataValue.md(reporting.md_image(picture, "frontiers")),
+    }
+    for _, row in table.iterrows():
+        _floats(
+            meta,
+            {
+                f"{row['engine']}/{row['workload']}/capacity": row["capacity"],
+                f"{row['engine']}/{row['workload']}/capacity_lo": row["capacity_lo"],
+                f"{row['engine']}/{row['workload']}/capacity_hi": row["capacity_hi"],
+                f"{row['engine']}/{row['workload']}/probes": row["probes"],
+                f"{row['engine']}/{row['workload']}/window_s": row["window_s"],
+            },
+        )
+    return dg.MaterializeResult(metadata=meta)
+
+
 def _capacity_frames(con, run_id: str, params: dict[str, Any] | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     if params is None:
         return pd.DataFrame(), pd.DataFrame()
@@ -175,13 +228,19 @@ def _profile_text(params: dict[str, Any]) -> str:
 
 
 @dg.asset(
-    group_name=GROUP, owners=OWNERS, kinds=TABLE_KINDS, deps=STAGES, partitions_def=BENCH_PARTITIONS, pool=WRITER_POOL
+    group_name=GROUP,
+    owners=OWNERS,
+    kinds=TABLE_KINDS,
+    deps=[*STAGES, slo_capacity],
+    partitions_def=BENCH_PARTITIONS,
+    pool=WRITER_POOL,
 )  # DuckDBResource opens read-write, which takes the file lock
 def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
     """Capacity plan for the plan's traffic profile (`capacity:`) at its SLO: the fewest GPUs per engine config
-    and their monthly cost (sql/capacity_plan.sql), and the seed article's hybrid topology (steady baseline on
-    one engine's pool, bursts on another's elastic pool) against each engine alone (sql/hybrid_plan.sql).
-    NULL with a reason where no load point meets the SLO; the assumptions are listed with the tables."""
+    and their monthly cost (sql/capacity_plan.sql; sized on the SLO capacity search's conservative bound where the
+    plan has one, slo_capacity), and the seed article's hybrid topology (steady baseline on one engine's pool, bursts
+    on another's elastic pool) against each engine alone (sql/hybrid_plan.sql). NULL with a reason where no load
+    point meets the SLO; the assumptions are listed with the tables."""
     bench_plan, _ = plan.load(partition_key_of(context))
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     params = report_text.capacity_params(bench_plan.capacity)
@@ -313,6 +372,7 @@ def _html_sections(
     topologies: pd.DataFrame,
     regress: pd.DataFrame,
     run_id: str,
+    searched: pd.DataFrame | None = None,
 ) -> list[tuple[str, str]]:
     h2h = reporting.pivot_head_to_head(long)
     methods = reporting.interval_methods(frames["figures"])
@@ -335,7 +395,25 @@ def _html_sections(
             ),
         )
     ]
-    summary = reporting.point_summary_table(frames["figures"])
+    if searched is not None and not searched.empty:
+        answers = "".join(
+            f"<li><b>{html.escape(str(r['engine']))}</b> ({html.escape(str(r['workload']))}): "
+            f"{html.escape(str(r['answer']))}</li>"
+            for _, r in searched.iterrows()
+        )
+        sections.append(
+            (
+                "SLO capacity",
+                (
+                    "<p class='meta'>the highest load meeting the SLO per engine config (a capacity search: bracket, "
+                    "bisect to its tolerance, then repeated windows at the load found and one step below); capacity_lo"
+                    "/hi: its 95% interval; the figures at it carry their 95% intervals over those repeats. The "
+                    "frontier pictures below ring it. sql/slo_capacity.sql.</p>"
+                    f"<ul>{answers}</ul>" + reporting.html_table(searched.drop(columns=["answer"]))
+                ),
+            )
+        )
+    summary = reporting.point_summary_table(frames["figures"], frames["points"])
     sections.append(
         (
             "Every load point, summarised over its repeats",
@@ -422,7 +500,7 @@ def _html_sections(
     owners=OWNERS,
     kinds={"python", "duckdb", "html"},
     partitions_def=BENCH_PARTITIONS,
-    deps=[load_point_report, head_to_head, capacity_plan, regressions],
+    deps=[load_point_report, head_to_head, slo_capacity, capacity_plan, regressions],
     pool=WRITER_POOL,
 )
 def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.MaterializeResult:
@@ -443,6 +521,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         contrasts = run_sql(con, "engine_contrasts", {"run_id": run_id})
         per_config, topologies = _capacity_frames(con, run_id, params)
         regress = run_sql(con, "regressions", {"run_id": run_id})
+        searched = run_sql(con, "slo_capacity", {"run_id": run_id})
         source = _source(con, run_id)
     plots = _load_point_plots(frames, source)
     plots["capacity plan"] = pictures.plot_capacity(
@@ -459,7 +538,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         f"wattbench: {bench_plan.name}",
         source,
         run_id,
-        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id),
+        _html_sections(long, frames, contrasts, params, per_config, topologies, regress, run_id, searched),
         plots,
         notes,
         interactive=interactive,
@@ -493,4 +572,4 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
 
 
 # What pipelines/definitions.py wires in: ALL_ASSETS = [engine_builds, bench, *REPORT_ASSETS]
-REPORT_ASSETS = [load_point_report, head_to_head, capacity_plan, regressions, html_report]
+REPORT_ASSETS = [load_point_report, head_to_head, slo_capacity, capacity_plan, regressions, html_report]

@@ -2,7 +2,7 @@
 
 Everything is computed with the pure-Python simulate() API (virtual time; a few minutes with the claims'
 convergence and the sensitivity runs). Writes results/emulator_calibration.json and results/emulator_calibration.md.
-The fitted factors come from benchmarks/twin_fit.py (public ML.ENERGY figures + real H200 vLLM runs, with held-out
+The fitted factors come from the twin's calibration (wattbench/twin/: real H200 vLLM runs, with held-out
 points); its results are the "Real hardware" section here. The TensorRT-LLM-like factors are assumptions
 (TRT_ASSUMPTIONS, each with its source) and every seed claim is checked against each of them +-20%.
 
@@ -73,7 +73,7 @@ def ml_energy_rows(
     duration_s: float = 60.0, warmup_s: float = 30.0, setup_for=None, independent: bool = False
 ) -> list[dict[str, Any]]:
     """Every public ML.ENERGY figure against the twin's (the one home of this comparison: the report here and every
-    fit in benchmarks/twin_fit.py). setup_for(model, tp, batch): the EngineSetup to run (None: the shipped factors).
+    calibration, wattbench/twin/). setup_for(model, tp, batch): the EngineSetup to run (None: the shipped factors).
     independent: leave out J/token where W and tok/s are both published (it is their ratio): 14 numbers, not 18."""
     rows = []
     for (model, tp, batch), (jpt, watts, tps) in ML_ENERGY.items():
@@ -133,11 +133,20 @@ TRT_ASSUMPTIONS = {
     "finish_s": "= vLLM-like's: API server time per finished request",
     "intake_latency_s": "= vLLM-like's: fixed latency before intake",
     "fp8_act_quant_layer_s": "0 (with fp8_act_quant_bytes 0): TensorRT-LLM fuses fp8 activation quantisation into "
-    "the norm and activation kernels; vLLM-like pays 40 us a layer-step and 7.44 B an element (fitted on H200 vLLM "
-    "online fp8, and a pre-quantised checkpoint ran at the same speed: results/h200-vllm-fp8ckpt); assumed",
+    "the norm and activation kernels; vLLM-like pays its fitted cost a layer-step and 7.44 B an element (fitted on "
+    "H200 vLLM online fp8, and a pre-quantised checkpoint ran at the same speed: results/h200-vllm-fp8ckpt); assumed",
+    "eager_layer_s": "0: TensorRT engines are launched from C++, so a context step's host launch time is taken as "
+    "hidden behind the GPU; vLLM-like's is measured (0.37-0.78 ms a layer over H200 hosts: results/twin); assumed",
 }
 # assumptions at 0, where +-20% moves nothing: the alternative checked instead (label, knobs)
 TRT_ALTERNATIVES = {
+    "eager_layer_s": (
+        "as vLLM-like's",
+        {
+            "eager_layer_s": FACTORS["vllm-like"].eager_layer_s,
+            "graph_max_tokens": FACTORS["vllm-like"].graph_max_tokens,
+        },
+    ),
     "fp8_act_quant_layer_s": (
         "as vLLM-like's",
         {
@@ -414,186 +423,25 @@ def default_plan_rows(duration_s: float = 60.0, warmup_s: float = 15.0) -> list[
 
 
 def real_hardware_md() -> list[str]:
-    """The real-hardware section, from benchmarks/twin_fit.py's results (results/h200-vllm/twin_fit.json)."""
-    fit_path = ROOT / "results" / "h200-vllm" / "twin_fit.json"
-    if not fit_path.exists():
-        return [
-            "## Real hardware",
-            "",
-            "(results/h200-vllm/twin_fit.json missing: run python -m benchmarks.twin_fit)",
-            "",
-        ]
-    fit = json.loads(fit_path.read_text())
-    label = {
-        "output_tok_s": "tok/s",
-        "ttft_p50_ms": "TTFT p50",
-        "ttft_p99_ms": "TTFT p99",
-        "tpot_p50_ms": "TPOT p50",
-        "counter_w_per_gpu": "W",
-        "output_tokens_per_j": "tok/J",
-    }
-    lines = [
+    """The real-hardware section, from the twin's calibration (wattbench/twin/: results/twin/held_out.json)."""
+    from wattbench.twin import report
+
+    if not report.ROWS.exists():
+        return ["## Real hardware", "", "(results/twin/held_out.json missing: run python -m wattbench.twin)", ""]
+    rows = json.loads(report.ROWS.read_text())["rows"]
+    return [
         "## Real hardware (emulated vs measured, held out)",
         "",
-        "Measured (source measured): real vLLM 0.25.0 on one H200 (results/h200-vllm, bundles "
-        + ", ".join(fit.get("bundles", []))
-        + "), Llama-3.1-8B shape, bf16 and online fp8; closed loop 1 / 4 "
-        "streams (light) and 16 / 64 / 256 streams (steady) of 512 in / 128 out, 1 / 4 (light-long) and 32 "
-        "(long-prompt) streams of 2K-token prompts, ramped over 2 s; gamma arrivals 8 req/s burstiness 0.25 "
-        "(bursty); each figure the mean of three repeats (latency: pooled requests). Predicted (source "
-        "emulated): the twin with each protocol's fitted knobs. Fitted on: each protocol's training points plus "
-        "the 18 public ML.ENERGY figures above; tested on: points that fit never saw (benchmarks/twin_fit.py). "
-        "Goal on held-out points: tok/s, TPOT, W, tok/J within 10%; TTFT p50/p99 within 25%.",
+        "Measured (source measured): real vLLM 0.25.0 on H200s, every committed bundle of results/h200-vllm*/ (the "
+        "8B-shaped random model on ten boards; a 14.5B model held out). Predicted (source emulated): the twin on the "
+        'step composition (docs/EMULATOR.md, "The step composition"), calibrated by `python -m wattbench.twin` on '
+        "points other than the one predicted: by workload, by board, and the held-out model; 'before' is the twin it "
+        "replaced (a speed and a power factor per board). Goal: tok/s, TPOT p50, W, tok/J within 10%, TTFT p50 "
+        "within 25%. Every point and the calibration itself: results/twin/README.md.",
+        "",
+        *report.errors_table(rows),
         "",
     ]
-    what = {
-        "before light data (the 10 earlier points)": "the 8 light-load points (1 and 4 streams, 512 and 2K-token "
-        "prompts, bf16 and fp8) predicted by a fit of every knob on the 10 points measured before them (steady, "
-        "long-prompt, bursty) plus ML.ENERGY (the power split's design had seen the light points; its coefficients "
-        "had not)",
-        "leave-one-workload-out": "every point predicted by a fit on the other workloads (five folds: steady, "
-        "long-prompt, bursty, light, light-long; both precisions)",
-        "bf16 -> fp8": "the nine fp8 points predicted by a fit on the nine bf16 points (fp8-only knobs at their prior)",
-        "held-out model": "a random Llama-architecture model of another size (14.5B parameters, Qwen2.5-14B "
-        "dimensions, results/h200-vllm-14b, plans/h200-vllm-14b.yaml), bf16 and online fp8 on one H200: in no fit, "
-        "predicted by the final fit from its config.json alone; `wattbench predict` widens its band to these errors "
-        "for a model of another size",
-        "held-out sweep": "the 8B model again at stream counts no fit saw (2, 8, 32 streams of 512 in / 128 out), and "
-        "a decode-heavy phase: 16 streams of 128 in / 512 out (decode16) beside 16 streams of 512 in / 128 out "
-        "(ref16, the steady workload's c16 measured again); results/h200-vllm-sweep, plans/h200-vllm-sweep.yaml, "
-        "measured after the final fit and predicted by it",
-        "held-out sweep, as filed before the run": "the same sweep points against the twin's figures filed before the "
-        "run (results/h200-vllm-sweep/predictions.json: `wattbench predict` with the twin of the previous round)",
-        "held-out GPU unit": "another H200 unit (results/h200-vllm-unit, plans/h200-vllm-unit.yaml): the steady "
-        "workload's 16 streams under its own and the sweep's protocol, interleaved, and 32 streams over one 60 s "
-        "window; the protocols agree there, the units do not (the same configuration: bf16 2,089-2,404 tok/s on three "
-        "H200s); measured after the final fit and predicted by it",
-        "held-out GPU unit, as filed before the run": "the same points against the twin's figures filed before the "
-        "run (results/h200-vllm-unit/predictions*.json)",
-        "held-out board": "a fifth H200 (results/h200-vllm-board, plans/h200-vllm-board.yaml; the fastest measured: "
-        "bf16 2,508 tok/s at 16 streams): 4, 16 and 64 streams of 512 in / 128 out, 8 streams of 2K-token prompts, "
-        "gamma arrivals at 12 req/s, bf16 and online fp8; measured after the twin was centred on the typical board "
-        "and predicted by its final fit",
-        "held-out board, as filed before the run": "the same points against the centred twin's figures filed before "
-        "the run (results/h200-vllm-board/predictions.json)",
-        "after the final fit (kv8 plan)": "the six points of plans/h200-vllm-kv8.yaml (bf16, fp8 and fp8 with an fp8 "
-        "KV cache at 256 streams and at 32 streams of 2K-token prompts, another H200), measured after the final fit "
-        "and predicted by it",
-    }
-    for proto, per_fig in fit["summary"].items():
-        lines += [
-            f"**{proto}**: {what.get(proto, proto)}.",
-            "",
-            "| figure | held-out | median abs error | largest abs error | within goal | misses inside the measured "
-            "repeats' range | misses (engine point error) |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for f, x in per_fig.items():
-            lines.append(
-                f"| {label[f]} (goal {int(100 * x['goal'])}%) | {x['n']} | "
-                f"{100 * x['median_abs_error']:.1f}% | {100 * x['max_abs_error']:.1f}% | "
-                f"{x['within_goal']}/{x['n']} | {x.get('misses_inside_repeats', 'n/a')} | "
-                f"{'; '.join(x['misses']) or '-'} |"
-            )
-        lines.append("")
-    rows = [r for r in fit["held_out"] if r["protocol"] == "leave-one-workload-out"]
-    if rows:
-        figs = list(label)
-        slices = [
-            ("light load", lambda r: r["load"] == "light"),
-            ("heavy load", lambda r: r["load"] == "heavy"),
-            ("bf16", lambda r: r["precision"] == "bf16"),
-            ("fp8", lambda r: r["precision"] == "fp8"),
-            ("512-token prompts", lambda r: r["prompts"] == "short"),
-            ("2K-token prompts", lambda r: r["prompts"] == "2K"),
-        ]
-        lines += [
-            "The goal, slice by slice (leave-one-workload-out: held-out figures within the goal / held out; "
-            "**met** only where every one is):",
-            "",
-            "| slice | " + " | ".join(label[f] for f in figs) + " |",
-            "|---|" + "---:|" * len(figs),
-        ]
-        for name, pick in slices:
-            cells = []
-            for f in figs:
-                xs = [r for r in rows if r["figure"] == f and pick(r)]
-                ok = sum(r["meets_goal"] for r in xs)
-                cells.append("n/a" if not xs else f"{'**met**' if ok == len(xs) else 'not met'} {ok}/{len(xs)}")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines += [
-            "",
-            "Leave-one-workload-out, every held-out figure (error = predicted / measured - 1; * misses the goal):",
-            "",
-            "| engine | point | load | prompts | " + " | ".join(label[f] for f in figs) + " |",
-            "|---|---|---|---|" + "---:|" * len(figs),
-        ]
-        by: dict[tuple, dict] = {}
-        for r in rows:
-            by.setdefault((r["engine"], r["point"], r["load"], r["prompts"]), {})[r["figure"]] = r
-        for (eng, pt, load, prompts), fr in sorted(by.items()):
-            cells = [
-                f"{100 * fr[f]['error']:+.1f}%{'' if fr[f]['meets_goal'] else '*'}" if f in fr else "n/a" for f in figs
-            ]
-            lines.append(f"| {eng} | {pt} | {load} | {prompts} | " + " | ".join(cells) + " |")
-        lines.append("")
-    from benchmarks.twin_fit import reproducibility_table, ttft_split_table
-
-    lines += reproducibility_table(fit.get("reproducibility") or [])
-    lines += ttft_split_table(fit.get("ttft_split") or [])
-    lines.append("")
-    stopped = [n for n, f in fit["fits"].items() if f.get("stopped_early")]
-    conv = [n for n, f in fit["fits"].items() if f.get("converged")]
-    if conv:
-        lines += [
-            f"Fits converged (least squares: loss or knobs moving < 0.1%): {', '.join(conv)}; "
-            + ", ".join(
-                f"{n} {f.get('evaluations')} evaluations in {f.get('fit_s', 0):.0f} s"
-                for n, f in fit["fits"].items()
-                if f.get("converged")
-            )
-            + ".",
-            "",
-        ]
-    if stopped:
-        lines += [
-            f"Fits stopped at their time limit with the best values so far (not converged): {', '.join(stopped)}.",
-            "",
-        ]
-    before = fit.get("summary_before_power_split")
-    if before:
-        lines += [
-            "Before and after the power split (held-out figures within the goal / held out, per protocol; before: "
-            "power ~ time in tensor math at the kernels' efficiency, fits stopped at 6 minutes):",
-            "",
-            "| protocol | " + " | ".join(label.values()) + " |",
-            "|---|" + "---:|" * len(label),
-        ]
-        for proto, per_fig in fit["summary"].items():
-            old = before.get(proto, {})
-            cells = []
-            for f in label:
-                new_s, old_s = per_fig.get(f), old.get(f)
-                cells.append(
-                    "n/a"
-                    if new_s is None
-                    else (f"{old_s['within_goal']}/{old_s['n']} -> " if old_s else "new: ")
-                    + f"{new_s['within_goal']}/{new_s['n']}"
-                )
-            lines.append(f"| {proto} | " + " | ".join(cells) + " |")
-        lines.append("")
-    final = fit["fits"].get("final (all points)", {}).get("params", {})
-    if final:
-        lines += [
-            "Final fit (all points + ML.ENERGY; shipped rounded in the emulator): "
-            + ", ".join(f"{k} {v:.4g}" for k, v in final.items())
-            + ". `wattbench predict` prints, beside each "
-            "figure, the largest leave-one-workload-out error as its band: "
-            + ", ".join(f"{label.get(k, k)} +-{100 * v:.0f}%" for k, v in fit.get("error_bands", {}).items())
-            + ".",
-            "",
-        ]
-    return lines
 
 
 def render_md(

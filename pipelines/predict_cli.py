@@ -1,16 +1,17 @@
-"""`wattbench predict --plan PLAN`: the digital twin's figures for a configuration never measured, each with the
-error band validated on real hardware, labelled predicted; filed as a run with source 'predicted' (the capacity
-plan and every report can use it, marked as such).
+"""`wattbench predict --plan PLAN`: the digital twin's figures for a configuration never measured, each with the band
+the measured spread gives it, labelled predicted; filed as a run with source 'predicted' (the capacity plan and every
+report can use it, marked as such).
 
 The twin is the built-in emulator run in virtual time (wattbench_agent.emulator.simulate) with the profile that
-stands for each engine of the plan (wattbench_agent.emulator.twin). The band beside each figure is the largest
-error the twin made on real H200 vLLM points it was not fitted to (benchmarks/twin_fit.py: leave-one-workload-out and
-the final fit on the 8B sweep measured after it; results/h200-vllm/twin_fit.json's error_bands). It was validated
-on one domain only (vLLM 0.25.0, Llama-3.1-8B shape, one H200,
-bf16 and online fp8, 512- and 2K-token prompts); every row says where it leaves that domain, and TensorRT-LLM rows
-have no band at all (trtllm-like factors are assumptions, never measured). For a model of another size the band is
-the larger of that error and the twin's error on a held-out model (a 14.5B model measured on the H200 and in no fit,
-twin_fit.json's error_bands_other_model) where that was measured.
+stands for each engine of the plan (wattbench_agent.emulator.twin), calibrated on real H200 vLLM runs (wattbench/twin/,
+the emulator's calibration.json). Two things move from window to window and machine to machine on real hardware: the
+host's time to launch a prefill-carrying step outside CUDA graphs and, by a few percent, the decode step. The figure
+printed is the twin at the median of both; the band beside it is how far the figure moves when both sit at the 5th or
+both at the 95th percentile measured (two more simulations per point): the spread the measurements need, no wider.
+The twin's own errors on real points its calibration never saw (by workload and by board) are printed after the table
+and filed in the JSON. TensorRT-LLM rows have no band (trtllm-like factors are assumptions, never measured); every row
+says where it leaves the validated domain (vLLM 0.25.0, Llama-3.1-8B shape, one H200, bf16 and fp8, 512- and
+2K-token prompts).
 
 The model the twin runs is the plan's twin_model, else its model: a specs.json name, or a Hugging Face config.json
 (a local model folder holding one, or the file); a plan where no engine has a twin is refused and nothing is filed.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import sys
 import tempfile
@@ -27,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT_RESULTS = ROOT / "results" / "h200-vllm" / "twin_fit.json"
-# where the band was validated (benchmarks/twin_fit.py)
+# where the twin was validated (wattbench/twin/: the calibration and its held-out tests)
 VALIDATED = {
     "profile": "vllm-like",
     "model": "llama-3.1-8b",
@@ -38,6 +39,13 @@ VALIDATED = {
     # vLLM's --quantization fp8 on a 16-bit checkpoint; a pre-quantised checkpoint (static scales) beside it
     "fp8_quantizations": ("online", "checkpoint"),
     "prompt_tokens": (512, 2049),
+}
+FIGURE_LABELS = {
+    "output_tok_s": "tok/s",
+    "tpot_p50_ms": "TPOT p50",
+    "counter_w_per_gpu": "W",
+    "output_tokens_per_j": "tok/J",
+    "ttft_p50_ms": "TTFT p50",
 }
 FIGURES = [
     ("output_tok_s", "tok/s", "{:,.0f}"),
@@ -49,19 +57,45 @@ FIGURES = [
 ]
 
 
-def error_bands(path: Path | None = None, other_model: bool = False) -> dict[str, float]:
-    """figure -> largest held-out |relative error| (empty when the fit results are missing). other_model: the band
-    for a model of another size than the fitted one: per figure the larger of the leave-one-workload-out error and
-    the error on a held-out model (benchmarks/twin_fit.py, error_bands_other_model) where that was measured."""
-    try:
-        fit = json.loads((path or FIT_RESULTS).read_text())
-    except (OSError, ValueError):
+def held_out_errors() -> dict[str, Any]:
+    """The twin's errors on real points its calibration never saw, by protocol and figure (calibration.json)."""
+    from wattbench_agent.emulator import calibration
+
+    return calibration.held_out()
+
+
+def _value(r, figure: str) -> float | None:
+    attr, key = SIM_FIGURES[figure]
+    v = getattr(r, attr)
+    return v.get(key) if key else v
+
+
+SIM_FIGURES = {  # predicted figure -> (SimResult attribute, key)
+    "output_tok_s": ("output_tok_s", None),
+    "ttft_p50_ms": ("ttft_ms", "p50"),
+    "ttft_p99_ms": ("ttft_ms", "p99"),
+    "tpot_p50_ms": ("tpot_ms", "p50"),
+    "counter_w_per_gpu": ("avg_power_w", None),
+    "output_tokens_per_j": ("tokens_per_joule", None),
+}
+
+
+def spread_band(st, first, simulate_at) -> dict[str, float]:
+    """Each figure's band at one point: its largest relative move from the central run `first` (seed 0) when the
+    host's launch time and the decode step sit at the two ends of their measured spread (spread_corners); {} for a
+    profile without a measured spread. `simulate_at(setup)` runs the point's seed 0 on another setup."""
+    from wattbench_agent.emulator.twin import at_corner, spread_corners
+
+    if st.profile != "vllm-like":
         return {}
-    bands = {k: float(v) for k, v in fit.get("error_bands", {}).items()}
-    if other_model:
-        for k, v in (fit.get("error_bands_other_model") or {}).items():
-            bands[k] = max(bands.get(k, 0.0), float(v))
-    return bands
+    band: dict[str, float] = {}
+    for corner in spread_corners().values():
+        moved = simulate_at(at_corner(st, corner))
+        for f in SIM_FIGURES:
+            a, b = _value(first, f), _value(moved, f)
+            if a and b is not None:
+                band[f] = max(band.get(f, 0.0), abs(b / a - 1.0))
+    return band
 
 
 def _shape(model: str) -> tuple:
@@ -119,7 +153,13 @@ def _workload(load: dict[str, Any]):
     from wattbench_agent.loadgen import shapes
 
     shape = load["shape"]
-    common = {"input_tokens": int(load["input_tokens"]), "output_tokens": int(load["output_tokens"])}
+    # the lengths as the load generator draws them: a distribution of the plan's load_options, else its
+    # random_range_ratio around input_tokens / output_tokens
+    common = {
+        "input_tokens": load.get("input_tokens_dist") or int(load["input_tokens"]),
+        "output_tokens": load.get("output_tokens_dist") or int(load["output_tokens"]),
+        "random_range_ratio": float(load.get("random_range_ratio") or 0.0),
+    }
     if shapes.get(shape).closed_loop:
         return Workload(
             shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common
@@ -166,14 +206,35 @@ def twins(plan) -> tuple[list[tuple], list[dict[str, Any]]]:
     return found, skipped
 
 
+def _simulate(profile, model, gpu, spec, config, wl, load, setup_, seed: int, record: bool = True):
+    """One engine entry at one load point through the twin, on `setup_` (the central one or a corner of the spread)."""
+    from wattbench_agent.emulator import simulate
+
+    return simulate(
+        profile,
+        model,
+        gpu,
+        spec.tp,
+        spec.precision,
+        config,
+        wl,
+        duration_s=float(load["duration_s"]),
+        warmup_s=float(load["warmup_s"]),
+        seed=seed,
+        setup_=setup_,
+        record=record,
+    )
+
+
 def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, Any]]:
     """Simulate every engine x point x repeat of the plan and write a bundle (source 'predicted') to `out`.
     Returns one note per engine (profile, mapping, extrapolation). Raises NothingToPredict (and writes nothing)
     when no engine of the plan has a twin."""
     from resources.plan import point_label
     from wattbench_agent.bundle import BundleWriter
-    from wattbench_agent.emulator import EMULATOR_VERSION, setup, simulate
+    from wattbench_agent.emulator import EMULATOR_VERSION, setup
     from wattbench_agent.emulator.specs import model_spec
+    from wattbench_agent.runner import load_seed
 
     found, notes = twins(plan)
     for n in notes:
@@ -214,6 +275,7 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
             }
             bw.write("deployments", [deployment])
             extra: list[str] = []
+            bands: dict[str, dict[str, float]] = {}
             for repeat in range(1, plan.repeats + 1):
                 for workload in plan.workloads:
                     for load in workload.load_specs():
@@ -231,27 +293,30 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                             int(load["input_tokens"]),
                             config.get("quantization"),
                         )
-                        r = simulate(
-                            profile,
-                            model,
-                            plan.gpu,
-                            spec.tp,
-                            spec.precision,
-                            config,
-                            wl,
-                            duration_s=float(load["duration_s"]),
-                            warmup_s=float(load["warmup_s"]),
-                            seed=repeat - 1,
-                            setup_=setup(profile, model, plan.gpu, spec.tp, spec.precision, config),
-                            record=True,
-                        )
+
+                        at = functools.partial(_simulate, profile, model, plan.gpu, spec, config, wl, load)
+                        point_setup = setup(profile, model, plan.gpu, spec.tp, spec.precision, config)
+                        # the seed the agent gives this point and repeat: the same arrivals and lengths
+                        seed = load_seed(workload.name, label, repeat, load)
+                        r = at(point_setup, seed)
+                        if repeat == 1:
+                            bands[f"{workload.name}:{label}"] = spread_band(
+                                point_setup, r, functools.partial(at, seed=seed, record=False)
+                            )
                         suffix = f"#{repeat}" if plan.repeats > 1 else ""
                         lp = f"{spec.name}:{workload.name}:{label}{suffix}"
                         bw.write("load_runs", [_load_run(spec.name, lp, workload, load, label, repeat, r, dep)])
                         t0 = float(load["warmup_s"])
                         bw.write("requests", _requests(spec.name, lp, r, t0, t0 + float(load["duration_s"])))
             notes.append(
-                {"engine": spec.name, "profile": profile, "mapping": how, "extrapolates": extra, "twin_model": mid}
+                {
+                    "engine": spec.name,
+                    "profile": profile,
+                    "mapping": how,
+                    "extrapolates": extra,
+                    "twin_model": mid,
+                    "bands": bands,
+                }
             )
     return notes
 
@@ -350,29 +415,30 @@ def predicted_points(con, run_id: str) -> dict[tuple[str, str], dict[str, float 
     return by
 
 
-def band_of(engine: str, figure: str, bands: dict[str, float], notes: list[dict]) -> float | None:
-    """The validated error band of one predicted figure; None for an engine no band was validated for (the
-    TensorRT-LLM-like profile: its factors are assumptions, docs/EMULATOR.md) or a figure without one."""
-    if any(n["engine"] == engine and n.get("profile") == "trtllm-like" for n in notes):
-        return None
-    return bands.get(figure)
+def band_of(engine: str, point: str, figure: str, notes: list[dict]) -> float | None:
+    """The band of one predicted figure: its move across the measured spread (spread_band); None for an engine whose
+    profile has no measured spread (the TensorRT-LLM-like profile: its factors are assumptions, docs/EMULATOR.md)."""
+    for n in notes:
+        if n["engine"] == engine and n.get("profile") != "trtllm-like":
+            return (n.get("bands") or {}).get(point, {}).get(figure)
+    return None
 
 
-def points_json(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> list[dict]:
-    """Every predicted figure with its band (a fraction; null where no band was validated for that engine)."""
-    return [
-        {
-            "engine": engine,
-            "point": point,
-            "figures": {
-                f: {"predicted": figs.get(f), "band": band_of(engine, f, bands, notes)} for f, _l, _f in FIGURES
-            },
-        }
-        for (engine, point), figs in by.items()
-    ]
+def points_json(by: dict[tuple[str, str], dict], notes: list[dict]) -> list[dict]:
+    """Every predicted figure with its band (a fraction; null where the engine's twin has no measured spread) and the
+    range that band spans."""
+    out = []
+    for (engine, point), figs in by.items():
+        figures = {}
+        for f, _l, _f in FIGURES:
+            v, band = figs.get(f), band_of(engine, point, f, notes)
+            span = None if v is None or band is None else [v * (1 - band), v * (1 + band)]
+            figures[f] = {"predicted": v, "band": band, "range": span}
+        out.append({"engine": engine, "point": point, "figures": figures})
+    return out
 
 
-def table(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[dict]) -> str:
+def table(by: dict[tuple[str, str], dict], notes: list[dict]) -> str:
     from tabulate import tabulate
 
     out = []
@@ -380,7 +446,7 @@ def table(by: dict[tuple[str, str], dict], bands: dict[str, float], notes: list[
         row = {"engine": engine, "point": point}
         for f, label, fmt in FIGURES:
             v = figs.get(f)
-            band = band_of(engine, f, bands, notes)
+            band = band_of(engine, point, f, notes)
             band = " ±n/a" if band is None else f" ±{100 * band:.0f}%"
             row[f"{label} (predicted)"] = "NULL" if v is None else fmt.format(v) + band
         out.append(row)
@@ -399,8 +465,7 @@ def main(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
     model = twin_model(plan)
-    other_model = not same_model(model)
-    bands = error_bands(other_model=other_model)
+    held_out = held_out_errors()
     print(
         f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
         f"(the emulator in virtual time), not measured",
@@ -428,7 +493,7 @@ def main(args: argparse.Namespace) -> int:
                     },
                 )
                 by = predicted_points(con, run_id)
-                text = table(by, bands, notes)
+                text = table(by, notes)
         except WarehouseError as exc:
             print(f"wattbench predict: {exc}", file=sys.stderr)
             return 2
@@ -440,9 +505,10 @@ def main(args: argparse.Namespace) -> int:
                     "plan": plan.name,
                     "predicted_at": stamp.isoformat(),
                     "source": "predicted",
-                    "bands": bands,
                     "notes": notes,
-                    "points": points_json(by, bands, notes),
+                    "points": points_json(by, notes),
+                    # the twin's errors on real points its calibration never saw (calibration.json's held_out)
+                    "held_out_errors": held_out,
                 },
                 indent=1,
             )
@@ -450,16 +516,24 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(text)
     print("", file=sys.stderr)
-    if bands:
-        print(
-            "± = the validated error band: the largest error of the twin on real H200 vLLM points it was not "
-            "fitted to (results/h200-vllm/twin_fit.json: leave-one-workload-out and the held-out sweep"
-            + (", and the held-out model of another size, whichever is larger" if other_model else "")
-            + ")",
-            file=sys.stderr,
-        )
-    else:
-        print("no validated error band: results/h200-vllm/twin_fit.json is missing", file=sys.stderr)
+    print(
+        "± = the band: how far the figure moves across the measured spread of the host's launch time of a prefill "
+        "step and of the decode step (5th to 95th percentile over real H200 windows; agent/wattbench_agent/emulator/"
+        "calibration.json)",
+        file=sys.stderr,
+    )
+    for proto in ("by board", "by workload"):
+        errs = held_out.get(proto)
+        if errs:
+            print(
+                f"the twin's error on real points its calibration never saw ({proto}): "
+                + ", ".join(
+                    f"{FIGURE_LABELS.get(f, f)} within the goal at {v['within_goal']}/{v['n']} (median "
+                    f"{100 * v['median_abs_error']:.0f}%, largest {100 * v['max_abs_error']:.0f}%)"
+                    for f, v in errs.items()
+                ),
+                file=sys.stderr,
+            )
     for n in notes:
         if n.get("skipped"):
             continue

@@ -1,7 +1,8 @@
 """`wattbench report`: print a run's reports from the warehouse (the same sql/ queries the report assets use).
 
 wattbench report                         head-to-head table of the latest run
-wattbench report --capacity              capacity plan + hybrid topology (profile from the run's plan, or flags)
+wattbench report --capacity              SLO capacity searches, capacity plan + hybrid topology (profile from the
+                                         run's plan, or flags)
 wattbench report --regressions           this run against the previous run of each load point
 wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
 wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
@@ -160,9 +161,16 @@ def _profile_line(params: dict) -> str:
 
 def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
     from assets.reporting import CAPACITY_ASSUMPTIONS
-    from resources.connection import run_sql
+    from resources.connection import query_rows, run_sql
 
     params = {**_profile(con, run_id, args), "run_id": run_id}
+    columns, rows = query_rows(con, "slo_capacity", {"run_id": run_id})
+    if rows:  # the capacity searches the plan sizes from (sql/slo_capacity.sql)
+        print(f"SLO capacity, run {run_id}:")
+        for row in rows:
+            r = dict(zip(columns, row))
+            print(f"- {r['engine']} ({r['workload']}): {r['answer']}")
+        print()
     print(f"Capacity plan, run {run_id}: {_profile_line(params)}")
     _print(run_sql(con, "capacity_plan", params), args.format)
     print("\nHybrid topology against each engine alone:")

@@ -156,14 +156,64 @@ class LoadPoint(_Strict):
 DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s
 
 
+class Slo(_Strict):
+    ttft_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
+    tpot_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
+    e2e_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
+
+
+class Search(_Strict):
+    """An SLO capacity search (agent/wattbench_agent/loadgen/search.py): per deployment, the highest load meeting the
+    plan's `slo` with `attainment`; every probe is a window of the workload's warmup_s + duration_s."""
+
+    over: Literal["rate", "concurrency"] = Field(
+        description="rate: open-loop arrivals (shape poisson or gamma); concurrency: closed-loop streams"
+    )
+    shape: Literal["poisson", "gamma"] = Field("poisson", description="a rate search's arrivals")
+    burstiness: float | None = Field(None, gt=0, le=1000, description="gamma arrivals' shape k")
+    attainment: float = Field(0.99, gt=0, le=1, description="share of requests that must meet every SLO bound")
+    start: float | None = Field(None, gt=0, le=MAX_RATE, description="the first probe's load (req/s or streams)")
+    min_load: float | None = Field(None, gt=0, le=MAX_RATE)
+    max_load: float | None = Field(None, gt=0, le=MAX_RATE)
+    growth: float = Field(2.0, gt=1, le=1000, description="bracket step")
+    tolerance: float = Field(0.1, gt=0, le=10, description="relative width at which bisection stops")
+    repeats: int = Field(3, ge=1, le=100, description="windows at the load found and one step below it")
+    max_probes: int = Field(24, ge=1, le=1000)
+    max_time_s: float = Field(3600.0, gt=0, le=MAX_WINDOW_S, description="wall time of one deployment's search")
+    early_stop: bool = Field(True, description="end an open-loop probe whose queue grows without bound")
+    slo: Slo | None = Field(
+        None,
+        description="the SLO searched for (default: the plan's slo); the probes' goodput and attainment in "
+        "v_load_points stay counted against the plan's",
+    )
+
+    def search_spec(self, slo: dict[str, Any]) -> dict[str, Any]:
+        """The agent's SearchSpec fields; `slo`: the plan's, used where the search names none."""
+        d = self.model_dump(exclude={"shape", "burstiness", "slo"})
+        own = self.slo.model_dump() if self.slo is not None else slo
+        d["slo"] = {k: v for k, v in own.items() if v is not None}
+        return d
+
+
 class Workload(_Strict):
     name: str
     api: Literal["chat", "completions"] = "chat"
     input_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     output_tokens: int = Field(128, ge=1, le=MAX_TOKENS)
+    random_range_ratio: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="spread the lengths as vllm bench serve's --random-range-ratio r: each request's prompt and "
+        "output uniform over [floor(L(1 - r)), ceil(L(1 + r))] around input_tokens / output_tokens (0: every request "
+        "the same; a closed loop of equal requests can lock into one phase, docs/MEASUREMENT.md)",
+    )
     warmup_s: float = Field(2.0, ge=0, le=MAX_WARMUP_S)
     duration_s: float = Field(20.0, gt=0, le=MAX_WINDOW_S)
-    points: list[LoadPoint] = Field(min_length=1)
+    points: list[LoadPoint] = Field(default_factory=list, description="the load points (none with `search`)")
+    search: Search | None = Field(
+        None, description="instead of points: search the highest load meeting the plan's slo (docs/LOADGEN.md)"
+    )
     sweep: dict[str, list[float]] | None = Field(
         None, description="expand each point over these values, e.g. {concurrency: [8, 32]}"
     )
@@ -192,6 +242,43 @@ class Workload(_Strict):
                         raise ValueError(f"{key}={cast}: {exc.errors()[0]['msg']}") from None
         return sweep
 
+    @model_validator(mode="after")
+    def _points_or_search(self) -> Workload:
+        if self.search is not None and (self.points or self.sweep):
+            raise ValueError("a workload has either points (and a sweep) or a search, not both")
+        if self.search is None and not self.points:
+            raise ValueError("a workload needs points (at least one) or a search")
+        return self
+
+    def search_load(self) -> dict[str, Any]:
+        """A search workload's base load (LoadSpec fields, less url/model), at the search's first load."""
+        assert self.search is not None
+        from wattbench_agent.loadgen.search import SearchSpec
+
+        start, _, _ = SearchSpec(
+            over=self.search.over, start=self.search.start, min_load=self.search.min_load, max_load=self.search.max_load
+        ).bounds()
+        point: dict[str, Any] = (
+            {"shape": "concurrency", "concurrency": int(start)}
+            if self.search.over == "concurrency"
+            else {"shape": self.search.shape, "rate": float(start)}
+        )
+        if self.search.over == "rate" and self.search.burstiness is not None:
+            point["burstiness"] = self.search.burstiness
+        spec = {
+            "api": self.api,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "warmup_s": self.warmup_s,
+            "duration_s": self.duration_s,
+            "workload": self.name,
+            **point,
+            **self.load_options,
+        }
+        if self.search.over == "concurrency" and "ramp_s" not in self.load_options and self.warmup_s > 0:
+            spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
+        return spec
+
     def expanded_points(self) -> list[LoadPoint]:
         if not self.sweep:
             return list(self.points)
@@ -215,6 +302,8 @@ class Workload(_Strict):
                 "duration_s": self.duration_s,
                 "workload": self.name,
             }
+            if self.random_range_ratio:
+                spec["random_range_ratio"] = self.random_range_ratio
             spec.update({k: v for k, v in point.model_dump().items() if v is not None})
             spec.update(self.load_options)
             if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:
@@ -236,12 +325,6 @@ class Prices(_Strict):
     energy_kwh_usd: float = Field(0.12, ge=0, le=100)
     pue: float = Field(1.3, ge=1, le=10)
     label: str = "example prices; replace with your own"
-
-
-class Slo(_Strict):
-    ttft_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
-    tpot_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
-    e2e_ms: float | None = Field(None, gt=0, le=MAX_WINDOW_S * 1000)
 
 
 class CapacityProfile(_Strict):
@@ -284,7 +367,7 @@ class Plan(_Strict):
     model: str
     twin_model: str | None = Field(
         None,
-        description="what the digital twin (wattbench predict, benchmarks/twin_fit.py) takes `model` to be: a "
+        description="what the digital twin (wattbench predict, wattbench/twin/) takes `model` to be: a "
         "twin model name (wattbench_agent/emulator/specs.json: id, Hub name or alias) or a Hugging Face config.json "
         "(the file, or a folder holding one; relative to the plan's folder). Default: `model` itself, which may "
         "also be a local model folder holding a config.json",
@@ -477,6 +560,7 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
         except SpecError as exc:
             raise PlanError(f"{path}: field 'twin_model': {exc}") from None
     from wattbench_agent.loadgen import LoadSpec
+    from wattbench_agent.loadgen.search import SearchError, SearchSpec, check_base
 
     for w_index, workload in enumerate(plan.workloads):
         for spec in workload.load_specs():
@@ -484,6 +568,12 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
                 LoadSpec.from_dict({k: v for k, v in spec.items()})
             except ValueError as exc:
                 raise PlanError(f"{path}: field 'workloads[{w_index}]' ({workload.name}): {exc}") from None
+        if workload.search is not None:
+            try:
+                check_base(LoadSpec.from_dict(workload.search_load()), workload.search.over)
+                SearchSpec.from_dict(workload.search.search_spec(plan.slo.model_dump()))
+            except (SearchError, ValueError) as exc:
+                raise PlanError(f"{path}: field 'workloads[{w_index}].search' ({workload.name}): {exc}") from None
     return plan, hashlib.sha256(raw).hexdigest()
 
 
@@ -512,7 +602,7 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
         points = []
         for repeat in range(1, plan.repeats + 1):
             for workload in plan.workloads:
-                for load in workload.load_specs():
+                for load in workload.load_specs() if workload.search is None else ():
                     label = point_label(load)
                     suffix = f"#{repeat}" if plan.repeats > 1 else ""
                     points.append(
@@ -524,6 +614,19 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
                             repeat=repeat,
                         )
                     )
+        for workload in plan.workloads:  # a search repeats its own windows: once, after every repeat of the points
+            if workload.search is not None:
+                load = workload.search_load()
+                label = f"search-{workload.search.over}"
+                points.append(
+                    LoadPointSpec(
+                        load_point_id=f"{spec.name}:{workload.name}:{label}",
+                        workload=workload.name,
+                        point_label=label,
+                        load=load,
+                        search=workload.search.search_spec(plan.slo.model_dump()),
+                    )
+                )
         build = builds.get(cfg.build_id(), {})
         deployments.append(
             DeploymentSpec(

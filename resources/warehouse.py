@@ -41,8 +41,9 @@ if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wa
 
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
-# 9: per-token times in the token store beside the warehouse (requests.events_file, ...; resources/token_store.py)
-SCHEMA_VERSION = 9
+# 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
+# 10: per-token times in the token store beside the warehouse (requests.events_file, ...; resources/token_store.py)
+SCHEMA_VERSION = 10
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
@@ -71,7 +72,15 @@ _READ_AS = {
     ),
 }
 # Tables whose rows belong to one deployment: a bundle replaces exactly its (run_id, deployment_id) rows.
-_DEPLOYMENT_TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics")
+_DEPLOYMENT_TABLES = (
+    "deployments",
+    "load_runs",
+    "requests",
+    "gpu_samples",
+    "energy_windows",
+    "server_metrics",
+    "searches",
+)
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
@@ -96,11 +105,11 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
         refresh_kept_views(con, None)
     elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
-        refresh_kept_views(con, None, ("request_tallies", *RUN_FIELD_TABLES, "window_gpu_stats"))
+        refresh_kept_views(con, None, ("request_tallies", *_AFTER_RUN_FIELDS, "window_gpu_stats"))
     elif current is not None and current < 7:  # version 7 keeps GPU clocks, temperatures, throttling per window
-        refresh_kept_views(con, None, ("window_gpu_stats", "point_figures"))
-    elif current is not None and current < 8:  # version 8: every point's figures and intervals by one definition
-        refresh_kept_views(con, None, ("point_figures",))
+        refresh_kept_views(con, None, ("window_gpu_stats", *_AFTER_RUN_FIELDS))
+    elif current is not None and current < 9:  # 8: figures by one definition; 9: energy per request, slo_capacity
+        refresh_kept_views(con, None, _AFTER_RUN_FIELDS)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -648,11 +657,14 @@ KEPT_VIEWS = {
     "request_tallies": "v_request_tallies_live",
     "load_points_core": "v_load_points_core_live",
     "point_figures": "v_point_figures_live",
+    "slo_capacity": "v_slo_capacity_live",
 }
-# The kept tables whose live view reads the run's own row (runs: SLO, prices, start time), refreshed by set_run_fields.
+# The kept tables whose live view reads the run's own row (runs: SLO, prices, start time), refreshed by set_run_fields,
+# and slo_capacity, which reads point_figures (its cost): a run without a capacity search has no row of it.
 RUN_FIELD_TABLES = ("load_points_core", "point_figures")
+_AFTER_RUN_FIELDS = (*RUN_FIELD_TABLES, "slo_capacity")
 # Live views that carry their load point's source themselves
-_OWN_SOURCE = {"v_load_points_core_live", "v_point_figures_live"}
+_OWN_SOURCE = {"v_load_points_core_live", "v_point_figures_live", "v_slo_capacity_live"}
 
 
 def refresh_kept_views(
@@ -699,7 +711,7 @@ def set_run_fields(con: duckdb.DuckDBPyConnection, run_id: str, fields: dict[str
                 f"INSERT INTO runs (run_id{''.join(', ' + c for c in names)}) VALUES (?{', ?' * len(names)})",
                 [run_id, *(fields[c] for c in names)],
             )
-        refresh_kept_views(con, run_id, RUN_FIELD_TABLES)
+        refresh_kept_views(con, run_id, _AFTER_RUN_FIELDS)
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

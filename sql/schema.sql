@@ -154,6 +154,10 @@ CREATE TABLE IF NOT EXISTS load_runs (
     host_busy_cpus          DOUBLE,             -- mean busy logical CPUs of the host over the window (/proc/stat)
     host_steal_share        DOUBLE,             -- share of the host's CPU time its hypervisor gave to others over the window
     engine_cpu_s            DOUBLE,             -- CPU seconds of the engine's processes and their children over the window
+    search_id               VARCHAR,            -- a capacity search's probe: <deployment>:<workload> (searches); NULL: a plan's load point
+    probe                   INTEGER,            -- its order in the search, 1-based
+    probe_phase             VARCHAR,            -- bracket | bisect | repeat
+    probe_verdict           VARCHAR,            -- meets | misses | oversaturated (its queue grew without bound: ended early)
     PRIMARY KEY (run_id, load_point_id)
 );
 
@@ -189,6 +193,47 @@ CREATE TABLE IF NOT EXISTS requests (
     chunks_exact            INTEGER,            -- NULL: one entry per event; n: the first n are, the rest one per second (the last event's time, all their tokens): inter-token gaps from the first n only
     in_window               BOOLEAN,            -- sent inside the steady-state window
     PRIMARY KEY (run_id, load_point_id, request_id)
+);
+
+-- One row per SLO capacity search (agent/wattbench_agent/loadgen/search.py; docs/MEASUREMENT.md "SLO capacity"): per
+-- deployment and search workload, the highest load meeting the SLO with attainment, found by the agent from its
+-- probes (load_runs rows with this search_id). capacity: the highest repeated load whose repeats, pooled, met the
+-- SLO; capacity_lo/hi: the 95% interval of the load where attainment crosses the target; NULL where none met
+-- (status none) or the server failed (server_failed, refused); capacity_hi NULL when no load up to the search's
+-- bound missed (status at_least).
+CREATE TABLE IF NOT EXISTS searches (
+    run_id              VARCHAR NOT NULL,
+    source              VARCHAR NOT NULL,
+    deployment_id       VARCHAR NOT NULL,
+    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>
+    workload            VARCHAR NOT NULL,
+    over                VARCHAR NOT NULL,   -- rate | concurrency
+    unit                VARCHAR,            -- req/s | streams
+    shape               VARCHAR,            -- poisson | gamma | concurrency
+    burstiness          DOUBLE,
+    slo_ttft_ms         DOUBLE,             -- the SLO searched for: per-request bounds ...
+    slo_tpot_ms         DOUBLE,
+    slo_e2e_ms          DOUBLE,
+    attainment          DOUBLE,             -- ... and the share of a window's requests that must meet all of them
+    status              VARCHAR NOT NULL,   -- found | at_least | none | server_failed | refused
+    capacity            DOUBLE,
+    capacity_lo         DOUBLE,
+    capacity_hi         DOUBLE,
+    at_point_label      VARCHAR,            -- the probes at the capacity (their point label; figures over their repeats)
+    repeats_at_capacity INTEGER,
+    binding             VARCHAR,            -- ttft_ms | tpot_ms | e2e_ms | no_error: the bound most missed just above
+    binding_share       DOUBLE,             -- the share of requests meeting it there
+    binding_load        DOUBLE,             -- the load it was read at
+    probes              INTEGER,            -- probes used, repeats included
+    window_s            DOUBLE,             -- seconds of measured windows over every probe
+    time_s              DOUBLE,             -- wall time of the search
+    stopped_by          VARCHAR,            -- max_probes | max_time: ended on a bound before the tolerance; NULL otherwise
+    tolerance           DOUBLE,
+    answer              VARCHAR,            -- the search's answer in words
+    note                VARCHAR,
+    search              JSON,               -- its settings
+    probe_verdicts      JSON,               -- every probe: load point, verdict, attainment, the over-saturation reading
+    PRIMARY KEY (run_id, search_id)
 );
 
 CREATE TABLE IF NOT EXISTS gpu_samples (
@@ -366,6 +411,7 @@ CREATE TABLE IF NOT EXISTS load_points_core (
     counter_w_per_gpu DOUBLE, idle_power_w DOUBLE, above_idle_power_w DOUBLE, j_per_output_token_above_idle DOUBLE,
     output_tokens_per_j_above_idle DOUBLE, usd_per_1m_output_tokens DOUBLE, energy_usd_per_1m_output_tokens DOUBLE,
     meets_slo_p99 BOOLEAN, slo_ttft_ms DOUBLE, slo_tpot_ms DOUBLE, slo_e2e_ms DOUBLE, longest_context_tokens BIGINT,
+    j_per_request DOUBLE, j_per_request_above_idle DOUBLE, energy_note VARCHAR,
     PRIMARY KEY (run_id, load_point_id)
 );
 
@@ -381,6 +427,29 @@ CREATE TABLE IF NOT EXISTS point_figures (
     estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
     rel_half_width DOUBLE,
     PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
+);
+
+-- The SLO capacity of each search with the figures measured at it over its repeats (v_slo_capacity_live in
+-- sql/views.sql, whose columns these are, in its order): kept with point_figures, from which it reads, and refreshed
+-- with it (resources/warehouse.refresh_kept_views, set_run_fields: its cost reads the run's prices); the asset
+-- slo_capacity (assets/reports.py) makes it again for its benchmark. The capacity plan sizes fleets from it.
+CREATE TABLE IF NOT EXISTS slo_capacity (
+    run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, model VARCHAR, precision VARCHAR,
+    tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL, search_id VARCHAR NOT NULL,
+    workload VARCHAR, over VARCHAR, unit VARCHAR, shape VARCHAR, input_tokens INTEGER, output_tokens INTEGER,
+    slo_ttft_ms DOUBLE, slo_tpot_ms DOUBLE, slo_e2e_ms DOUBLE, attainment DOUBLE, status VARCHAR, capacity DOUBLE,
+    capacity_lo DOUBLE, capacity_hi DOUBLE, capacity_per_gpu DOUBLE, at_point_label VARCHAR, repeats_at_capacity INTEGER,
+    binding VARCHAR, binding_share DOUBLE, binding_load DOUBLE,
+    output_tok_s DOUBLE, output_tok_s_lo DOUBLE, output_tok_s_hi DOUBLE,
+    goodput_requests_s DOUBLE, goodput_requests_s_lo DOUBLE, goodput_requests_s_hi DOUBLE,
+    output_tokens_per_j DOUBLE, output_tokens_per_j_lo DOUBLE, output_tokens_per_j_hi DOUBLE,
+    j_per_request DOUBLE, j_per_request_lo DOUBLE, j_per_request_hi DOUBLE,
+    j_per_request_above_idle DOUBLE, j_per_request_above_idle_lo DOUBLE, j_per_request_above_idle_hi DOUBLE,
+    usd_per_1m_output_tokens DOUBLE, usd_per_1m_output_tokens_lo DOUBLE, usd_per_1m_output_tokens_hi DOUBLE,
+    mean_power_w DOUBLE, mean_power_w_lo DOUBLE, mean_power_w_hi DOUBLE,
+    ttft_p99_ms DOUBLE, tpot_p99_ms DOUBLE, e2e_p99_ms DOUBLE,
+    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, note VARCHAR,
+    PRIMARY KEY (run_id, search_id)
 );
 
 CREATE TABLE IF NOT EXISTS validation_results (
@@ -485,7 +554,16 @@ ALTER TABLE deployments ADD COLUMN IF NOT EXISTS idle_settled_after BOOLEAN;
 -- version 8: a latency percentile's interval comes from its repeats, as every other figure's (sql/views.sql
 -- v_point_figures_live); the request bootstrap table of earlier versions goes
 DROP TABLE IF EXISTS latency_intervals;
--- version 9: per-token times kept in the token store beside the warehouse, not as lists (resources/token_store.py)
+-- version 9: SLO capacity searches (load_runs' probe columns, table searches from the bundle, the kept slo_capacity) and
+-- energy per request (load_points_core, refilled for every run by warehouse.apply_schema); docs/MEASUREMENT.md
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS search_id VARCHAR;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS probe INTEGER;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS probe_phase VARCHAR;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS probe_verdict VARCHAR;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS j_per_request DOUBLE;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS j_per_request_above_idle DOUBLE;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS energy_note VARCHAR;
+-- version 10: per-token times kept in the token store beside the warehouse, not as lists (resources/token_store.py)
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_file VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_at BIGINT;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_n INTEGER;

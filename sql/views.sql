@@ -9,7 +9,7 @@ CREATE OR REPLACE MACRO event_tokens(tokens, each, times) AS
     CASE WHEN each IS NULL THEN tokens ELSE list_resize([]::INTEGER[], len(times), each) END;
 
 -- A request's token times (chunk_ns) and counts (chunk_tokens) whichever way they are kept: as lists in the row
--- (rows stored before schema 9, imports, inline lists), or in the token store's files beside the warehouse
+-- (rows stored before schema 10, imports, inline lists), or in the token store's files beside the warehouse
 -- (requests.events_file, events_at, events_n, counts_file; read by token_times() / token_counts(), which every
 -- connection wattbench opens has: resources/token_store.py). Every reader of the token times goes through these.
 CREATE OR REPLACE MACRO request_ns(chunk_ns, events_file, events_at, events_n) AS
@@ -391,7 +391,20 @@ SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.e
          AND (r.slo_tpot_ms IS NULL OR q.tpot_p99_ms <= r.slo_tpot_ms)
          AND (r.slo_e2e_ms IS NULL OR q.e2e_p99_ms <= r.slo_e2e_ms)    AS meets_slo_p99,
        r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms,
-       q.longest_context_tokens
+       q.longest_context_tokens,
+       -- energy per request: the window's energy over the requests whose last token arrived in it (requests_s's)
+       l.energy_j / nullif(q.completed_in_window, 0)                    AS j_per_request,
+       (l.energy_j - p.idle_power_w * l.window_s) / nullif(q.completed_in_window, 0)
+                                                                        AS j_per_request_above_idle,
+       nullif(concat_ws('; ',
+           CASE WHEN l.energy_j IS NULL AND l.source LIKE 'imported%' THEN 'imported: the tool measured no energy'
+                WHEN l.energy_j IS NULL AND d.telemetry_source = 'none' THEN 'no energy: telemetry none'
+                WHEN l.energy_j IS NULL THEN 'no energy: the counter gave no reading for this window (unavailable, '
+                                             || 'or it went backwards)' END,
+           CASE WHEN l.energy_j IS NOT NULL AND coalesce(q.completed_in_window, 0) = 0
+                THEN 'no request ended in the window: no energy per request' END,
+           CASE WHEN l.energy_j IS NOT NULL AND p.idle_power_w IS NULL
+                THEN 'no idle baseline: no above-idle figures' END), '')   AS energy_note
 FROM load_runs l
 JOIN deployments d USING (run_id, deployment_id)
 LEFT JOIN runs r USING (run_id)
@@ -410,8 +423,9 @@ WHERE l.status = 'ok';
 CREATE OR REPLACE VIEW v_load_points_core AS SELECT * FROM load_points_core;
 
 -- v_load_points: the figures above, the sampled trace inside each window (v_window_gpu), the step decomposition
--- (load_runs, computed by the load generator: agent/wattbench_agent/loadgen/steps.py) and the window's flags
--- (v_window_flags), columns in this order.
+-- (load_runs, computed by the load generator: agent/wattbench_agent/loadgen/steps.py), the window's flags
+-- (v_window_flags) and, for a capacity search's probe, its search, order, phase and verdict (NULL otherwise), columns
+-- in this order.
 CREATE OR REPLACE VIEW v_load_points AS
 SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, meets_slo_p99, slo_ttft_ms, slo_tpot_ms,
                     slo_e2e_ms, longest_context_tokens),
@@ -420,7 +434,7 @@ SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, m
        l.decode_step_ms, l.stalled_gap_fraction, l.stall_ms_mean, l.expected_stalled_fraction, l.phase_state,
        f.host_saturated, f.gpu_throttled,
        c.usd_per_1m_output_tokens, c.energy_usd_per_1m_output_tokens, c.meets_slo_p99, c.slo_ttft_ms, c.slo_tpot_ms,
-       c.slo_e2e_ms, c.longest_context_tokens
+       c.slo_e2e_ms, c.longest_context_tokens, l.search_id, l.probe, l.probe_phase, l.probe_verdict
 FROM v_load_points_core c
 LEFT JOIN v_window_gpu g USING (run_id, deployment_id, load_point_id)
 LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
@@ -445,6 +459,10 @@ SELECT * FROM (VALUES
     ('above_idle_power_w',              'power above idle',                    'W',      'lower',   9, 'linear', NULL),
     ('usd_per_1m_output_tokens',        '$ per 1M output tokens (GPU-hours)',  '$',      'lower',  10, 'reciprocal', NULL),
     ('energy_usd_per_1m_output_tokens', 'energy $ per 1M output tokens',       '$',      'lower',  11, 'reciprocal', NULL),
+    ('j_per_request',                   'energy per request',                  'J',      'lower',  12, 'log', NULL),
+    ('j_per_request_above_idle',        'energy per request above idle',       'J',      'lower',  13, 'log', NULL),
+    ('j_per_output_token',              'energy per output token',             'J',      'lower',  14, 'log', NULL),
+    ('j_per_output_token_above_idle',   'energy per output token above idle',  'J',      'lower',  15, 'log', NULL),
     ('ttft_p50_ms',                     'TTFT p50',                            'ms',     'lower',  20, 'log', 0.50),
     ('ttft_p90_ms',                     'TTFT p90',                            'ms',     'lower',  21, 'log', 0.90),
     ('ttft_p99_ms',                     'TTFT p99',                            'ms',     'lower',  22, 'log', 0.99),
@@ -502,12 +520,14 @@ FROM (
                     itl_samples, output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s,
                     output_tokens_per_j, output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu,
                     above_idle_power_w, usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
+                    j_per_request, j_per_request_above_idle, j_per_output_token, j_per_output_token_above_idle,
                     ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, tpot_p50_ms, tpot_p90_ms, tpot_p99_ms,
                     itl_p50_ms, itl_p90_ms, itl_p99_ms, e2e_p50_ms, e2e_p90_ms, e2e_p99_ms
              FROM v_load_points_core)
     ON output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s, output_tokens_per_j,
        output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu, above_idle_power_w,
        usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
+       j_per_request, j_per_request_above_idle, j_per_output_token, j_per_output_token_above_idle,
        ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, tpot_p50_ms, tpot_p90_ms, tpot_p99_ms,
        itl_p50_ms, itl_p90_ms, itl_p99_ms, e2e_p50_ms, e2e_p90_ms, e2e_p99_ms
     INTO NAME metric VALUE value);
@@ -590,6 +610,62 @@ JOIN v_metric_catalog c USING (metric);
 -- Kept in point_figures (sql/schema.sql) with load_points_core, from which it is made, and refreshed with it
 -- (resources/warehouse.refresh_kept_views, set_run_fields): a report reads rows, not this plan.
 CREATE OR REPLACE VIEW v_point_figures AS SELECT * FROM point_figures;
+
+-- SLO capacity (docs/MEASUREMENT.md, "SLO capacity"): per search (searches, what the agent's search found from its
+-- probes), the capacity with its 95% interval and the figures measured at it, over the repeats of the probes at the
+-- capacity load (point_figures of that point: a t interval over repeats; one window: no interval). capacity_per_gpu:
+-- the capacity over the deployment's GPUs. NULL figures where no load met the SLO (status none) or the search ended on
+-- a failed server; `note` says why. Kept in slo_capacity (refreshed with point_figures, from which it reads).
+CREATE OR REPLACE VIEW v_slo_capacity_live AS
+WITH f AS (
+    SELECT run_id, deployment_id, workload, point_label,
+           any_value(input_tokens) AS input_tokens, any_value(output_tokens) AS output_tokens,
+           map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m
+    FROM point_figures
+    WHERE metric IN ('output_tok_s', 'goodput_requests_s', 'output_tokens_per_j', 'j_per_request',
+                     'j_per_request_above_idle', 'usd_per_1m_output_tokens', 'mean_power_w', 'ttft_p99_ms',
+                     'tpot_p99_ms', 'e2e_p99_ms')
+    GROUP BY ALL)
+SELECT s.run_id, s.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp, d.gpu_name,
+       coalesce(d.n_gpus, d.tp) AS n_gpus, s.deployment_id, s.search_id, s.workload, s.over, s.unit, s.shape,
+       f.input_tokens, f.output_tokens, s.slo_ttft_ms, s.slo_tpot_ms, s.slo_e2e_ms, s.attainment, s.status,
+       s.capacity, s.capacity_lo, s.capacity_hi, s.capacity / nullif(coalesce(d.n_gpus, d.tp), 0) AS capacity_per_gpu,
+       s.at_point_label, s.repeats_at_capacity, s.binding, s.binding_share, s.binding_load,
+       f.m['output_tok_s'].estimate AS output_tok_s, f.m['output_tok_s'].lo AS output_tok_s_lo,
+       f.m['output_tok_s'].hi AS output_tok_s_hi,
+       f.m['goodput_requests_s'].estimate AS goodput_requests_s, f.m['goodput_requests_s'].lo AS goodput_requests_s_lo,
+       f.m['goodput_requests_s'].hi AS goodput_requests_s_hi,
+       f.m['output_tokens_per_j'].estimate AS output_tokens_per_j,
+       f.m['output_tokens_per_j'].lo AS output_tokens_per_j_lo, f.m['output_tokens_per_j'].hi AS output_tokens_per_j_hi,
+       f.m['j_per_request'].estimate AS j_per_request, f.m['j_per_request'].lo AS j_per_request_lo,
+       f.m['j_per_request'].hi AS j_per_request_hi,
+       f.m['j_per_request_above_idle'].estimate AS j_per_request_above_idle,
+       f.m['j_per_request_above_idle'].lo AS j_per_request_above_idle_lo,
+       f.m['j_per_request_above_idle'].hi AS j_per_request_above_idle_hi,
+       f.m['usd_per_1m_output_tokens'].estimate AS usd_per_1m_output_tokens,
+       f.m['usd_per_1m_output_tokens'].lo AS usd_per_1m_output_tokens_lo,
+       f.m['usd_per_1m_output_tokens'].hi AS usd_per_1m_output_tokens_hi,
+       f.m['mean_power_w'].estimate AS mean_power_w, f.m['mean_power_w'].lo AS mean_power_w_lo,
+       f.m['mean_power_w'].hi AS mean_power_w_hi,
+       f.m['ttft_p99_ms'].estimate AS ttft_p99_ms, f.m['tpot_p99_ms'].estimate AS tpot_p99_ms,
+       f.m['e2e_p99_ms'].estimate AS e2e_p99_ms,
+       s.probes, s.window_s, s.time_s, s.stopped_by, s.answer,
+       nullif(concat_ws('; ',
+           CASE s.status WHEN 'none' THEN 'no load meets the SLO: no capacity, no figures at it'
+                         WHEN 'server_failed' THEN 'the server stopped answering: the search ended'
+                         WHEN 'refused' THEN 'the server refused every request: the search ended'
+                         WHEN 'at_least' THEN 'at least: no load up to the search''s bound missed the SLO' END,
+           CASE WHEN s.capacity IS NOT NULL AND f.run_id IS NULL THEN 'no load run of the capacity load is in the warehouse' END,
+           CASE WHEN s.capacity IS NOT NULL AND coalesce(s.repeats_at_capacity, 0) < 2
+                THEN 'one window at the capacity: its figures have no interval' END,
+           s.note), '')                                                 AS note
+FROM searches s
+JOIN deployments d USING (run_id, deployment_id)
+LEFT JOIN f ON f.run_id = s.run_id AND f.deployment_id = s.deployment_id AND f.workload = s.workload
+           AND f.point_label = s.at_point_label;
+
+-- Kept in slo_capacity (sql/schema.sql), refreshed with point_figures (resources/warehouse.refresh_kept_views).
+CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
 -- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats are
@@ -680,6 +756,10 @@ FROM w LEFT JOIN runs r USING (run_id);
 -- GPUs = replicas x GPUs per deployment; monthly cost = GPUs x $/GPU-hour x 730 h; the energy line = replicas x the
 -- deployment's mean W at the sizing point x 730 h x $/kWh x PUE. sized_on names the point, sized_bound the bound it
 -- used. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
+-- Where an SLO capacity search of the engine config exists (slo_capacity, at the lengths nearest the profile, searched
+-- under an SLO at least as tight as the run's with attainment >= 0.99), it sizes instead, on its conservative bound:
+-- the goodput's lower 95% bound at the capacity (its estimate from one window), scaled by capacity_lo / capacity when
+-- the capacity's own interval reaches below the load measured.
 CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
 WITH cfg AS (
     SELECT d.run_id, d.source, d.config_name AS engine, d.engine AS engine_kind, d.model, d.precision, d.tp,
@@ -711,7 +791,7 @@ lp AS (
     FROM pts p
     LEFT JOIN (SELECT * FROM v_point_slo WHERE run_id = p_run_id) s USING (engine, workload, point_label)),
 near AS (SELECT * FROM lp QUALIFY len_distance = min(len_distance) OVER (PARTITION BY engine)),
-cap AS (
+pts_cap AS (
     SELECT engine,
            count(*)                                                   AS points_at_lengths,
            count(*) FILTER (WHERE meets_slo)                          AS points_meeting_slo,
@@ -724,6 +804,43 @@ cap AS (
            min(input_tokens)                                          AS measured_input_tokens,
            min(output_tokens)                                         AS measured_output_tokens
     FROM near GROUP BY engine),
+srch AS (
+    SELECT *, coalesce(goodput_requests_s_lo, goodput_requests_s)
+                * least(1.0, coalesce(capacity_lo / nullif(capacity, 0), 1.0)) AS search_rps
+    FROM (SELECT s.*, coalesce(abs(ln(s.input_tokens / p_input_tokens::DOUBLE)), 0)
+                      + coalesce(abs(ln(s.output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
+          FROM slo_capacity s JOIN runs r USING (run_id)
+          WHERE s.run_id = p_run_id AND s.capacity IS NOT NULL AND s.goodput_requests_s > 0 AND s.attainment >= 0.99
+            -- searched under an SLO at least as tight as the run's: the load found meets the run's too
+            AND (r.slo_ttft_ms IS NULL OR s.slo_ttft_ms <= r.slo_ttft_ms)
+            AND (r.slo_tpot_ms IS NULL OR s.slo_tpot_ms <= r.slo_tpot_ms)
+            AND (r.slo_e2e_ms IS NULL OR s.slo_e2e_ms <= r.slo_e2e_ms))
+    QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, capacity_lo DESC NULLS LAST) = 1),
+cap AS (  -- a capacity search of the config sizes where there is one; else the best point on its conservative bounds
+    SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo,
+           s.engine IS NOT NULL AS sized_by_search,
+           CASE WHEN s.engine IS NOT NULL THEN s.search_rps ELSE p.goodput_per_replica END AS goodput_per_replica,
+           CASE WHEN s.engine IS NOT NULL
+                THEN 'SLO capacity search ' || s.search_id || ': ' || printf('%.4g', s.capacity) || ' ' || s.unit
+                     || coalesce(' [' || printf('%.4g', s.capacity_lo) || ', ' || printf('%.4g', s.capacity_hi) || ']',
+                                 '')
+                     || ' at ' || s.at_point_label
+                ELSE p.sized_on END                                   AS sized_on,
+           CASE WHEN s.engine IS NOT NULL
+                THEN CASE WHEN s.goodput_requests_s_lo IS NOT NULL
+                          THEN 'goodput 95% lower bound ' || printf('%.4g', s.goodput_requests_s_lo) || ' req/s over '
+                               || s.repeats_at_capacity || ' repeats at the capacity'
+                          ELSE 'goodput ' || printf('%.4g', s.goodput_requests_s) || ' req/s from one window' END
+                     || CASE WHEN s.capacity_lo < s.capacity
+                             THEN ', scaled by capacity_lo / capacity to ' || printf('%.4g', s.search_rps) || ' req/s'
+                             ELSE '' END
+                ELSE p.sized_bound END                                AS sized_bound,
+           CASE WHEN s.engine IS NOT NULL THEN s.mean_power_w ELSE p.power_w_per_replica END AS power_w_per_replica,
+           CASE WHEN s.engine IS NOT NULL THEN s.ttft_p99_ms ELSE p.sized_ttft_p99_ms END AS sized_ttft_p99_ms,
+           CASE WHEN s.engine IS NOT NULL THEN s.tpot_p99_ms ELSE p.sized_tpot_p99_ms END AS sized_tpot_p99_ms,
+           CASE WHEN s.engine IS NOT NULL THEN s.input_tokens ELSE p.measured_input_tokens END AS measured_input_tokens,
+           CASE WHEN s.engine IS NOT NULL THEN s.output_tokens ELSE p.measured_output_tokens END AS measured_output_tokens
+    FROM pts_cap p FULL JOIN srch s ON s.engine = p.engine),
 burst AS (
     SELECT engine, max(ttft_p99_bound_ms) AS burst_ttft_p99_ms, arg_max(point, ttft_p99_bound_ms) AS burst_point,
            bool_and(coalesce(meets_slo, false)) AS burst_meets_slo
@@ -751,8 +868,10 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
            THEN 'deployment ' || coalesce(deployment_status, '?') || coalesce(' (' || deployment_error || ')', '')
                 || CASE WHEN deployment_startup_s IS NOT NULL THEN ' during the run' ELSE '' END
                 || ': no capacity claimed'
-         WHEN coalesce(points_at_lengths, 0) = 0 THEN 'no load point measured for this engine config'
-         WHEN coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0
+         WHEN coalesce(points_at_lengths, 0) = 0 AND NOT coalesce(sized_by_search, false)
+           THEN 'no load point measured for this engine config'
+         WHEN NOT coalesce(sized_by_search, false)
+              AND (coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0)
            THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',
                 'TPOT <= ' || slo_tpot_ms || ' ms', 'E2E <= ' || slo_e2e_ms || ' ms')
                 || ') on the conservative end of its intervals: no capacity can be claimed'

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 SMOKE_PLAN = Path(__file__).resolve().parent / "data" / "smoke_plan.yaml"
 PARTITION = bench_partition("llama-3.1-8b", "default")
 OTHER_PARTITION = bench_partition("qwen-7b", "default")
-REPORTS = {"load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"}
+REPORTS = {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"}
 
 
 @pytest.fixture(scope="module")

@@ -64,6 +64,7 @@ def test_whole_graph_materializes(smoke_run):
         "server_metrics",
         "load_point_report",
         "head_to_head",
+        "slo_capacity",
         "capacity_plan",
         "regressions",
         "html_report",
@@ -142,7 +143,7 @@ def test_html_report_is_offline_and_marked_emulated(smoke_run):
     assert all("src" not in attrs for attrs in re.findall(r"<script\b([^>]*)>", html))
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|<link\b|@import""", html, re.IGNORECASE)
     assert html.count("class='chart'") == 5  # interactive charts (tests/browser/test_report_html.py)
-    assert html.count("data:image/png;base64,") == 6  # 5 load-point pictures + the capacity plan
+    assert html.count("data:image/png;base64,") == 7  # 6 load-point pictures (the frontiers too) + the capacity plan
 
 
 def test_validation_results_recorded(smoke_run):
@@ -183,7 +184,8 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     )
     materialized = {e.asset_key.to_user_string() for e in bad.get_asset_materialization_events()}
     assert "requests" in materialized
-    assert not {"load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"} & materialized
+    reports = {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"}
+    assert not reports & materialized
     failed = [e for e in bad.get_asset_check_evaluations() if not e.passed]
     assert any(e.check_name == "gx_requests" for e in failed)
     with connect(db, read_only=True) as con:

@@ -101,7 +101,7 @@ def test_closed_loop_points_ramp_in_by_default(tmp_path):
         "",
     )
     plan, _ = load_plan(_write(tmp_path, text))
-    steady, bursty = plan.workloads
+    steady, bursty = plan.workloads[:2]
     assert {s["ramp_s"] for s in steady.load_specs()} == {2.0}  # not asked for: ramped over 2 s
     assert all("ramp_s" not in s for s in bursty.load_specs())  # open loop: arrivals decide
     short = plan.model_copy(update={"workloads": [steady.model_copy(update={"warmup_s": 0.5})]})
@@ -150,3 +150,60 @@ def test_an_engine_checkpoint_is_what_that_engine_loads(tmp_path):
     res = BenchPlan(path="plans/h200-vllm-fp8ckpt.yaml")
     other, _ = res.load("meta-llama--Llama-3.1-8B|h200-vllm-fp8ckpt")
     assert other.model != plan.model and all(e.checkpoint is None for e in other.engines)
+
+
+def test_default_plan_spreads_lengths_as_real_traffic(tmp_path):
+    """The default comparison protocol draws each request's lengths as vllm bench serve --random-range-ratio 0.5
+    does: a closed loop of equal requests can lock into one phase (docs/MEASUREMENT.md); every load spec carries the
+    ratio and the load generator accepts it. A plan without it keeps one length a request; out of [0, 1) is refused."""
+    from wattbench_agent.loadgen import LoadSpec
+
+    plan, _ = load_plan(DEFAULT_PLAN)
+    specs = [s for w in plan.workloads for s in w.load_specs()]
+    assert specs and {s["random_range_ratio"] for s in specs} == {0.5}
+    assert all(LoadSpec.from_dict(s).random_range_ratio == 0.5 for s in specs)
+    plain, _ = load_plan(_write(tmp_path, GOOD.replace("    random_range_ratio: 0.5", "    # no spread")))
+    assert all("random_range_ratio" not in s for w in plain.workloads for s in w.load_specs())
+    with pytest.raises(PlanError, match=r"workloads\[0\].random_range_ratio"):
+        load_plan(_write(tmp_path, GOOD.replace("random_range_ratio: 0.5", "random_range_ratio: 1.5", 1)))
+
+
+def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
+    """A workload with `search:` becomes one load point per deployment, after every repeat of the plan's points, whose
+    load is the search's first probe and whose search carries the SLO (its own, else the plan's)."""
+    from resources.plan import agent_spec
+
+    plan, _ = load_plan(DEFAULT_PLAN)
+    spec = agent_spec(plan, "r", tmp_path, {})
+    for dep in spec.deployments:
+        searches = [p for p in dep.load_points if p.search is not None]
+        assert len(searches) == 1 and dep.load_points[-1] is searches[0]  # once, not once per repeat, and last
+        point = searches[0]
+        assert point.load_point_id == f"{dep.deployment_id}:interactive:search-concurrency"
+        assert point.load["shape"] == "concurrency" and point.load["concurrency"] == 16
+        assert point.load["output_tokens"] == 32 and point.load["ramp_s"] == 0.3
+        assert point.search["slo"] == {"ttft_ms": 250.0, "tpot_ms": 15.0} and point.search["repeats"] == 3
+    text = GOOD.replace("             slo: {ttft_ms: 250, tpot_ms: 15}}", "             }")
+    plan, _ = load_plan(_write(tmp_path, text.replace("max_time_s: 60,\n", "max_time_s: 60")))
+    point = agent_spec(plan, "r", tmp_path, {}).deployments[0].load_points[-1]
+    assert point.search["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # the plan's SLO
+
+
+BOTH = "points: [{shape: concurrency, concurrency: 4}]\n    search: {over: concurrency"
+PLAN_SLO = "slo:                       # MLPerf Llama-2-70B server limits\n  ttft_ms: 2000\n  tpot_ms: 200\n"
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda t: t.replace("search: {over: concurrency", BOTH), "either points (and a sweep) or a search"),
+        (lambda t: t.replace("search: {over: concurrency", "search: {over: streams"), "'rate' or 'concurrency'"),
+        (lambda t: t.replace("start: 16, tolerance", "start: 16, min_load: 32, tolerance"), "start 16 is outside"),
+        (lambda t: t.replace("repeats: 3, max_probes", "repeats: 0, max_probes"), "greater than or equal to 1"),
+        (lambda t: t.replace("slo: {ttft_ms: 250, tpot_ms: 15}}", "slo: {}}").replace(PLAN_SLO, ""), "needs an SLO"),
+    ],
+)  # fmt: skip
+def test_a_bad_search_is_one_message_naming_the_workload(tmp_path, mutate, expected):
+    with pytest.raises(PlanError, match="workloads\\[2\\]") as err:
+        load_plan(_write(tmp_path, mutate(GOOD)))
+    assert expected in str(err.value)

@@ -1,12 +1,12 @@
 """benchmarks/twin_power_lag.py: GPU samples binned by the time since the last prefill ended, on a bundle folder
-written here (the same JSONL files the agent writes), and twin_light's README section written between its markers."""
+written here (the same JSONL files the agent writes)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from benchmarks import twin_light, twin_power_lag
+from benchmarks import twin_power_lag
 
 
 def _write(folder: Path, name: str, rows: list[dict]) -> None:
@@ -54,14 +54,3 @@ def test_power_is_binned_by_time_since_the_last_prefill(tmp_path: Path):
     assert row["decode_only_w"] == 450.0 and row["decode_only_samples"] == 28
     (pt,) = twin_power_lag.points([{"bundle": "b", **row}])
     assert pt["mean_w"] == row["mean_w"] and pt["point"] == "light:c1"
-
-
-def test_twin_light_writes_only_between_its_markers(tmp_path: Path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{twin_light.README_BEGIN}\nstale\n{twin_light.README_END}\n\nkept\n")
-    assert twin_light.write_readme_section("| new |\n", readme)
-    text = readme.read_text()
-    assert "stale" not in text and "| new |" in text and text.endswith("kept\n") and text.startswith("# x")
-    other = tmp_path / "OTHER.md"
-    other.write_text("no markers\n")
-    assert not twin_light.write_readme_section("| new |\n", other) and other.read_text() == "no markers\n"

@@ -116,6 +116,11 @@ def test_load_window_rules():
     bad = failed(validate_table("load_runs", df))
     assert bad["load_runs.min_energy_window"].unexpected_count == 1
     assert bad["load_runs.counter_vs_trace_2pct"].unexpected_count == 1
+    # a capacity search's probe that ended early (its queue growing without bound) is short by design
+    df["probe_verdict"] = [None, "oversaturated"]
+    assert "load_runs.min_energy_window" not in failed(validate_table("load_runs", df))
+    df["probe_verdict"] = [None, "misses"]
+    assert failed(validate_table("load_runs", df))["load_runs.min_energy_window"].unexpected_count == 1
 
 
 def test_empty_table_fails_and_rows_are_recorded():

@@ -58,6 +58,8 @@ def _window_checks(df: pd.DataFrame) -> pd.DataFrame:
     df.loc[has_conc, "concurrency_achieved_pct"] = achieved[has_conc] / conc[has_conc] * 100
     df["concurrency_achieved_pct"] = pd.to_numeric(df["concurrency_achieved_pct"])
     df["has_energy"] = df["energy_j"].notna()
+    verdict = df["probe_verdict"] if "probe_verdict" in df else pd.Series(None, index=df.index, dtype=object)
+    df["energy_window_s"] = pd.to_numeric(df["window_s"], errors="coerce").where(verdict != "oversaturated")
     lifetime_s = pd.to_numeric(df["e2e_p50_ms"], errors="coerce") / 1000
     df["warmup_lifetimes"] = pd.to_numeric(df["warmup_s"], errors="coerce") / lifetime_s.where(lifetime_s > 0)
     return df
@@ -111,6 +113,7 @@ STRINGS = {
     "status": ["ok", "built", "cached", "no_build", "healthy", "failed", None],
     "shape": ["concurrency", "poisson", "gamma", None],
     "error_kind": [None, None, None, "http_500", "truncated_prompt", "truncated_output"],
+    "probe_verdict": [None, None, "meets", "misses", "oversaturated"],
 }
 BOOLS = {"version_checked", "has_energy", "idle_settled_before", "idle_settled_after"}
 

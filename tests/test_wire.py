@@ -44,3 +44,25 @@ def test_version_1_is_read_and_newer_or_unknown_fields_are_refused(tmp_path):
         AgentSpec.from_dict({**json.loads(spec.to_json()), "version": WIRE_VERSION + 1})
     with pytest.raises(WireError, match="unknown field.*sampler_khz"):
         AgentSpec.from_dict({**json.loads(spec.to_json()), "sampler_khz": 1})
+
+
+def test_a_search_travels_and_a_point_without_one_says_nothing_of_it():
+    """An agent spec with a capacity search reads back equal; a point without one has no `search` key, so an agent
+    of before searches still reads specs that use none."""
+    from wattbench_agent.engines.base import EngineConfig
+    from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
+
+    plain = LoadPointSpec("d:w:c4", "w", "c4", {"shape": "concurrency", "concurrency": 4})
+    search = LoadPointSpec(
+        "d:s:search-rate",
+        "s",
+        "search-rate",
+        {"shape": "poisson", "rate": 2.0},
+        search={"over": "rate", "slo": {"ttft_ms": 500}},
+    )
+    cfg = EngineConfig(engine="emulator", model="m", config_name="d", profile="vllm-like")
+    spec = AgentSpec("r", "/tmp/b", (DeploymentSpec("d", cfg, load_points=(plain, search)),))
+    data = spec.to_dict()
+    assert "search" not in data["deployments"][0]["load_points"][0]
+    assert data["deployments"][0]["load_points"][1]["search"]["over"] == "rate"
+    assert AgentSpec.from_json(spec.to_json()) == spec

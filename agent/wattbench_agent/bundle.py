@@ -112,6 +112,7 @@ BUNDLE_TABLES = (
     "gpu_samples",
     "energy_windows",
     "server_metrics",
+    "searches",
 )
 
 

@@ -35,7 +35,7 @@ from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
 from wattbench_agent.engines.base import EngineAdapter, adapter_for
 from wattbench_agent.engines.failures import mark_truncations
 from wattbench_agent.gpus import Gpu, GpuAssignmentError, GpusBusy, NodeGpus, visible_devices_env
-from wattbench_agent.loadgen import LoadSpec, run_load
+from wattbench_agent.loadgen import LoadSpec, run_load, shapes
 from wattbench_agent.metrics_scrape import MetricsScraper
 from wattbench_agent.safety import file_name, mask_env, mask_map, redact_argv, redact_text, redact_url
 from wattbench_agent.telemetry import open_sampler
@@ -359,13 +359,31 @@ def point_seed(point: LoadPointSpec) -> int:
     """Each load point gets its own prompts and arrivals unless the plan pins a seed: repeating the same prompts
     across points (or repeats) would let prefix caching serve later ones from cache and flatter them. The seed
     comes from the workload, point and repeat, not the engine, so every engine of a plan sees the same requests."""
-    key = f"{point.workload}:{point.point_label}" + (f":r{point.repeat}" if point.repeat > 1 else "")
-    return point.load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
+    return load_seed(point.workload, point.point_label, point.repeat, point.load)
+
+
+def load_seed(workload: str, point_label: str, repeat: int, load: dict) -> int:
+    """point_seed from its parts (the twin draws a planned point's arrivals and lengths with it too)."""
+    key = f"{workload}:{point_label}" + (f":r{repeat}" if repeat > 1 else "")
+    return load.get("seed", zlib.crc32(key.encode()) & 0x7FFFFFFF)
 
 
 def run_load_point(
-    point: LoadPointSpec, d: Deployment, writer: BundleWriter, log: Log, report: Callable[[dict], None]
+    point: LoadPointSpec,
+    d: Deployment,
+    writer: BundleWriter,
+    log: Log,
+    report: Callable[[dict], None],
+    *,
+    extra: dict[str, Any] | None = None,
+    slo: dict[str, Any] | None = None,
+    on_record: Callable[[dict], None] | None = None,
+    stop_event: threading.Event | None = None,
+    write_row: bool = True,
 ) -> dict[str, Any]:
+    """One load run: its requests and its load_runs row (with `extra` columns: a search's probe) go to the bundle.
+    `slo`, `on_record`, `stop_event`: handed to the load generator (a search judges and may end its probes);
+    `write_row` False: the caller writes the row (a search, once it has judged the probe)."""
     lp_id = point.load_point_id
     load = dict(point.load)
     if not d.adapter.accepts_ignore_eos and load.get("ignore_eos", True):
@@ -416,7 +434,15 @@ def run_load_point(
     try:
         if scraper:
             scraper.load_point_id = lp_id
-        result = run_load(spec, progress=False, on_window_start=window_start, on_window_end=window_end)
+        result = run_load(
+            spec,
+            progress=False,
+            on_window_start=window_start,
+            on_window_end=window_end,
+            slo=slo,
+            on_record=on_record,
+            stop_event=stop_event,
+        )
         records = [{**r, **ids} for r in result.records]
         truncations = mark_truncations(records)  # silent truncation becomes a per-request error kind
         writer.write("requests", records)
@@ -425,6 +451,7 @@ def run_load_point(
             lr["summary"] = {**(lr.get("summary") or {}), "truncations": truncations}
             log(f"[{d.id}] {lp_id}: silent truncation found: {truncations}")
         lr.update({**ids, "workload": point.workload, "point_label": point.point_label, "repeat": point.repeat})
+        lr.update(extra or {})
         lr["energy_j"] = window.get("total_j")
         lr.update(window.get("host") or {})
         lr["energy_trace_j"] = window.get("trace_j")
@@ -455,12 +482,150 @@ def run_load_point(
     except Exception as exc:  # a broken load point is a row, and the plan goes on
         lr["error_kind"] = type(exc).__name__
         lr["error_text"] = "".join(traceback.format_exception_only(exc)).strip()[-2000:]
+        lr.update(extra or {})
         log(f"[{d.id}] {lp_id} FAILED: {lr['error_text']}")
     finally:
         if scraper:
             scraper.load_point_id = None
-    writer.write("load_runs", [lr])
+    if write_row:
+        writer.write("load_runs", [lr])
     return lr
+
+
+def _answers(url: str | None) -> bool:
+    """Whether an engine the agent did not start still answers its model list."""
+    if not url:
+        return False
+    try:
+        base = url.rstrip("/")
+        return httpx.get(base + ("/models" if base.endswith("/v1") else "/v1/models"), timeout=5.0).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
+def run_search_point(
+    point: LoadPointSpec, d: Deployment, writer: BundleWriter, log: Log, report: Callable[[dict], None]
+) -> dict[str, Any]:
+    """An SLO capacity search on one deployment (loadgen/search.py): every probe is a load run of its own (requests,
+    window energy, a load_runs row marked with the search and its verdict), and the search's answer is a row of
+    `searches`. The probes' seeds come from the point's, so every engine of a plan gets the same requests."""
+    from wattbench_agent.loadgen.search import SearchSpec, answer, run_search
+
+    search = SearchSpec.from_dict(dict(point.search or {}))
+    search_id = f"{d.id}:{point.workload}"
+    base = LoadSpec.from_dict(
+        {
+            **point.load,
+            "url": d.url,
+            "model": d.adapter.served_model_name(d.spec.engine_config),
+            "seed": point_seed(point),
+        }
+    )
+    log(f"[{d.id}] {search_id}: searching {search.over} for the highest load meeting {search.slo_text()}")
+
+    class Measured:
+        def __init__(self, lr: dict[str, Any]):
+            self.summary = lr.get("summary") or {}
+            self.status = lr.get("status", "failed")
+            self.error_kind, self.error_text = lr.get("error_kind"), lr.get("error_text")
+            self.load_point_id = lr.get("load_point_id")
+
+    def measure(spec: LoadSpec, probe, on_record=None, stop_event=None) -> Measured:
+        label = shapes.label(vars(spec))
+        suffix = f"#{probe.repeat}" if probe.repeat > 1 else ""
+        load = {k: v for k, v in spec.to_dict().items() if k not in ("url", "model", "load_point_id")}
+        probe_point = LoadPointSpec(
+            load_point_id=f"{d.id}:{point.workload}:{label}{suffix}",
+            workload=point.workload,
+            point_label=label,
+            load=load,
+            repeat=probe.repeat,
+        )
+        extra = {"search_id": search_id, "probe": probe.index, "probe_phase": probe.phase}
+        lr = run_load_point(
+            probe_point,
+            d,
+            writer,
+            log,
+            report,
+            extra=extra,
+            slo=search.slo,
+            on_record=on_record,
+            stop_event=stop_event,
+            write_row=False,
+        )
+        pending[probe.index] = lr
+        return Measured(lr)
+
+    pending: dict[int, dict[str, Any]] = {}
+
+    def judged(probe) -> None:  # the probe's row, with the search's verdict on it
+        lr = pending.pop(probe.index)
+        lr["probe_verdict"] = probe.verdict
+        if probe.stopped_early:
+            lr["summary"] = {**(lr.get("summary") or {}), "oversaturation": probe.stopped_early}
+        writer.write("load_runs", [lr])
+
+    def server_ok() -> bool:
+        if d.server is not None:
+            return d.server.alive() and _answers(d.url)
+        return _answers(d.url)
+
+    result = run_search(
+        base, search, measure, server_ok=server_ok, log=lambda line: log(f"[{d.id}] {line}"), on_probe=judged
+    )
+    verdicts = [
+        {
+            "load_point_id": p.load_point_id,
+            "verdict": p.verdict,
+            "attainment": p.attainment,
+            "stopped_early": p.stopped_early,
+        }
+        for p in result.probes
+    ]
+    cap = result.capacity()
+    text = answer(result)
+    row = {
+        "deployment_id": d.id,
+        "search_id": search_id,
+        "workload": point.workload,
+        "over": search.over,
+        "unit": result.unit,
+        "shape": result.shape,
+        "burstiness": base.burstiness if result.shape == "gamma" else None,
+        "slo_ttft_ms": search.slo.get("ttft_ms"),
+        "slo_tpot_ms": search.slo.get("tpot_ms"),
+        "slo_e2e_ms": search.slo.get("e2e_ms"),
+        "attainment": search.attainment,
+        "status": result.status,
+        "capacity": cap["value"],
+        "capacity_lo": cap["lo"],
+        "capacity_hi": cap["hi"],
+        "at_point_label": shapes.label(vars(_at_spec(base, search.over, result.value))) if result.value else None,
+        "repeats_at_capacity": cap["repeats_at_capacity"],
+        "binding": result.binding,
+        "binding_share": result.binding_share,
+        "binding_load": result.binding_load,
+        "probes": cap["probes"],
+        "window_s": cap["window_s"],
+        "time_s": cap["time_s"],
+        "stopped_by": result.stopped_by,
+        "tolerance": search.tolerance,
+        "answer": text,
+        "note": result.note,
+        "search": search.to_dict(),
+        "probe_verdicts": verdicts,
+    }
+    writer.write("searches", [row])
+    log(f"[{d.id}] {search_id}: {text}")
+    report({"search_id": search_id, **{k: v for k, v in cap.items() if k in ("value", "lo", "hi", "binding")}})
+    return row
+
+
+def _at_spec(base: LoadSpec, over: str, load: float) -> LoadSpec:
+    from wattbench_agent.loadgen.search import probe_spec
+
+    return probe_spec(base, over, load)
 
 
 def idle_windows(
@@ -536,7 +701,10 @@ def run_round(
                     _check_stop(f"load point {point.load_point_id}")
                     done += 1
                     log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
-                    lr = run_load_point(point, d, writer, log, report)
+                    if point.search is not None:  # its searches row (a search ends itself when the server goes)
+                        lr = run_search_point(point, d, writer, log, report)
+                    else:
+                        lr = run_load_point(point, d, writer, log, report)
                     left = len(d.spec.load_points) - k - 1
                     if d.server is not None and not d.server.alive():
                         d.fail("server_crash", d.server.log_tail(1500))

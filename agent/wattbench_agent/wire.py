@@ -100,6 +100,9 @@ class LoadPointSpec:
     point_label: str  # c32, gamma-r6-b0.25, ...: the same for every repeat and every engine
     load: dict[str, Any]  # LoadSpec fields, less url and model (the deployment supplies them)
     repeat: int = 1  # 1-based
+    # an SLO capacity search from this load (loadgen/search.py SearchSpec fields): its probes are the point's load
+    # runs, each with its own id (<deployment>:<workload>:<label>[#<n>]); None: the load point itself
+    search: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         where = f"load point {self.load_point_id!r:.80}"
@@ -223,7 +226,12 @@ class AgentSpec:
 
     # -- JSON ---------------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        for dep in out["deployments"]:  # a point without a search says nothing of it: agents before searches read it
+            for point in dep["load_points"]:
+                if point.get("search") is None:
+                    point.pop("search", None)
+        return out
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)

@@ -59,6 +59,7 @@ STAGES = [
     "server_metrics",
     "load_point_report",
     "head_to_head",
+    "slo_capacity",
     "capacity_plan",
     "regressions",
     "html_report",

@@ -288,3 +288,124 @@ def test_the_twins_ttft_splits_at_the_scheduled_time():
     assert to_s > 0 and s_to_f > 0
     assert to_s + s_to_f == pytest.approx(r.ttft_ms["mean"], rel=1e-9)  # the same requests' TTFT, split
     assert to_s >= 1e3 * setup("vllm-like", "llama-3.1-8b", "h200", 1, "bf16").dep.kf.intake_latency_s
+
+
+def test_a_prefill_step_outside_cuda_graphs_lasts_as_long_as_the_hosts_launches():
+    """vLLM 0.25 replays CUDA graphs for decode-only steps and for mixed steps up to 512 tokens (piecewise); a bigger
+    prefill-carrying step is launched by the host kernel by kernel, so it lasts max(GPU time, layers x launch time per
+    layer). A slow host lengthens exactly those steps: not a decode step, not a GPU-bound 2K-token prefill."""
+    base = setup("vllm-like", *H200_8B, "bf16", {"eager_layer_s": 0.0, "async_scheduling": True}).dep
+    slow = setup("vllm-like", *H200_8B, "bf16", {"eager_layer_s": 0.0008, "async_scheduling": True}).dep
+    layers = base.model.layers
+    decode = StepLoad(tokens=16, seqs=16, sampled=16, attn_work=16 * 577.0, kv_read=16 * 576.0)
+    mixed = StepLoad(
+        tokens=15 + 520, seqs=16, sampled=16, attn_work=15 * 577.0 + 520 * 260.5, kv_read=15 * 576.0, prefill_tokens=520
+    )
+    small = StepLoad(
+        tokens=15 + 256, seqs=16, sampled=16, attn_work=15 * 577.0 + 256 * 128.5, kv_read=15 * 576.0, prefill_tokens=256
+    )
+    long = StepLoad(
+        tokens=7 + 2060, seqs=8, sampled=8, attn_work=7 * 1000.0 + 2060 * 1030.5, kv_read=7000.0, prefill_tokens=2060
+    )
+    assert slow.step(decode).dt == pytest.approx(base.step(decode).dt)
+    assert slow.step(mixed).dt == pytest.approx(max(base.step(mixed).dt, layers * 0.0008), rel=1e-6)
+    assert slow.step(mixed).dt > 1.5 * base.step(mixed).dt
+    share = slow.kf.piecewise_share
+    assert layers * 0.0008 * share <= slow.step(small).dt < layers * 0.0008  # piecewise graphs: a share of it
+    assert base.step(long).dt > layers * 0.0008 and slow.step(long).dt == pytest.approx(base.step(long).dt)
+    # the GPU idles between the host's launches: the same work over a longer step draws less power
+    assert slow.step(mixed).power_w < base.step(mixed).power_w
+    with pytest.raises(ConfigError, match="eager_layer_s"):
+        setup("vllm-like", *H200_8B, "bf16", {"eager_layer_s": -1})
+
+
+def test_phase_states_come_out_of_the_simulation():
+    """The twin's step decomposition is the load generator's (loadgen/steps.py on its token times): streams started
+    together with equal lengths stay bunched (their prefills share steps); ramped in, each prefill has a step of its
+    own (spread, the stalled share near (c - 1)/(o - 1)); with spread output lengths there is no fixed expectation.
+    The stall is as long as the host's launches of a prefill-carrying step."""
+    kw = dict(duration_s=10, warmup_s=5, record=True)
+    cfg = {"async_scheduling": True, "eager_layer_s": 0.0006}
+    wl = dict(concurrency=16, input_tokens=512, output_tokens=128)
+    together = simulate("vllm-like", *H200_8B, "bf16", cfg, Workload(**wl), **kw).extra["steps"]
+    ramped = simulate("vllm-like", *H200_8B, "bf16", cfg, Workload(**wl, ramp_s=2.0), **kw).extra["steps"]
+    spread = simulate(
+        "vllm-like", *H200_8B, "bf16", cfg, Workload(**wl, ramp_s=2.0, random_range_ratio=0.5), **kw
+    ).extra["steps"]
+    assert together["phase_state"] == "bunched" and ramped["phase_state"] == "spread"
+    assert ramped["stalled_gap_fraction"] == pytest.approx(15 / 127, rel=0.25)
+    assert ramped["stall_ms_mean"] == pytest.approx(32 * 0.6, rel=0.15)  # the host's launch time of the step
+    assert spread["phase_state"] is None and spread["expected_stalled_fraction"] is None
+    assert spread["stalled_gap_fraction"] > 0.05
+
+
+def test_a_windows_power_is_linear_in_the_power_coefficients():
+    """simulate's power_basis: the window's W per GPU from the power model's coefficients, exactly (capped steps at
+    their limit), which the twin's calibration solves for."""
+    for c in (1, 64, 256):
+        r = simulate("vllm-like", *H200_8B, "bf16", {}, Workload(concurrency=c), duration_s=6, warmup_s=2)
+        dep = setup("vllm-like", *H200_8B, "bf16").dep
+        g, pf, b = dep.gpu, dep.pf, r.extra["power_basis"]
+        w = (
+            g.idle_w * b["idle_s"]
+            + b["capped_w_s"]
+            + (g.idle_w + g.clock_up_w + g.tdp_w * pf.k_busy) * b["free_s"]
+            + g.tdp_w * pf.k_cmp * b["free_cmp"]
+            + g.tdp_w * pf.k_mem * g.mem_power_scale * b["free_mem"]
+        ) / b["window_s"]
+        assert w == pytest.approx(r.avg_power_w, rel=1e-9)
+
+
+def test_the_twin_sends_what_the_load_generator_sends_for_the_same_seed():
+    """Open loop with spread lengths: the twin's requests arrive at the load generator's send times for the seed and
+    carry the lengths the load generator draws for them (request i, the i-th send), so a prediction made with the
+    agent's seed for a point describes the very requests the run will send."""
+    from wattbench_agent.loadgen import LoadSpec, shapes
+    from wattbench_agent.loadgen.workload import Workload as Lengths
+
+    seed, horizon = 1234, 6.0
+    wl = Workload(shape="poisson", rate=10, input_tokens=512, output_tokens=128, random_range_ratio=0.5)
+    r = simulate("vllm-like", *H200_8B, "bf16", {}, wl, duration_s=4, warmup_s=2, seed=seed, record=True)
+    spec = LoadSpec(shape="poisson", rate=10, input_tokens=512, output_tokens=128, random_range_ratio=0.5, seed=seed)
+    sends = shapes.get("poisson").offsets(vars(spec), horizon, seed)
+    lengths = Lengths(spec, n_hint=len(sends))
+    got = sorted(r.extra["requests"], key=lambda q: int(q["id"].split("-")[1]))
+    assert got and len(got) <= len(sends)
+    for q in got:
+        i = int(q["id"].split("-")[1]) - 1
+        assert q["sent"] == pytest.approx(sends[i])
+        assert (q["prompt_tokens"], q["max_tokens"]) == lengths.lengths(i)
+    assert len({q["max_tokens"] for q in got}) > 5  # spread, not one length
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        {"output_tokens_dist": {"kind": "uniform", "min": 64, "max": 192}},  # the steps experiment's spread16
+        {"random_range_ratio": 0.5},  # vllm bench serve's --random-range-ratio
+    ],
+)
+def test_a_closed_loops_lengths_are_the_ones_the_load_generator_prepares(lengths):
+    """Closed loop: the load generator sizes its draws from the window (streams x 2 x horizon + streams), and the
+    lengths of request i depend on that size; the twin's requests carry the lengths the load generator's own
+    preparation (loadgen.runner._prepare, one worker) gives requests 0, 1, 2, ... for the same seed."""
+    from wattbench_agent.loadgen import LoadSpec
+    from wattbench_agent.loadgen.runner import _prepare
+
+    seed, c = 99, 16
+    spec = LoadSpec(concurrency=c, input_tokens=512, output_tokens=128, warmup_s=2, duration_s=4, seed=seed, **lengths)
+    prepared = _prepare(spec, None, "lp", 0, 1)["workload"]
+    wl = Workload(
+        shape="concurrency",
+        concurrency=c,
+        ramp_s=1.0,
+        input_tokens=512,
+        output_tokens=lengths.get("output_tokens_dist", 128),
+        random_range_ratio=lengths.get("random_range_ratio", 0.0),
+    )
+    r = simulate("vllm-like", *H200_8B, "bf16", {}, wl, duration_s=4, warmup_s=2, seed=seed, record=True)
+    got = sorted(r.extra["requests"], key=lambda q: int(q["id"].split("-")[1]))
+    assert len(got) > 3 * c
+    for q in got:
+        i = int(q["id"].split("-")[1]) - 1
+        assert (q["prompt_tokens"], q["max_tokens"]) == prepared.lengths(i)

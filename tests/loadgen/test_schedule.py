@@ -126,3 +126,22 @@ def test_shared_prefix_and_sharegpt(tmp_path):
     spec = LoadSpec(concurrency=1, dataset_path=str(sg), output_tokens_dist={"kind": "dataset"})
     it = Workload(spec).item(0)
     assert it.prompt == "Tell me a story" and it.output_tokens > 10
+
+
+def test_random_range_ratio_is_vllm_bench_serves():
+    """random_range_ratio r draws lengths uniformly over [floor(L(1 - r)), ceil(L(1 + r))], both ends, as vllm bench
+    serve's random dataset; prompts only when synthetic; an explicit *_tokens_dist wins; r = 0 keeps one length."""
+    spec = LoadSpec(concurrency=4, input_tokens=512, output_tokens=127, random_range_ratio=0.5, seed=3)
+    w = Workload(spec, n_hint=4000)
+    ins, outs = zip(*(w.lengths(i) for i in range(4000)))
+    assert (min(ins), max(ins)) == (256, 768) and (min(outs), max(outs)) == (63, 191)
+    assert abs(np.mean(outs) - 127) < 2
+    assert {len(w.item(i).prompt.split(" ")) for i in range(20)} != {512}  # the prompts follow the drawn lengths
+    fixed = Workload(LoadSpec(concurrency=4, input_tokens=512, output_tokens=128))
+    assert {fixed.lengths(i) for i in range(50)} == {(512, 128)}
+    explicit = LoadSpec(concurrency=1, output_tokens_dist={"kind": "fixed", "value": 7}, random_range_ratio=0.5)
+    assert {Workload(explicit).lengths(i)[1] for i in range(50)} == {7}
+    assert Workload(LoadSpec(concurrency=1, output_tokens=1, random_range_ratio=0.9)).lengths(0)[1] >= 1
+    for bad in (1.0, -0.1):
+        with pytest.raises(LoadSpecError, match="random_range_ratio"):
+            LoadSpec.from_dict({"concurrency": 1, "random_range_ratio": bad})

@@ -81,6 +81,16 @@ def test_wattbench_load_stops_and_exits_nonzero_when_the_server_dies(tmp_path):
     assert sum(r["error_kind"] is None for r in recs) == s["completed"]  # every completed request kept
     assert max(r["sent_ns"] for r in recs) - killed_ns < STOP_WITHIN_S * 1e9
     assert s["failed"] < 10_000  # a 30 s window of refused connections fired hundreds of thousands
+    # `wattbench inspect` of the saved run gives the live summary back, the broken window's verdict included
+    again = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "inspect", str(out), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == s
 
 
 def test_worker_processes_stop_too_and_the_point_is_failed_server_gone():

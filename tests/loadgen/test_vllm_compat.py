@@ -411,3 +411,52 @@ def test_num_prompts_alone_sends_them_all_at_once_as_vllm_does(tmp_path):
     assert s["achieved_concurrency"] > 4  # all at once
     c = json.loads(capped.stdout.strip().splitlines()[-1])
     assert c["completed"] == 6 and c["requested_concurrency"] == 2
+
+
+# ------------------------------------------------------------------------------------------------ --backend
+def _target(**kw):
+    from argparse import Namespace
+
+    from wattbench_agent.loadgen.cli import resolve_target
+
+    args = {"url": None, "host": None, "port": None, "endpoint": None, "api": None, "backend": None, **kw}
+    return resolve_target(Namespace(**args))
+
+
+def test_backend_picks_the_api_and_endpoint_as_vllm_bench_serve():
+    base = "http://h:9000"
+    assert _target(url=base, backend="openai") == (f"{base}/v1/completions", "completions")
+    assert _target(url=base, backend="vllm") == (f"{base}/v1/completions", "completions")
+    assert _target(url=base + "/v1", backend="openai-chat") == (f"{base}/v1/chat/completions", "chat")
+    assert _target(url=base, backend="openai", endpoint="/v1/completions") == (f"{base}/v1/completions", "completions")
+    assert _target(url=f"{base}/v1/chat/completions", backend="openai-chat") == (f"{base}/v1/chat/completions", "chat")
+    # no server named: vllm bench serve's 127.0.0.1:8000; no backend: wattbench's own default API (chat)
+    assert _target() == ("http://127.0.0.1:8000", "chat")
+    assert _target(backend="openai") == ("http://127.0.0.1:8000/v1/completions", "completions")
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"backend": "openai", "endpoint": "/v1/chat/completions"}, "speaks the completions API but the endpoint"),
+        ({"backend": "openai-chat", "api": "completions"}, "--api completions contradicts --backend openai-chat"),
+        ({"backend": "openai-audio"}, "non-streaming or non-text API"),
+        ({"backend": "tgii"}, "expected one of openai, vllm, openai-chat"),
+    ],
+)
+def test_a_backend_that_does_not_fit_is_one_message(kw, message):
+    from wattbench_agent.loadgen.endpoint import EndpointError
+
+    with pytest.raises((ValueError, EndpointError), match=message):
+        _target(url="http://h:9000", **kw)
+
+
+def test_backend_openai_chat_alone_sends_chat_requests(emulator):
+    url, _ = emulator
+    p = load("--base-url", url, "--backend", "openai-chat", "--concurrency", "1", "--num-prompts", "2",
+             "--input-tokens", "8", "--output-tokens", "2", "--json", "--no-progress")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    assert s["api"] == "chat" and s["completed"] == 2
+    p = load("--base-url", url, "--backend", "openai-audio", "--concurrency", "1")
+    assert p.returncode == 2 and "wattbench measures streamed text" in p.stderr

@@ -150,6 +150,7 @@ def test_every_warehouse_writer_is_in_the_duckdb_writer_pool():
         "html_report",
         "load_point_report",
         "head_to_head",
+        "slo_capacity",
         "capacity_plan",
         "regressions",
     } <= set(writers)

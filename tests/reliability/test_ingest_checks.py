@@ -405,3 +405,19 @@ def test_sql_json_output_says_null_for_a_non_finite_value(tmp_path, capsys):
         == 0
     )
     assert json.loads(capsys.readouterr().out) == {"x": None, "y": None, "z": 1.5}
+
+
+def test_a_committed_version1_bundle_loads_within_the_ingest_memory(tmp_path):
+    """results/h200-vllm/bundle-steady (version 1: 13,598 requests with their token times inline, 37 MB of JSON lines)
+    loads within the default ingest memory on two threads. The numeric-type scan parsed each line once per numeric
+    column (25 parses of every request) and ran out of DuckDB's 1 GB there; it now parses a line once for them all."""
+    from resources.warehouse import INGEST_MEMORY, ingest_bundle
+    from wattbench_agent.bundle import unpacked
+
+    assert INGEST_MEMORY == "1GB"
+    repo = Path(__file__).resolve().parents[2]
+    with connect(tmp_path / "w.duckdb") as con, unpacked(repo / "results/h200-vllm/bundle-steady.tar.xz") as folder:
+        con.execute("SET threads = 2")
+        counts = ingest_bundle(con, folder)
+        assert counts["requests"] == 13_598
+        assert con.execute("SELECT count(*) FROM requests WHERE chunk_ns IS NOT NULL").fetchone()[0] > 13_000

@@ -24,7 +24,7 @@ SMOKE_PLAN = Path(__file__).resolve().parents[1] / "data" / "smoke_plan.yaml"
 # Assets are partitioned by (model, scenario); a plan file stands for the scenario of its stem, so each plan is
 # copied to <folder>/default.yaml and every run here is the partition (llama-3.1-8b, default).
 PARTITION = bench_partition("llama-3.1-8b", "default")
-REPORTS = {"load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"}
+REPORTS = {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"}
 TABLES = (
     "runs",
     "engine_builds",

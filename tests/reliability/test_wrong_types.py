@@ -54,6 +54,11 @@ SPECS = {
     "duration_s 1e9": (("load", "duration_s", 1e9), "duration_s must be <= 86400, got 1e+09"),
     "timeout_s 1e12": (("load", "timeout_s", 1e12), "timeout_s must be <= 86400"),
     "concurrency text": (("load", "concurrency", "8"), "concurrency must be an integer, got '8'"),
+    "random_range_ratio text": (
+        ("load", "random_range_ratio", "0.5"),
+        "random_range_ratio must be a number, got '0.5'",
+    ),
+    "random_range_ratio 1": (("load", "random_range_ratio", 1), "random_range_ratio must be >= 0 and < 1, got 1"),
 }
 
 

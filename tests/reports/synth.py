@@ -42,6 +42,8 @@ class Point:
     status: str = "ok"
     error_kind: str | None = None
     repeat: int | None = None  # set: the load point id gets "#<repeat>" and the row its point_label and repeat
+    phase_state: str | None = None  # the load run's phase state (bunched | spread), as the load generator sets it
+    extra: dict[str, Any] = field(default_factory=dict)  # more load_runs columns (a capacity search's probe marks)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Deployment:
     build_s: float | None = None
     hardware_lock: dict | None = None
     idle_w: tuple[float | None, float | None] = (None, None)  # idle power before and after its points
+    searches: list[dict[str, Any]] = field(default_factory=list)  # rows of `searches` (deployment_id filled in)
 
 
 def write_run(
@@ -77,8 +80,9 @@ def write_run(
     source: str = "emulated",
 ) -> str:
     bundle = tmp / f"bundle-{run_id}"
-    builds, deps, loads, reqs, samples = [], [], [], [], []
+    builds, deps, loads, reqs, samples, searches = [], [], [], [], [], []
     for d in deployments:
+        searches += [{"deployment_id": d.name, **row} for row in d.searches]
         build_id = f"b-{d.name}"
         builds.append(
             {
@@ -148,6 +152,8 @@ def write_run(
                     "error_kind": p.error_kind,
                     "point_label": p.label,
                     "repeat": p.repeat,
+                    "phase_state": p.phase_state,
+                    **p.extra,
                 }
             )
             # sends spread so that every request also completes inside the window: latency figures count requests
@@ -211,6 +217,7 @@ def write_run(
             ("load_runs", loads),
             ("requests", reqs),
             ("gpu_samples", samples),
+            ("searches", searches),
         ):
             if rows:
                 w.write(table, rows)

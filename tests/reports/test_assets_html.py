@@ -22,6 +22,7 @@ from assets.reports import (
     html_report,
     load_point_report,
     regressions,
+    slo_capacity,
 )
 from resources.bench_plan import BenchPlan
 from resources.warehouse import connect, run_sql
@@ -98,8 +99,8 @@ def _records(table_value) -> list[dict]:
 
 def test_report_assets_are_wired_and_gated(env):
     keys = {a.key.to_user_string() for a in REPORT_ASSETS}
-    assert keys == {"load_point_report", "head_to_head", "capacity_plan", "regressions", "html_report"}
-    for asset in (load_point_report, head_to_head, capacity_plan, regressions):
+    assert keys == {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"}
+    for asset in (load_point_report, head_to_head, slo_capacity, capacity_plan, regressions):
         deps = {k.to_user_string() for k in asset.asset_deps[asset.key]}
         assert set(STAGES) <= deps, asset.key  # every stage's blocking check gates the report
         spec = next(iter(asset.specs))
@@ -107,9 +108,11 @@ def test_report_assets_are_wired_and_gated(env):
     assert {k.to_user_string() for k in html_report.asset_deps[html_report.key]} == {
         "load_point_report",
         "head_to_head",
+        "slo_capacity",
         "capacity_plan",
         "regressions",
     }
+    assert "slo_capacity" in {k.to_user_string() for k in capacity_plan.asset_deps[capacity_plan.key]}
 
 
 def test_load_point_summary_is_a_dagster_table_with_intervals(env):
@@ -119,7 +122,7 @@ def test_load_point_summary_is_a_dagster_table_with_intervals(env):
     lp = load_point_report(ctx(), warehouse=res["warehouse"])
     assert lp.metadata["load_points"] == 5 and lp.metadata["load_runs"] == 15
     assert isinstance(lp.metadata["peak_output_tok_s"], dg.FloatMetadataValue)
-    assert lp.metadata["plots"].value.count("data:image/png;base64,") == 5
+    assert lp.metadata["plots"].value.count("data:image/png;base64,") == 6  # the frontiers too
     table = lp.metadata["summary"]
     assert isinstance(table, dg.TableMetadataValue)
     names = [c.name for c in table.schema.columns]
@@ -189,7 +192,7 @@ def test_html_report_is_self_contained_with_interactive_charts(env):
     assert len(scripts) == 2 and all("src" not in attrs for attrs in scripts)  # the inlined bundle, the embed calls
     bundle, _ = charts.javascript_bundle()
     assert html.count(bundle) == 1 and "vegaEmbed" in bundle
-    assert html.count("data:image/png;base64,") == 6  # the static copies and the capacity plan
+    assert html.count("data:image/png;base64,") == 7  # the static copies (frontiers too) and the capacity plan
     divs = re.findall(r"<div class='chart' id='(chart-\d+)' data-chart='([^']+)'>", html)
     assert [name for _, name in divs] == [
         "power trace",

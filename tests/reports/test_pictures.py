@@ -260,3 +260,65 @@ def test_a_tensor_parallel_deployment_shows_each_gpus_trace_under_its_total():
     assert {"GPU 2", "GPU 3"} <= labels and "GPU 0" not in labels
     spec = json.dumps(charts.power_chart(samples, windows, "emulated"))
     assert "power of this GPU (W)" in spec and "GPU 3" in spec and "GPU 0" not in spec
+
+
+@pytest.fixture(scope="module")
+def two_phases(tmp_path_factory):
+    """One engine, c16 with three repeats of which one ran bunched and faster (a bimodal point), c64 with three
+    spread repeats: the summaries, every repeat and the per-point table from a real warehouse."""
+    tmp = tmp_path_factory.mktemp("phases")
+    db = tmp / "w.duckdb"
+    pts = []
+    for r, (rps16, phase16) in enumerate(((8.0, "spread"), (8.2, "spread"), (10.0, "bunched")), start=1):
+        pts.append(simple_point("c16", rps16, concurrency=16, output_tokens=16, repeat=r, phase_state=phase16))
+        pts.append(simple_point("c64", 20.0 + r, concurrency=64, output_tokens=16, repeat=r, phase_state="spread"))
+    write_run(db, tmp, "run", [Deployment("vllm", idle_w=(100.0, 100.0), points=pts)])
+    with connect(db, read_only=True) as con:
+        frames = reporting.report_frames(con, "run")
+        figures = con.execute("SELECT * FROM v_point_figures WHERE run_id = 'run'").df()
+    return frames, figures
+
+
+def test_every_repeat_is_a_dot_and_a_point_in_two_phases_says_so(two_phases):
+    """Each repeat is drawn as a dot at its own figures (a cross where it ran bunched), so a bimodal point shows as
+    two groups; the point whose repeats fell in both phase states has dashed interval bars, a label saying its mean is
+    not a typical figure, and the per-point table names the states."""
+    frames, figures = two_phases
+    points, repeats = frames["points"], frames["repeats"]
+    c16 = points[points["point_label"] == "c16"].iloc[0]
+    assert c16["phase_states"] == "spread x2, bunched x1" and bool(c16["mixed_phase"])
+    c64 = points[points["point_label"] == "c64"].iloc[0]
+    assert c64["phase_states"] == "spread x3" and not bool(c64["mixed_phase"])
+    fig = pictures.fig_throughput_latency(points, "emulated", repeats)
+    ax = fig.axes[0]
+    dots = {c.get_gid(): c.get_offsets() for c in ax.collections if (c.get_gid() or "").startswith("repeats")}
+    assert len(dots["repeats:vllm"]) == 5 and len(dots["repeats-bunched:vllm"]) == 1
+    want = sorted(repeats["output_tok_s"])
+    assert sorted([*dots["repeats:vllm"][:, 1], *dots["repeats-bunched:vllm"][:, 1]]) == pytest.approx(want)
+    bunched_tok_s = repeats.loc[repeats["phase_state"] == "bunched", "output_tok_s"].iloc[0]
+    assert dots["repeats-bunched:vllm"][0, 1] == pytest.approx(bunched_tok_s)
+    mixed = [ln for ln in ax.lines if (ln.get_gid() or "").endswith(":mixed-phase")]
+    assert len(mixed) == 1 and list(mixed[0].get_ydata()) == pytest.approx([c16["output_tok_s"]])
+    dashed = [c for c in ax.collections if c.get_linestyle() and c.get_linestyle()[0][1] is not None]
+    assert dashed, "the mixed point's interval bars are not dashed"
+    texts = [t.get_text() for t in ax.texts if t.get_gid() == "point-label"]
+    assert any(t.startswith("c16") and "2 phases" in t for t in texts) and not any("c64 (" in t for t in texts)
+    assert "dots: each repeat" in ax.get_title() and "two phase states" in ax.get_title()
+    tpj = pictures.fig_tokens_per_joule(points, "emulated", repeats)
+    assert any(len(c.get_offsets()) == 5 for c in tpj.axes[0].collections if c.get_gid() == "repeats:vllm")
+    table = reporting.point_summary_table(figures, points)
+    cells = dict(zip(table["workload:point"], table["phase of the repeats"]))
+    assert cells["steady:c16"] == f"spread x2, bunched x1: {reporting.MIXED_PHASE_NOTE}"
+    assert cells["steady:c64"] == "spread x3"
+
+
+def test_interactive_charts_carry_every_repeat(two_phases):
+    frames, _ = two_phases
+    specs = reporting.interactive_charts(frames, "emulated")
+    tl = specs["throughput vs latency"]
+    dots = tl["layer"][-1]
+    rows = dots["data"]["values"] if "values" in dots["data"] else tl["datasets"][dots["data"]["name"]]
+    assert len(rows) == 6 and sorted(r["phase"] for r in rows).count("bunched") == 1
+    tpj = specs["tokens per joule vs load"]
+    values = tpj["datasets"][tpj["data"]["name"]] if "name" in tpj["data"] else tpj["data"]["values"]
+    assert sum(1 for r in values if r["kind"] == "repeat") == 12  # six repeats, total and above idle

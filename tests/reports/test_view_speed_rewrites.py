@@ -165,8 +165,14 @@ def test_load_points_is_the_core_with_the_trace(warehouse):
             "phase_state",
             "host_saturated",
             "gpu_throttled",
+            "search_id",
+            "probe",
+            "probe_phase",
+            "probe_verdict",
         ]
-        assert cols.index("trace_mean_w_per_gpu") == cols.index("output_tokens_per_j_above_idle") + 1
+        # energy per request and its note follow the energy figures, then the trace
+        assert cols.index("j_per_request") == cols.index("output_tokens_per_j_above_idle") + 1
+        assert cols.index("trace_mean_w_per_gpu") == cols.index("energy_note") + 1
         assert set(core) <= set(cols)
         both = con.execute(
             f"""SELECT count(*),

@@ -6,7 +6,9 @@ Roofline per operator class (docs/EMULATOR.md has the equations):
   all-reduce      t_ar   = 2 L (alpha + 2 (N-1)/N * T h a / (B_nvlink * e_nvlink))          (N > 1)
   fixed           t_fix  = L * c_layer                     (kernel launches and tails, CUDA graphs or not)
   host            t_cpu  = c_step + c_seq * n_seqs         (scheduler, sampling, detokenization not hidden)
-  step            t      = t_gpu + t_cpu - min(host_overlap * t_cpu, t_gpu)   (t_gpu = t_lin + t_attn + t_ar + t_fix)
+  launches        t_eag  = L * eager_layer_s [* piecewise_share]   (a prefill-carrying step outside CUDA graphs)
+  step            t      = max(t_gpu, t_eag) + t_cpu - min(host_overlap * t_cpu, t_gpu)
+                                                           (t_gpu = t_lin + t_attn + t_ar + t_fix)
 Power per GPU while an iteration runs, three parts (docs/EMULATOR.md, 'Power'):
   static   P_idle + P_clk + k_busy TDP                      (idle measured; clocks up; active static)
   memory   k_mem TDP s_mem * bytes/s / HBM_bw               (weights + KV + activations read: energy per byte)
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from wattbench_agent.emulator import calibration
 from wattbench_agent.emulator.specs import GPUSpec, ModelSpec, PrecisionSpec
 
 # NVML clock-event reason bits (nvml.h, nvmlClocksEventReason*)
@@ -51,12 +54,20 @@ class KernelFactors:
     intake_s: float = 0.0  # API-server time to take in one new request (HTTP, chat template, tokenisation)
     intake_latency_s: float = 0.0  # fixed latency from the client's send to the API server's intake (hops, queues)
     finish_s: float = 0.0  # API-server time to finish one request (last chunk, usage, stats)
+    # A step that carries a prefill and more tokens than the engine captured CUDA graphs for (vLLM 0.25: decode-only
+    # batches replay full graphs, mixed batches up to graph_max_tokens piecewise ones, larger ones none) has its
+    # kernels launched one by one by the host: the step lasts as long as the slower of the GPU's work and the host's
+    # launches, eager_layer_s per layer (piecewise_share of that within the graphs' sizes). The host's speed, not the
+    # GPU's: it is what differs from machine to machine (docs/EMULATOR.md, "The step composition").
+    eager_layer_s: float = 0.0
+    graph_max_tokens: int = 0  # 0: every step replays a graph (no host launch time)
+    piecewise_share: float = 0.0
 
 
 @dataclass(frozen=True)
 class PowerFactors:
     """Power model, as fractions of the GPU's TDP: static, memory traffic, compute (fitted on ML.ENERGY H100 figures
-    and the H200 vLLM runs, benchmarks/twin_fit.py, final fit; scaled by TDP elsewhere)."""
+    and the H200 vLLM runs; the calibration.json values over these: wattbench/twin/; scaled by TDP elsewhere)."""
 
     k_busy: float = 0.240  # static active power while the engine iterates (leakage at load, front ends)
     k_mem: float = 0.453  # memory-system power at 100% of the GPU's datasheet bandwidth (x gpu.mem_power_scale)
@@ -65,7 +76,7 @@ class PowerFactors:
     min_clk: float = 0.55
 
 
-POWER = PowerFactors()
+POWER = PowerFactors(**calibration.power())  # the calibration's fitted coefficients where it has them
 
 
 @dataclass
@@ -234,7 +245,8 @@ class Deployment:
         if kf.host_overlap > 0.0:  # scheduling of step n+1 runs while the GPU executes step n
             hidden = min(t_cpu * kf.host_overlap, t_gpu)
             t_cpu -= hidden
-        dt = t_gpu + t_cpu
+        t_launch = self.launch_time(load)
+        dt = (t_gpu if t_gpu > t_launch else t_launch) + t_cpu
         flops = lin_flops + attn_flops
         nbytes = w_bytes + kv_bytes + q_bytes
         busy = t_gpu / dt
@@ -253,6 +265,16 @@ class Deployment:
             + self.mem_power_w * u_mem
         )
         return StepCost(dt, t_gpu, t_cpu, power, busy, u_mem, u_cmp, clk, 0, flops, nbytes)
+
+    def launch_time(self, load: StepLoad) -> float:
+        """The host's time to launch a step's kernels one by one (0 for a step that replays a CUDA graph): a step
+        carrying a prefill with more tokens than graph_max_tokens runs outside the graphs; a smaller mixed step replays
+        piecewise graphs around its attention (piecewise_share of the launches)."""
+        kf = self.kf
+        if not (kf.eager_layer_s and load.prefill_tokens and kf.graph_max_tokens):
+            return 0.0
+        share = 1.0 if load.tokens > kf.graph_max_tokens else kf.piecewise_share
+        return self.model.layers * kf.eager_layer_s * share
 
     def idle_power(self) -> float:
         return self.gpu.idle_w

@@ -79,8 +79,8 @@ class GPUSpec:
     source: str
     mem_power_scale: float = 1.0  # memory-system power at full bandwidth, relative to the power model's k_mem x TDP
     mem_eff_scale: float = 1.0  # share of HBM bandwidth the engines reach, relative to the profile's mem_eff (H100)
-    # the typical board's kernel time against the fitted efficiencies: every GPU step takes 1 / speed_scale as long
-    # (the same work, so the same energy: power falls with it). H200 units of one model differ by ~15% (measured)
+    # every GPU step takes 1 / speed_scale as long (the same work, so the same energy: power falls with it). 1 for
+    # every GPU: the decode step is the same on every measured H200 within +-3%, so no board factor (docs/EMULATOR.md)
     speed_scale: float = 1.0
     clock_up_w: float = 0.0  # power of holding the clocks at their maximum while busy, over idle_w (0 where idle_w
     #                          was measured with the clocks already up)
@@ -232,7 +232,12 @@ def model_spec(name: str) -> ModelSpec:
 
 
 def gpu_spec(name: str) -> GPUSpec:
+    """A GPU of specs.json (datasheet facts and measured idle power), with the factors the real-hardware calibration
+    fitted for it (calibration.json: mem_eff_scale, mem_power_scale, speed_scale) over it."""
+    from wattbench_agent.emulator import calibration
+
     gid, g = _pick("gpus", name, "GPU")
+    g = {**g, **calibration.gpu(gid)}
     return GPUSpec(
         id=gid,
         name=g["name"],

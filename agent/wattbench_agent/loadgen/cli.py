@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 from wattbench_agent.argtypes import check_finite, finite_float, port_number
 from wattbench_agent.safety import redact_text
 
-from . import shapes
-from .endpoint import EndpointError, api_of, check_url, default_model, join_endpoint, resolve_api
+from . import search_cli, shapes
+from .endpoint import (
+    BACKENDS,
+    EndpointError,
+    api_of,
+    backend_api,
+    check_url,
+    default_model,
+    join_endpoint,
+    resolve_api,
+)
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 from .vllm_result import (
     ResultArgError,
@@ -58,12 +66,17 @@ def register(subparsers) -> None:
         "--endpoint",
         help="API path appended to --url/--base-url, as vllm bench serve: /v1/chat/completions or /v1/completions",
     )
-    p.add_argument("--host", help="with --port, instead of --url (vllm bench serve's default: 127.0.0.1:8000)")
+    p.add_argument("--host", help="with --port, instead of --url (default, as vllm bench serve's: 127.0.0.1:8000)")
     p.add_argument("--port", type=port_number)
     p.add_argument(
         "--model", help="model name sent in each request (default: the server's only model, from GET /v1/models)"
     )
     p.add_argument("--api", choices=("chat", "completions"), help="default: what the endpoint URL says, else chat")
+    p.add_argument(
+        "--backend",
+        help=f"vllm bench serve's backend: {', '.join(BACKENDS)} (openai, vllm: /v1/completions; openai-chat: "
+        "/v1/chat/completions); it picks the API and, for a base URL, the endpoint",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--concurrency", help="closed-loop streams; a comma list sweeps (e.g. 8,16,32)")
     g.add_argument(
@@ -182,6 +195,7 @@ def register(subparsers) -> None:
     v.add_argument(
         "--metadata", nargs="*", metavar="KEY=VALUE", default=[], help="key-value pairs stored in the result file"
     )
+    search_cli.register(p)
     p.set_defaults(func=main)
 
 
@@ -198,25 +212,38 @@ def _headers(a) -> dict:
 
 
 def resolve_target(a) -> tuple[str, str]:
-    """(URL to load, API) from --url/--base-url, --endpoint, --host/--port and --api."""
+    """(URL to load, API) from --url/--base-url, --endpoint, --host/--port, --backend and --api. No server named:
+    vllm bench serve's 127.0.0.1:8000. --backend (vllm bench serve's values) picks the API and, for a base URL
+    without --endpoint, its endpoint (openai: /v1/completions, openai-chat: /v1/chat/completions)."""
     if a.url and (a.host or a.port):
         raise ValueError("give either --url/--base-url or --host/--port, not both")
-    url = a.url or (f"http://{a.host or '127.0.0.1'}:{a.port or 8000}" if (a.host or a.port) else None)
-    if not url:
-        raise ValueError(
-            "no server: give --url (a base URL such as http://127.0.0.1:8000, or a full endpoint URL "
-            "such as http://127.0.0.1:8000/v1/completions), or --base-url/--host/--port"
-        )
+    url = a.url or f"http://{a.host or '127.0.0.1'}:{a.port or 8000}"
     check_url(url)
-    if a.endpoint:
+    endpoint = a.endpoint
+    api = a.api
+    backend = getattr(a, "backend", None)
+    if backend:
+        b_api, b_endpoint = backend_api(backend)
+        if api and api != b_api:
+            raise ValueError(f"--api {api} contradicts --backend {backend} (the {b_api} API); give one of them")
+        implied = api_of(join_endpoint(url, endpoint) if endpoint else url)
+        if implied and implied != b_api:
+            raise ValueError(
+                f"--backend {backend} speaks the {b_api} API but the endpoint is the {implied} one; "
+                f"drop --endpoint or give --backend {'openai-chat' if implied == 'chat' else 'openai'}"
+            )
+        api = b_api
+        if not endpoint and not api_of(url):
+            endpoint = b_endpoint
+    if endpoint:
         if api_of(url):
             raise ValueError(
-                f"--endpoint {a.endpoint} given with a URL that already names an endpoint ({url}); give the base URL"
+                f"--endpoint {endpoint} given with a URL that already names an endpoint ({url}); give the base URL"
             )
-        url = join_endpoint(url, a.endpoint)
+        url = join_endpoint(url, endpoint)
         if not api_of(url):
-            raise ValueError(f"--endpoint {a.endpoint}: expected /v1/chat/completions or /v1/completions")
-    return url, resolve_api(url, a.api)
+            raise ValueError(f"--endpoint {endpoint}: expected /v1/chat/completions or /v1/completions")
+    return url, resolve_api(url, api)
 
 
 def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
@@ -254,21 +281,7 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
     if dataset and a.output_tokens is None:
         d["output_tokens_dist"] = {"kind": "dataset"}  # vLLM's behaviour: the dataset's own reply lengths
     if a.random_range_ratio:
-        r = a.random_range_ratio
-        if not 0 <= r < 1:
-            raise ValueError(f"--random-range-ratio {r}: expected 0 <= r < 1")
-        if not dataset:
-            d["input_tokens_dist"] = {
-                "kind": "uniform",
-                "min": max(1, int(n_in * (1 - r))),
-                "max": max(1, math.ceil(n_in * (1 + r))),
-            }
-        if "output_tokens_dist" not in d:
-            d["output_tokens_dist"] = {
-                "kind": "uniform",
-                "min": max(1, int(n_out * (1 - r))),
-                "max": max(1, math.ceil(n_out * (1 + r))),
-            }
+        d["random_range_ratio"] = a.random_range_ratio  # LoadSpec: the prompts when synthetic, the outputs
     until_sent = a.duration is None and a.max_requests is not None
     if a.trace:
         d.update(shape="trace", trace_path=a.trace, concurrency=a.max_concurrency)
@@ -368,8 +381,15 @@ def main(a) -> int:
 
     try:
         url, api = resolve_target(a)
-        key, values = _points(a)
         slo = parse_goodput(a.goodput) if a.goodput else None
+        if a.search:
+            model = a.model or default_model(url, _headers(a))
+            if not a.model:
+                print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
+            return search_cli.main(
+                a, url, api, model, slo or {}, lambda **over: _spec(a, url, api, model, **over), _headers(a)
+            )
+        key, values = _points(a)
         pmetrics = parse_percentile_metrics(a.percentile_metrics)
         pcts = parse_percentiles(a.metric_percentiles)
         metadata = {}

@@ -10,6 +10,37 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 ENDPOINT_API = (("/chat/completions", "chat"), ("/completions", "completions"))
+# vllm bench serve's server default (--host 127.0.0.1 --port 8000), for a command that names no server
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+# vllm bench serve's --backend values that speak an OpenAI streaming text API (vllm/benchmarks/lib/
+# endpoint_request_func.py ASYNC_REQUEST_FUNCS: openai and vllm use async_request_openai_completions, openai-chat
+# async_request_openai_chat_completions; older releases also sent sglang, lmdeploy, scalellm and llama.cpp to the
+# completions one) -> (the API, the endpoint taken when the URL names none). vLLM's --endpoint default is
+# /v1/completions whatever the backend; wattbench takes the backend's own, so --backend openai-chat alone works.
+BACKENDS = {
+    "openai": ("completions", "/v1/completions"),
+    "vllm": ("completions", "/v1/completions"),
+    "openai-chat": ("chat", "/v1/chat/completions"),
+    "sglang": ("completions", "/v1/completions"),
+    "lmdeploy": ("completions", "/v1/completions"),
+    "scalellm": ("completions", "/v1/completions"),
+    "llama.cpp": ("completions", "/v1/completions"),
+}
+# vllm bench serve's other backends: APIs wattbench does not measure (no streamed text to time)
+OTHER_BACKENDS = (
+    "openai-audio",
+    "openai-embeddings",
+    "openai-embeddings-chat",
+    "openai-embeddings-clip",
+    "openai-embeddings-vlm2vec",
+    "infinity-embeddings",
+    "infinity-embeddings-clip",
+    "vllm-pooling",
+    "vllm-rerank",
+    "tgi",
+    "tensorrt-llm",
+    "deepspeed-mii",
+)
 
 
 class EndpointError(ValueError):
@@ -97,3 +128,15 @@ def default_model(url: str, headers: dict | None = None) -> str:
     if not ids:
         raise EndpointError(f"{models_url(url)} lists no model; give --model")
     raise EndpointError(f"{models_url(url)} lists {len(ids)} models ({', '.join(ids[:8])}); pick one with --model")
+
+
+def backend_api(backend: str) -> tuple[str, str]:
+    """(API, default endpoint) of a vllm bench serve --backend value; EndpointError naming the accepted ones."""
+    if backend in BACKENDS:
+        return BACKENDS[backend]
+    if backend in OTHER_BACKENDS:
+        raise EndpointError(
+            f"--backend {backend}: vllm bench serve's backend for a non-streaming or non-text API; wattbench "
+            f"measures streamed text: use one of {', '.join(BACKENDS)}"
+        )
+    raise EndpointError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)} (vllm bench serve's values)")

@@ -223,14 +223,36 @@ def summarize(
         "window_s": window_s,
     }
     if slo:
-        good = 0
-        for r in done_win:
+        # goodput: requests finished in the window (throughput's set, so goodput <= throughput) meeting every bound;
+        # attainment and slo_met: over the requests sent in the window (the search's verdict, one request one vote)
+        good = sum(1 for r in done_win if all(meets(r, key, slo[key]) for key in SLO_KEYS if slo.get(key) is not None))
+        met = {key: 0 for key in SLO_KEYS if slo.get(key) is not None}
+        attained = 0
+        for r in ok_win:
             ok = True
-            for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
-                lim = slo.get(key)
-                if lim is not None and (r.get(key) is None and key != "tpot_ms" or (r.get(key) or 0) > lim):
+            for key in met:
+                if meets(r, key, slo[key]):
+                    met[key] += 1
+                else:
                     ok = False
-            good += ok
+            attained += ok
         summary["goodput"] = per_s(good)
         summary["slo"] = dict(slo)
+        # attainment: the share of the requests sent in the window that succeeded and met every bound (failed
+        # requests count as missing it); slo_met: the share meeting each bound alone, and the share that succeeded
+        n = len(win)
+        summary["slo_attainment"] = attained / n if n else None
+        summary["slo_met"] = {**{k: v / n for k, v in met.items()}, "no_error": len(ok_win) / n} if n else {}
     return summary
+
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def meets(rec: dict, key: str, limit: float) -> bool:
+    """A successful request meets one SLO bound: its figure at or under the limit (a one-token request has no TPOT,
+    and meets a TPOT bound; no TTFT or E2E misses it). sql/views.sql v_request_slo_counts counts alike."""
+    value = rec.get(key)
+    if value is None:
+        return key == "tpot_ms"
+    return value <= limit

@@ -54,6 +54,8 @@ def noted(sink: Any, result: Any) -> Any:
         "duration_s": facts["duration_s"],
         "slo": facts["slo"],
         "res": facts["res"],
+        # the live watcher's verdict: it rests on probing the server then, which a saved file cannot repeat
+        "server_gone": result.summary.get("server_gone"),
     }
     side = points_path(sink.path)
     try:
@@ -157,16 +159,28 @@ def summary(point: SavedPoint) -> dict[str, Any]:
     fail_fast = _FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api))
     for rec in point.records:  # as the live sink saw them
         fail_fast.see(rec)
-    saved = _Saved(point.records, fail_fast)
+    saved = _Saved(point.records, fail_fast, _SavedVerdict(f.get("server_gone")))
     return _result(spec, saved, f["load_point_id"], f["duration_s"], f["res"], f.get("slo")).summary
 
 
 @dataclass
+class _SavedVerdict:
+    """The live run's server-gone verdict as its points line kept it (None: the server answered throughout)."""
+
+    verdict: dict | None
+
+    def info(self) -> dict | None:
+        return self.verdict
+
+
+@dataclass
 class _Saved:
-    """What runner._result reads of a live sink: the records and the fail-fast watcher that saw them."""
+    """What runner._result reads of a live sink: the records, the fail-fast watcher that saw them and the
+    server-gone verdict."""
 
     records: list[dict]
     fail_fast: Any
+    gone: _SavedVerdict
 
 
 def summaries(requests: str | os.PathLike) -> list[dict[str, Any]]:

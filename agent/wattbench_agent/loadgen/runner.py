@@ -22,7 +22,7 @@ from . import metrics, replay, shapes, steps
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .spec import LoadSpec
 from .transport import FastTransport
-from .workload import Workload, load_tokenizer
+from .workload import Workload, length_dists, load_tokenizer
 
 _perf_ns = time.perf_counter_ns
 PREFETCH_MAX = 20000
@@ -205,8 +205,9 @@ def default_workload(spec: LoadSpec) -> str:
         return named
     if spec.dataset_path:
         return f"sharegpt:{Path(spec.dataset_path).name}"
-    i = "dist" if spec.input_tokens_dist else spec.input_tokens
-    o = "dist" if spec.output_tokens_dist else spec.output_tokens
+    in_dist, out_dist = length_dists(spec)
+    i = "dist" if in_dist else spec.input_tokens
+    o = "dist" if out_dist else spec.output_tokens
     pre = f"-prefix{spec.shared_prefix_tokens}" if spec.shared_prefix_tokens else ""
     return f"synthetic-in{i}-out{o}{pre}"
 
@@ -549,6 +550,9 @@ async def _main(ctx: dict) -> dict:
                 return
             await asyncio.sleep(0.05)
         state["stop"] = True
+        state["stopped_ns"] = _perf_ns()  # a stop asked for ends the window now, not when the drain ends
+        if state["stopped_ns"] < we:
+            edges.fire_now(max(state["stopped_ns"], ws))
 
     abort_event = ctx.get("abort_event")
     main_task = asyncio.current_task()
@@ -607,7 +611,7 @@ async def _main(ctx: dict) -> dict:
     finally:
         for t in aux:
             t.cancel()
-        now = _perf_ns()
+        now = min(_perf_ns(), state.get("stopped_ns") or math.inf)
         if now < we:  # sending stopped early (max_requests, trace exhausted, stop): the window ends here
             we = max(now, ws)
             edges.fire_now(we)
@@ -885,6 +889,8 @@ def _run_multi(
                 if stop_event is not None and stop_event.is_set() and not stop_sent:
                     stop_sent = True
                     send_all("stop")
+                    if edges is not None and edges.is_alive():  # the workers end their window now too
+                        edges.fire_now(max(_perf_ns(), sink.ws))
                 if sink.gone.fired and not gone_sent:  # the server stopped answering: the workers stop
                     gone_sent = True
                     send_all("failfast")

@@ -30,6 +30,7 @@ _BOUNDS: dict[str, tuple[bool, float]] = {
     "trace_time_scale": (False, 1e6),
     "input_tokens": (True, MAX_TOKENS),
     "output_tokens": (True, MAX_TOKENS),
+    "random_range_ratio": (False, 1.0),  # and < 1 (validate)
     "shared_prefix_tokens": (True, MAX_TOKENS),
     "num_prefixes": (True, 1_000_000),
     "warmup_s": (False, MAX_WARMUP_S),
@@ -63,6 +64,9 @@ class LoadSpec:
     output_tokens: int = 128
     input_tokens_dist: dict | None = None  # see workload.sample_lengths: fixed | uniform | normal | lognormal | choice
     output_tokens_dist: dict | None = None
+    # vllm bench serve's --random-range-ratio r: lengths uniform over [floor(L(1 - r)), ceil(L(1 + r))] where no
+    # *_tokens_dist says otherwise (prompts only when synthetic); 0 = every request input_tokens / output_tokens
+    random_range_ratio: float = 0.0
     dataset_path: str | None = None  # ShareGPT-format JSON/JSONL: prompts (and output lengths) from it
     shared_prefix_tokens: int = 0  # every prompt starts with the same prefix of this many tokens
     num_prefixes: int = 1  # number of distinct shared prefixes (requests assigned round robin)
@@ -141,6 +145,8 @@ class LoadSpec:
             raise LoadSpecError("concurrency must be >= 1")
         if self.input_tokens < 1 or self.output_tokens < 1:
             raise LoadSpecError("input_tokens and output_tokens must be >= 1")
+        if self.random_range_ratio is None or not 0 <= self.random_range_ratio < 1:
+            raise LoadSpecError(f"random_range_ratio must be >= 0 and < 1, got {self.random_range_ratio}")
         if (
             self.shared_prefix_tokens < 0
             or self.shared_prefix_tokens >= max(self.input_tokens, 1)

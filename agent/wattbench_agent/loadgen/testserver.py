@@ -18,6 +18,9 @@ Fault injection, by model name `mode:<kind>` or header `x-test-mode`, or the ser
 ok, http_400, http_500, 429 (Retry-After: 0), hang (role chunk then silence), hang_head (no response),
 drop (close mid-stream), malformed (one non-JSON data line), empty_choices (no content, choices []),
 no_usage, multi (2 tokens per chunk), stream_error, mix (cycles through all of these except hang*).
+A server of known capacity: `--slots N` generates at most N streams at once; a request beyond them waits, in order of
+arrival, for a slot (its TTFT includes the wait), so past N / (TTFT + tokens x ITL) requests/s its queue grows
+without bound. `--die-after N`: the process exits at once when request N + 1 arrives (a server that fails mid-run).
 """
 
 from __future__ import annotations
@@ -63,8 +66,20 @@ def _sse(obj) -> bytes:
 
 class Server:
     def __init__(
-        self, ttft_ms: float, itl_ms: float, tokens: int, mode: str = "ok", stall_every: int = 0, stall_ms: float = 0
+        self,
+        ttft_ms: float,
+        itl_ms: float,
+        tokens: int,
+        mode: str = "ok",
+        stall_every: int = 0,
+        stall_ms: float = 0,
+        slots: int = 0,
+        die_after: int = 0,
     ):
+        self.slots = int(slots)  # 0: no limit
+        self.die_after = int(die_after)
+        self.active = 0
+        self.waiting: list = []  # (conn, start) waiting for a slot, in arrival order
         self.ttft_ns = int(ttft_ms * 1e6)
         self.itl_ns = int(itl_ms * 1e6)
         self.stall_every = int(stall_every)
@@ -75,6 +90,16 @@ class Server:
         self.gaps_us: list[int] = []
         self.count = 0
         self._cache: dict = {}
+
+    def release(self) -> None:
+        """A stream ended: its slot goes to the request that has waited longest."""
+        self.active -= 1
+        while self.waiting and self.active < self.slots:
+            conn, start = self.waiting.pop(0)
+            if not conn.closed:
+                self.active += 1
+                conn.slot = True
+                start()
 
     def frames(self, model: str, chat: bool):
         key = (model, chat)
@@ -148,6 +173,7 @@ class Conn(asyncio.Protocol):
         self.busy = False
         self.closed = False
         self.handles: list = []
+        self.slot = False  # holds one of the server's --slots
 
     def connection_made(self, tr):
         self.tr = tr
@@ -156,6 +182,12 @@ class Conn(asyncio.Protocol):
         self.closed = True
         for h in self.handles:
             h.cancel()
+        self.free_slot()
+
+    def free_slot(self) -> None:
+        if self.slot:
+            self.slot = False
+            self.srv.release()
 
     def data_received(self, data: bytes):
         recv = _ns()
@@ -216,6 +248,8 @@ class Conn(asyncio.Protocol):
         if mode == "mix":
             mode = MIX[srv.count % len(MIX)]
         srv.count += 1
+        if srv.die_after and srv.count > srv.die_after:
+            os._exit(3)  # the server fails: every connection drops, new ones are refused
         n = srv.tokens or int(req.get("max_tokens") or 16)
         if mode == "http_400":
             return self.simple(400, {"error": {"message": "bad request (injected)", "type": "BadRequestError"}})
@@ -249,8 +283,19 @@ class Conn(asyncio.Protocol):
         if mode == "hang":
             return
         loop = asyncio.get_running_loop()
+        if srv.slots and srv.active >= srv.slots:  # every slot busy: wait for one (the schedule starts then)
+            srv.waiting.append((self, lambda: self.stream(fr, req, body, mode, n, rec, loop, _ns())))
+            return
+        if srv.slots:
+            srv.active += 1
+            self.slot = True
+        self.stream(fr, req, body, mode, n, rec, loop, recv)
+
+    def stream(self, fr, req, body, mode, n, rec, loop, begin_ns):
+        """The content events, from `begin_ns` (when the request arrived, or got its slot) on."""
+        srv = self.srv
         # loop.time() is in seconds of the loop's monotonic clock; map our ns schedule onto it
-        lt0 = loop.time() - (_ns() - recv) / 1e9
+        lt0 = loop.time() - (_ns() - begin_ns) / 1e9
         per = 2 if mode == "multi" else 1
         n_events = (n + per - 1) // per
         if mode == "empty_choices":
@@ -312,6 +357,7 @@ class Conn(asyncio.Protocol):
         self.tr.write(out)
         self.busy = False
         self.handles = []
+        self.free_slot()
         if self.buf:
             self.data_received(b"")
 
@@ -326,6 +372,8 @@ def serve(
     ready=None,
     stall_every: int = 0,
     stall_ms: float = 0.0,
+    slots: int = 0,
+    die_after: int = 0,
 ) -> None:
     try:
         import uvloop  # type: ignore
@@ -334,7 +382,7 @@ def serve(
     except ImportError:  # pragma: no cover
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    srv = Server(ttft_ms, itl_ms, tokens, mode, stall_every, stall_ms)
+    srv = Server(ttft_ms, itl_ms, tokens, mode, stall_every, stall_ms, slots, die_after)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -362,6 +410,8 @@ def server_process(
     nice: int = 0,
     stall_every: int = 0,
     stall_ms: float = 0.0,
+    slots: int = 0,
+    die_after: int = 0,
 ):
     """Start the server in its own process; yields its base URL ('http://127.0.0.1:PORT')."""
     cmd = [
@@ -382,6 +432,10 @@ def server_process(
         str(stall_every),
         "--stall-ms",
         str(stall_ms),
+        "--slots",
+        str(slots),
+        "--die-after",
+        str(die_after),
     ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -423,8 +477,21 @@ def main(argv=None) -> None:
     ap.add_argument("--mode", default="ok")
     ap.add_argument("--stall-every", type=int, default=0, help="every K-th content event comes --stall-ms late")
     ap.add_argument("--stall-ms", type=float, default=0.0)
+    ap.add_argument("--slots", type=int, default=0, help="streams generated at once; the rest wait (0: no limit)")
+    ap.add_argument("--die-after", type=int, default=0, help="exit when request N + 1 arrives (0: never)")
     a = ap.parse_args(argv)
-    serve(a.host, a.port, a.ttft_ms, a.itl_ms, a.tokens, a.mode, stall_every=a.stall_every, stall_ms=a.stall_ms)
+    serve(
+        a.host,
+        a.port,
+        a.ttft_ms,
+        a.itl_ms,
+        a.tokens,
+        a.mode,
+        stall_every=a.stall_every,
+        stall_ms=a.stall_ms,
+        slots=a.slots,
+        die_after=a.die_after,
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ For the chat API the chat template adds its own tokens on top of the content's N
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,28 @@ def sample_lengths(dist: dict | None, default: int, n: int, rng: np.random.Gener
     return out.astype(np.int64)
 
 
+def range_ratio_dist(length: int, ratio: float) -> dict | None:
+    """vllm bench serve's `--random-range-ratio`: lengths uniform over the integers [floor(L(1 - r)),
+    ceil(L(1 + r))], both ends included, at least 1 (its RandomDataset). None for r = 0 (every request L). vLLM
+    takes the prompt's special tokens off L first; wattbench's prompt lengths are the content's (docs/LOADGEN.md)."""
+    if not ratio:
+        return None
+    return {
+        "kind": "uniform",
+        "min": max(1, math.floor(length * (1 - ratio))),
+        "max": max(1, math.ceil(length * (1 + ratio))),
+    }
+
+
+def length_dists(spec: Any) -> tuple[dict | None, dict | None]:
+    """(input, output) length distributions of a LoadSpec: its own *_tokens_dist, else its random_range_ratio's
+    (prompts only when synthetic: a dataset's prompts are its own)."""
+    ratio = getattr(spec, "random_range_ratio", 0.0) or 0.0
+    inp = spec.input_tokens_dist or (None if spec.dataset_path else range_ratio_dist(spec.input_tokens, ratio))
+    out = spec.output_tokens_dist or range_ratio_dist(spec.output_tokens, ratio)
+    return inp, out
+
+
 # ------------------------------------------------------------------------------------------- prompts
 def synthetic_text(n_tokens: int, rng: np.random.Generator, tokenizer=None) -> str:
     """A prompt of n_tokens tokens: exact with a tokenizer, approximate (one word per token) without."""
@@ -210,8 +233,9 @@ class Workload:
         self.trace_rows = trace_rows
         self._pairs = load_sharegpt(spec.dataset_path) if spec.dataset_path else None
         self._n = max(int(n_hint), 1)
-        self._in = sample_lengths(spec.input_tokens_dist, spec.input_tokens, self._n, self.rng)
-        self._out = sample_lengths(spec.output_tokens_dist, spec.output_tokens, self._n, self.rng)
+        self._in_dist, self._out_dist = length_dists(spec)
+        self._in = sample_lengths(self._in_dist, spec.input_tokens, self._n, self.rng)
+        self._out = sample_lengths(self._out_dist, spec.output_tokens, self._n, self.rng)
         self._prefixes: list[str] = []
         if spec.shared_prefix_tokens:
             prng = np.random.default_rng(spec.seed + 104729)
@@ -219,20 +243,21 @@ class Workload:
                 synthetic_text(spec.shared_prefix_tokens, prng, self.tok) for _ in range(max(spec.num_prefixes, 1))
             ]
 
-    def _lengths(self, i: int) -> tuple[int, int]:
+    def lengths(self, i: int) -> tuple[int, int]:
+        """Request i's (input, output) lengths, drawn in order from the seed (the twin draws the same)."""
         if i >= self._n:  # grow deterministically
             extra = max(self._n, i + 1 - self._n)
             self._in = np.concatenate(
-                [self._in, sample_lengths(self.spec.input_tokens_dist, self.spec.input_tokens, extra, self.rng)]
+                [self._in, sample_lengths(self._in_dist, self.spec.input_tokens, extra, self.rng)]
             )
             self._out = np.concatenate(
-                [self._out, sample_lengths(self.spec.output_tokens_dist, self.spec.output_tokens, extra, self.rng)]
+                [self._out, sample_lengths(self._out_dist, self.spec.output_tokens, extra, self.rng)]
             )
             self._n += extra
         return int(self._in[i]), int(self._out[i])
 
     def item(self, i: int) -> Item:
-        n_in, n_out = self._lengths(i)
+        n_in, n_out = self.lengths(i)
         rng = np.random.default_rng((self.spec.seed, i))
         if self.trace_rows is not None:
             row = self.trace_rows[i % len(self.trace_rows)]
