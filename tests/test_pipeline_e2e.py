@@ -1,7 +1,6 @@
 """End to end: materialize the whole graph on the emulator into a temporary DuckDB, then check that the report
 figures agree with the rows they come from; and that a failing blocking check stops the reports."""
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -13,6 +12,7 @@ from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect, run_sql
+from tests.bundle_files import read_table, write_table
 
 pytestmark = pytest.mark.slow
 
@@ -164,11 +164,9 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     result, _, tmp = smoke_run
     bundle = tmp_path / "bad_bundle"
     shutil.copytree(tmp / "runs" / result.run_id / "bundle", bundle)
-    lines = (bundle / "requests.jsonl").read_text().splitlines()
-    row = json.loads(lines[0])
-    row["ttft_ms"] = (row["e2e_ms"] or 1.0) * 10
-    lines[0] = json.dumps(row)
-    (bundle / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    rows = read_table(bundle, "requests")
+    rows[0]["ttft_ms"] = (rows[0]["e2e_ms"] or 1.0) * 10
+    write_table(bundle, "requests", rows)
     db = tmp_path / "bad.duckdb"
     bad = dg.materialize(
         [*ALL_ASSETS, *stage_checks],
