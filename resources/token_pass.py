@@ -241,6 +241,7 @@ class Workspace:
 
     def __init__(self) -> None:
         self.size = 0
+        self.gap, self.ptok, self.pw = np.empty(0), np.empty(0), np.empty(0, np.int64)  # a point with no events
         self.hist = np.zeros(BINS, np.int64)
         self.mark = np.zeros(BINS, np.bool_)
 
