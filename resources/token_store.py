@@ -13,14 +13,15 @@ stored. They reach no file but the store's, named by a SHA-256: `wattbench sql`'
 SQL) keeps them. A DuckDB client other than wattbench does not have them: the views that read token times then say
 that the function does not exist.
 
-Copying runs in a thread beside the rest of the ingest (`Copy`): read, hashed and written 16 MiB at a time (hashing
-and writing release the GIL), fsynced, then renamed to its hash: a crash leaves at most a partial file under a
+Copying runs in a thread beside the rest of the ingest (`Copy`): copied by the kernel (copy_file_range), fsynced, the
+copy's bytes hashed through a memory map (hashing releases the GIL), then renamed to its hash: a crash leaves at most a partial file under a
 temporary name, which `collect` removes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import re
 import tempfile
@@ -120,11 +121,10 @@ class Copy:
             try:
                 os.fchmod(fd, 0o644)  # readable as the warehouse file is (mkstemp makes it private)
                 with open(self.source, "rb") as src, os.fdopen(fd, "wb") as dst:
-                    while block := src.read(BLOCK):
-                        digest.update(block)
-                        dst.write(block)
+                    _copy(src.fileno(), dst.fileno())
                     dst.flush()
                     os.fsync(dst.fileno())
+                _hash(tmp, digest)  # the bytes stored, read back through a memory map (the page cache holds them)
                 self.id = digest.hexdigest()
                 final = self.folder / f"{self.id}.bin"
                 if final.exists():
@@ -152,6 +152,37 @@ class Copy:
         self._thread.join()
         if self.created and self.id:
             (self.folder / f"{self.id}.bin").unlink(missing_ok=True)
+
+
+def _copy(src: int, dst: int) -> None:
+    """The whole of file `src` into `dst` by the kernel (copy_file_range: no pass through Python's buffers), or by
+    blocks where the kernel or the filesystem cannot."""
+    size = os.fstat(src).st_size
+    done = 0
+    try:
+        while done < size:
+            n = os.copy_file_range(src, dst, size - done)
+            if n == 0:
+                break
+            done += n
+    except OSError:
+        pass
+    if done < size:
+        os.lseek(src, done, os.SEEK_SET)
+        os.lseek(dst, done, os.SEEK_SET)
+        while block := os.read(src, BLOCK):
+            os.write(dst, block)
+
+
+def _hash(path: str, digest) -> None:
+    """SHA-256 of a file's bytes, fed from a memory map (BLOCK at a time; no copy into Python buffers)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        if not size:
+            return
+        with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
+            for at in range(0, size, BLOCK):
+                digest.update(view[at : at + BLOCK])
 
 
 def _fsync_dir(folder: Path) -> None:
