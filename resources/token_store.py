@@ -14,8 +14,8 @@ SQL) keeps them. A DuckDB client other than wattbench does not have them: the vi
 that the function does not exist.
 
 Copying runs in a thread beside the rest of the ingest (`Copy`): copied by the kernel (copy_file_range), fsynced, the
-copy's bytes hashed through a memory map (hashing releases the GIL), then renamed to its hash: a crash leaves at most a partial file under a
-temporary name, which `collect` removes.
+copy's bytes hashed through a memory map (hashing releases the GIL), then renamed to its hash: a crash leaves at most
+a partial file under a temporary name, which `collect` removes.
 """
 
 from __future__ import annotations
