@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import threading
 from pathlib import Path
 
@@ -29,6 +30,8 @@ import numpy as np
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_rows
 
 STAGING = "_rq"
+# Threads of the compiled pass, each a load point at a time (a point's work arrays each: ~80 MB for 3 M events)
+PASS_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
 def chunk_paths(folder: Path, bundle_version: int = 1) -> dict[str, Path] | None:
@@ -213,18 +216,42 @@ class ChunkFiles:
         maps = {c: _mapped(p) for c, p in self.paths.items()}
         ns = maps["chunk_ns"][1].view("<i8")[: self.events]
         cnt = maps["chunk_tokens"][1].view("<i4")[: self.events]
-        work = Workspace()
         bounds = np.searchsorted(refs["point"], np.arange(len(points) + 1))
-        for i, (dep, lp, ws, we, has_load_run) in enumerate(points):
-            if stop.is_set():
-                break
-            lo, hi = int(bounds[i]), int(bounds[i + 1])
-            part = {k: refs[k][lo:hi] for k in ("at", "n", "exact", "ok", "in_window")}
-            per_row, fig = run_point(ns, cnt, part, (ws, we) if has_load_run else None, has_load_run, work)
-            status[lo:hi], where[lo:hi], each[lo:hi] = per_row["status"], per_row["where"], per_row["each"]
-            figures[(dep, lp)] = fig
-            for m, _ in maps.values():  # this point's pages go back: the process holds a point's at a time
-                m.madvise(mmap.MADV_DONTNEED)
+        todo = iter(range(len(points)))
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def worker() -> None:
+            work = Workspace()
+            try:
+                while not stop.is_set() and not failed:
+                    with lock:
+                        i = next(todo, None)
+                    if i is None:
+                        return
+                    dep, lp, ws, we, has_load_run = points[i]
+                    lo, hi = int(bounds[i]), int(bounds[i + 1])
+                    part = {k: refs[k][lo:hi] for k in ("at", "n", "exact", "ok", "in_window")}
+                    per_row, fig = run_point(ns, cnt, part, (ws, we) if has_load_run else None, has_load_run, work)
+                    status[lo:hi], where[lo:hi], each[lo:hi] = per_row["status"], per_row["where"], per_row["each"]
+                    figures[(dep, lp)] = fig
+                    for m, _ in maps.values():  # this point's pages go back: the process holds a few points' at a time
+                        m.madvise(mmap.MADV_DONTNEED)
+            except BaseException as exc:  # said by the thread that started the others
+                failed.append(exc)
+
+        # PASS_THREADS points at a time (the compiled pass releases the GIL): while DuckDB loads the other tables the
+        # threads share the cores with it, and once DuckDB waits for the pass's results they have both
+        helpers = [
+            threading.Thread(target=worker, name="wattbench-token-pass", daemon=True) for _ in range(PASS_THREADS - 1)
+        ]
+        for t in helpers:
+            t.start()
+        worker()
+        for t in helpers:
+            t.join()
+        if failed:
+            raise failed[0]
         return {"seq": refs["seq"], "n": refs["n"], "status": status, "where": where, "each": each, "points": figures}
 
     def wait_pass(self) -> dict:

@@ -14,14 +14,13 @@ SQL) keeps them. A DuckDB client other than wattbench does not have them: the vi
 that the function does not exist.
 
 Copying runs in a thread beside the rest of the ingest (`Copy`): copied by the kernel (copy_file_range), fsynced, the
-copy's bytes hashed through a memory map (hashing releases the GIL), then renamed to its hash: a crash leaves at most
+copy's bytes read back and hashed (hashing releases the GIL), then renamed to its hash: a crash leaves at most
 a partial file under a temporary name, which `collect` removes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
 import re
 import tempfile
@@ -124,7 +123,7 @@ class Copy:
                     _copy(src.fileno(), dst.fileno())
                     dst.flush()
                     os.fsync(dst.fileno())
-                _hash(tmp, digest)  # the bytes stored, read back through a memory map (the page cache holds them)
+                _hash(tmp, digest)  # the bytes stored, read back (from the page cache)
                 self.id = digest.hexdigest()
                 final = self.folder / f"{self.id}.bin"
                 if final.exists():
@@ -175,14 +174,13 @@ def _copy(src: int, dst: int) -> None:
 
 
 def _hash(path: str, digest) -> None:
-    """SHA-256 of a file's bytes, fed from a memory map (BLOCK at a time; no copy into Python buffers)."""
-    with open(path, "rb") as fh:
-        size = fh.seek(0, 2)
-        if not size:
-            return
-        with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as m, memoryview(m) as view:
-            for at in range(0, size, BLOCK):
-                digest.update(view[at : at + BLOCK])
+    """SHA-256 of a file's bytes, read BLOCK at a time into one buffer (a memory map would count the whole file in the
+    process's resident memory)."""
+    buffer = bytearray(BLOCK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            digest.update(view[:n])
 
 
 def _fsync_dir(folder: Path) -> None:

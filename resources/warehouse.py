@@ -625,11 +625,12 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
             fig = events.point_figures(dep, lp)
             if fig is not None:
                 figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **fig})
-        if figures:
-            import pyarrow as pa
-
-            kept = pa.Table.from_pylist(figures)  # noqa: F841 - read by DuckDB below
-            con.execute("INSERT INTO _ps_t BY NAME SELECT * FROM kept")
+        if figures:  # a row a load point (pyarrow.Table.from_pylist would import pandas for them)
+            cols = list(figures[0])
+            con.executemany(
+                f"INSERT INTO _ps_t ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                [[f.get(c) for c in cols] for f in figures],
+            )
         # the run's other deployments (loaded from another bundle) from their stored lists
         points = con.execute(
             f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} AND deployment_id NOT IN "
