@@ -154,7 +154,15 @@ def _child(what: str, *args: str, timeout: float = 3600) -> dict:
     )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _last_json(proc.stdout)
+
+
+def _last_json(stdout: str) -> dict:
+    """The child's result: its last line that is a JSON object (what else it printed, a library's notice, is not)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": "no result line in the child's output: " + stdout.strip()[-200:]}
 
 
 def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
@@ -180,7 +188,7 @@ def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
     out = {"code": str(code), "commit": commit, "load_average_1min": [load_before, os.getloadavg()[0]]}
     if proc.returncode != 0:  # said, not dropped: a before that failed is no figure
         return {**out, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return {**out, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    return {**out, **_last_json(proc.stdout)}
 
 
 def _checkout(spec: str | None, work: Path) -> Path | None:
