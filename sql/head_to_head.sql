@@ -4,7 +4,9 @@
 -- Each point is its repeats' summary (v_point_figures): a value carries its 95% interval in brackets (none from one
 -- repeat), and the point it came from is workload:point. "At SLO": among points whose p99 TTFT/TPOT/E2E meet the
 -- plan's SLO on the conservative end of their intervals (v_point_slo). "Under a surge": the worst p99 TTFT over the gamma and surge points. Whether two engines differ
--- is sql/engine_contrasts.sql's call. $run_id: the run.
+-- is sql/engine_contrasts.sql's call. A capacity search's probes are not candidates here (most are one window, and the
+-- best of many single windows is the best repeat under another name): the search answers in slo_capacity, with its
+-- interval. $run_id: the run.
 WITH eng AS (
     SELECT d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.precision, d.tp, d.gpu_name,
            coalesce(d.n_gpus, d.tp) AS n_gpus, d.status AS dstatus, d.error_kind AS derror, d.error_text AS dtext,
@@ -17,7 +19,10 @@ pf AS (
     SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
            any_value(method) AS method, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
            any_value(repeats) AS repeats
-    FROM v_point_figures WHERE run_id = $run_id
+    FROM v_point_figures f WHERE run_id = $run_id
+      AND NOT EXISTS (SELECT 1 FROM load_runs l
+                      WHERE l.run_id = f.run_id AND l.deployment_id = f.deployment_id AND l.workload = f.workload
+                        AND l.point_label = f.point_label AND l.search_id IS NOT NULL)
     GROUP BY engine, workload, point_label, metric),
 -- one row per engine and point, summarised over its repeats (means, with their intervals): m[metric] is the figure
 -- (estimate, lo, hi, method), the named columns its estimate, by which the rows below pick a point

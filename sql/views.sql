@@ -756,8 +756,8 @@ FROM w LEFT JOIN runs r USING (run_id);
 -- GPUs = replicas x GPUs per deployment; monthly cost = GPUs x $/GPU-hour x 730 h; the energy line = replicas x the
 -- deployment's mean W at the sizing point x 730 h x $/kWh x PUE. sized_on names the point, sized_bound the bound it
 -- used. No point meeting the SLO: capacity, replicas and cost are NULL and `note` says why.
--- Where an SLO capacity search of the engine config exists (slo_capacity, at the lengths nearest the profile, searched
--- under an SLO at least as tight as the run's with attainment >= 0.99), it sizes instead, on its conservative bound:
+-- Where an SLO capacity search of the engine config exists (slo_capacity, at lengths at least as near the profile's as
+-- the nearest points', searched under an SLO at least as tight as the run's with attainment >= 0.99), it sizes instead, on its conservative bound:
 -- the goodput's lower 95% bound at the capacity (its estimate from one window), scaled by capacity_lo / capacity when
 -- the capacity's own interval reaches below the load measured.
 CREATE OR REPLACE MACRO capacity_plan(p_run_id, p_steady_qps, p_peak_qps, p_input_tokens, p_output_tokens) AS TABLE
@@ -802,7 +802,8 @@ pts_cap AS (
            arg_max(ttft_p99_bound_ms, capacity) FILTER (WHERE meets_slo) AS sized_ttft_p99_ms,
            arg_max(tpot_p99_bound_ms, capacity) FILTER (WHERE meets_slo) AS sized_tpot_p99_ms,
            min(input_tokens)                                          AS measured_input_tokens,
-           min(output_tokens)                                         AS measured_output_tokens
+           min(output_tokens)                                         AS measured_output_tokens,
+           min(len_distance)                                          AS len_distance
     FROM near GROUP BY engine),
 srch AS (
     SELECT *, coalesce(goodput_requests_s_lo, goodput_requests_s)
@@ -816,6 +817,9 @@ srch AS (
             AND (r.slo_tpot_ms IS NULL OR s.slo_tpot_ms <= r.slo_tpot_ms)
             AND (r.slo_e2e_ms IS NULL OR s.slo_e2e_ms <= r.slo_e2e_ms))
     QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, capacity_lo DESC NULLS LAST) = 1),
+srch_near AS (  -- a search sizes only at lengths as near the profile's as the nearest points'
+    SELECT s.* FROM srch s LEFT JOIN pts_cap p USING (engine)
+    WHERE s.len_distance <= coalesce(p.len_distance, 'infinity'::DOUBLE) + 1e-9),
 cap AS (  -- a capacity search of the config sizes where there is one; else the best point on its conservative bounds
     SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo,
            s.engine IS NOT NULL AS sized_by_search,
@@ -840,7 +844,7 @@ cap AS (  -- a capacity search of the config sizes where there is one; else the 
            CASE WHEN s.engine IS NOT NULL THEN s.tpot_p99_ms ELSE p.sized_tpot_p99_ms END AS sized_tpot_p99_ms,
            CASE WHEN s.engine IS NOT NULL THEN s.input_tokens ELSE p.measured_input_tokens END AS measured_input_tokens,
            CASE WHEN s.engine IS NOT NULL THEN s.output_tokens ELSE p.measured_output_tokens END AS measured_output_tokens
-    FROM pts_cap p FULL JOIN srch s ON s.engine = p.engine),
+    FROM pts_cap p FULL JOIN srch_near s ON s.engine = p.engine),
 burst AS (
     SELECT engine, max(ttft_p99_bound_ms) AS burst_ttft_p99_ms, arg_max(point, ttft_p99_bound_ms) AS burst_point,
            bool_and(coalesce(meets_slo, false)) AS burst_meets_slo

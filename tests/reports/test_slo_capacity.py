@@ -251,3 +251,37 @@ def test_a_plan_with_a_search_materializes_slo_capacity_through_dagster(tmp_path
     html = next((tmp_path / "runs").glob("*/report.html")).read_text()
     assert "<h2>SLO capacity</h2>" in html or "SLO capacity</h2>" in html
     assert str(Path(plan).name) == "default.yaml"
+
+
+def test_head_to_head_takes_no_figure_from_a_search_probe(warehouse):
+    """alpha measured only its capacity search: the head-to-head picks no 'best' point among the probes (its single
+    windows at c4 and c16 would otherwise be 'peak' and 'best goodput'); beta's plain point is still read."""
+    with connect(warehouse, read_only=True) as con:
+        h2h = run_sql(con, "head_to_head", {"run_id": "r1"})
+    alpha = h2h[(h2h["engine"] == "alpha") & ~h2h["figure"].str.startswith("longest context")]  # a fact of requests
+    assert alpha["load_point_id"].isna().all(), alpha[["figure", "load_point_id"]]
+    beta = h2h[h2h["engine"] == "beta"]
+    assert beta["load_point_id"].notna().any()
+
+
+def test_a_search_at_other_lengths_than_the_profiles_nearest_points_does_not_size(tmp_path):
+    """gamma measured a plain point at the profile's 512/128 and searched at 512/16: the plan sizes on the point at the
+    profile's lengths (the search answered for other requests), and on the search when the profile asks 512/16."""
+    probes = [
+        Point(
+            "cap", label, ttft_ms=[100.0] * n, concurrency=c, output_tokens=16, energy_j=4000.0, repeat=r,
+            extra={"search_id": "gamma:cap", "probe": k, "probe_phase": "repeat", "probe_verdict": "meets"},
+        )
+        for k, (label, n, c, r) in enumerate([("c8", 80, 8, 1), ("c8", 82, 8, 2), ("c8", 84, 8, 3)], start=1)
+    ]  # fmt: skip
+    plain = simple_point("c4", 3.0, output_tokens=128, energy_j=3000.0)
+    gamma = Deployment("gamma", points=[plain, *probes], searches=[_search_row(search_id="gamma:cap")])
+    db = tmp_path / "w.duckdb"
+    write_run(db, tmp_path, "r1", [gamma])
+    with connect(db, read_only=True) as con:
+        far = run_sql(con, "capacity_plan", {"run_id": "r1", "steady_qps": 1, "peak_qps": 2, "input_tokens": 512,
+                                              "output_tokens": 128}).set_index("engine")  # fmt: skip
+        near = run_sql(con, "capacity_plan", {"run_id": "r1", "steady_qps": 1, "peak_qps": 2, "input_tokens": 512,
+                                               "output_tokens": 16}).set_index("engine")  # fmt: skip
+    assert far.loc["gamma", "sized_on"] == "gamma:steady:c4"
+    assert near.loc["gamma", "sized_on"].startswith("SLO capacity search gamma:cap")
