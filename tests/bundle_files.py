@@ -25,8 +25,10 @@ def table_file(bundle: Path, table: str) -> Path:
 
 
 def read_table(bundle: Path, table: str) -> list[dict[str, Any]]:
-    """Every row of the table, as the agent's reader reads it (a CSV table's empty fields as None)."""
-    return [row for _, row in read_rows(table_file(bundle, table))]
+    """Every row of the table, as the agent's reader reads it (a CSV table's empty fields as None); [] where the bundle
+    has no file for it."""
+    path = table_files(Path(bundle)).get(table)
+    return [] if path is None else [row for _, row in read_rows(path)]
 
 
 def line_of(bundle: Path, table: str, index: int) -> int:
