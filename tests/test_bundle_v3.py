@@ -146,3 +146,17 @@ def test_the_agent_refuses_a_field_its_csv_has_no_column_for(tmp_path):
         pytest.raises(BundleError, match=re.escape("unknown column(s) colour")),
     ):
         w.write("requests", [{"load_point_id": "a", "request_id": "1", "colour": "red"}])
+
+
+def test_numpy_numbers_are_written_as_numbers(tmp_path):
+    """numpy's float64 is a float whose repr is `np.float64(...)` (numpy 2): the CSV field is the number."""
+    import numpy as np
+
+    row = {"deployment_id": "d", "load_point_id": "lp", "request_id": "1", "ttft_ms": np.float64(202.5)}
+    with BundleWriter(tmp_path / "b", run_id="r", source="emulated") as w:
+        w.write("requests", [{**row, "prompt_tokens": np.int64(7), "in_window": np.bool_(True)}])
+    ((_, back),) = read_rows(tmp_path / "b" / "requests.csv")
+    assert (back["ttft_ms"], back["prompt_tokens"], back["in_window"]) == (202.5, 7, True)
+    with connect(tmp_path / "w.duckdb") as con:
+        ingest_bundle(con, tmp_path / "b")
+        assert con.execute("SELECT ttft_ms, prompt_tokens FROM requests").fetchall() == [(202.5, 7)]

@@ -334,10 +334,10 @@ def csv_field(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, float):
+    if isinstance(value, float):  # numpy's float64 too (a float subclass whose repr is np.float64(...) in numpy 2)
         if not math.isfinite(value):
             raise ValueError(f"{value} is not a finite number")
-        return repr(value)
+        return float.__repr__(value)
     if isinstance(value, str):
         return '"' + value.replace('"', '""') + '"'
     if hasattr(value, "item"):  # numpy scalars
