@@ -358,7 +358,7 @@ def _fill_steps(con, run_id: str, chunks: ChunkFiles) -> int:
                   (SELECT count(*) FILTER (WHERE q.completion_tokens IS NULL) FROM _rq q
                     WHERE q.deployment_id = l.deployment_id AND q.load_point_id = l.load_point_id
                       AND q.error_kind IS NULL AND coalesce(q.in_window, false))
-           FROM load_runs l WHERE l.run_id = ? AND l.step_gaps IS NULL""",
+           FROM load_runs l WHERE l.run_id = ? AND l.step_gaps IS NULL AND l.phase_state IS NULL""",
         [run_id],
     ).fetchall()
     filled = 0
