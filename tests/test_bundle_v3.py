@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic import synthesize
+from resources.connection import execute_sql
 from resources.warehouse import connect, ingest_bundle, table_columns
 from wattbench_agent.bundle import CSV_TABLES, BundleError, BundleWriter, read_rows
 
@@ -96,13 +97,17 @@ def test_the_sql_sandbox_reaches_the_token_times_and_no_other_file(bundle, tmp_p
     with connect(db) as con:
         ingest_bundle(con, bundle)
         direct = con.execute("SELECT count(*), sum(itl_ms) FROM v_itl").fetchone()
+    # as `wattbench sql` runs a query (execute_sql: the token store's functions registered when a query needs them)
     with connect(db, read_only=True, sandbox=True) as con:
-        assert con.execute("SELECT count(*), sum(itl_ms) FROM v_itl").fetchone() == direct
+        assert execute_sql(con, "SELECT count(*), sum(itl_ms) FROM v_itl").fetchone() == direct
         assert direct[0] > 0
         with pytest.raises(Exception, match="(?i)permission|disabled|external"):
-            con.execute("SELECT * FROM read_csv('/etc/hostname')").fetchall()
+            execute_sql(con, "SELECT * FROM read_csv('/etc/hostname')").fetchall()
         with pytest.raises(Exception, match="SHA-256"):
-            con.execute("SELECT token_times('../../etc/hostname', 0, 1)").fetchall()
+            execute_sql(con, "SELECT token_times('../../etc/hostname', 0, 1)").fetchall()
+    # a function of the store named first, not through a view
+    with connect(db, read_only=True, sandbox=True) as con, pytest.raises(Exception, match="SHA-256"):
+        execute_sql(con, "SELECT token_times('../../etc/hostname', 0, 1)").fetchall()
 
 
 def test_the_step_decomposition_is_made_from_the_token_times_as_the_agent_makes_it(bundle, tmp_path):
