@@ -32,8 +32,12 @@ def read_table(bundle: Path, table: str) -> list[dict[str, Any]]:
 
 
 def line_of(bundle: Path, table: str, index: int) -> int:
-    """The line of the file that holds row `index` (0-based): after the header in a CSV table."""
-    return index + (2 if table_file(bundle, table).suffix == ".csv" else 1)
+    """The line of the file where row `index` (0-based) begins, as the agent's reader counts them (after a CSV table's
+    header, and past the line breaks inside quoted fields of the rows before)."""
+    for i, (line, _) in enumerate(read_rows(table_file(bundle, table))):
+        if i == index:
+            return line
+    raise IndexError(f"{table}: no row {index}")
 
 
 def write_table(bundle: Path, table: str, rows: list[dict[str, Any]]) -> Path:

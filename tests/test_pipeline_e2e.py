@@ -116,8 +116,10 @@ def test_report_figures_agree_with_their_rows(smoke_run):
             assert lr["energy_j"] == pytest.approx(counter_j, rel=1e-9)
             # output tokens in the window, recomputed from each request's chunk timestamps
             tokens = con.execute(
-                """SELECT sum(t) FROM (SELECT unnest(chunk_ns) AS ns,
-                          unnest(event_tokens(chunk_tokens, chunk_tokens_each, chunk_ns)) AS t FROM requests
+                """SELECT sum(t) FROM (SELECT unnest(times) AS ns,  -- wherever they are kept (sql/views.sql)
+                          unnest(request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at, events_n,
+                                                times)) AS t
+                   FROM (SELECT *, request_ns(chunk_ns, events_file, events_at, events_n) AS times FROM requests)
                    WHERE run_id = ? AND load_point_id = ? AND error_kind IS NULL) WHERE ns BETWEEN ? AND ?""",
                 [run_id, row["load_point_id"], int(lr["window_start_ns"]), int(lr["window_end_ns"])],
             ).fetchone()[0]
