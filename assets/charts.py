@@ -382,10 +382,11 @@ def throughput_latency_chart(
     ]
     dots = _repeat_dots(repeats, "e2e_p50_ms", "output_tok_s", data["workload"].nunique() == 1)
     if not dots.empty:
-        layers.append(  # drawn last: small and half transparent, the summaries stay readable under them
+        layers.insert(  # under the points' markers, as on the tok/J chart: hovering a point gives its summary
+            3,
             alt.Chart(_data(dots))
             .mark_point(size=22, opacity=0.5, filled=True)
-            .encode(x=x, y=y, color=color, shape=_PHASE_SHAPE, tooltip=_dot_tooltip())
+            .encode(x=x, y=y, color=color, shape=_PHASE_SHAPE, tooltip=_dot_tooltip()),
         )
     chart = (
         alt.layer(*layers)

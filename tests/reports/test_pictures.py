@@ -316,7 +316,7 @@ def test_interactive_charts_carry_every_repeat(two_phases):
     frames, _ = two_phases
     specs = reporting.interactive_charts(frames, "emulated")
     tl = specs["throughput vs latency"]
-    dots = tl["layer"][-1]
+    dots = tl["layer"][3]  # under the points' markers, so that hovering a point shows its summary
     rows = dots["data"]["values"] if "values" in dots["data"] else tl["datasets"][dots["data"]["name"]]
     assert len(rows) == 6 and sorted(r["phase"] for r in rows).count("bunched") == 1
     tpj = specs["tokens per joule vs load"]
