@@ -242,15 +242,16 @@ def synthesize(
     n_requests: int,
     seed: int = 0,
     requests_per_point: int = REQUESTS_PER_POINT,
-    bundle_version: int = 2,
+    bundle_version: int = 3,
     events_per_request: int = OUTPUT_TOKENS,
 ) -> dict[str, int]:
-    """Write one bundle of the run (DuckDB writes the JSON lines: fast, and no Python per row). Bundle version 2
-    (what the agent writes): per-token times in the chunk files (wattbench_agent.bundle.CHUNK_FILES); version 1:
-    inline in requests.jsonl, as agents before it wrote them."""
+    """Write one bundle of the run (DuckDB writes the JSON lines and CSV: fast, and no Python per row). Bundle version
+    3 (what the agent writes): per-token times in the chunk files (wattbench_agent.bundle.CHUNK_FILES), the requests'
+    other fields in requests.csv; version 2: those in requests.jsonl; version 1: every list inline in requests.jsonl,
+    as agents before version 2 wrote them."""
     import duckdb
 
-    from wattbench_agent.bundle import BundleWriter
+    from wattbench_agent.bundle import CSV_TABLES, BundleWriter
 
     run = SyntheticRun(run_id, n_requests, seed, requests_per_point, events_per_request)
     folder.mkdir(parents=True, exist_ok=True)
@@ -268,12 +269,21 @@ def synthesize(
     if bundle_version == 1:
         con.execute(f"COPY ({run.requests_sql(ordered=True)}) TO '{folder / 'requests.jsonl'}' (FORMAT json)")
     else:
-        _write_chunked_requests(con, folder, run)
+        _write_chunked_requests(con, folder, run, csv=bundle_version >= 3)
     for table, sql in (
         ("gpu_samples", run.gpu_samples_sql()),
         ("energy_windows", run.energy_windows_sql()),
         ("server_metrics", run.server_metrics_sql()),
     ):
+        if bundle_version >= 3 and table in CSV_TABLES:  # as the agent writes it: its columns, strings quoted
+            have = {d[0] for d in con.execute(f"DESCRIBE {sql}").fetchall()}
+            cols = ", ".join(c if c in have else f"NULL AS {c}" for c, _ in CSV_TABLES[table])
+            strings = ", ".join(c for c, kind in CSV_TABLES[table] if kind == "str")
+            con.execute(
+                f"COPY (SELECT {cols} FROM ({sql})) TO '{folder / (table + '.csv')}' "
+                f"(FORMAT csv, HEADER true, FORCE_QUOTE ({strings}))"
+            )
+            continue
         con.execute(f"COPY ({sql}) TO '{folder / (table + '.jsonl')}' (FORMAT json)")
     con.close()
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -287,17 +297,20 @@ def synthesize(
     }
 
 
-def _write_chunked_requests(con, folder: Path, run: SyntheticRun) -> None:
-    """requests.jsonl of a version-2 bundle and its chunk files, a load point at a time (as the agent writes them)."""
+def _write_chunked_requests(con, folder: Path, run: SyntheticRun, csv: bool = True) -> None:
+    """requests.csv of a version-3 bundle (requests.jsonl of a version-2 one, `csv` False) and its chunk files, a load
+    point at a time (as the agent writes them)."""
     import numpy as np
     import pyarrow as pa
 
-    from wattbench_agent.bundle import CHUNK_FILES
+    from wattbench_agent.bundle import CHUNK_FILES, CSV_TABLES
 
     at = 0
-    part = folder / "requests.part.jsonl"
+    part = folder / ("requests.part.csv" if csv else "requests.part.jsonl")
+    names = [c for c, _ in CSV_TABLES["requests"]]
+    strings = ", ".join(c for c, kind in CSV_TABLES["requests"] if kind == "str")
     with (
-        open(folder / "requests.jsonl", "wb") as rows_out,
+        open(folder / ("requests.csv" if csv else "requests.jsonl"), "wb") as rows_out,
         open(folder / CHUNK_FILES["chunk_ns"][0], "wb") as ns_out,
         open(folder / CHUNK_FILES["chunk_tokens"][0], "wb") as tok_out,
     ):
@@ -310,8 +323,21 @@ def _write_chunked_requests(con, folder: Path, run: SyntheticRun) -> None:
             refs = pa.array(
                 [[at + int(a), int(b - a)] for a, b in zip(offsets[:-1], offsets[1:])], pa.list_(pa.int64())
             )
+            scalars = tbl.drop_columns(["chunk_ns", "chunk_tokens"])
+            if csv:  # the agent's columns, in its order; strings quoted (an empty one is "", null an empty field)
+                n = offsets[1:] - offsets[:-1]
+                scalars = scalars.append_column("events_at", pa.array(at + offsets[:-1])).append_column(  # noqa: F841
+                    "events_n", pa.array(n)
+                )
+                cols = ", ".join(c if c in scalars.column_names else f"NULL AS {c}" for c in names)
+                header = "true" if p == 0 else "false"
+                con.execute(
+                    f"COPY (SELECT {cols} FROM scalars) TO '{part}' "
+                    f"(FORMAT csv, HEADER {header}, FORCE_QUOTE ({strings}))"
+                )
+            else:
+                scalars = scalars.append_column("chunks", refs)  # noqa: F841
+                con.execute(f"COPY (SELECT * FROM scalars) TO '{part}' (FORMAT json)")
             at += int(offsets[-1])
-            scalars = tbl.drop_columns(["chunk_ns", "chunk_tokens"]).append_column("chunks", refs)  # noqa: F841
-            con.execute(f"COPY (SELECT * FROM scalars) TO '{part}' (FORMAT json)")
             rows_out.write(part.read_bytes())
     part.unlink()

@@ -33,6 +33,12 @@ OUT = ROOT / "results" / "h200-vllm" / "twin_power_lag.json"
 
 
 def _jsonl(path: Path):
+    """The rows of a bundle's table file: <table>.jsonl, or version 3's <table>.csv beside it (the agent's reader)."""
+    if not path.exists() and path.with_suffix(".csv").exists():
+        from wattbench_agent.bundle import read_rows
+
+        yield from (row for _, row in read_rows(path.with_suffix(".csv")))
+        return
     with path.open() as f:
         for line in f:
             if line.strip():

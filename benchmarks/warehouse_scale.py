@@ -45,6 +45,9 @@ from benchmarks.synthetic import (
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 DEFAULT_SIZES = ("100k", "1m")
+# The ingest before the token store (lists in DuckDB, numpy figures, JSON requests): the commit this benchmark compares
+# with by default, unpacked from git (git archive) into the work folder and run on a version-2 bundle of the same run
+BEFORE_COMMIT = "7119028"
 RUN_REQUESTS = 1_000_000  # requests of one bundle (one run); larger sizes are several runs
 
 
@@ -151,15 +154,27 @@ def _child(what: str, *args: str, timeout: float = 3600) -> dict:
     )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _last_json(proc.stdout)
+
+
+def _last_json(stdout: str) -> dict:
+    """The child's result: its last line that is a JSON object (what else it printed, a library's notice, is not)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"error": "no result line in the child's output: " + stdout.strip()[-200:]}
 
 
 def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
     """Ingest `bundle` with another checkout's code (its own resources/ and agent/), in a fresh process: wall
     seconds, peak RSS, the load around it, or the error."""
-    commit = subprocess.run(
-        ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
-    ).stdout.strip()[:100]
+    commit = (
+        (code / "COMMIT").read_text().strip()
+        if (code / "COMMIT").exists()
+        else subprocess.run(
+            ["git", "-C", str(code), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+        ).stdout.strip()[:100]
+    )
     load_before = os.getloadavg()[0]
     env = {**os.environ, "PYTHONPATH": f"{code}:{code / 'agent'}"}
     proc = subprocess.run(
@@ -173,21 +188,47 @@ def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
     out = {"code": str(code), "commit": commit, "load_average_1min": [load_before, os.getloadavg()[0]]}
     if proc.returncode != 0:  # said, not dropped: a before that failed is no figure
         return {**out, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return {**out, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    return {**out, **_last_json(proc.stdout)}
+
+
+def _checkout(spec: str | None, work: Path) -> Path | None:
+    """--before as a folder of code: a checkout, or git:COMMIT unpacked from this repository (None: not asked, or
+    git could not give it: said, and the before columns stay empty)."""
+    if not spec or spec == "none":
+        return None
+    if not spec.startswith("git:"):
+        return Path(spec).resolve()
+    dest = work / f"before-{spec[4:]}"
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec[4:]], capture_output=True)
+    if archive.returncode != 0:
+        print(f"  before: git archive {spec[4:]} failed ({archive.stderr.decode().strip()[:200]}); not compared")
+        return None
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    subprocess.run(["git", "init", "-q", str(dest)], check=False)  # so that its commit line can be read
+    (dest / "COMMIT").write_text(spec[4:] + "\n")
+    return dest
 
 
 def run_size(label: str, n: int, work: Path, validation: bool, before: Path | None = None) -> dict:
-    """One size: synthesize its bundles, ingest each (with `before`, another checkout's code, first: the same
-    bundle, one right after the other), then the queries and the suites on the warehouse."""
+    """One size: synthesize its bundles, ingest each (with `before`, another checkout's code, first: the same run as
+    a version-2 bundle, which that code reads, one right after the other), then the queries and the suites on the
+    warehouse."""
     db = work / f"w-{label}.duckdb"
     runs = max(1, -(-n // RUN_REQUESTS))
     ingests = []
     for k in range(runs):
         bundle = work / f"bundle-{label}-{k}"
         t0 = time.perf_counter()
-        made = synthesize(bundle, f"scale-{label}-{k:03d}", min(RUN_REQUESTS, n - k * RUN_REQUESTS), seed=k)
+        size = min(RUN_REQUESTS, n - k * RUN_REQUESTS)
+        made = synthesize(bundle, f"scale-{label}-{k:03d}", size, seed=k)
         made["synthesize_s"] = time.perf_counter() - t0
-        earlier = _before_ingest(before, work / "before.duckdb", bundle) if before else None
+        earlier = None
+        if before:
+            old = work / f"bundle-{label}-{k}-v2"
+            synthesize(old, f"scale-{label}-{k:03d}", size, seed=k, bundle_version=2)
+            earlier = _before_ingest(before, work / "before.duckdb", old)
+            shutil.rmtree(old)
         load_before = os.getloadavg()[0]
         result = _child("ingest", str(db), str(bundle))
         ingests.append({**made, **result, "load_average_1min": [load_before, os.getloadavg()[0]]})
@@ -195,7 +236,7 @@ def run_size(label: str, n: int, work: Path, validation: bool, before: Path | No
             ingests[-1]["before"] = earlier
         print(
             f"  {label} run {k + 1}/{runs}: {made['requests']:,} requests, {made['bytes'] / 1e6:,.0f} MB of bundle "
-            f"(version 2); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
+            f"(version 3); ingest {result.get('ingest_s', float('nan')):.1f} s, peak RSS "
             f"{result.get('peak_rss_mb', float('nan')):,.0f} MB {result.get('error', '')}"
             + (
                 f"; before ({earlier['commit'][:7]}): {earlier.get('ingest_s', float('nan')):.1f} s, "
@@ -276,10 +317,15 @@ def write_results(results: dict, out: Path) -> None:
     if before:
         lines += [
             "",
-            f"Before: every bundle above was ingested first by the code of {before[0]['code']} (commit "
-            f"{before[0]['commit']}), in a fresh process, then right after by this code: the before columns, with the "
+            f"Before: every run above was ingested first by the code of commit {before[0]['commit']} (per-token "
+            "times stored as DuckDB lists, figures in numpy, requests as JSON), as the version-2 bundle that code "
+            "reads, in a fresh process, then right after by this code as a version-3 bundle (requests and GPU samples "
+            "as CSV, token times kept in the token store, figures in one compiled pass): the before columns, with the "
             "1-minute load average around each ingest.",
         ]
+    growth = _growth(results)
+    if growth:
+        lines += ["", growth]
     if results.get("version_1"):
         v1 = results["version_1"]
         lines += [
@@ -294,6 +340,26 @@ def write_results(results: dict, out: Path) -> None:
             + f" (1-minute load {_loads(v1)}).",
         ]
     (out / "warehouse_scale.md").write_text("\n".join(lines) + "\n")
+
+
+def _growth(results: dict) -> str | None:
+    """How ingest grew from 100k to 1M requests, this code and before (10x the requests: 10x is linear)."""
+    sizes = results["sizes"]
+    if "100k" not in sizes or "1m" not in sizes:
+        return None
+
+    def first(label: str, key: str, side: str | None = None):
+        ing = sizes[label]["ingest"][0]
+        ing = ing.get(side, {}) if side else ing
+        return ing.get(key)
+
+    parts = []
+    for side, name in ((None, "this code"), ("before", "before")):
+        s0, s1 = first("100k", "ingest_s", side), first("1m", "ingest_s", side)
+        r0, r1 = first("100k", "peak_rss_mb", side), first("1m", "peak_rss_mb", side)
+        if s0 and s1 and r0 and r1:
+            parts.append(f"{name} {s1 / s0:.1f}x the seconds and {r1 / r0:.1f}x the peak RSS")
+    return ("Growth from 100,000 to 1,000,000 requests (10x): " + "; ".join(parts) + ".") if parts else None
 
 
 def _before_cells(ingests: list[dict]) -> str:
@@ -323,8 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--before",
         metavar="CHECKOUT",
-        help="also ingest every bundle with another checkout's code first (e.g. /work/main: the same bundle, one "
-        "right after the other), and this code on the smallest size written as a version-1 bundle",
+        default="git:" + BEFORE_COMMIT,
+        help="also ingest every run with another checkout's code first (a folder, or git:COMMIT to unpack that "
+        f"commit of this repository; default git:{BEFORE_COMMIT}, the ingest before the token store; 'none' to "
+        "skip), and this code on the smallest size written as a version-1 bundle",
     )
     ap.add_argument("--work", help="folder for bundles and warehouses (default: a temporary folder)")
     ap.add_argument("--out", default=str(RESULTS), help="where warehouse_scale.json/.md go (default results/)")
@@ -350,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {},
     }
     try:
-        before = Path(args.before).resolve() if args.before else None
+        before = _checkout(args.before, work)
         if before:  # old bundles still load: this code on the smallest size written as a version-1 bundle
             bundle = work / "bundle-version-1"
             made = synthesize(bundle, "scale-v1", SIZES[labels[0]], bundle_version=1)

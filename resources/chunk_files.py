@@ -1,37 +1,41 @@
-"""A version-2 bundle's per-token times: two binary files beside requests.jsonl, read by numpy, never parsed.
+"""A bundle's per-token times in its two binary chunk files (version 2 and 3), from staging to the warehouse.
 
 The agent (wattbench_agent.bundle, CHUNK_FILES) appends each request's `chunk_ns` (int64) and `chunk_tokens` (int32),
-little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin` and writes `"chunks": [first event, events]`
-in its row of requests.jsonl. At ingest (resources/warehouse.py):
-- DuckDB reads requests.jsonl (now a few hundred bytes a row) into a staging table, `_rq`;
-- `ChunkFiles.load` reads the events in batches of rows (numpy reads the files as they are: no JSON, no Python object
-  per value), checks them (a reference outside the files, a negative token count, token times that go backwards: the
-  file, the line of the row and the reason) and inserts the rows into `requests` with their lists (Arrow lists over
-  the numpy arrays, which DuckDB reads without a copy per value);
-- the per-load-point token figures (warehouse.point_token_figures) read the events from the files again, laid flat
-  (`point_events`), instead of unnesting the lists just stored, and they do it in a thread while DuckDB stores the
-  lists (`start_figures`: the insert keeps one core busy, the figures the other); warehouse.refresh_point_stats takes
-  them over (`point_figures`).
-Memory is bounded by BATCH_EVENTS (the batch being inserted), by one load point's events in the thread and by DuckDB's
-limit meanwhile (warehouse.OVERLAP_MEMORY).
+little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin`, and its row says where its events are:
+`"chunks": [first event, events]` in requests.jsonl (version 2), `events_at`, `events_n` in requests.csv (version 3).
+At ingest (resources/warehouse.py):
+- DuckDB reads the requests file into a staging table, `_rq` (read_csv with the warehouse's types, or read_json);
+- the times file is copied into the warehouse's token store in a thread (resources/token_store.Copy: hashed while
+  copied, stored under its SHA-256), never parsed into lists;
+- `run_pass` memory-maps both files once and runs the compiled pass (resources/token_pass.py) load point by load
+  point over the staged references, in a thread beside DuckDB's loading of the other tables: the checks (times that go
+  backwards, negative counts: the file, the line of the row and the reason), each request's one token count, and every
+  per-point token figure (point_stats' and the step decomposition); references may come in any order (a file is
+  mapped, not read per request);
+- `load` inserts the staged rows into requests with their references (events_file, events_at, events_n; counts_file
+  only where a request's counts differ, which then stores the counts file too).
+Memory: a load point's events at a time (its pages of the maps are given back after it), and the pass's work arrays.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from wattbench_agent.bundle import CHUNK_FILES, BundleError
+from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_rows
 
-BATCH_EVENTS = 8 << 20  # events per insert batch: 8 M events are 96 MB of arrays
 STAGING = "_rq"
+# Threads of the compiled pass, each a load point at a time (a point's work arrays each: ~80 MB for 3 M events)
+PASS_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
 def chunk_paths(folder: Path, bundle_version: int = 1) -> dict[str, Path] | None:
-    """{column: file} of a version-2 bundle folder (or any that has chunk files), None otherwise."""
+    """{column: file} of a version-2/3 bundle folder (or any that has chunk files), None otherwise."""
     paths = {c: folder / name for c, (name, _, _) in CHUNK_FILES.items()}
     if bundle_version < 2 and not any(p.exists() or p.is_symlink() for p in paths.values()):
         return None
@@ -41,13 +45,14 @@ def chunk_paths(folder: Path, bundle_version: int = 1) -> dict[str, Path] | None
 class ChunkFiles:
     """The chunk files of one bundle being ingested, and the staging table of its requests."""
 
-    def __init__(self, con, paths: dict[str, Path], jsonl: Path):
+    def __init__(self, con, paths: dict[str, Path], requests: Path):
         from wattbench_agent.bundle import regular_file
 
-        self.con, self.paths, self.jsonl = con, paths, jsonl
-        self.staged = False  # requests.jsonl is in the staging table
-        self._thread: threading.Thread | None = None  # start_figures
-        self._figures: dict = {}
+        self.con, self.paths, self.requests = con, paths, requests
+        self.staged = False  # the requests file is in the staging table
+        self.copies: dict = {}  # column -> token_store.Copy
+        self._pass: dict = {}
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         sizes = {}
         present = [p.exists() or p.is_symlink() for p in paths.values()]
@@ -72,55 +77,57 @@ class ChunkFiles:
         if sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2] < self.events:
             self.events = sizes["chunk_tokens"] // CHUNK_FILES["chunk_tokens"][2]  # refs past it are named below
 
-    # -------------------------------------------------------------------------------------------- reading
-    def gather(self, at: np.ndarray, n: np.ndarray, tokens: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """(chunk_ns, chunk_tokens) of the rows whose events are [at, at + n), laid flat in the rows' order (tokens
-        False: chunk_ns only, None for the tokens). Rows whose events follow one another are read as one stretch of
-        the files; only the stretches are read (a load point's repeats lie far apart in the files)."""
-        total = int(n.sum())
-        if total == 0 or not self.paths:
-            return np.zeros(0, np.int64), np.zeros(0, np.int32) if tokens else None
-        has = n > 0
-        at_, n_ = at[has], n[has]
-        # a stretch starts where a row's events do not follow the previous row's
-        starts = np.flatnonzero(np.concatenate([[True], at_[1:] != at_[:-1] + n_[:-1]]))
-        if len(starts) > 1 and np.any(np.diff(at_) < 0):  # rows in another order than the files': read them in the
-            order = np.argsort(at_, kind="stable")  # files' order, then lay them out in the rows'
-            ns, tok = self.gather(at_[order], n_[order], tokens)
-            place = np.empty(len(order), np.int64)
-            place[order] = np.cumsum(n_[order]) - n_[order]  # where each row's events lie in what was read
-            idx = np.repeat(place - (np.cumsum(n_) - n_), n_) + np.arange(total)
-            return ns[idx], tok[idx] if tokens else None
-        ends = np.concatenate([starts[1:], [len(at_)]])
-        first = at_[starts]
-        count = (at_[ends - 1] + n_[ends - 1]) - first
-        if len(starts) == 1:
-            a, c = int(first[0]), int(count[0])
-            return self._read("chunk_ns", a, c), self._read("chunk_tokens", a, c) if tokens else None
-        ns, tok = np.empty(total, np.int64), np.empty(total, np.int32) if tokens else None
-        pos = 0
-        for a, c in zip(first.tolist(), count.tolist()):
-            ns[pos : pos + c] = self._read("chunk_ns", a, c)
-            if tok is not None:
-                tok[pos : pos + c] = self._read("chunk_tokens", a, c)
-            pos += c
-        return ns, tok
+    # -------------------------------------------------------------------------------------------- storing
+    def start_copy(self, folder: Path) -> None:
+        """Copy the times file into the token store (a thread) while the rest of the ingest runs."""
+        from resources.token_store import Copy
 
-    def _read(self, column: str, first: int, count: int) -> np.ndarray:
-        _, code, width = CHUNK_FILES[column]
-        dtype = np.dtype("<i8" if code == "q" else "<i4")
-        return np.fromfile(self.paths[column], dtype=dtype, count=count, offset=first * width).astype(
-            dtype.newbyteorder("="), copy=False
-        )
+        if self.paths and "chunk_ns" not in self.copies:
+            self.copies["chunk_ns"] = Copy(self.paths["chunk_ns"], folder)
 
-    # -------------------------------------------------------------------------------------------- loading
-    def stage(self, read_json_sql: str, params: list) -> None:
-        """The rows of requests.jsonl into the staging table (`seq`: the row's place in the file)."""
-        self.con.execute(
-            f"CREATE OR REPLACE TEMP TABLE {STAGING} AS SELECT row_number() OVER () AS seq, * FROM ({read_json_sql})",
-            params,
-        )
+    def undo(self) -> None:
+        """The ingest failed: what this bundle's copies put in the store goes again."""
+        for copy in self.copies.values():
+            copy.undo()
+
+    # -------------------------------------------------------------------------------------------- staging
+    def stage(self, select_sql: str, params: list, csv: bool) -> None:
+        """The rows of the requests file into the staging table (`seq`: the row's place in the file; `events_at`,
+        `events_n`: its events in the chunk files, from version 2's `chunks` or version 3's columns)."""
+        refs = "" if csv else ", chunks[1] AS events_at, chunks[2] AS events_n"
+        # a row's place in the file is its rowid here (insertion order is kept; a window numbering the rows would
+        # read the file on one thread)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {STAGING} AS SELECT *{refs} FROM ({select_sql})", params)
         self.staged = True
+        if csv:
+            bad = self.con.execute(
+                f"""SELECT events_at, events_n FROM {STAGING}
+                    WHERE (events_at IS NULL) <> (events_n IS NULL) OR events_at < 0 OR events_n < 0
+                       OR events_at + events_n > ? OR (events_at IS NOT NULL AND (chunk_ns IS NOT NULL
+                                                                              OR chunk_tokens IS NOT NULL))
+                    LIMIT 1""",
+                [self.events],
+            ).fetchone()
+            if bad:
+                self._refuse(
+                    lambda row: (
+                        (row.get("events_at") is None) != (row.get("events_n") is None)
+                        or (
+                            row.get("events_at") is not None
+                            and (
+                                row["events_at"] < 0
+                                or row["events_n"] < 0
+                                or row["events_at"] + row["events_n"] > self.events
+                                or row.get("chunk_ns") is not None
+                                or row.get("chunk_tokens") is not None
+                            )
+                        )
+                    ),
+                    f"events_at, events_n = {{value}}; expected the first event and the number of events within the "
+                    f"{self.events} events of {self.paths.get('chunk_ns', Path('requests.chunk_ns.bin')).name} (and "
+                    "no inline chunk_ns / chunk_tokens beside them)",
+                )
+            return
         bad = self.con.execute(
             f"""SELECT chunks::VARCHAR FROM {STAGING} WHERE chunks IS NOT NULL
                 AND (len(chunks) <> 2 OR chunks[1] IS NULL OR chunks[2] IS NULL OR chunks[1] < 0 OR chunks[2] < 0
@@ -140,232 +147,261 @@ class ChunkFiles:
                     )
                 ),
                 f"chunks = {{value}}; expected [first event, events] within the {self.events} events of "
-                f"{self.paths['chunk_ns'].name} (and no inline chunk_ns / chunk_tokens beside it)",
+                f"{self.paths.get('chunk_ns', Path('requests.chunk_ns.bin')).name} (and no inline chunk_ns / "
+                "chunk_tokens beside it)",
             )
 
     def inline_rows(self) -> int:
-        """Rows that keep their lists in the JSON (not of two integer lists of one length)."""
+        """Rows that keep their lists in the requests file (not of two integer lists of one length)."""
         return self.con.execute(
-            f"SELECT count(*) FROM {STAGING} WHERE chunks IS NULL AND chunk_ns IS NOT NULL"
+            f"SELECT count(*) FROM {STAGING} WHERE events_at IS NULL AND chunk_ns IS NOT NULL"
         ).fetchone()[0]
 
-    def load(self) -> None:
-        """Insert the staged rows into requests, each with its lists from the chunk files, in batches."""
-        import pyarrow as pa
-
+    # -------------------------------------------------------------------------------------------- the pass
+    def start_pass(self, run_id: str) -> None:
+        """Run the compiled pass over every staged load point in a thread (what it needs of DuckDB is read here,
+        before it starts: the thread touches no connection). `wait_pass` hands over its results."""
         con = self.con
-        con.execute(f"INSERT INTO requests BY NAME SELECT * EXCLUDE (seq, chunks) FROM {STAGING} WHERE chunks IS NULL")
+        points = con.execute(
+            f"""SELECT p.deployment_id, p.load_point_id, l.window_start_ns, l.window_end_ns, l.run_id IS NOT NULL
+                FROM (SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL) p
+                LEFT JOIN load_runs l ON l.run_id = $run_id AND l.deployment_id IS NOT DISTINCT FROM p.deployment_id
+                                     AND l.load_point_id IS NOT DISTINCT FROM p.load_point_id
+                ORDER BY ALL""",
+            {"run_id": run_id},
+        ).fetchall()
         refs = con.execute(
-            f"SELECT seq, chunks[1] AS at, chunks[2] AS n FROM {STAGING} WHERE chunks IS NOT NULL ORDER BY seq"
+            f"""SELECT q.rowid AS seq, q.events_at AS "at", q.events_n AS n,
+                       coalesce(q.chunks_exact, q.events_n) AS exact, q.error_kind IS NULL AS ok,
+                       coalesce(q.in_window, false) AS in_window, p.i AS point
+                FROM {STAGING} q
+                JOIN (SELECT *, row_number() OVER (ORDER BY deployment_id, load_point_id) - 1 AS i
+                      FROM (SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL)) p
+                  ON p.deployment_id IS NOT DISTINCT FROM q.deployment_id
+                 AND p.load_point_id IS NOT DISTINCT FROM q.load_point_id
+                WHERE q.events_at IS NOT NULL
+                ORDER BY p.i, q.rowid"""
         ).fetchnumpy()
-        seq, at, n = (np.asarray(refs[c], dtype=np.int64) for c in ("seq", "at", "n"))
-        cum = np.cumsum(n)
-        start = 0
-        while start < len(seq):
-            stop = max(
-                int(np.searchsorted(cum, (cum[start - 1] if start else 0) + BATCH_EVENTS, side="right")), start + 1
-            )
-            ns, tok = self.gather(at[start:stop], n[start:stop])
-            if len(tok) and tok.min() < 0:
-                first = int(np.argmax(tok < 0))
-                row = int(np.searchsorted(np.cumsum(n[start:stop]), first, side="right"))
-                self._refuse_seq(
-                    int(seq[start + row]),
-                    f"chunk_tokens[{first - int((np.cumsum(n[start:stop]) - n[start:stop])[row])}] = {int(tok[first])} "
-                    f"(in {self.paths['chunk_tokens'].name}); expected >= 0",
-                )
-            offsets = np.zeros(stop - start + 1, dtype=np.int64)
-            np.cumsum(n[start:stop], out=offsets[1:])
-            back = np.diff(ns) < 0  # a gap below zero, within a request (not across two)
-            across = offsets[1:-1] - 1
-            back[across[(across >= 0) & (across < len(back))]] = False
-            if back.any():
-                first = int(np.argmax(back)) + 1
-                row = int(np.searchsorted(offsets, first, side="right")) - 1
-                i = first - int(offsets[row])
-                self._refuse_seq(
-                    int(seq[start + row]),
-                    f"chunk_ns[{i}] = {int(ns[first])} is before chunk_ns[{i - 1}] = {int(ns[first - 1])} (in "
-                    f"{self.paths['chunk_ns'].name}); expected token times that never go backwards (a negative "
-                    "inter-token gap)",
-                )
-            tokens, each = _token_lists(tok, n[start:stop], offsets)
-            batch = pa.table(  # noqa: F841 - read by DuckDB below
-                {
-                    "seq": seq[start:stop],
-                    "chunk_ns": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(ns)),
-                    "chunk_tokens": tokens,
-                    "chunk_tokens_each": each,
-                }
-            )
-            con.execute(
-                f"""INSERT INTO requests BY NAME
-                    SELECT r.* EXCLUDE (seq, chunks, chunk_ns, chunk_tokens, chunk_tokens_each),
-                           b.chunk_ns, b.chunk_tokens, b.chunk_tokens_each
-                    FROM {STAGING} r JOIN batch b USING (seq)
-                    WHERE r.seq BETWEEN {int(seq[start])} AND {int(seq[stop - 1])}"""
-            )
-            start = stop
+        refs = {k: np.asarray(v) for k, v in refs.items()}
+        done: dict = {"error": None}
+        stop = threading.Event()
 
-    # -------------------------------------------------------------------------------------------- flat events
+        def work() -> None:
+            try:
+                done.update(self._run(points, refs, stop))
+            except BaseException as exc:  # said where the results are asked for
+                done["error"] = exc
+
+        self._pass, self._stop = done, stop
+        self._thread = threading.Thread(target=work, name="wattbench-token-pass", daemon=True)
+        self._thread.start()
+
+    def _run(self, points: list, refs: dict, stop: threading.Event) -> dict:
+        from resources.token_pass import Workspace, run_point
+
+        rows = len(refs["seq"])
+        status = np.zeros(rows, np.int8)
+        where = np.zeros(rows, np.int64)
+        each = np.full(rows, -1, np.int32)
+        figures: dict = {}
+        if not self.paths or rows == 0:
+            return {
+                "seq": refs["seq"],
+                "n": refs["n"],
+                "status": status,
+                "where": where,
+                "each": each,
+                "points": figures,
+            }
+        maps = {c: _mapped(p) for c, p in self.paths.items()}
+        ns = maps["chunk_ns"][1].view("<i8")[: self.events]
+        cnt = maps["chunk_tokens"][1].view("<i4")[: self.events]
+        bounds = np.searchsorted(refs["point"], np.arange(len(points) + 1))
+        todo = iter(range(len(points)))
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def worker() -> None:
+            work = Workspace()
+            try:
+                while not stop.is_set() and not failed:
+                    with lock:
+                        i = next(todo, None)
+                    if i is None:
+                        return
+                    dep, lp, ws, we, has_load_run = points[i]
+                    lo, hi = int(bounds[i]), int(bounds[i + 1])
+                    part = {k: refs[k][lo:hi] for k in ("at", "n", "exact", "ok", "in_window")}
+                    per_row, fig = run_point(ns, cnt, part, (ws, we) if has_load_run else None, has_load_run, work)
+                    status[lo:hi], where[lo:hi], each[lo:hi] = per_row["status"], per_row["where"], per_row["each"]
+                    figures[(dep, lp)] = fig
+                    for m, _ in maps.values():  # this point's pages go back: the process holds a few points' at a time
+                        m.madvise(mmap.MADV_DONTNEED)
+            except BaseException as exc:  # said by the thread that started the others
+                failed.append(exc)
+
+        # PASS_THREADS points at a time (the compiled pass releases the GIL): while DuckDB loads the other tables the
+        # threads share the cores with it, and once DuckDB waits for the pass's results they have both
+        helpers = [
+            threading.Thread(target=worker, name="wattbench-token-pass", daemon=True) for _ in range(PASS_THREADS - 1)
+        ]
+        for t in helpers:
+            t.start()
+        worker()
+        for t in helpers:
+            t.join()
+        if failed:
+            raise failed[0]
+        return {"seq": refs["seq"], "n": refs["n"], "status": status, "where": where, "each": each, "points": figures}
+
+    def wait_pass(self) -> dict:
+        """The pass's results (status, where, each per staged row with events, by seq; figures per point); the first
+        row it found at fault refused, naming its line."""
+        if self._thread is None:
+            return {}
+        self._thread.join()
+        done = self._pass
+        if done["error"] is not None:
+            raise done["error"]
+        bad = np.flatnonzero(done["status"])
+        if len(bad):
+            first = bad[np.argmin(done["seq"][bad])]  # the first in the file
+            self._refuse_seq(int(done["seq"][first]), int(done["status"][first]), int(done["where"][first]))
+        return done
+
+    def point_figures(self, deployment_id: str, load_point_id: str) -> dict | None:
+        """The token figures of one staged load point (warehouse._TOKEN_FIGURES' columns; None: no request of it
+        has events in the chunk files)."""
+        fig = self.wait_pass().get("points", {}).get((deployment_id, load_point_id))
+        return None if fig is None else fig["figures"]
+
+    def point_steps(self) -> dict:
+        """{(deployment_id, load_point_id): the step decomposition's parts from the token times}."""
+        return {k: v["steps"] for k, v in self.wait_pass().get("points", {}).items()}
+
     def points(self) -> list[tuple[str, str]]:
         """(deployment_id, load_point_id) of every load point of the staged requests."""
         return self.con.execute(f"SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} ORDER BY ALL").fetchall()
 
-    def point_events(self, run_id: str, deployment_id: str, load_point_id: str) -> dict | None:
-        """The token events of one load point's successful requests, laid flat as sql/views.sql's unnest lays them,
-        as numpy arrays (t, n, in_window and prev_ok per event; ws, we, has_load_run of the point), for
-        warehouse.point_token_figures. None when the point has no event."""
-        return self._events_of(self._point_refs(run_id, deployment_id, load_point_id))
+    # -------------------------------------------------------------------------------------------- loading
+    def load(self, uniform_sql: str) -> None:
+        """Insert the staged rows into requests: a row with events in the chunk files with its references into the
+        token store (and the one count they all carried), an inline row with its lists (`uniform_sql`: the
+        condition that its counts are all one)."""
+        import pyarrow as pa
 
-    def _point_refs(self, run_id: str, deployment_id: str, load_point_id: str) -> dict:
-        """What point_events reads of DuckDB: the point's rows' references into the files, and its window."""
-        rows = self.con.execute(
-            f"""SELECT q.chunks[1] AS at, q.chunks[2] AS n, q.chunks_exact AS exact,
-                       coalesce(q.in_window, false) AS in_window
-                FROM {STAGING} q
-                WHERE q.error_kind IS NULL AND q.chunks IS NOT NULL AND q.deployment_id = $dep
-                  AND q.load_point_id = $lp
-                ORDER BY q.seq""",
-            {"dep": deployment_id, "lp": load_point_id},
-        ).fetchnumpy()
-        window = self.con.execute(
-            "SELECT window_start_ns, window_end_ns FROM load_runs WHERE run_id = ? AND deployment_id = ? "
-            "AND load_point_id = ?",
-            [run_id, deployment_id, load_point_id],
-        ).fetchone()
-        return {**rows, "window": window}
+        con = self.con
+        done = self.wait_pass()
+        events_file = counts_file = None
+        has_refs = bool(len(done.get("seq", ())))
+        if has_refs:
+            events_file = self.copies["chunk_ns"].wait()
+            if ((done["each"] < 0) & (done["n"] > 0)).any():  # a request whose counts differ: keep them too
+                from resources.token_store import Copy
 
-    def _events_of(self, refs: dict) -> dict | None:
-        """point_events from _point_refs (numpy and the files only: no connection)."""
-        n = np.asarray(refs["n"], dtype=np.int64)
-        if not n.sum():
-            return None
-        window = refs["window"]
-        t, tok = self.gather(np.asarray(refs["at"], dtype=np.int64), n)
-        starts = np.cumsum(n) - n
-        pos = np.arange(len(t)) - np.repeat(starts, n) + 1  # 1-based place of each event in its request
-        prev_ok = (pos > 1) & (pos <= np.repeat(_filled(refs["exact"], n), n))  # the previous event of an exact one
-        return {
-            "t": t,
-            "n": tok,
-            "in_window": np.repeat(np.asarray(refs["in_window"], dtype=bool), n),
-            "prev_ok": prev_ok,
-            "has_load_run": window is not None,
-            "ws": None if window is None else window[0],
-            "we": None if window is None else window[1],
-        }
+                folder = self.copies["chunk_ns"].folder
+                self.copies["chunk_tokens"] = Copy(self.paths["chunk_tokens"], folder)
+                counts_file = self.copies["chunk_tokens"].wait()
+        each = pa.table(  # noqa: F841 - read by DuckDB below
+            {
+                "seq": _arrow(done.get("seq", np.zeros(0, np.int64)), pa.int64()),
+                "each": _arrow(done.get("each", np.zeros(0, np.int32)), pa.int32(), null_below=0),
+            }
+        )
+        con.execute(
+            f"""INSERT INTO requests BY NAME
+                SELECT r.* EXCLUDE (chunk_ns, chunk_tokens, events_at, events_n{self._extra()}),
+                       CASE WHEN r.events_at IS NULL THEN r.chunk_ns END AS chunk_ns,
+                       CASE WHEN r.events_at IS NULL AND NOT coalesce({uniform_sql}, false) THEN r.chunk_tokens END
+                           AS chunk_tokens,
+                       CASE WHEN r.events_at IS NULL THEN CASE WHEN {uniform_sql} THEN r.chunk_tokens[1] END
+                            ELSE e.each END::INTEGER AS chunk_tokens_each,
+                       r.events_at, r.events_n::INTEGER AS events_n,
+                       CASE WHEN r.events_at IS NOT NULL THEN $events_file END AS events_file,
+                       CASE WHEN r.events_at IS NOT NULL AND e.each IS NULL AND r.events_n > 0 THEN $counts_file END
+                           AS counts_file
+                FROM {STAGING} r LEFT JOIN each e ON e.seq = r.rowid""",
+            {"events_file": events_file, "counts_file": counts_file},
+        )
 
-    # -------------------------------------------------------------------------------------------- figures, in a thread
-    def start_figures(self, run_id: str) -> None:
-        """Start computing, in a thread, the token figures of every staged load point (warehouse.point_token_figures)
-        from the chunk files, while DuckDB stores the lists: DuckDB's insert of lists keeps one core busy and numpy
-        the other. What the thread needs of DuckDB (the staged rows' references, the load points' windows) is read
-        here, before it starts: the thread touches no connection. point_figures hands its results over (the same
-        values as computed on the spot: the same code)."""
-        points = [(dep, lp, self._point_refs(run_id, dep, lp)) for dep, lp in self.points()]
-        done: dict = {"points": {}, "error": None}
-        stop = threading.Event()
-
-        def work() -> None:
-            from resources.warehouse import point_token_figures
-
-            try:
-                for dep, lp, refs in points:
-                    if stop.is_set():
-                        return
-                    ev = self._events_of(refs)
-                    done["points"][(dep, lp)] = None if ev is None else point_token_figures(ev)
-            except BaseException as exc:  # said where the results are asked for
-                done["error"] = exc
-
-        self._figures, self._stop = done, stop
-        self._thread = threading.Thread(target=work, name="wattbench-token-figures", daemon=True)
-        self._thread.start()
-
-    def _wait(self) -> dict | None:
-        if self._thread is None:
-            return None
-        self._thread.join()
-        if self._figures["error"] is not None:
-            raise self._figures["error"]
-        return self._figures
-
-    def point_figures(self, run_id: str, deployment_id: str, load_point_id: str) -> dict | None:
-        """warehouse.point_token_figures of one staged load point (None: no event), from the thread when it
-        computed them."""
-        from resources.warehouse import point_token_figures
-
-        done = self._wait()
-        if done is not None and (deployment_id, load_point_id) in done["points"]:
-            return done["points"][(deployment_id, load_point_id)]
-        ev = self.point_events(run_id, deployment_id, load_point_id)
-        return None if ev is None else point_token_figures(ev)
+    def _extra(self) -> str:
+        cols = {r[0] for r in self.con.execute(f"DESCRIBE {STAGING}").fetchall()}
+        return ", chunks" if "chunks" in cols else ""
 
     def drop(self) -> None:
-        if self._thread is not None:  # an ingest that failed: the thread stops after the figure in hand
+        if self._thread is not None:  # an ingest that failed: the pass stops after the point in hand
             self._stop.set()
             self._thread.join()
+        for copy in self.copies.values():
+            copy._thread.join()
         self.con.execute(f"DROP TABLE IF EXISTS {STAGING}")
 
     # -------------------------------------------------------------------------------------------- messages
-    def _refuse_seq(self, seq: int, reason: str) -> None:
-        ref = self.con.execute(f"SELECT chunks FROM {STAGING} WHERE seq = ?", [seq]).fetchone()[0]
-        self._refuse(lambda row: row.get("chunks") == list(ref), reason)
+    def _refuse_seq(self, seq: int, status: int, where: int) -> None:
+        from resources.token_pass import BACKWARDS
+
+        at, n = self.con.execute(f"SELECT events_at, events_n FROM {STAGING} WHERE rowid = ?", [seq]).fetchall()[0]
+        if status == BACKWARDS:
+            ns = np.fromfile(self.paths["chunk_ns"], dtype="<i8", count=where + 1, offset=8 * at)
+            reason = (
+                f"chunk_ns[{where}] = {int(ns[where])} is before chunk_ns[{where - 1}] = {int(ns[where - 1])} (in "
+                f"{self.paths['chunk_ns'].name}); expected token times that never go backwards (a negative "
+                "inter-token gap)"
+            )
+        else:
+            tok = np.fromfile(self.paths["chunk_tokens"], dtype="<i4", count=where + 1, offset=4 * at)
+            reason = f"chunk_tokens[{where}] = {int(tok[where])} (in {self.paths['chunk_tokens'].name}); expected >= 0"
+        self._refuse(lambda row: _ref(row) == [at, n], reason)
 
     def _refuse(self, matches, reason: str) -> None:
-        """BundleError naming the first line of requests.jsonl whose row `matches` (the slow path: only on a fault)."""
-        from resources.ingest_checks import _open
-
-        with _open(self.jsonl) as fh:
-            for lineno, raw in enumerate(fh, 1):
-                try:
-                    row = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(row, dict) and matches(row):
-                    raise BundleError(
-                        f"{self.jsonl}:{lineno}: "
-                        + reason.format(value=json.dumps(row.get("chunks")))
-                        + "; nothing was loaded"
-                    )
-        raise BundleError(f"{self.jsonl}: {reason.format(value='?')}; nothing was loaded")
+        """BundleError naming the first line of the requests file whose row `matches` (the slow path: only on a
+        fault)."""
+        for lineno, row in read_rows(self.requests):
+            if matches(row):
+                value = (
+                    json.dumps(row.get("chunks"))
+                    if "chunks" in row
+                    else f"{row.get('events_at')}, {row.get('events_n')}"
+                )
+                raise BundleError(f"{self.requests}:{lineno}: " + reason.format(value=value) + "; nothing was loaded")
+        raise BundleError(f"{self.requests}: {reason.format(value='?')}; nothing was loaded")
 
 
-def _token_lists(tok: np.ndarray, n: np.ndarray, offsets: np.ndarray):
-    """(chunk_tokens, chunk_tokens_each) of a batch of rows, as Arrow arrays: a row whose events all carried one count
-    has that count in chunk_tokens_each and a NULL list (storing a list of 128 ones per request was a third of the
-    lists' cost: results/token_storage.json), any other row its list and NULL (sql/views.sql event_tokens reads both).
-    A row without events keeps its empty list."""
+def _ref(row: dict) -> list | None:
+    if row.get("events_at") is not None:
+        return [row["events_at"], row.get("events_n")]
+    return row.get("chunks")
+
+
+def _arrow(values: np.ndarray, kind, null_below: int | None = None):
+    """A numpy array as an Arrow array over the same memory (its values below `null_below` null), built from its
+    buffers: pyarrow.array would import pandas to look at it (a quarter of a second to seconds, in every ingest)."""
     import pyarrow as pa
 
-    has = n > 0
-    lo = np.zeros(len(n), dtype=np.int32)
-    hi = np.full(len(n), -1, dtype=np.int32)
-    if has.any():
-        first = offsets[:-1][has]
-        lo[has] = np.minimum.reduceat(tok, first)
-        hi[has] = np.maximum.reduceat(tok, first)
-    uniform = has & (lo == hi)
-    kept = ~uniform
-    kept_n = np.where(kept, n, 0)
-    kept_offsets = np.zeros(len(n) + 1, dtype=np.int64)
-    np.cumsum(kept_n, out=kept_offsets[1:])
-    values = tok if kept.all() else tok[np.repeat(kept, n)]
-    tokens = pa.LargeListArray.from_arrays(
-        pa.array(kept_offsets), pa.array(values, type=pa.int32()), mask=pa.array(uniform)
-    )
-    each = pa.array(lo, type=pa.int32(), mask=kept)
-    return tokens, each
+    values = np.ascontiguousarray(values, dtype=kind.to_pandas_dtype())
+    validity = None
+    if null_below is not None and (values < null_below).any():
+        validity = pa.py_buffer(np.packbits(values >= null_below, bitorder="little"))
+    return pa.Array.from_buffers(kind, len(values), [validity, pa.py_buffer(values)])
+
+
+def _mapped(path: Path):
+    """(mmap, a numpy view of its bytes) of a file, or of nothing when it is empty."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        if not size:
+            return _Empty(), np.zeros(0, np.uint8)
+        m = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+    return m, np.frombuffer(m, dtype=np.uint8)
+
+
+class _Empty:
+    def madvise(self, *_):
+        pass
+
+    def close(self):
+        pass
 
 
 def _other(column: str) -> str:
     return next(c for c in CHUNK_FILES if c != column)
-
-
-def _filled(values, n: np.ndarray) -> np.ndarray:
-    """chunks_exact per row, its events' count where NULL (every event is one)."""
-    data = np.asarray(np.ma.getdata(values), dtype=np.int64)
-    if np.ma.isMaskedArray(values):
-        data = np.where(np.ma.getmaskarray(values), n, data)
-    return data

@@ -53,7 +53,9 @@ def connect(
     A sandboxed connection (`wattbench sql`, `wattbench report`: SQL in, rows out) runs on DuckDB's engine alone;
     every other one loads the `duckdb` package too, whose Python layer the rest needs: relations, `.arrow()`, and
     the scans of Arrow tables that ingest hands DuckDB (resources/chunk_files.py). Importing it is most of a
-    read-only command's start-up (benchmarks/cli_startup.py)."""
+    read-only command's start-up (benchmarks/cli_startup.py). A sandboxed connection gets the token store's
+    functions (token_times, token_counts) when a query run through execute_sql first needs them, not at connect:
+    registering a Python function imports numpy."""
     if not sandbox:
         import duckdb as _package  # noqa: F401 - sets up the engine's Python-side scans and methods
     db = Path(path) if path else default_db_path()
@@ -88,7 +90,13 @@ def connect(
         if not read_only:
             from resources.warehouse import apply_schema
 
-            apply_schema(con)
+            apply_schema(con)  # registers the token store's functions too
+        elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (resources/token_store.py)
+            from resources import token_store
+
+            token_store.register(con)
+        # a sandboxed connection (`wattbench sql`, `report`) registers them when a query first needs them
+        # (execute_sql): registering a Python function imports numpy, a third of a command that reads no token times
         yield con
     finally:
         con.close()
@@ -108,11 +116,17 @@ def sql_text(name: str) -> str:
 def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
     """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
     text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
-    if params:
-        # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
-        used = {k: v for k, v in params.items() if f"${k}" in text}
-        return con.execute(text, used)
-    return con.execute(text)
+    # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
+    used = {k: v for k, v in (params or {}).items() if f"${k}" in text}
+    try:
+        return con.execute(text, used) if used else con.execute(text)
+    except duckdb.CatalogException as exc:
+        if "token_times" not in str(exc) and "token_counts" not in str(exc):
+            raise
+    from resources import token_store  # a query that reads token times, on a connection without the functions yet
+
+    token_store.register(con)
+    return con.execute(text, used) if used else con.execute(text)
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):

@@ -17,7 +17,10 @@ bundle stays. The whole bundle is refused when:
   token times go backwards (LIST_ORDERED: an inter-token gap below zero);
 - a row's natural key (NATURAL_KEYS) appears twice in one file (the lines of both are named).
 
-A table file may be gzip-compressed (`<table>.jsonl.gz`): DuckDB reads it as it is.
+A table file may be gzip-compressed (`<table>.jsonl.gz`): DuckDB reads it as it is. A version-3 table file is CSV
+(`<table>.csv`: a header naming its columns, DuckDB reading its values as the table's types): the same rules, the
+same one-line messages (`check_csv_file`: the line, the field and its value), a header naming an unknown column
+refused at its line 1 (`csv_header`).
 
 The same rules run again, after ingest, as Great Expectations suites (resources/validation.py), and the warehouse's
 natural keys (`ensure_natural_keys`, unique indexes where a table has no primary key) refuse a row twice whatever
@@ -297,6 +300,8 @@ def row_problem(
 def check_table_file(path: Path, table: str, allowed: set[str], types: dict[str, str] | None = None) -> int:
     """Every line of one table file; returns the number of rows. BundleError naming the first problem (and how many
     lines have one) otherwise. `types`: the table's SQL types (numeric columns must hold JSON numbers)."""
+    if path.name.endswith((".csv", ".csv.gz")):
+        return check_csv_file(path, table, allowed, types or {})
     regular_file(path, f"a JSON-lines file of table {table}")
     key_columns = NATURAL_KEYS.get(table)
     hashes: array = array("Q")  # 8 bytes a row: a file of millions of samples stays small in memory
@@ -336,6 +341,136 @@ def check_table_file(path: Path, table: str, allowed: set[str], types: dict[str,
         more = f" ({problems} line(s) of this file have a problem)" if problems > 1 else ""
         raise BundleError(f"{first}{more}; nothing was loaded")
     return rows
+
+
+def csv_header(path: Path, table: str, allowed: set[str]) -> list[str]:
+    """The columns a CSV table file's header names ([] for an empty file); BundleError naming line 1 where one is not
+    a column of the table, or is named twice."""
+    import csv
+
+    with _open_text(path) as fh:
+        header = next(csv.reader(fh), None)
+    if header is None:
+        return []
+    unknown = sorted({c for c in header if c not in allowed})
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if unknown or twice:
+        what = f"unknown column(s) {', '.join(unknown)}" if unknown else f"column(s) named twice: {', '.join(twice)}"
+        raise BundleError(
+            f"{path}:1: {what}; expected a header of columns of table {table} in sql/schema.sql; nothing was loaded"
+        )
+    return header
+
+
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+
+
+def _csv_value(column: str, text: str, sql_type: str) -> tuple[Any, str | None]:
+    """A CSV field as the value DuckDB reads for its column's type, or what is wrong with it (the field, its value and
+    what was expected)."""
+    if text == "":
+        return None, None
+    base = sql_type[:-2] if sql_type.endswith("[]") else sql_type
+    if sql_type.endswith("[]") or sql_type == "JSON" or sql_type.startswith(("MAP", "STRUCT")):
+        try:
+            return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float), None
+        except _NotFinite:
+            return None, f"{column} = {text!r}; expected finite numbers, or null where not measured"
+        except ValueError:
+            if base == "VARCHAR" or sql_type == "JSON":
+                return text, None
+            return None, f"{column} = {text!r}; expected a list as JSON text ([1, 2, ...])"
+    if base in _INTEGER_TYPES:
+        try:
+            return int(text), None
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                value = None
+            if value is not None and math.isfinite(value) and value == int(value):
+                return int(value), None
+            return None, f"{column} = {text!r}; expected an integer ({sql_type}), or an empty field where not measured"
+    if base in ("DOUBLE", "FLOAT", "REAL") or base.startswith("DECIMAL"):
+        try:
+            value = float(text)
+        except ValueError:
+            return None, f"{column} = {text!r}; expected a number, or an empty field where not measured"
+        if not math.isfinite(value):
+            return None, f"{column} = {text}; expected a finite number, or an empty field where not measured"
+        return value, None
+    if base == "BOOLEAN":
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true", None
+        return None, f"{column} = {text!r}; expected true or false"
+    return text, None
+
+
+def check_csv_file(path: Path, table: str, allowed: set[str], types: dict[str, str]) -> int:
+    """check_table_file for a CSV table file (version 3): every record's fields as its columns' types, then the same
+    rules (row_problem) and the same natural keys; BundleError naming the first problem's line (where its record
+    starts), field and value."""
+    import csv
+
+    regular_file(path, f"a CSV file of table {table}")
+    header = csv_header(path, table, allowed)
+    col_types = {**types, "events_at": "BIGINT", "events_n": "BIGINT"}
+    key_columns = NATURAL_KEYS.get(table)
+    seen: dict[tuple, int] = {}
+    first: str | None = None
+    problems = rows = 0
+    with _open_text(path) as fh:
+        reader = csv.reader(fh, strict=True)
+        next(reader, None)
+        line = reader.line_num + 1
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                problems += 1
+                first = first or f"{path}:{line}: not valid CSV ({exc}); expected one row per record"
+                break
+            problem = None
+            if len(fields) != len(header):
+                problem = f"{len(fields)} fields; expected {len(header)}, one for each column of the header"
+            row: dict[str, Any] = {}
+            if problem is None:
+                for column, text in zip(header, fields):
+                    row[column], problem = _csv_value(column, text, col_types.get(column, "VARCHAR"))
+                    if problem:
+                        break
+            if problem is None:
+                problem = row_problem(table, {k: v for k, v in row.items() if v is not None}, allowed, None)
+            if problem:
+                problems += 1
+                first = first or f"{path}:{line}: {problem}"
+            else:
+                rows += 1
+                if key_columns and first is None:
+                    key = _key(row, key_columns)
+                    if key in seen:
+                        first = (
+                            f"{path}:{line}: the same row as line {seen[key]} ({', '.join(key_columns)} = "
+                            f"{', '.join(map(str, key))}); expected each row once"
+                        )
+                        problems += 1
+                    else:
+                        seen[key] = line
+            line = reader.line_num + 1
+    if first:
+        more = f" ({problems} line(s) of this file have a problem)" if problems > 1 else ""
+        raise BundleError(f"{first}{more}; nothing was loaded")
+    return rows
+
+
+def _open_text(path: Path):
+    if path.name.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return open(path, newline="", encoding="utf-8")
 
 
 def _parse(raw: bytes) -> tuple[Any, str | None]:

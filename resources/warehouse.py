@@ -26,6 +26,7 @@ from resources.connection import (  # noqa: F401 - the connection and query inte
 )
 from resources.ingest_checks import (
     check_table_file,
+    csv_header,
     ensure_natural_keys,
     mark_run,
     numeric_columns,
@@ -39,17 +40,12 @@ if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wa
     from resources.chunk_files import ChunkFiles
 
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
-# repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs
-# 9: SLO capacity searches, energy per request (sql/schema.sql migration block)
-SCHEMA_VERSION = 9
+# repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
+# 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
+# 10: per-token times in the token store beside the warehouse (requests.events_file, ...; resources/token_store.py)
+SCHEMA_VERSION = 10
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
-# While the lists are stored, a thread computes the token figures from the chunk files (ChunkFiles.start_figures) and
-# holds up to a label's token times (about 600 MB at 9 M gaps): DuckDB's limit meanwhile, so that both stay in 1.5 GB
-OVERLAP_MEMORY = "512MB"
-# DuckDB's threads while it stores the lists beside that thread: one (its second thread only contended with the
-# figures' for the second core: 14.4 s instead of 18.4-18.7 s for the lists of 1M requests, results/ingest_profile.md)
-OVERLAP_THREADS = 1
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
 # loading before the per-point figures hold a point's token times in numpy (the peak of an ingest was both at once)
 EVICT_MEMORY = "128MB"
@@ -88,7 +84,11 @@ _DEPLOYMENT_TABLES = (
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
-    """Create every table if absent and record the schema version; safe to call on every connection."""
+    """Create every table if absent and record the schema version; safe to call on every connection (it also gives
+    the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
+    from resources import token_store
+
+    token_store.register(con)
     con.execute((SQL_DIR / "schema.sql").read_text())
     if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
         con.execute(
@@ -131,6 +131,7 @@ def ingest_bundle(
     bundle's deployments go, the new land, and the run's validation results (of the old rows) go, in the same one
     transaction, the run then `ingested` (or `incomplete`). Returns rows loaded per table.
     """
+    from resources import token_store
     from resources.chunk_files import ChunkFiles, chunk_paths
 
     folder = Path(bundle)
@@ -138,26 +139,35 @@ def ingest_bundle(
     run_id = run_id or manifest["run_id"]
     files = table_files(folder)
     for table, path in files.items():  # before DuckDB opens any: a FIFO or a device would hang or never end
-        regular_file(path, f"a JSON-lines file of table {table}")
+        regular_file(path, f"a {'CSV' if _is_csv(path) else 'JSON-lines'} file of table {table}")
     types = {t: table_columns(con, t) for t in files}
 
     chunks = None
     version = manifest.get("bundle_version", 1)
     if "requests" in files and (paths := chunk_paths(folder, version)) is not None:  # version 2: token times in binary
         chunks = ChunkFiles(con, paths, files["requests"])
+        chunks.start_copy(token_store.folder_of(con))  # into the token store, in a thread, while the rest loads
     counts: dict[str, int] = {}
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     con.execute(f"SET memory_limit = '{ingest_memory()}'")  # DuckDB spills to disk past it: a big bundle stays bounded
     try:
-        return _ingest(con, folder, manifest, run_id, files, types, counts, chunks, replace)
-    finally:
+        result = _ingest(con, folder, manifest, run_id, files, types, counts, chunks, replace)
+    except BaseException:
         if chunks is not None:
             chunks.drop()
+            chunks.undo()  # what this bundle put in the token store goes with its rows
+        raise
+    finally:
         con.execute(f"SET memory_limit = '{limit}'")
+    if chunks is not None:
+        chunks.drop()
+    token_store.collect(con)  # files no row names any more (a run replaced): after the commit
+    return result
 
 
-# Columns ingest computes, never read from a bundle (a row that names one is refused as naming an unknown column).
-_COMPUTED = {"requests": {"chunk_tokens_each"}}
+# Columns ingest computes, never read from a bundle (a row that names one is refused as naming an unknown column);
+# events_at / events_n come from a version-3 bundle's requests.csv (or version 2's `chunks`) only.
+_COMPUTED = {"requests": {"chunk_tokens_each", "events_file", "counts_file", "events_at", "events_n"}}
 # A request whose events all carried one token count keeps that count, not the list (sql/views.sql event_tokens).
 _UNIFORM_TOKENS = (
     "chunk_tokens IS NOT NULL AND len(chunk_tokens) > 0 AND len(chunk_tokens) = len(chunk_ns) "
@@ -166,10 +176,16 @@ _UNIFORM_TOKENS = (
 
 
 def _allowed(table: str, cols: dict[str, str], chunks: ChunkFiles | None) -> set[str]:
-    """The keys a row of a table file may have: its table's columns, and a version-2 request's `chunks`."""
-    return set(cols) - _COMPUTED.get(table, set()) | (
-        {"chunks"} if chunks is not None and table == "requests" else set()
-    )
+    """The keys a row of a table file may have: its table's columns, and a version-2 request's `chunks` (a version-3
+    request's `events_at`, `events_n`)."""
+    extra = set()
+    if chunks is not None and table == "requests":
+        extra = {"events_at", "events_n"} if _is_csv(chunks.requests) else {"chunks"}
+    return set(cols) - _COMPUTED.get(table, set()) | extra
+
+
+def _is_csv(path: Path) -> bool:
+    return path.name.endswith((".csv", ".csv.gz"))
 
 
 # Statuses of a run whose rows are whole (the bundle's own, or validated): a bundle that would change them is refused.
@@ -211,37 +227,48 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             ],
         )
         mark_run(con, run_id, manifest)
-        if chunks is not None:  # a version-2 requests.jsonl is read into the staging table first: its deployments
-            _checked(  # come from there, and its scan below only looks for unknown keys
+        if chunks is not None:  # a version-2/3 requests file is read into the staging table first: its deployments
+            path = files["requests"]  # come from there, and its scan below only looks for unknown keys
+            allowed = _allowed("requests", types["requests"], chunks)
+            select = (
+                _read_csv_select("requests", types["requests"], path, allowed)
+                if _is_csv(path)
+                else _read_json_select("requests", types["requests"], chunks)
+            )
+            _checked(
                 con,
                 "requests",
-                files["requests"],
+                path,
                 types["requests"],
-                lambda: chunks.stage(
-                    _read_json_select("requests", types["requests"], chunks), [run_id, str(files["requests"])]
-                ),
-                _allowed("requests", types["requests"], chunks),
+                lambda: chunks.stage(select, [run_id, str(path)], _is_csv(path)),
+                allowed,
             )
+
+        def ids_of(t: str) -> tuple[str, ...]:
+            if t == "requests" and chunks is not None:
+                return ()
+            return ("deployment_id",) if t in _DEPLOYMENT_TABLES else ("build_id",) if t == "engine_builds" else ()
+
         # One pass of DuckDB over each file: lines that are not objects or name unknown columns, and the ids of the
-        # rows it replaces (every table of a deployment the bundle carries, and its builds)
+        # rows it replaces (every table of a deployment the bundle carries, and its builds); a CSV file names its
+        # columns once, in its header, and DuckDB reads its values as the table's types
         scans = {
             t: _checked(
                 con,
                 t,
                 p,
                 types[t],
+                lambda t=t, p=p: scan_csv(con, p, t, types[t], _allowed(t, types[t], chunks), ids_of(t)),
+                _allowed(t, types[t], chunks),
+            )
+            if _is_csv(p)
+            else _checked(
+                con,
+                t,
+                p,
+                types[t],
                 lambda t=t, p=p: scan_lines(
-                    con,
-                    p,
-                    _allowed(t, types[t], chunks),
-                    ()
-                    if t == "requests" and chunks is not None
-                    else ("deployment_id",)
-                    if t in _DEPLOYMENT_TABLES
-                    else ("build_id",)
-                    if t == "engine_builds"
-                    else (),
-                    numeric_columns(types[t]),
+                    con, p, _allowed(t, types[t], chunks), ids_of(t), numeric_columns(types[t])
                 ),
                 _allowed(t, types[t], chunks),
             )
@@ -266,29 +293,29 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             for table in _JUDGED:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
             con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [run_status(manifest), run_id])
-        # the token figures from the chunk files where every request's lists are there (not inline in the JSON)
+        # the token figures from the compiled pass where every request's lists are in the chunk files (not inline)
         flat = chunks if chunks is not None and chunks.staged and not chunks.inline_rows() else None
-        threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-        for table, path in files.items():
-            overlap = table == "requests" and flat is not None
-            if overlap:  # load_runs is in: the figures start while the lists go in
-                flat.start_figures(run_id)
-                con.execute(f"SET memory_limit = '{OVERLAP_MEMORY}'")  # until the eviction below
-                con.execute(f"SET threads = {OVERLAP_THREADS}")
-            try:
-                counts[table] = _load_table(
-                    con,
-                    table,
-                    path,
-                    types[table],
-                    run_id,
-                    deployment_ids,
-                    scans[table][1].get("build_id", []),
-                    chunks if table == "requests" else None,
-                )
-            finally:
-                if overlap:
-                    con.execute(f"SET threads = {threads}")
+        staged = chunks is not None and chunks.staged
+        order = list(files)
+        if staged:  # requests last: the compiled pass runs over their token times while DuckDB loads the others
+            order = [t for t in order if t != "requests"] + ["requests"]
+            if "load_runs" not in files:
+                chunks.start_pass(run_id)
+        for table in order:
+            counts[table] = _load_table(
+                con,
+                table,
+                files[table],
+                types[table],
+                run_id,
+                deployment_ids,
+                scans[table][1].get("build_id", []),
+                chunks if table == "requests" else None,
+            )
+            if staged and table == "load_runs":  # the windows are in
+                chunks.start_pass(run_id)
+        if staged:  # before the rows are compared with a complete run's: a bundle loads to the same rows each time
+            _fill_steps(con, run_id, chunks)
         _derive_deployment_hbm(con, run_id)
         if before is not None:
             after = _fingerprint(con, run_id, kept)
@@ -315,11 +342,50 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
     return counts
 
 
+def _fill_steps(con, run_id: str, chunks: ChunkFiles) -> int:
+    """The step decomposition of each load point (load_runs.step_gaps ... phase_state), from the compiled pass over
+    its token times, where the bundle's row has none (a bundle from before the agent computed it); where it has one,
+    the agent's stays (the same definition over the same requests: wattbench_agent.loadgen.steps). Rows filled."""
+    from wattbench_agent.loadgen import shapes, steps
+
+    parts = chunks.point_steps()
+    if not parts:
+        return 0
+    rows = con.execute(
+        """SELECT l.deployment_id, l.load_point_id, l.shape, l.concurrency,
+                  (SELECT list(DISTINCT q.completion_tokens) FROM _rq q WHERE q.deployment_id = l.deployment_id
+                     AND q.load_point_id = l.load_point_id AND q.error_kind IS NULL AND coalesce(q.in_window, false)),
+                  (SELECT count(*) FILTER (WHERE q.completion_tokens IS NULL) FROM _rq q
+                    WHERE q.deployment_id = l.deployment_id AND q.load_point_id = l.load_point_id
+                      AND q.error_kind IS NULL AND coalesce(q.in_window, false))
+           FROM load_runs l WHERE l.run_id = ? AND l.step_gaps IS NULL AND l.phase_state IS NULL""",
+        [run_id],
+    ).fetchall()
+    filled = 0
+    for dep, lp, shape, concurrency, lengths, unknown in rows:
+        part = parts.get((dep, lp))
+        if part is None or not part["gaps"]:
+            continue
+        closed = shape in shapes.names() and shapes.get(shape).closed_loop
+        found = set(lengths or []) | ({None} if unknown else set())
+        out = {**part, "stall_threshold_ms": None, "phase_state": None, "note": None}
+        expected, note = steps.expected_for_lengths(found, closed, concurrency)
+        out = steps.verdict(out, expected, note)
+        cols = steps.load_run_columns(out)
+        con.execute(
+            f"UPDATE load_runs SET {', '.join(f'{c} = ?' for c in cols)} "
+            "WHERE run_id = ? AND deployment_id = ? AND load_point_id = ?",
+            [*cols.values(), run_id, dep, lp],
+        )
+        filled += 1
+    return filled
+
+
 def table_files(folder: Path) -> dict[str, Path]:
     """The table files of a bundle folder: <table>.jsonl, or <table>.jsonl.gz (DuckDB reads gzip as it is)."""
     files = {}
     for t in BUNDLE_TABLES:
-        for name in (f"{t}.jsonl", f"{t}.jsonl.gz"):
+        for name in (f"{t}.csv", f"{t}.csv.gz", f"{t}.jsonl", f"{t}.jsonl.gz"):
             if (folder / name).exists() or (folder / name).is_symlink():
                 files[t] = folder / name
                 break
@@ -372,9 +438,9 @@ def _load_table(
         con.execute(f"DELETE FROM {table} WHERE {mine}", params)
     if not path.stat().st_size:
         return 0
-    select = _read_json_select(table, cols, chunks)
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
+        select = _read_csv_select(table, cols, path, allowed) if _is_csv(path) else _read_json_select(table, cols, None)
         _checked(
             con,
             table,
@@ -384,7 +450,7 @@ def _load_table(
             allowed,
         )
     else:  # staged already (_ingest)
-        _checked(con, table, path, cols, chunks.load, allowed)
+        _checked(con, table, path, cols, lambda: chunks.load(_UNIFORM_TOKENS), allowed)
     loaded, suspect = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE {suspect_rows(table, cols)}) FROM {table} WHERE {mine}", params
     ).fetchone()
@@ -401,13 +467,52 @@ def _read_json_select(table: str, cols: dict[str, str], chunks: ChunkFiles | Non
     columns_literal = "{" + ", ".join(f"'{c}': '{t}'" for c, t in read_types.items()) + "}"
     converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table]
     computed = ""
-    if table == "requests":  # inline lists (a version-1 bundle): stored as ChunkFiles.load stores the chunk files'
+    if table == "requests" and chunks is None:  # inline lists (version 1); ChunkFiles.load does this for staged rows
         converted.append(f"CASE WHEN {_UNIFORM_TOKENS} THEN NULL ELSE chunk_tokens END AS chunk_tokens")
         computed = f", CASE WHEN {_UNIFORM_TOKENS} THEN chunk_tokens[1] END::INTEGER AS chunk_tokens_each"
     return (
         f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}){computed} FROM "
         f"read_json(?, format='newline_delimited', columns={columns_literal})"
     )
+
+
+def _read_csv_select(table: str, cols: dict[str, str], path: Path, allowed: set[str]) -> str:
+    """SELECT of a CSV table file's rows (version 3) as the table's columns, in the order its header names them, read
+    by DuckDB with the table's types (parameters: run_id, the file). A header naming a column the table does not
+    have is refused here, naming it."""
+    header = csv_header(path, table, allowed)
+    types = {**cols, "events_at": "BIGINT", "events_n": "BIGINT"}
+    columns = "{" + ", ".join(f"'{c}': '{_READ_AS.get((table, c), (types[c],))[0]}'" for c in header) + "}"
+    converted = [f"{expr} AS {c}" for (tbl, c), (_, expr) in _READ_AS.items() if tbl == table and c in header]
+    read = (
+        f"read_csv(?, header = true, columns = {columns}, auto_detect = false, allow_quoted_nulls = false, "
+        "delim = ',', quote = '\"', escape = '\"', strict_mode = true, null_padding = false)"
+    )
+    if "run_id" in header:
+        return f"SELECT * REPLACE (?::VARCHAR AS run_id{''.join(', ' + e for e in converted)}) FROM {read}"
+    replaced = f" REPLACE ({', '.join(converted)})" if converted else ""
+    return f"SELECT ?::VARCHAR AS run_id, *{replaced} FROM {read}"
+
+
+def scan_csv(con, path: Path, table: str, cols: dict[str, str], allowed: set[str], ids: tuple[str, ...]):
+    """A CSV table file's counterpart of ingest_checks.scan_lines: its header names only known columns (refused
+    naming the one that is not), and the distinct values of the `ids` columns. Its values' types are DuckDB's to
+    check as it reads them (a value that is not of its column's type is named by the line-by-line check)."""
+    select = _read_csv_select(table, cols, path, allowed)
+    if not ids or not path.stat().st_size:
+        return False, {c: [] for c in ids}
+    header = csv_header(path, table, allowed)
+    present = [c for c in ids if c in header]
+    if not present:
+        return False, {c: [] for c in ids}
+    row = con.execute(
+        "SELECT "
+        + ", ".join(f"list(DISTINCT {c}) FILTER (WHERE {c} IS NOT NULL)" for c in present)
+        + f" FROM ({select})",
+        ["", str(path)],
+    ).fetchone()
+    found = dict(zip(present, row))
+    return False, {c: sorted(found.get(c) or []) for c in ids}
 
 
 # The per-request parts of point_stats (no token arrays read): v_request_stats_live, v_request_slo_counts and the
@@ -428,17 +533,22 @@ _POINT_STATS_PARTS = {
 }
 # Every token event read once for v_itl_stats_live, v_window_steadiness_live and the client's ITL of
 # v_client_stats_live (their definitions in sql/views.sql; tests/test_point_stats.py checks they agree): the events
-# unnested from the stored lists, or laid flat from a version-2 bundle's chunk files (ChunkFiles.point_events).
+# unnested from the requests' lists (request_ns: stored in the row, or read from the token store). A bundle whose
+# requests' events are all in its chunk files has them from the compiled pass instead (resources/token_pass.py, the
+# same definitions: tests/test_point_stats.py).
 _TOKEN_EVENTS = """
         SELECT q.run_id, q.deployment_id, q.load_point_id, q.in_window, l.window_start_ns AS ws,
                l.window_end_ns AS we, l.run_id IS NOT NULL AS has_load_run,
-               unnest(q.chunk_ns) AS t, unnest(event_tokens(q.chunk_tokens, q.chunk_tokens_each, q.chunk_ns)) AS n,
-               unnest(CASE WHEN len(q.chunk_ns) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
-                           ELSE list_transform(range(1, len(q.chunk_ns) + 1), lambda j: CASE WHEN j > 1
-                                AND j <= coalesce(q.chunks_exact, len(q.chunk_ns)) THEN q.chunk_ns[j - 1] END) END)
+               unnest(q.times) AS t,
+               unnest(request_tokens(q.chunk_tokens, q.chunk_tokens_each, q.counts_file, q.events_at, q.events_n,
+                                     q.times)) AS n,
+               unnest(CASE WHEN len(q.times) = 0 THEN []::BIGINT[]  -- the previous event of an exact one
+                           ELSE list_transform(range(1, len(q.times) + 1), lambda j: CASE WHEN j > 1
+                                AND j <= coalesce(q.chunks_exact, len(q.times)) THEN q.times[j - 1] END) END)
                  AS prev
-        FROM requests q LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-        WHERE q.error_kind IS NULL AND q.{where}"""
+        FROM (SELECT *, request_ns(chunk_ns, events_file, events_at, events_n) AS times FROM requests
+              WHERE error_kind IS NULL AND {where}) q
+        LEFT JOIN load_runs l USING (run_id, deployment_id, load_point_id)"""
 _TOKEN_FIGURES = """
     SELECT run_id, deployment_id, load_point_id,
            quantile_cont((t - prev) / 1e6, [0.50, 0.90, 0.95, 0.99, 0.999])
@@ -455,44 +565,6 @@ _TOKEN_FIGURES = """
     FROM ev GROUP BY ALL"""
 _POINT_STATS_PARTS["t"] = "WITH ev AS (" + _TOKEN_EVENTS + ")" + _TOKEN_FIGURES
 _ITL_LEVELS = (0.50, 0.90, 0.95, 0.99, 0.999)
-
-
-def point_token_figures(ev: dict) -> dict[str, Any]:
-    """_TOKEN_FIGURES of one load point in numpy, over its events laid flat (ChunkFiles.point_events): the same
-    definitions, the same values (percentiles, counts and sums to the bit: DuckDB's quantile_cont interpolation;
-    a mean or deviation of millions of gaps to its summation order, 1e-12 relative; tests/test_point_stats.py)."""
-    import numpy as np  # here, not at the top: `wattbench sql` and `report` import this module and need no numpy
-
-    t, n, prev_ok = ev["t"], ev["n"], ev["prev_ok"]
-    gap = np.zeros(len(t))
-    np.subtract(t[1:], t[:-1], out=gap[1:], casting="unsafe")  # t - prev, where prev is the event before
-    gap /= 1e6
-    itl = gap[prev_ok & ev["in_window"]]
-    out: dict[str, Any] = {"itl_samples": len(itl), "itl_q": None, "itl_mean_ms": None, "itl_stdev_ms": None}
-    if len(itl):
-        rn = (len(itl) - 1) * np.asarray(_ITL_LEVELS)  # DuckDB's quantile_cont: lo + (hi - lo) * (rn - floor(rn))
-        lo_i, hi_i = np.floor(rn).astype(np.int64), np.ceil(rn).astype(np.int64)
-        part = np.partition(itl, np.unique(np.concatenate([lo_i, hi_i])))
-        lo, hi = part[lo_i], part[hi_i]
-        out["itl_q"] = [float(a if i == j else a + (b - a) * (r - i)) for a, b, i, j, r in zip(lo, hi, lo_i, hi_i, rn)]
-        out["itl_mean_ms"] = float(itl.mean())
-        out["itl_stdev_ms"] = float(itl.std())
-    ws, we, has = ev["ws"], ev["we"], ev["has_load_run"]
-    steady = has and ws is not None and we is not None and we > ws
-    out["steady_events"] = len(t) if steady else 0
-    out["first_half_tokens"] = out["second_half_tokens"] = None
-    if ws is not None and we is not None and we > ws:
-        mid = (ws + we) / 2  # a double, as DuckDB's / gives
-        halves = (("first_half_tokens", (t >= ws) & (t < mid)), ("second_half_tokens", (t >= mid) & (t <= we)))
-        for name, part in halves:
-            if part.any():  # sum() over no row is NULL
-                out[name] = int(n[part].sum(dtype=np.int64))
-    out["client_itl_ms"], out["client_itl_n"] = None, 0
-    if has and ws is not None and we is not None:
-        client = gap[prev_ok & (t >= ws) & (t <= we)]
-        out["client_itl_n"] = len(client)
-        out["client_itl_ms"] = float(client.mean()) if len(client) else None
-    return out
 
 
 _POINT_STATS = """
@@ -543,21 +615,22 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     points = con.execute(
         f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} ORDER BY ALL", params
     ).fetchall()
-    one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND q.load_point_id = $lp")
+    one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
     if events is not None and run_id is not None:
         from resources.chunk_files import STAGING
 
         figures = []
         for dep, lp in events.points():
-            fig = events.point_figures(run_id, dep, lp)
+            fig = events.point_figures(dep, lp)
             if fig is not None:
                 figures.append({"run_id": run_id, "deployment_id": dep, "load_point_id": lp, **fig})
-        if figures:
-            import pyarrow as pa
-
-            kept = pa.Table.from_pylist(figures)  # noqa: F841 - read by DuckDB below
-            con.execute("INSERT INTO _ps_t BY NAME SELECT * FROM kept")
+        if figures:  # a row a load point (pyarrow.Table.from_pylist would import pandas for them)
+            cols = list(figures[0])
+            con.executemany(
+                f"INSERT INTO _ps_t ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                [[f.get(c) for c in cols] for f in figures],
+            )
         # the run's other deployments (loaded from another bundle) from their stored lists
         points = con.execute(
             f"SELECT DISTINCT run_id, load_point_id FROM requests WHERE {where} AND deployment_id NOT IN "

@@ -186,6 +186,10 @@ CREATE TABLE IF NOT EXISTS requests (
     chunk_ns                BIGINT[],           -- arrival of each content-bearing SSE event
     chunk_tokens            INTEGER[],          -- tokens carried by each of those events; NULL where chunk_tokens_each says
     chunk_tokens_each       INTEGER,            -- every event carried this many tokens (a token-by-token stream: 1), and chunk_tokens is not stored; read both through event_tokens() (sql/views.sql)
+    events_file             VARCHAR,            -- the token store's file (its SHA-256; resources/token_store.py) holding this request's chunk_ns, which is then NULL; read both through request_ns() (sql/views.sql)
+    events_at               BIGINT,             -- its first event in that file
+    events_n                INTEGER,            -- its events there
+    counts_file             VARCHAR,            -- the store's file holding its chunk_tokens at the same places, where chunk_tokens_each does not say them
     chunks_exact            INTEGER,            -- NULL: one entry per event; n: the first n are, the rest one per second (the last event's time, all their tokens): inter-token gaps from the first n only
     in_window               BOOLEAN,            -- sent inside the steady-state window
     PRIMARY KEY (run_id, load_point_id, request_id)
@@ -559,3 +563,8 @@ ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS probe_verdict VARCHAR;
 ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS j_per_request DOUBLE;
 ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS j_per_request_above_idle DOUBLE;
 ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS energy_note VARCHAR;
+-- version 10: per-token times kept in the token store beside the warehouse, not as lists (resources/token_store.py)
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_file VARCHAR;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_at BIGINT;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_n INTEGER;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;

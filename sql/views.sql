@@ -8,6 +8,20 @@
 CREATE OR REPLACE MACRO event_tokens(tokens, each, times) AS
     CASE WHEN each IS NULL THEN tokens ELSE list_resize([]::INTEGER[], len(times), each) END;
 
+-- A request's token times (chunk_ns) and counts (chunk_tokens) whichever way they are kept: as lists in the row
+-- (rows stored before schema 10, imports, inline lists), or in the token store's files beside the warehouse
+-- (requests.events_file, events_at, events_n, counts_file; read by token_times() / token_counts(), which every
+-- connection wattbench opens has: resources/token_store.py). Every reader of the token times goes through these.
+CREATE OR REPLACE MACRO request_ns(chunk_ns, events_file, events_at, events_n) AS
+    coalesce(chunk_ns, token_times(events_file, events_at, events_n));
+CREATE OR REPLACE MACRO request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at, events_n, times) AS
+    CASE WHEN chunk_tokens_each IS NOT NULL THEN list_resize([]::INTEGER[], len(times), chunk_tokens_each)
+         WHEN chunk_tokens IS NOT NULL OR events_n IS NULL THEN chunk_tokens
+         WHEN events_n = 0 THEN []::INTEGER[]
+         ELSE token_counts(counts_file, events_at, events_n) END;
+-- A request's events: their count, without reading them
+CREATE OR REPLACE MACRO request_events(chunk_ns, events_n) AS coalesce(len(chunk_ns), events_n);
+
 -- Inter-token latency: every gap between consecutive content-bearing events, pooled over requests (of a long
 -- stream's recorded events, the exact part: requests.chunks_exact).
 CREATE OR REPLACE VIEW v_itl AS
@@ -16,8 +30,8 @@ SELECT run_id, deployment_id, load_point_id,
 FROM (
     SELECT run_id, deployment_id, load_point_id, chunk_ns,
            unnest(range(1, least(len(chunk_ns), coalesce(chunks_exact, len(chunk_ns))))) AS i
-    FROM requests
-    WHERE in_window AND error_kind IS NULL AND len(chunk_ns) > 1
+    FROM (SELECT * REPLACE (request_ns(chunk_ns, events_file, events_at, events_n) AS chunk_ns) FROM requests
+          WHERE in_window AND error_kind IS NULL AND request_events(chunk_ns, events_n) > 1)
 );
 
 -- Runs imported from other tools (`wattbench import`, resources/importers/): a load point whose file carried no
@@ -77,7 +91,8 @@ SELECT l.run_id, l.deployment_id, l.load_point_id,
 FROM load_runs l
 WHERE l.source LIKE 'imported:%' AND (l.summary->'$.itl_ms') IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM requests q WHERE q.run_id IN (SELECT run_id FROM v_imported_runs)
-                  AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id AND len(q.chunk_ns) > 1);
+                  AND q.run_id = l.run_id AND q.load_point_id = l.load_point_id
+                  AND request_events(q.chunk_ns, q.events_n) > 1);
 
 CREATE OR REPLACE VIEW v_imported_request_stats AS SELECT * EXCLUDE (source) FROM imported_request_stats;
 
@@ -894,8 +909,9 @@ client_itl AS (
     FROM (SELECT q.run_id, q.deployment_id, q.load_point_id, l.window_start_ns, l.window_end_ns,
                  unnest(list_transform(range(1, least(len(q.chunk_ns), coalesce(q.chunks_exact, len(q.chunk_ns)))),
                         lambda i: struct_pack(t := q.chunk_ns[i + 1], g := (q.chunk_ns[i + 1] - q.chunk_ns[i]) / 1e6))) AS e
-          FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
-          WHERE q.error_kind IS NULL AND len(q.chunk_ns) > 1)
+          FROM (SELECT * REPLACE (request_ns(chunk_ns, events_file, events_at, events_n) AS chunk_ns) FROM requests
+                WHERE error_kind IS NULL AND request_events(chunk_ns, events_n) > 1) q
+          JOIN load_runs l USING (run_id, deployment_id, load_point_id))
     WHERE e.t BETWEEN window_start_ns AND window_end_ns
     GROUP BY ALL)
 SELECT c.run_id, c.deployment_id, c.load_point_id, c.ttft_ms AS client_ttft_ms, c.ttft_n AS client_ttft_n,
@@ -990,9 +1006,11 @@ WHERE w.prefill_ms IS NOT NULL OR w.server_ttft_ms IS NOT NULL;
 -- lifetimes (E2E p50); validation warns below 2 (load_runs.warmup_two_lifetimes).
 CREATE OR REPLACE VIEW v_window_steadiness_live AS
 WITH tok AS (
-    SELECT l.run_id, l.deployment_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.chunk_ns) AS t,
-           unnest(event_tokens(q.chunk_tokens, q.chunk_tokens_each, q.chunk_ns)) AS n
-    FROM requests q JOIN load_runs l USING (run_id, deployment_id, load_point_id)
+    SELECT l.run_id, l.deployment_id, l.load_point_id, l.window_start_ns, l.window_end_ns, unnest(q.times) AS t,
+           unnest(request_tokens(q.chunk_tokens, q.chunk_tokens_each, q.counts_file, q.events_at, q.events_n,
+                                 q.times)) AS n
+    FROM (SELECT *, request_ns(chunk_ns, events_file, events_at, events_n) AS times FROM requests) q
+    JOIN load_runs l USING (run_id, deployment_id, load_point_id)
     WHERE q.error_kind IS NULL AND l.window_end_ns > l.window_start_ns)
 SELECT run_id, deployment_id, load_point_id,
        sum(n) FILTER (WHERE t >= window_start_ns AND t < (window_start_ns + window_end_ns) / 2) AS first_half_tokens,

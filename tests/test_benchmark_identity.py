@@ -22,6 +22,7 @@ from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect
+from tests.bundle_files import read_table, table_file, write_table
 
 pytestmark = pytest.mark.slow
 
@@ -139,13 +140,14 @@ def test_a_failed_run_is_failed_without_a_daemon_and_its_re_execution_completes_
     bundle = place["out"] / first.run_id / "bundle"
     broken = place["tmp"] / "broken_bundle"
     shutil.copytree(bundle, broken, dirs_exist_ok=True)
-    (broken / "requests.jsonl").write_text('{"run_id": "x", "deployment_id": \n')  # not JSON: ingest refuses it
+    requests = table_file(broken, "requests")  # requests.csv, or requests.jsonl of an older agent
+    requests.write_text('{"run_id": "x", "deployment_id": \n')  # neither a CSV header nor JSON: ingest refuses it
     failed = materialize(place, replay_bundle=str(broken))
     assert not failed.success and "bench" in {e.step_key for e in failed.get_step_failure_events()}
     assert status_of(place, failed.run_id) == "failed"  # set by the step; no sensor ran
     with connect(place["db"], read_only=True) as con:
         error = con.execute("SELECT error FROM failed_runs WHERE run_id = ?", [failed.run_id]).fetchone()[0]
-    assert "requests.jsonl" in error
+    assert requests.name in error
 
     # re-execution from failure: the failed step and what follows, tagged with the run it re-executes
     stages = [*STAGE_TABLES, *REPORTS]
@@ -188,12 +190,9 @@ def test_a_blocked_benchmark_is_blocked_and_a_report_alone_skips_it(place, whole
     _, first = whole
     bad = place["tmp"] / "bad_bundle"
     shutil.copytree(place["out"] / first.run_id / "bundle", bad, dirs_exist_ok=True)
-    lines = (bad / "requests.jsonl").read_text().splitlines()
-    import json
-
-    row = json.loads(lines[0])
-    row["ttft_ms"] = (row["e2e_ms"] or 1.0) * 10
-    (bad / "requests.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+    rows = read_table(bad, "requests")
+    rows[0]["ttft_ms"] = (rows[0]["e2e_ms"] or 1.0) * 10
+    write_table(bad, "requests", rows)
     blocked = materialize(place, replay_bundle=str(bad))
     assert not REPORTS & materialized(blocked)
     assert status_of(place, blocked.run_id) == "blocked"
@@ -227,7 +226,8 @@ def test_re_execution_from_failure_with_dagster_continues_the_benchmark(place, w
     good = place["out"] / first.run_id / "bundle"
     bundle = tmp_path / "bundle"
     shutil.copytree(good, bundle)
-    (bundle / "requests.jsonl").write_text("not json\n")
+    requests = table_file(bundle, "requests")
+    requests.write_text("not json\n")  # not a table file of either format
     for key, value in (("DB", place["db"]), ("PLAN", place["plan"]), ("RUNS", place["out"]), ("BUNDLE", bundle)):
         monkeypatch.setenv(f"IDENTITY_TEST_{key}", str(value))
     job = dg.reconstructable(_benchmark_job)
@@ -241,7 +241,7 @@ def test_re_execution_from_failure_with_dagster_continues_the_benchmark(place, w
         with dg.execute_job(job, instance=instance, tags=tags, raise_on_error=False) as failed:
             assert not failed.success and failed.dagster_run.job_name == "benchmark"
         assert status_of(place, failed.run_id) == "failed"
-        shutil.copy(good / "requests.jsonl", bundle / "requests.jsonl")  # the cause fixed
+        shutil.copy(good / requests.name, requests)  # the cause fixed
         options = dg.ReexecutionOptions.from_failure(failed.run_id, instance)
         with dg.execute_job(
             job,

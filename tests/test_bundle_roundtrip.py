@@ -1,7 +1,6 @@
 """Bundles: what goes in comes out of DuckDB unchanged (property-based), and a full disk loses nothing written."""
 
 import errno
-import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +8,7 @@ from hypothesis import strategies as st
 
 import wattbench_agent.bundle as bundle_mod
 from resources.warehouse import connect, ingest_bundle
+from tests.bundle_files import line_of, read_table, write_table
 from wattbench_agent.bundle import BundleError, BundleWriter
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)
@@ -50,9 +50,11 @@ def test_requests_round_trip(tmp_path_factory, rows):
     with connect(tmp / "w.duckdb") as con:
         ingest_bundle(con, tmp / "b")
         ingest_bundle(con, tmp / "b")  # idempotent
-        cur = con.execute(  # token counts as every reader reads them (sql/views.sql event_tokens)
-            "SELECT * REPLACE (event_tokens(chunk_tokens, chunk_tokens_each, chunk_ns) AS chunk_tokens) FROM requests "
-            "ORDER BY CAST(request_id AS INTEGER)"
+        cur = con.execute(  # token times and counts as every reader reads them (sql/views.sql request_ns, ...)
+            """SELECT * REPLACE (request_ns(chunk_ns, events_file, events_at, events_n) AS chunk_ns,
+                                 request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at, events_n,
+                                                request_ns(chunk_ns, events_file, events_at, events_n)) AS chunk_tokens)
+               FROM requests ORDER BY CAST(request_id AS INTEGER)"""
         )
         names = [d[0] for d in cur.description]
         got = [dict(zip(names, r)) for r in cur.fetchall()]
@@ -89,14 +91,11 @@ def test_a_negative_or_non_finite_duration_is_refused_whole(tmp_path_factory, ro
             "requests",
             [{**r, "deployment_id": "d", "load_point_id": "lp", "request_id": str(i)} for i, r in enumerate(rows)],
         )
-    path = tmp / "b" / "requests.jsonl"
-    lines = path.read_text().splitlines()
-    row = json.loads(lines[bad_at])
-    row[column] = value
-    lines[bad_at] = json.dumps(row)  # json.dumps writes NaN / Infinity as the tokens other writers use
-    path.write_text("\n".join(lines) + "\n")
+    table = read_table(tmp / "b", "requests")
+    table[bad_at][column] = value  # written as other writers spell it (nan, inf in CSV; NaN, Infinity in JSON)
+    path = write_table(tmp / "b", "requests", table)
     with connect(tmp / "w.duckdb") as con:
-        with pytest.raises(BundleError, match=rf"requests.jsonl:{bad_at + 1}: {column}"):
+        with pytest.raises(BundleError, match=rf"{path.name}:{line_of(tmp / 'b', 'requests', bad_at)}: {column}"):
             ingest_bundle(con, tmp / "b")
         assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
 
@@ -120,7 +119,6 @@ def test_disk_full_keeps_what_was_written(tmp_path, monkeypatch):
         w.write("gpu_samples", [{**row, "t_ns": 3}, {**row, "t_ns": 4}])
     monkeypatch.setattr(bundle_mod.os, "fsync", real_fsync)
     w.close(complete=False)
-    lines = (tmp_path / "b" / "gpu_samples.jsonl").read_text().splitlines()
-    assert [json.loads(line)["t_ns"] for line in lines] == [1, 2]
+    assert [row["t_ns"] for row in read_table(tmp_path / "b", "gpu_samples")] == [1, 2]
     with connect(tmp_path / "w.duckdb") as con:
         assert ingest_bundle(con, tmp_path / "b")["gpu_samples"] == 2

@@ -1,6 +1,7 @@
-"""Version-2 bundles (per-token times in binary chunk files, resources/chunk_files.py): the same run written as a
-version-1 bundle (every list inline in JSON) and as a version-2 bundle loads the same rows and the same figures; a
-fault in the chunk files is refused naming the file, the line and the reason."""
+"""Version-2 and -3 bundles (per-token times in binary chunk files, resources/chunk_files.py, kept in the token store
+beside the warehouse and read by the compiled pass): the same run written as a version-1 bundle (every list inline in
+JSON), a version-2 and a version-3 bundle (requests.csv) loads the same rows and the same figures; a fault in the
+chunk files is refused naming the file, the line and the reason, and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -14,16 +15,26 @@ from benchmarks.synthetic import synthesize
 from resources.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, BundleWriter, read_manifest
 
+# every request's fields, its token times and counts as lists, whichever way they are stored
+REQUESTS = """SELECT * EXCLUDE (chunk_ns, chunk_tokens, chunk_tokens_each, events_file, events_at, events_n,
+                                counts_file),
+                     request_ns(chunk_ns, events_file, events_at, events_n) AS times,
+                     request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at, events_n,
+                                    request_ns(chunk_ns, events_file, events_at, events_n)) AS tokens
+              FROM requests ORDER BY ALL"""
+
 
 def _load(db, folder) -> dict[str, list]:
     with connect(db) as con:
         ingest_bundle(con, folder)
-        return {  # point_figures without run_at: each bundle's manifest has its own clock anchor
+        out = {  # point_figures without run_at: each bundle's manifest has its own clock anchor
             t: con.execute(
                 f"SELECT * {'EXCLUDE (run_at)' if t == 'point_figures' else ''} FROM {t} ORDER BY ALL"
             ).fetchall()
-            for t in ("requests", "point_stats", "point_figures")
+            for t in ("point_stats", "point_figures")
         }
+        out["requests"] = con.execute(REQUESTS).fetchall()
+        return out
 
 
 def _close(a, b) -> bool:
@@ -36,43 +47,58 @@ def _close(a, b) -> bool:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """One synthetic run (6 load points, 3 repeats a label, 1,000 requests each) as version 1 and as version 2."""
+    """One synthetic run (6 load points, 3 repeats a label, 1,000 requests each) as version 1, 2 and 3."""
     tmp = tmp_path_factory.mktemp("v2")
-    for version in (1, 2):
+    for version in (1, 2, 3):
         synthesize(tmp / f"v{version}", "same", 6000, requests_per_point=1000, bundle_version=version)
-    return {v: _load(tmp / f"{v}.duckdb", tmp / v) for v in ("v1", "v2")}, tmp
+    return {v: _load(tmp / f"{v}.duckdb", tmp / v) for v in ("v1", "v2", "v3")}, tmp
 
 
-def test_the_agent_writes_version_2_with_chunk_files(tmp_path):
+def test_the_agent_writes_version_3_with_csv_and_chunk_files(tmp_path):
+    from wattbench_agent.bundle import read_rows
+
     with BundleWriter(tmp_path / "b", run_id="r", source="emulated") as w:
         w.write(
             "requests",
             [
                 {"load_point_id": "a", "request_id": "1", "chunk_ns": [5, 9, 12], "chunk_tokens": [1, 1, 2]},
                 {"load_point_id": "a", "request_id": "2", "chunk_ns": [1.5], "chunk_tokens": [1]},  # stays inline
-                {"load_point_id": "a", "request_id": "3", "chunk_ns": [20], "chunk_tokens": [4]},
+                {"load_point_id": "a", "request_id": "3", "chunk_ns": [20], "chunk_tokens": [4], "error_text": 'a"\n'},
             ],
         )
-    assert read_manifest(tmp_path / "b")["bundle_version"] == 2
-    rows = [json.loads(line) for line in (tmp_path / "b" / "requests.jsonl").read_text().splitlines()]
-    assert [r.get("chunks") for r in rows] == [[0, 3], None, [3, 1]]
-    assert rows[1]["chunk_ns"] == [1.5] and "chunk_ns" not in rows[0]
+    assert read_manifest(tmp_path / "b")["bundle_version"] == 3
+    rows = [row for _, row in read_rows(tmp_path / "b" / "requests.csv")]
+    assert [(r["events_at"], r["events_n"]) for r in rows] == [(0, 3), (None, None), (3, 1)]
+    assert rows[1]["chunk_ns"] == [1.5] and rows[0]["chunk_ns"] is None and rows[2]["error_text"] == 'a"\n'
     ns = np.fromfile(tmp_path / "b" / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
     tokens = np.fromfile(tmp_path / "b" / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
     assert ns.tolist() == [5, 9, 12, 20] and tokens.tolist() == [1, 1, 2, 4]
 
 
-def test_version_1_and_2_of_one_run_load_the_same_rows_and_figures(both):
+def test_an_appended_version_2_bundle_stays_version_2(tmp_path):
+    folder = tmp_path / "b"
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", [{"load_point_id": "a", "request_id": "1", "chunk_ns": [5], "chunk_tokens": [1]}])
+    (folder / "requests.csv").unlink()
+    (folder / "requests.jsonl").write_text(json.dumps({"load_point_id": "a", "request_id": "0"}) + "\n")
+    with BundleWriter(folder, run_id="r", source="emulated", previous="append") as w:
+        w.write("requests", [{"load_point_id": "a", "request_id": "2", "chunk_ns": [7], "chunk_tokens": [1]}])
+    assert read_manifest(folder)["bundle_version"] == 2
+    assert json.loads((folder / "requests.jsonl").read_text().splitlines()[1])["chunks"] == [1, 1]
+
+
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_version_1_2_and_3_of_one_run_load_the_same_rows_and_figures(both, version):
     loaded, _ = both
     assert len(loaded["v1"]["requests"]) == 6000
-    assert loaded["v1"]["requests"] == loaded["v2"]["requests"]
+    assert loaded["v1"]["requests"] == loaded[version]["requests"]
     # percentiles and counts to the bit; a mean or deviation of millions of gaps to its summation order
     for table in ("point_stats", "point_figures"):
-        for a, b in zip(loaded["v1"][table], loaded["v2"][table], strict=True):
+        for a, b in zip(loaded["v1"][table], loaded[version][table], strict=True):
             assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (table, a, b)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 3])
 def test_equal_token_counts_are_stored_as_one_number_and_read_back_as_the_list(tmp_path, version):
     """A request whose events all carried one count keeps that count (chunk_tokens_each) and no list, whichever
     bundle version carried it; any other keeps its list; event_tokens gives every request's list back as sent."""
@@ -87,6 +113,7 @@ def test_equal_token_counts_are_stored_as_one_number_and_read_back_as_the_list(t
     with BundleWriter(folder, run_id="r", source="emulated") as w:
         w.write("requests", [{**r, "deployment_id": "d"} for r in rows])
     if version == 1:  # the same rows inline, as agents before version 2 wrote them
+        (folder / "requests.csv").unlink()
         (folder / "requests.jsonl").write_text(
             "".join(json.dumps({**r, "deployment_id": "d", "source": "emulated"}) + "\n" for r in rows)
         )
@@ -97,27 +124,29 @@ def test_equal_token_counts_are_stored_as_one_number_and_read_back_as_the_list(t
     with connect(tmp_path / "w.duckdb") as con:
         ingest_bundle(con, folder)
         stored = con.execute(
-            "SELECT request_id, chunk_tokens, chunk_tokens_each, "
-            "event_tokens(chunk_tokens, chunk_tokens_each, chunk_ns) FROM requests ORDER BY request_id"
+            "SELECT request_id, chunk_tokens_each, request_tokens(chunk_tokens, chunk_tokens_each, counts_file, "
+            "events_at, events_n, request_ns(chunk_ns, events_file, events_at, events_n)), "
+            "chunk_tokens IS NOT NULL OR counts_file IS NOT NULL FROM requests ORDER BY request_id"
         ).fetchall()
     assert stored == [
-        ("1", [1, 1, 2], None, [1, 1, 2]),
-        ("2", None, 1, [1, 1]),
-        ("3", None, 4, [4]),
-        ("4", [], None, []),
-        ("5", None, 0, [0, 0]),
+        ("1", None, [1, 1, 2], True),  # a list of its own (inline, or the counts file kept too)
+        ("2", 1, [1, 1], False),
+        ("3", 4, [4], False),
+        ("4", None, [], version == 1),
+        ("5", 0, [0, 0], False),
     ]
 
 
-def test_a_bundle_naming_the_computed_token_count_is_refused(tmp_path):
+@pytest.mark.parametrize("column", ["chunk_tokens_each", "events_file"])
+def test_a_bundle_naming_a_computed_column_is_refused(tmp_path, column):
     folder = tmp_path / "b"
     with BundleWriter(folder, run_id="r", source="emulated") as w:
         w.write("requests", [{"deployment_id": "d", "load_point_id": "a", "request_id": "1", "chunk_ns": [5]}])
-    lines = (folder / "requests.jsonl").read_text().splitlines()
-    row = {**json.loads(lines[0]), "chunk_tokens_each": 1}
+    (folder / "requests.csv").unlink()
+    row = {"deployment_id": "d", "load_point_id": "a", "request_id": "1", "chunk_ns": [5], column: 1}
     (folder / "requests.jsonl").write_text(json.dumps(row) + "\n")
     with (
-        pytest.raises(BundleError, match=r"requests\.jsonl:1: .*chunk_tokens_each"),
+        pytest.raises(BundleError, match=rf"requests\.jsonl:1: .*{column}"),
         connect(tmp_path / "w.duckdb") as con,
     ):
         ingest_bundle(con, folder)
@@ -128,6 +157,7 @@ def test_a_negative_token_count_said_by_every_event_inline_is_refused_naming_its
     row = {"deployment_id": "d", "load_point_id": "a", "request_id": "1", "chunk_ns": [5, 6], "chunk_tokens": [-2, -2]}
     with BundleWriter(folder, run_id="r", source="emulated") as w:
         w.write("requests", [{**row, "chunk_ns": [5.5]}])  # stays inline
+    (folder / "requests.csv").unlink()
     (folder / "requests.jsonl").write_text(json.dumps({**row, "source": "emulated"}) + "\n")
     with pytest.raises(BundleError, match=r"requests\.jsonl:1: .*chunk_tokens"), connect(tmp_path / "w.duckdb") as con:
         ingest_bundle(con, folder)
@@ -183,37 +213,50 @@ def test_a_chunk_file_cut_mid_value_or_missing_is_named(both, tmp_path):
         _load(tmp_path / "w.duckdb", folder)
 
 
-def test_a_fault_in_the_figures_computed_beside_the_lists_fails_the_ingest_keeping_nothing(both, tmp_path, monkeypatch):
-    """The token figures run in a thread while DuckDB stores the lists (ChunkFiles.start_figures): a failure there is
-    the ingest's failure, and the transaction keeps nothing of the bundle."""
-    from resources import warehouse
+def test_a_fault_in_the_compiled_pass_fails_the_ingest_keeping_nothing(both, tmp_path, monkeypatch):
+    """The compiled pass runs in a thread while DuckDB loads the other tables: a failure there is the ingest's
+    failure, the transaction keeps nothing of the bundle and the token store keeps no file of it."""
+    from resources import token_pass
 
     _, tmp = both
 
-    def fails(ev):
+    def fails(*args, **kwargs):
         raise MemoryError("point figures")
 
-    monkeypatch.setattr(warehouse, "point_token_figures", fails)
+    monkeypatch.setattr(token_pass, "run_point", fails)
     with pytest.raises(MemoryError, match="point figures"):
-        _load(tmp_path / "w.duckdb", tmp / "v2")
+        _load(tmp_path / "w.duckdb", tmp / "v3")
     with connect(tmp_path / "w.duckdb") as con:
         assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
         assert con.execute("SELECT count(*) FROM point_stats").fetchone()[0] == 0
+    assert not list((tmp_path / "w.duckdb.tokens").glob("*"))
 
 
-def test_rows_read_out_of_the_files_order_get_their_own_events(both, tmp_path):
-    """ChunkFiles.gather: rows asked for in another order than the files' (a label's repeats, requests by id) get
-    each its own events, as a direct read of each row's range gives them."""
-    from resources.chunk_files import ChunkFiles, chunk_paths
+def test_rows_in_any_order_pointing_anywhere_get_their_own_events(both, tmp_path):
+    """Requests whose references do not follow the files (rows in another order, every copy of a point pointing at
+    the same events) read each its own events: the same rows and figures as the bundle as written."""
+    loaded, tmp = both
+    folder = _copy(tmp / "v3", tmp_path / "shuffled")
+    lines = (folder / "requests.csv").read_text().splitlines(keepends=True)
+    body = lines[1:]
+    order = np.random.default_rng(5).permutation(len(body))
+    (folder / "requests.csv").write_text(lines[0] + "".join(body[i] for i in order))
+    shuffled = _load(tmp_path / "w.duckdb", folder)
+    assert shuffled["requests"] == loaded["v3"]["requests"]
+    for a, b in zip(shuffled["point_stats"], loaded["v3"]["point_stats"], strict=True):
+        assert all(_close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
 
+
+def test_the_same_bundle_twice_stores_its_token_times_once_and_a_replaced_run_leaves_none(both, tmp_path):
     _, tmp = both
-    folder = tmp / "v2"
-    refs = np.array([json.loads(line)["chunks"] for line in (folder / "requests.jsonl").read_text().splitlines()])
-    order = np.random.default_rng(5).permutation(len(refs))[:500]
-    at, n = refs[order, 0].astype(np.int64), refs[order, 1].astype(np.int64)
-    cf = ChunkFiles(None, chunk_paths(folder, 2), folder / "requests.jsonl")
-    ns, tok = cf.gather(at, n)
-    all_ns = np.fromfile(folder / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
-    all_tok = np.fromfile(folder / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
-    assert np.array_equal(ns, np.concatenate([all_ns[a : a + k] for a, k in zip(at, n)]))
-    assert np.array_equal(tok, np.concatenate([all_tok[a : a + k] for a, k in zip(at, n)]))
+    db = tmp_path / "w.duckdb"
+    _load(db, tmp / "v3")
+    _load(db, tmp / "v3")
+    store = list((tmp_path / "w.duckdb.tokens").glob("*.bin"))
+    assert len(store) == 1 and store[0].read_bytes() == (tmp / "v3" / CHUNK_FILES["chunk_ns"][0]).read_bytes()
+    with connect(db) as con:
+        con.execute("DELETE FROM requests")
+        from resources.token_store import collect
+
+        assert collect(con) == 1
+    assert not list((tmp_path / "w.duckdb.tokens").glob("*.bin"))

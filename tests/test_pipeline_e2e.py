@@ -1,7 +1,6 @@
 """End to end: materialize the whole graph on the emulator into a temporary DuckDB, then check that the report
 figures agree with the rows they come from; and that a failing blocking check stops the reports."""
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +13,7 @@ from assets.report_specs import REPORTS
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect, run_sql
+from tests.bundle_files import read_table, write_table
 
 pytestmark = pytest.mark.slow
 
@@ -114,8 +114,10 @@ def test_report_figures_agree_with_their_rows(smoke_run):
             assert lr["energy_j"] == pytest.approx(counter_j, rel=1e-9)
             # output tokens in the window, recomputed from each request's chunk timestamps
             tokens = con.execute(
-                """SELECT sum(t) FROM (SELECT unnest(chunk_ns) AS ns,
-                          unnest(event_tokens(chunk_tokens, chunk_tokens_each, chunk_ns)) AS t FROM requests
+                """SELECT sum(t) FROM (SELECT unnest(times) AS ns,  -- wherever they are kept (sql/views.sql)
+                          unnest(request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at, events_n,
+                                                times)) AS t
+                   FROM (SELECT *, request_ns(chunk_ns, events_file, events_at, events_n) AS times FROM requests)
                    WHERE run_id = ? AND load_point_id = ? AND error_kind IS NULL) WHERE ns BETWEEN ? AND ?""",
                 [run_id, row["load_point_id"], int(lr["window_start_ns"]), int(lr["window_end_ns"])],
             ).fetchone()[0]
@@ -162,11 +164,9 @@ def test_failing_check_blocks_the_reports(smoke_run, tmp_path):
     result, _, tmp = smoke_run
     bundle = tmp_path / "bad_bundle"
     shutil.copytree(tmp / "runs" / result.run_id / "bundle", bundle)
-    lines = (bundle / "requests.jsonl").read_text().splitlines()
-    row = json.loads(lines[0])
-    row["ttft_ms"] = (row["e2e_ms"] or 1.0) * 10
-    lines[0] = json.dumps(row)
-    (bundle / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    rows = read_table(bundle, "requests")
+    rows[0]["ttft_ms"] = (rows[0]["e2e_ms"] or 1.0) * 10
+    write_table(bundle, "requests", rows)
     db = tmp_path / "bad.duckdb"
     bad = dg.materialize(
         [*ALL_ASSETS, *stage_checks],

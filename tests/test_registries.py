@@ -4,7 +4,6 @@ on loopback, the vLLM result file and the emulator's twin, with no other file of
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from resources.plan import PlanError, agent_spec, load_plan, point_label
+from tests.bundle_files import read_table
 from wattbench_agent.emulator import Workload, simulate
 from wattbench_agent.engines import registry
 from wattbench_agent.engines.base import EngineConfig
@@ -98,7 +98,7 @@ def plan_file(tmp_path: Path, engine: dict | None = None, point: dict | None = N
 
 
 def rows(bundle: Path, table: str) -> list[dict]:
-    return [json.loads(line) for line in (bundle / f"{table}.jsonl").read_text().splitlines() if line.strip()]
+    return read_table(bundle, table)  # whatever format the agent wrote it in
 
 
 def test_unknown_names_list_what_the_registries_hold(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from resources.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
+from tests.bundle_files import line_of, read_table, write_table
 from wattbench_agent.bundle import BundleError, BundleWriter, read_manifest
 
 
@@ -151,22 +152,13 @@ def test_ingest_under_another_run_id(tmp_path):
 
 def test_bad_bundle_is_rejected_whole(tmp_path):
     bundle = make_bundle(tmp_path / "b")
-    with open(bundle / "requests.jsonl", "a") as fh:
-        fh.write(
-            json.dumps(
-                {
-                    "run_id": "r1",
-                    "source": "emulated",
-                    "deployment_id": "d1",
-                    "load_point_id": "x",
-                    "request_id": "z",
-                    "bogus_column": 1,
-                }
-            )
-            + "\n"
-        )
+    rows = read_table(bundle, "requests")
+    rows.append({**rows[-1], "request_id": "z", "bogus_column": 1})
+    path = write_table(bundle, "requests", rows)
+    # a CSV table names its columns once, in its header (line 1); a JSON-lines row each on its own line
+    line = 1 if path.suffix == ".csv" else line_of(bundle, "requests", len(rows) - 1)
     with connect(tmp_path / "w.duckdb") as con:
-        with pytest.raises(BundleError, match=r"requests.jsonl:6: unknown column\(s\) bogus_column"):
+        with pytest.raises(BundleError, match=rf"{path.name}:{line}: unknown column\(s\) bogus_column"):
             ingest_bundle(con, bundle)
         assert con.execute("SELECT count(*) FROM deployments").fetchone()[0] == 0  # nothing half-loaded
 
@@ -271,7 +263,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 9
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 10
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

@@ -11,6 +11,12 @@ are: `"chunks": [first event, events]` (an index into both files). An hour at 30
 they were 3 GB to write here and to parse at ingest; as binary they are 1.5 GB that numpy reads as it is. A row whose
 lists are not that (a missing chunk_tokens, lengths that differ, a non-integer) keeps them inline, as version 1 did.
 
+Version 3: the requests' scalar fields and the GPU samples are CSV (`requests.csv`, `gpu_samples.csv`: CSV_TABLES):
+a header naming the columns, then one line a row, every value written by its type (a string always quoted, so that
+"" is an empty string and an empty field is null; true/false; numbers as Python writes them; an inline list as JSON
+text), which DuckDB reads in parallel with the warehouse's declared types instead of parsing JSON. Where a request's
+events are in the chunk files its row says `events_at` (first event) and `events_n` (events).
+
 Stdlib only: this module runs inside engine images next to the agent.
 """
 
@@ -33,13 +39,69 @@ from typing import Any
 
 from wattbench_agent import procs
 
-BUNDLE_VERSION = 2
-READS = (1, 2)  # bundle versions this code ingests: 1 has every list inline in requests.jsonl
+BUNDLE_VERSION = 3
+READS = (1, 2, 3)  # bundle versions this code ingests: 1 has every list inline in requests.jsonl, 2 JSON requests
 MANIFEST = "manifest.json"
 # Version 2: each request's per-token times, beside requests.jsonl: column -> (file, array typecode, bytes an event).
 CHUNK_FILES = {
     "chunk_ns": ("requests.chunk_ns.bin", "q", 8),
     "chunk_tokens": ("requests.chunk_tokens.bin", "i", 4),
+}
+# Version 3: tables written as CSV, each with its columns (the warehouse's, sql/schema.sql, less what ingest computes)
+# and the kind of value each holds (what `read_rows` turns a field back into). tests/test_bundle_v3.py keeps them
+# equal to the schema.
+CSV_TABLES = {
+    "requests": (
+        ("run_id", "str"),
+        ("source", "str"),
+        ("deployment_id", "str"),
+        ("load_point_id", "str"),
+        ("request_id", "str"),
+        ("scheduled_ns", "int"),
+        ("sent_ns", "int"),
+        ("first_token_ns", "int"),
+        ("last_token_ns", "int"),
+        ("ttft_ms", "float"),
+        ("e2e_ms", "float"),
+        ("tpot_ms", "float"),
+        ("prompt_tokens", "int"),
+        ("completion_tokens", "int"),
+        ("token_count_source", "str"),
+        ("input_tokens_requested", "int"),
+        ("max_tokens", "int"),
+        ("finish_reason", "str"),
+        ("http_status", "int"),
+        ("error_kind", "str"),
+        ("error_text", "str"),
+        ("chunks_exact", "int"),
+        ("in_window", "bool"),
+        ("events_at", "int"),  # the request's first event in the chunk files
+        ("events_n", "int"),  # its events there
+        ("chunk_ns", "list"),  # inline, where the lists could not go to the chunk files
+        ("chunk_tokens", "list"),
+    ),
+    "gpu_samples": (  # telemetry.sources.SAMPLE_COLUMNS and who they are
+        ("run_id", "str"),
+        ("source", "str"),
+        ("deployment_id", "str"),
+        ("gpu_uuid", "str"),
+        ("gpu_index", "int"),
+        ("t_ns", "int"),
+        ("power_w", "float"),
+        ("power_avg_w", "float"),
+        ("energy_mj", "float"),
+        ("hbm_used_mib", "float"),
+        ("hbm_total_mib", "float"),
+        ("util_gpu_pct", "float"),
+        ("util_mem_pct", "float"),
+        ("sm_clock_mhz", "float"),
+        ("mem_clock_mhz", "float"),
+        ("temp_c", "float"),
+        ("hbm_temp_c", "float"),
+        ("power_limit_w", "float"),
+        ("clock_event_reasons", "int"),
+        ("clock_events", "str"),
+    ),
 }
 # Tables a bundle may carry, in the order ingest loads them.
 BUNDLE_TABLES = (
@@ -115,6 +177,10 @@ class BundleWriter:
         }
         if self.set_aside is not None:
             self.manifest["earlier_attempt"] = str(self.set_aside)
+        # an earlier attempt continued ("append") keeps the layout it was written in: JSON tables, version 2
+        self._csv = not any((self.path / f"{t}.jsonl").exists() for t in CSV_TABLES)
+        if not self._csv:
+            self.manifest["bundle_version"] = 2
         self._write_manifest()
 
     def write(self, table: str, rows: Iterable[dict[str, Any]]) -> int:
@@ -124,6 +190,8 @@ class BundleWriter:
         lines = []
         chunks: dict[str, array] = {c: array(code) for c, (_, code, _) in CHUNK_FILES.items()}
         refs = 0  # rows whose events went to the chunk files (their files exist even when all are empty)
+        csv_columns = CSV_TABLES.get(table) if self._csv else None
+        name = f"{table}.csv" if csv_columns else f"{table}.jsonl"
         for row in rows:
             row = dict(row)
             row.setdefault("run_id", self.run_id)
@@ -131,20 +199,27 @@ class BundleWriter:
             if table == "requests":
                 refs += self._chunk_ref(row, chunks)
             try:
-                lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
-            except ValueError:
+                if csv_columns:
+                    lines.append(csv_line(row, csv_columns))
+                else:
+                    lines.append(json.dumps(row, default=_json_default, allow_nan=False) + "\n")
+            except ValueError as exc:
                 bad = sorted(k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v))
+                if csv_columns and not bad:
+                    raise BundleError(f"{self.path / name}: row {len(lines) + 1} of this write: {exc}") from None
                 raise BundleError(
-                    f"{self.path / (table + '.jsonl')}: row {len(lines) + 1} of this write has NaN/Inf in "
+                    f"{self.path / name}: row {len(lines) + 1} of this write has NaN/Inf in "
                     f"{', '.join(bad) or 'a nested value'}; expected a finite number, or null where not measured"
                 ) from None
         if not lines:
             return 0
         data = "".join(lines).encode("utf-8")
         with self._lock:
+            if csv_columns and not self._rows.get(table) and not (self.path / name).exists():
+                data = (",".join(c for c, _ in csv_columns) + "\n").encode() + data  # the header, once
             # the events first, then the rows that point at them: a row on disk always has its events
             parts = [(CHUNK_FILES[c][0], _little_endian(a)) for c, a in chunks.items() if refs]
-            parts.append((f"{table}.jsonl", data))
+            parts.append((name, data))
             handles = []
             for name, _ in parts:
                 fh = self._files.get(name)
@@ -166,7 +241,7 @@ class BundleWriter:
                     except OSError:
                         pass
                 raise BundleError(
-                    f"{self.path / (table + '.jsonl')}: could not write {len(lines)} row(s) ({exc.strerror or exc}); "
+                    f"{self.path / name}: could not write {len(lines)} row(s) ({exc.strerror or exc}); "
                     f"the {self._rows.get(table, 0)} row(s) already written are intact and can be ingested"
                 ) from exc
             self._rows[table] = self._rows.get(table, 0) + len(lines)
@@ -191,7 +266,10 @@ class BundleWriter:
         chunks["chunk_ns"].extend(a)
         chunks["chunk_tokens"].extend(b)
         del row["chunk_ns"], row["chunk_tokens"]
-        row["chunks"] = [at, len(ns)]
+        if self._csv:
+            row["events_at"], row["events_n"] = at, len(ns)
+        else:
+            row["chunks"] = [at, len(ns)]
         return True
 
     def _chunk_events_on_disk(self) -> int:
@@ -247,6 +325,93 @@ class BundleWriter:
         os.replace(tmp, self.path / MANIFEST)
 
 
+def csv_field(value: Any) -> str:
+    """One value as a version-3 CSV field: null empty, a string always quoted (its quotes doubled), true/false, a
+    number as Python writes it (finite only), a list or object as JSON text (quoted)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):  # numpy's float64 too (a float subclass whose repr is np.float64(...) in numpy 2)
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number")
+        return float.__repr__(value)
+    if isinstance(value, str):
+        return '"' + value.replace('"', '""') + '"'
+    if hasattr(value, "item"):  # numpy scalars
+        return csv_field(value.item())
+    text = json.dumps(value, default=_json_default, allow_nan=False)
+    return '"' + text.replace('"', '""') + '"'
+
+
+def csv_line(row: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> str:
+    """A row as a line of a version-3 CSV table file (its columns in the header's order). A key the table's CSV
+    columns do not have is an error (ValueError): the row would lose it."""
+    names = {c for c, _ in columns}
+    unknown = [k for k in row if k not in names]
+    if unknown:
+        raise ValueError(f"unknown column(s) {', '.join(sorted(unknown))}; expected some of {', '.join(sorted(names))}")
+    return ",".join(csv_field(row.get(c)) for c, _ in columns) + "\n"
+
+
+def _csv_value(text: str, kind: str) -> Any:
+    if text == "":
+        return None
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        return text.lower() == "true"
+    if kind == "list":
+        return json.loads(text)
+    return text
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, row) of a table file: JSON lines (`<table>.jsonl`), or a version-3 CSV table (`<table>.csv`, its values
+    turned back into their kinds; an empty string reads as null). BundleError naming the line where one is not a
+    row."""
+    import csv
+    import gzip
+
+    def text(path: Path):
+        if path.name.endswith(".gz"):
+            return gzip.open(path, "rt", newline="", encoding="utf-8")
+        return open(path, newline="", encoding="utf-8")
+
+    if path.name.endswith((".csv", ".csv.gz")):
+        kinds = {c: k for cols in CSV_TABLES.values() for c, k in cols}
+        with text(path) as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                return
+            line = reader.line_num + 1
+            for fields in reader:
+                if len(fields) != len(header):
+                    raise BundleError(f"{path}:{line}: {len(fields)} fields; expected {len(header)} (the header's)")
+                yield line, {c: _csv_value(v, kinds.get(c, "str")) for c, v in zip(header, fields)}
+                line = reader.line_num + 1
+        return
+    with text(path) as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except ValueError as exc:
+                raise BundleError(f"{path}:{number}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise BundleError(f"{path}:{number}: a JSON {type(row).__name__}; expected a JSON object (one row)")
+            yield number, row
+
+
 def _little_endian(values: array) -> bytes:
     if sys.byteorder == "big":
         values = array(values.typecode, values)
@@ -262,7 +427,7 @@ def set_aside_attempt(path: str | os.PathLike) -> Path | None:
     names = [
         p
         for p in folder.iterdir()
-        if p.name == MANIFEST or p.suffix == ".jsonl" or p.name in chunk_names or p.name == "logs"
+        if p.name == MANIFEST or p.suffix in (".jsonl", ".csv") or p.name in chunk_names or p.name == "logs"
     ]
     if not names:
         return None

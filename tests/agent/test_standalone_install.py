@@ -151,7 +151,10 @@ def test_agent_installs_alone_and_runs_a_spec(tmp_path):
     assert f"[emu] starting: {python} -m wattbench_agent emulate --profile vllm-like" in run.stderr
 
     def rows(table: str) -> list[dict]:
-        return [json.loads(ln) for ln in (bundle / f"{table}.jsonl").read_text().splitlines() if ln.strip()]
+        from wattbench_agent.bundle import read_rows  # version 3 writes requests and GPU samples as CSV
+
+        path = next(p for p in (bundle / f"{table}.csv", bundle / f"{table}.jsonl") if p.exists())
+        return [row for _, row in read_rows(path)]
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["complete"] is True

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
+from tests.bundle_files import read_table
 from tests.engines.conftest import A100, H100
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.engines.failures import classify_truncation, mark_truncations
@@ -50,8 +50,7 @@ def dep(name: str, cfg: EngineConfig, points: list[dict], **extra) -> dict:
 
 
 def rows(bundle: Path, table: str) -> list[dict]:
-    path = bundle / f"{table}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_table(bundle, table)  # whatever format the agent wrote it in
 
 
 def test_failures_are_rows_and_later_deployments_still_run(fake_engines, tmp_path):

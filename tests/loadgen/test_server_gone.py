@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from tests.bundle_files import read_table
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.loadgen.runner import run_load
 from wattbench_agent.loadgen.spec import LoadSpec
@@ -122,8 +123,7 @@ def test_a_server_that_stays_up_is_not_gone():
 
 
 def _rows(bundle: Path, table: str) -> list[dict]:
-    path = bundle / f"{table}.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return read_table(bundle, table)  # whatever format the agent wrote it in
 
 
 def test_the_agent_marks_the_deployment_failed_and_runs_none_of_its_later_points(tmp_path):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from tests.bundle_files import read_table
 from wattbench_agent.engines.base import EngineConfig
 
 # One behaviour per chat request, in this order, cycling. Everything but "ok" is something a broken server does.
@@ -166,10 +167,7 @@ def external_deployment(name: str, url: str, n_requests: int = 4) -> dict:
 
 
 def rows(bundle: Path, table: str) -> list[dict]:
-    path = Path(bundle) / f"{table}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_table(Path(bundle), table)  # whatever format the agent wrote it in
 
 
 def emulator_spec(run_id: str, out: Path, n_points: int = 3, duration_s: float = 1.0) -> dict:

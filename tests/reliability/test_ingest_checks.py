@@ -18,7 +18,15 @@ import pytest
 from pipelines.cli import main as wattbench
 from resources.validation import table_frame, validate_table
 from resources.warehouse import connect
+from tests.bundle_files import as_json_lines, line_of, table_file
 from tests.test_warehouse import make_bundle
+
+
+def json_bundle(path: Path) -> Path:
+    """make_bundle's bundle with every table as JSON lines (version 2): the checks of JSON text (the CSV tables of
+    version 3 have theirs in tests/test_bundle_v3.py)."""
+    return as_json_lines(make_bundle(path))
+
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = ("deployments", "load_runs", "requests", "gpu_samples", "energy_windows", "server_metrics", "engine_builds")
@@ -57,7 +65,7 @@ def edit_line(path: Path, lineno: int, old: str, new: str) -> None:
     ],
 )
 def test_bad_values_are_refused_with_file_line_and_reason(tmp_path, capsys, table, lineno, old, new, column, expected):
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     edit_line(bundle / f"{table}.jsonl", lineno, old, new)
     rc, out, err = ingest(bundle, db, capsys)
     assert rc == 2 and "Traceback" not in err
@@ -66,7 +74,7 @@ def test_bad_values_are_refused_with_file_line_and_reason(tmp_path, capsys, tabl
 
 
 def test_utilisation_out_of_range_is_refused(tmp_path, capsys):
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     edit_line(bundle / "gpu_samples.jsonl", 2, '"power_w": 300.0', '"power_w": 300.0, "util_gpu_pct": 140.0')
     rc, _, err = ingest(bundle, db, capsys)
     assert rc == 2 and "gpu_samples.jsonl:2: util_gpu_pct = 140.0; expected <= 100" in err
@@ -90,11 +98,11 @@ def test_a_row_twice_is_refused_naming_both_lines(tmp_path, capsys, table):
             for le in (0.1, 0.5)
         ]
         (bundle / "server_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path = bundle / f"{table}.jsonl"
+    path = table_file(bundle, table)  # gpu_samples.csv (its header is line 1) or server_metrics.jsonl
     lines = path.read_text().splitlines()
     path.write_text("\n".join(lines + [lines[1]]) + "\n")  # line 2 again, at the end
     rc, _, err = ingest(bundle, db, capsys)
-    assert rc == 2 and f"{table}.jsonl:{len(lines) + 1}: the same row as line 2" in err
+    assert rc == 2 and f"{path.name}:{len(lines) + 1}: the same row as line 2" in err
     assert nothing_loaded(db)
 
 
@@ -167,25 +175,25 @@ def run_ingest(bundle: Path, db: Path) -> subprocess.CompletedProcess:
 
 def test_a_fifo_in_place_of_a_table_is_refused_not_waited_on(tmp_path):
     bundle = make_bundle(tmp_path / "b")
-    (bundle / "requests.jsonl").unlink()
-    os.mkfifo(bundle / "requests.jsonl")
+    path = table_file(bundle, "requests")
+    path.unlink()
+    os.mkfifo(path)
     r = run_ingest(bundle, tmp_path / "w.duckdb")
-    assert r.returncode == 2 and "requests.jsonl: not a regular file (a FIFO)" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2 and f"{path.name}: not a regular file (a FIFO)" in r.stderr, r.stderr[-2000:]
     assert nothing_loaded(tmp_path / "w.duckdb")
 
 
 def test_a_device_in_place_of_a_table_is_refused(tmp_path):
     bundle = make_bundle(tmp_path / "b")
-    (bundle / "gpu_samples.jsonl").unlink()
-    (bundle / "gpu_samples.jsonl").symlink_to("/dev/zero")
+    path = table_file(bundle, "gpu_samples")
+    path.unlink()
+    path.symlink_to("/dev/zero")
     r = run_ingest(bundle, tmp_path / "w.duckdb")
-    assert r.returncode == 2 and "gpu_samples.jsonl: not a regular file (a character device)" in r.stderr, r.stderr[
-        -2000:
-    ]
+    assert r.returncode == 2 and f"{path.name}: not a regular file (a character device)" in r.stderr, r.stderr[-2000:]
 
 
 def test_a_line_without_end_is_refused_at_a_bound(tmp_path, capsys):
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     with open(bundle / "requests.jsonl", "ab") as fh:
         fh.write(b"\0" * (17 << 20))  # 17 MiB of zeros, no newline
     rc, _, err = ingest(bundle, db, capsys)
@@ -194,7 +202,7 @@ def test_a_line_without_end_is_refused_at_a_bound(tmp_path, capsys):
 
 
 def test_non_utf8_bytes_in_a_table_are_named(tmp_path, capsys):
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     with open(bundle / "requests.jsonl", "ab") as fh:
         fh.write(b'{"request_id": "\xff\xfe"}\n')
     rc, _, err = ingest(bundle, db, capsys)
@@ -327,7 +335,7 @@ def test_gx_suites_check_ranges(tmp_path, table, values, rule):
 def test_a_line_that_is_not_an_object_is_named(tmp_path, capsys, table, line, expected):
     """DuckDB reads a line of JSON null as a row of NULLs and refuses an array in its own words: either way the file
     and the line are named, and nothing is loaded."""
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     path = bundle / f"{table}.jsonl"
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], line, *lines[1:]]) + "\n")
@@ -351,7 +359,7 @@ def test_numbers_quoted_as_strings_are_refused_naming_file_line_field_and_value(
 ):
     """DuckDB reads "NaN", "-5", "Infinity" and "5" into a DOUBLE or BIGINT column without a word: such a bundle
     passed every check (the report then showed tok/J 0 and W inf). Every numeric field must be a JSON number."""
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     edit_line(bundle / f"{table}.jsonl", lineno, old, new)
     rc, _, err = ingest(bundle, db, capsys)
     assert rc == 2 and "Traceback" not in err
@@ -371,7 +379,8 @@ def test_token_times_that_go_backwards_in_the_chunk_file_are_refused(tmp_path, c
     ns[3:6] = [3, 1, 2]  # the second request's times
     ns.tofile(path)
     rc, _, err = ingest(bundle, db, capsys)
-    assert rc == 2 and "requests.jsonl:2: chunk_ns[1] = 1 is before chunk_ns[0] = 3" in err
+    line = f"{table_file(bundle, 'requests').name}:{line_of(bundle, 'requests', 1)}"  # the second request's
+    assert rc == 2 and f"{line}: chunk_ns[1] = 1 is before chunk_ns[0] = 3" in err
     assert "expected token times that never go backwards" in err and nothing_loaded(db)
 
 
@@ -379,7 +388,7 @@ def test_token_times_that_go_backwards_inline_are_refused(tmp_path, capsys):
     """The same in a version-1 bundle, whose lists are inline in requests.jsonl."""
     from wattbench_agent.bundle import CHUNK_FILES
 
-    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    bundle, db = json_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
     rows = [json.loads(x) for x in (bundle / "requests.jsonl").read_text().splitlines()]
     for i, row in enumerate(rows):
         row.pop("chunks")

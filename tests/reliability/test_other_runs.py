@@ -17,6 +17,7 @@ from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
 from resources.warehouse import connect
+from tests.bundle_files import read_table, write_table
 
 pytestmark = pytest.mark.slow
 
@@ -91,11 +92,9 @@ def test_a_failing_check_blocks_only_its_own_runs_reports(tmp_path):
     good_bundle = out / clean.run_id / "bundle"
     bad_bundle = tmp_path / "bad_bundle"
     shutil.copytree(good_bundle, bad_bundle)
-    lines = (bad_bundle / "requests.jsonl").read_text().splitlines()
-    row = json.loads(lines[0])
-    row["ttft_ms"] = (row["e2e_ms"] or 1.0) * 10
-    lines[0] = json.dumps(row)
-    (bad_bundle / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    rows = read_table(bad_bundle, "requests")
+    rows[0]["ttft_ms"] = (rows[0]["e2e_ms"] or 1.0) * 10
+    write_table(bad_bundle, "requests", rows)
     bad = materialize(db, out, smoke, replay_bundle=str(bad_bundle))
     assert "requests" in materialized(bad) and not REPORTS & materialized(bad)
     (check,) = [e for e in bad.get_asset_check_evaluations() if e.check_name == "gx_requests"]

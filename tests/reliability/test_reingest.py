@@ -40,14 +40,16 @@ def _one_point_bundle(tmp: Path, full: Path) -> Path:
             ("load_runs", " AND load_point_id = ?"),
             ("requests", " AND load_point_id = ?"),
         ):
-            cur = con.execute(f"SELECT * EXCLUDE (run_id) FROM {table} WHERE true{where}", [lp] if where else [])
+            columns = "* EXCLUDE (run_id)"
+            if table == "requests":  # the token times as every reader reads them (sql/views.sql request_ns, ...)
+                columns = """* EXCLUDE (run_id, chunk_tokens_each, events_file, events_at, events_n, counts_file)
+                             REPLACE (request_ns(chunk_ns, events_file, events_at, events_n) AS chunk_ns,
+                                      request_tokens(chunk_tokens, chunk_tokens_each, counts_file, events_at,
+                                                     events_n, request_ns(chunk_ns, events_file, events_at,
+                                                                          events_n)) AS chunk_tokens)"""
+            cur = con.execute(f"SELECT {columns} FROM {table} WHERE true{where}", [lp] if where else [])
             names = [d[0] for d in cur.description]
-            rows = [
-                {k: v for k, v in zip(names, r) if v is not None and k != "chunk_tokens_each"} for r in cur.fetchall()
-            ]
-            if table == "requests":
-                for row in rows:
-                    row.setdefault("chunk_tokens", [1] * len(row.get("chunk_ns") or []))
+            rows = [{k: v for k, v in zip(names, r) if v is not None} for r in cur.fetchall()]
             tables[table] = rows
     with BundleWriter(out, run_id=manifest["run_id"], source=manifest["source"]) as w:
         for table, rows in tables.items():

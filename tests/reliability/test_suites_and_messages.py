@@ -11,6 +11,7 @@ import pytest
 
 from resources.validation import suites, table_frame, validate_table
 from resources.warehouse import connect, ingest_bundle
+from tests.bundle_files import line_of, read_table, table_file
 from wattbench_agent.bundle import BundleError, BundleWriter
 
 # Issue 7, item 1: every rule, by the name the plan uses to set its severity.
@@ -135,7 +136,7 @@ def test_nan_written_to_a_bundle_is_named(tmp_path):
     w = BundleWriter(tmp_path / "b", run_id="r", source="measured")
     with pytest.raises(
         BundleError,
-        match=r"gpu_samples.jsonl: row 1 of this write has NaN/Inf in power_w; "
+        match=r"gpu_samples.(jsonl|csv): row 1 of this write has NaN/Inf in power_w; "
         r"expected a finite number, or null where not measured",
     ):
         w.write("gpu_samples", [{**gpu_rows(1)[0], "power_w": float("nan")}])
@@ -166,7 +167,9 @@ def test_wrong_type_in_a_bundle_is_named(tmp_path):
     with BundleWriter(path, run_id="r", source="emulated") as w:
         w.write("requests", [{"deployment_id": "d", "load_point_id": "lp", "request_id": "1", "ttft_ms": "fast"}])
     with connect(tmp_path / "w.duckdb") as con:
-        with pytest.raises(BundleError, match=r"requests.jsonl:1: ttft_ms = 'fast' \(a string\); expected a number"):
+        name, line = table_file(path, "requests").name, line_of(path, "requests", 0)
+        # every CSV field is text: "(a string)" is said of a JSON string only
+        with pytest.raises(BundleError, match=rf"{name}:{line}: ttft_ms = 'fast'( \(a string\))?; expected a number"):
             ingest_bundle(con, path)
         assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
 
@@ -177,8 +180,8 @@ def test_rerun_into_the_same_folder_sets_the_attempt_aside(tmp_path):
     w.write("gpu_samples", gpu_rows(3))  # killed here: never closed
     again = BundleWriter(path, run_id="r", source="emulated")
     assert again.set_aside == path / "attempts" / "1"
-    assert len((path / "attempts" / "1" / "gpu_samples.jsonl").read_text().splitlines()) == 3
-    assert not (path / "gpu_samples.jsonl").exists()
+    assert len(read_table(path / "attempts" / "1", "gpu_samples")) == 3
+    assert not read_table(path, "gpu_samples")
     assert json.loads((path / "manifest.json").read_text())["earlier_attempt"] == str(again.set_aside)
     again.close()
     with pytest.raises(BundleError, match="holds run 'r', refusing to mix in run 'other'; use an empty folder"):

@@ -60,8 +60,8 @@ def test_load_point_figures_match_their_rows(wh):
             .iloc[0]
         )
         req = con.execute(
-            "SELECT ttft_ms, tpot_ms, chunk_ns FROM requests WHERE load_point_id = 'alpha:steady:c8' "
-            "AND error_kind IS NULL"
+            "SELECT ttft_ms, tpot_ms, request_ns(chunk_ns, events_file, events_at, events_n) AS chunk_ns "
+            "FROM requests WHERE load_point_id = 'alpha:steady:c8' AND error_kind IS NULL"  # wherever they are kept
         ).df()
         table = run_sql(con, "load_runs", {"run_id": "r1"})
     tokens, window, energy = 120 * 128, 10.0, 8000.0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bundle_files import read_table
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.telemetry import TelemetryUnavailable, decode_clock_events, idle_baseline, open_sampler
 from wattbench_agent.telemetry import sources as sources_mod
@@ -223,7 +224,7 @@ def test_cadence_cost_and_bundle_rows(trace_path, facts, tmp_path):
             w = s.end_window("idle_before")
             times = [t for t, _ in s.samples(facts.uuid)]
         info = s.info()
-    rows = [json.loads(x) for x in (tmp_path / "b" / "gpu_samples.jsonl").read_text().splitlines()]
+    rows = read_table(tmp_path / "b", "gpu_samples")
     assert 13 <= len(rows) <= 22
     gaps = [(b - a) / 1e6 for a, b in zip(times, times[1:])]
     assert abs(statistics.median(gaps) - 100) < 15, gaps  # 10 Hz
@@ -353,7 +354,7 @@ def lost_run(tmp_path_factory, facts, trace_path):
             s.begin_window("span")
             s.begin_window("end_in_gap")
             time.sleep(1.2)  # > FLUSH_S: rows of the healthy start are in the bundle before the gap
-            out["rows_before"] = (tmp / "b" / "gpu_samples.jsonl").read_text().splitlines()
+            out["rows_before"] = read_table(tmp / "b", "gpu_samples")
             out["on_ns"] = time.perf_counter_ns()
             flag.touch()
             time.sleep(0.6)  # > MAX_TRACE_GAP_S of the sampler change: no trace_j held across it
@@ -370,7 +371,7 @@ def lost_run(tmp_path_factory, facts, trace_path):
             out["w_after"] = s.end_window("after")
         out["info"] = s.info()
     out["stderr"] = err.getvalue()
-    out["rows"] = [json.loads(x) for x in (tmp / "b" / "gpu_samples.jsonl").read_text().splitlines()]
+    out["rows"] = read_table(tmp / "b", "gpu_samples")
     out["windows"] = {
         r["window_name"]: r for r in map(json.loads, (tmp / "b" / "energy_windows.jsonl").read_text().splitlines())
     }
@@ -382,7 +383,7 @@ def test_nvml_errors_mid_run_leave_a_null_gap_and_sampling_goes_on(lost_run):
     facts, rp, rows = lost_run["facts"], lost_run["rp"], lost_run["rows"]
     on, off = lost_run["on_ns"], lost_run["off_ns"]
     # the rows written before the fault are still there, unchanged
-    before = [json.loads(x) for x in lost_run["rows_before"]]
+    before = lost_run["rows_before"]
     assert len(before) >= 8 and rows[: len(before)] == before
     # inside the gap: rows (the ticks happened) with every measured value NULL - nothing fabricated
     margin = 60_000_000

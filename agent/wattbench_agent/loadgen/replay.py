@@ -195,7 +195,7 @@ def bundle_summaries(path: str | os.PathLike) -> list[dict[str, Any]]:
     files."""
     import numpy as np
 
-    from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_manifest, unpacked
+    from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_manifest, read_rows, unpacked
 
     from . import shapes, steps
 
@@ -207,10 +207,12 @@ def bundle_summaries(path: str | os.PathLike) -> list[dict[str, Any]]:
             f = folder / name
             events[column] = np.fromfile(f, dtype="<i8" if code == "q" else "<i4") if f.exists() else None
         by_point: dict[tuple, list[dict]] = {}
-        requests = folder / "requests.jsonl"
-        for _, number, rec in _json_lines(requests, "a requests row") if requests.exists() else ():
+        requests = next((p for p in (folder / "requests.csv", folder / "requests.jsonl") if p.exists()), None)
+        for number, rec in read_rows(requests) if requests else ():
             if rec.get("error_kind") is not None or not rec.get("in_window"):
                 continue
+            if rec.get("events_at") is not None:  # version 3
+                rec["chunks"] = [rec.pop("events_at"), rec.pop("events_n")]
             if "chunks" in rec:
                 if events["chunk_ns"] is None or events["chunk_tokens"] is None:
                     raise BundleError(f"{requests}:{number}: names chunk files that are not beside it")

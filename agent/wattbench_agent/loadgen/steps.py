@@ -85,11 +85,15 @@ def expected_stalled_fraction(
 ) -> tuple[float | None, str | None]:
     """(c - 1) / (o - 1) capped at 1 for a closed loop of c streams whose requests all have o output tokens; else
     (None, why)."""
+    return expected_for_lengths({r.get("completion_tokens") for r in records}, closed_loop, concurrency)
+
+
+def expected_for_lengths(lengths: set, closed_loop: bool, concurrency: int | None) -> tuple[float | None, str | None]:
+    """expected_stalled_fraction from the set of the records' output lengths (None among them: one not known)."""
     if not closed_loop:
         return None, "open loop: prefills come with the arrivals, not once per request of each stream"
     if not concurrency:
         return None, "closed loop without a stream count"
-    lengths = {r.get("completion_tokens") for r in records}
     if not lengths or None in lengths:
         return None, "output lengths not known"
     if len(lengths) > 1:
@@ -129,6 +133,15 @@ def decompose(records: Iterable[dict], *, closed_loop: bool = False, concurrency
         multi_token_gap_fraction=float(n[n > 1].sum() / per_token.size),
     )
     expected, note = expected_stalled_fraction(recs, closed_loop, concurrency)
+    return verdict(out, expected, note)
+
+
+def verdict(out: dict[str, Any], expected: float | None, note: str | None) -> dict[str, Any]:
+    """The expected stalled share and the phase (or the note saying why none) of a decomposition whose gaps,
+    decode_step_ms, stalled_gap_fraction and stall_ms_mean are in `out` (decompose's; the warehouse's from the token
+    times at ingest)."""
+    per_token_size = out["gaps"]
+    step = out["decode_step_ms"]
     out["expected_stalled_fraction"] = expected
     if expected is not None:
         if expected == 0:
@@ -138,9 +151,9 @@ def decompose(records: Iterable[dict], *, closed_loop: bool = False, concurrency
                 "as many streams as tokens a request or more: every step carries a prefill even when spread, and "
                 "steps carrying several are forced, not a phase"
             )
-        elif expected * per_token.size < MIN_EXPECTED_STALLS:
+        elif expected * per_token_size < MIN_EXPECTED_STALLS:
             note = (
-                f"too few gaps for a phase: {expected * per_token.size:.1f} stalls expected, "
+                f"too few gaps for a phase: {expected * per_token_size:.1f} stalls expected, "
                 f"fewer than {MIN_EXPECTED_STALLS}"
             )
         elif out["stall_ms_mean"] is None:

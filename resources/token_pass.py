@@ -1,0 +1,311 @@
+"""Every token figure of a load point in one compiled pass over its requests' token times (numba).
+
+The token times stay in the files the agent wrote (resources/token_store.py keeps them beside the warehouse); a load
+point's requests point into them (first event, events). `point_pass` walks those events once, request by request, in
+the requests' order, and gives:
+- per request: whether its times go backwards or a count is negative (the ingest checks), and the one token count all
+  its events carried (requests.chunk_tokens_each), if they did;
+- per load point: the figures of point_stats that read token times (sql/views.sql v_itl_stats_live,
+  v_window_steadiness_live, the client's ITL of v_client_stats_live; warehouse._TOKEN_FIGURES is the same in SQL),
+  and the step decomposition (wattbench_agent.loadgen.steps: decode step, stalled share, mean stall).
+Exact percentiles without a sort: the values are binned on their leading bits (a bin is 1/256 of an octave wide),
+the bins holding each wanted rank are found from the counts, and only their values are sorted. Percentiles and counts
+are DuckDB's quantile_cont to the bit; means and deviations use compensated sums (equal to DuckDB's to its summation
+order, 1e-12 relative).
+
+Why numba (docs/CONTRACTS.md, "Where the per-token times live"): the same pass in numpy took ~17 s of CPU for 1M
+requests (about 20 array passes a point, each allocating), DuckDB's aggregates over the events laid flat about 1 s a
+point; compiled, one pass reads each event once (results/ingest_profile.md). The kernels are cached on disk
+(cache=True): a process loads them in a fraction of a second; the first use after an install compiles them (seconds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+LEVELS = np.array([0.50, 0.90, 0.95, 0.99, 0.999])  # v_itl_stats_live's percentiles
+STALL_FACTOR = 1.5  # wattbench_agent.loadgen.steps.STALL_FACTOR (a test keeps them equal)
+SHIFT = 44  # a bin: a non-negative double's bits >> 44 (sign, exponent, 8 bits of mantissa)
+BINS = 1 << 19
+
+# per-request status codes
+OK, BACKWARDS, NEGATIVE = 0, 1, 2
+
+# indexes of point_pass's float results
+F_ITL_Q = 0  # 5 values
+F_ITL_MEAN, F_ITL_STDEV, F_CLIENT_SUM, F_STEP, F_STALL_MEAN = 5, 6, 7, 8, 9
+# indexes of its integer results
+I_ITL_N, I_STEADY, I_FIRST, I_SECOND, I_FIRST_ANY, I_SECOND_ANY, I_CLIENT_N, I_STEP_GAPS, I_STALLED = range(9)
+I_MULTI = 9
+
+
+@njit(cache=True, nogil=True)
+def _select(vals, wts, m, total, ranks, hist, mark, out):
+    """out[k] = the value at 0-based position ranks[k] (ranks ascending) of the first m values, each counted wts[i]
+    times (wts of length 0: once), in ascending order: one pass bins them, one more gathers the bins that hold a
+    wanted rank, whose values alone are sorted."""
+    bits = vals.view(np.int64)
+    hist[:] = 0
+    weighted = len(wts) > 0
+    for i in range(m):
+        hist[bits[i] >> SHIFT] += wts[i] if weighted else 1
+    nr = len(ranks)
+    rank_bin = np.empty(nr, np.int64)
+    bin_start = np.empty(nr, np.int64)  # the weight before the bin
+    acc = 0
+    b = 0
+    for k in range(nr):
+        while acc + hist[b] <= ranks[k]:
+            acc += hist[b]
+            b += 1
+        rank_bin[k] = b
+        bin_start[k] = acc
+    # the wanted bins' values, gathered in one pass (a few thousand values each); mark: all False between calls
+    size = 0
+    for k in range(nr):
+        if not mark[rank_bin[k]]:
+            mark[rank_bin[k]] = True
+            size += hist[rank_bin[k]] if not weighted else 0
+    if weighted:
+        for i in range(m):
+            if mark[bits[i] >> SHIFT]:
+                size += 1
+    v = np.empty(size)
+    w = np.empty(size, np.int64)
+    vb = np.empty(size, np.int64)
+    j = 0
+    for i in range(m):
+        x = bits[i] >> SHIFT
+        if mark[x]:
+            v[j] = vals[i]
+            w[j] = wts[i] if weighted else 1
+            vb[j] = x
+            j += 1
+    for k in range(nr):
+        mark[rank_bin[k]] = False
+    order = np.argsort(v, kind="mergesort")  # by value: a bin's values are in one stretch of it, in bin order
+    for k in range(nr):
+        pos = 0
+        for jj in range(size):
+            if vb[order[jj]] < rank_bin[k]:
+                continue
+            pos += w[order[jj]]
+            if bin_start[k] + pos > ranks[k]:
+                out[k] = v[order[jj]]
+                break
+
+
+@njit(cache=True)
+def _neumaier(vals, m):
+    s = 0.0
+    c = 0.0
+    for i in range(m):
+        x = vals[i]
+        t = s + x
+        if abs(s) >= abs(x):
+            c += (s - t) + x
+        else:
+            c += (x - t) + s
+        s = t
+    return s + c
+
+
+@njit(cache=True, nogil=True)
+def point_pass(
+    ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run, status, where, each, gap, ptok, pw, hist, mark
+):
+    """One load point (or any set of requests): status/where/each per request (filled), and (floats, ints) of the
+    point's figures. ns/cnt: the times and counts files as arrays; at, n, exact: each request's first event, events
+    and exact events; ok: succeeded; inw: sent in the window. gap, ptok, pw: work arrays of at least the point's
+    events; hist: BINS counts."""
+    f = np.full(10, np.nan)
+    iv = np.zeros(10, np.int64)
+    mid = (ws + we) / 2.0
+    windowed = has_window and we > ws
+    m = 0  # ITL gaps
+    q = 0  # step gaps (per event, weighted by its tokens)
+    client = 0.0
+    client_c = 0.0
+    for r in range(len(at)):
+        a = at[r]
+        k_n = n[r]
+        status[r] = OK
+        where[r] = 0
+        each[r] = -1
+        if k_n > 0:
+            c0 = cnt[a]
+            same = True
+            prev_t = ns[a]
+            for k in range(k_n):
+                c = cnt[a + k]
+                t = ns[a + k]
+                if c < 0:
+                    status[r] = NEGATIVE
+                    where[r] = k
+                    break
+                if t < prev_t:
+                    status[r] = BACKWARDS
+                    where[r] = k
+                    break
+                same = same and c == c0
+                prev_t = t
+            if status[r] == OK and same:
+                each[r] = c0
+        if status[r] != OK or not ok[r]:
+            continue
+        ex = exact[r]
+        last_kept = -1  # the step decomposition's previous token-carrying event (exact part only)
+        for k in range(k_n):
+            t = ns[a + k]
+            c = cnt[a + k]
+            if has_load_run and windowed:
+                iv[I_STEADY] += 1
+            if windowed:  # as DuckDB compares: BIGINT with BIGINT, BIGINT with the DOUBLE middle
+                tf = float(t)
+                if t >= ws and tf < mid:
+                    iv[I_FIRST] += c
+                    iv[I_FIRST_ANY] = 1
+                if tf >= mid and t <= we:
+                    iv[I_SECOND] += c
+                    iv[I_SECOND_ANY] = 1
+            prev_ok = k >= 1 and k < ex
+            if prev_ok:
+                g = (t - ns[a + k - 1]) / 1e6
+                if inw[r]:
+                    gap[m] = g
+                    m += 1
+                if has_load_run and has_window and t >= ws and t <= we:
+                    y = g - client_c  # Kahan: the client's mean over millions of gaps
+                    s = client + y
+                    client_c = (s - client) - y
+                    client = s
+                    iv[I_CLIENT_N] += 1
+            if inw[r] and k < ex and c > 0:
+                if last_kept >= 0:
+                    ptok[q] = ((t - ns[a + last_kept]) / 1e6) / c
+                    pw[q] = c
+                    q += 1
+                last_kept = k
+    iv[I_ITL_N] = m
+    f[F_CLIENT_SUM] = client
+    if m > 0:
+        ranks = np.empty(10, np.int64)
+        rn = (m - 1) * LEVELS
+        for i in range(5):
+            ranks[2 * i] = int(np.floor(rn[i]))
+            ranks[2 * i + 1] = int(np.ceil(rn[i]))
+        sel = np.empty(10)
+        _select(gap, np.empty(0, np.int64), m, m, ranks, hist, mark, sel)
+        for i in range(5):
+            lo, hi = sel[2 * i], sel[2 * i + 1]
+            f[F_ITL_Q + i] = lo if ranks[2 * i] == ranks[2 * i + 1] else lo + (hi - lo) * (rn[i] - ranks[2 * i])
+        mean = _neumaier(gap, m) / m
+        f[F_ITL_MEAN] = mean
+        for i in range(m):
+            gap[i] = (gap[i] - mean) * (gap[i] - mean)
+        f[F_ITL_STDEV] = np.sqrt(_neumaier(gap, m) / m)
+    if q > 0:
+        total = 0
+        multi = 0
+        for i in range(q):
+            total += pw[i]
+            if pw[i] > 1:
+                multi += pw[i]
+        iv[I_STEP_GAPS] = total
+        iv[I_MULTI] = multi
+        two = np.array([(total - 1) // 2, total // 2], np.int64)
+        med = np.empty(2)
+        _select(ptok, pw, q, total, two, hist, mark, med)
+        step = med[0] if total % 2 == 1 else (med[0] + med[1]) / 2.0
+        f[F_STEP] = step
+        threshold = STALL_FACTOR * step
+        stalled = 0
+        s = 0.0
+        cc = 0.0
+        for i in range(q):
+            if ptok[i] > threshold:
+                stalled += pw[i]
+                y = ptok[i] * pw[i] - cc
+                t2 = s + y
+                cc = (t2 - s) - y
+                s = t2
+        iv[I_STALLED] = stalled
+        if stalled > 0:
+            f[F_STALL_MEAN] = s / stalled
+    return f, iv
+
+
+class Workspace:
+    """point_pass's work arrays, grown to the largest point seen (a point's events, three arrays of them)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.gap, self.ptok, self.pw = np.empty(0), np.empty(0), np.empty(0, np.int64)  # a point with no events
+        self.hist = np.zeros(BINS, np.int64)
+        self.mark = np.zeros(BINS, np.bool_)
+
+    def arrays(self, events: int):
+        if events > self.size:
+            self.size = max(events, 1)
+            self.gap = np.empty(self.size)
+            self.ptok = np.empty(self.size)
+            self.pw = np.empty(self.size, np.int64)
+        return self.gap, self.ptok, self.pw, self.hist, self.mark
+
+
+def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) -> tuple[dict, dict]:
+    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window), as Python values:
+    (per-request arrays status, where, each), (the point's figures, as warehouse.point_token_figures names them, and
+    the step decomposition's raw parts)."""
+    at = np.ascontiguousarray(refs["at"], dtype=np.int64)
+    n = np.ascontiguousarray(refs["n"], dtype=np.int64)
+    rows = len(at)
+    status = np.empty(rows, np.int8)
+    where = np.empty(rows, np.int64)
+    each = np.empty(rows, np.int32)
+    ws, we = (None, None) if window is None else window
+    has_window = ws is not None and we is not None
+    gap, ptok, pw, hist, mark = work.arrays(int(n.sum()))
+    f, iv = point_pass(
+        ns,
+        cnt,
+        at,
+        n,
+        np.ascontiguousarray(refs["exact"], dtype=np.int64),
+        np.ascontiguousarray(refs["ok"], dtype=np.bool_),
+        np.ascontiguousarray(refs["in_window"], dtype=np.bool_),
+        int(ws) if has_window else 0,
+        int(we) if has_window else 0,
+        has_window,
+        bool(has_load_run),
+        status,
+        where,
+        each,
+        gap,
+        ptok,
+        pw,
+        hist,
+        mark,
+    )
+    figures = {
+        "itl_samples": int(iv[I_ITL_N]),
+        "itl_q": [float(x) for x in f[F_ITL_Q : F_ITL_Q + 5]] if iv[I_ITL_N] else None,
+        "itl_mean_ms": float(f[F_ITL_MEAN]) if iv[I_ITL_N] else None,
+        "itl_stdev_ms": float(f[F_ITL_STDEV]) if iv[I_ITL_N] else None,
+        "steady_events": int(iv[I_STEADY]),
+        "first_half_tokens": int(iv[I_FIRST]) if iv[I_FIRST_ANY] else None,
+        "second_half_tokens": int(iv[I_SECOND]) if iv[I_SECOND_ANY] else None,
+        "client_itl_n": int(iv[I_CLIENT_N]) if has_load_run and has_window else 0,
+        "client_itl_ms": float(f[F_CLIENT_SUM]) / int(iv[I_CLIENT_N])
+        if has_load_run and has_window and iv[I_CLIENT_N]
+        else None,
+    }
+    steps = {
+        "gaps": int(iv[I_STEP_GAPS]),
+        "decode_step_ms": float(f[F_STEP]) if iv[I_STEP_GAPS] else None,
+        "stalled_gap_fraction": int(iv[I_STALLED]) / int(iv[I_STEP_GAPS]) if iv[I_STEP_GAPS] else None,
+        "stall_ms_mean": float(f[F_STALL_MEAN]) if iv[I_STALLED] else None,
+        "multi_token_gap_fraction": int(iv[I_MULTI]) / int(iv[I_STEP_GAPS]) if iv[I_STEP_GAPS] else None,
+    }
+    return {"status": status, "where": where, "each": each}, {"figures": figures, "steps": steps}
