@@ -64,26 +64,11 @@ def held_out_errors() -> dict[str, Any]:
     return calibration.held_out()
 
 
-def _value(r, figure: str) -> float | None:
-    attr, key = SIM_FIGURES[figure]
-    v = getattr(r, attr)
-    return v.get(key) if key else v
-
-
-SIM_FIGURES = {  # predicted figure -> (SimResult attribute, key)
-    "output_tok_s": ("output_tok_s", None),
-    "ttft_p50_ms": ("ttft_ms", "p50"),
-    "ttft_p99_ms": ("ttft_ms", "p99"),
-    "tpot_p50_ms": ("tpot_ms", "p50"),
-    "counter_w_per_gpu": ("avg_power_w", None),
-    "output_tokens_per_j": ("tokens_per_joule", None),
-}
-
-
 def spread_band(st, first, simulate_at) -> dict[str, float]:
     """Each figure's band at one point: its largest relative move from the central run `first` (seed 0) when the
     host's launch time and the decode step sit at the two ends of their measured spread (spread_corners); {} for a
     profile without a measured spread. `simulate_at(setup)` runs the point's seed 0 on another setup."""
+    from wattbench.twin.model import PREDICTED, sim_value
     from wattbench_agent.emulator.twin import at_corner, spread_corners
 
     if st.profile != "vllm-like":
@@ -91,8 +76,8 @@ def spread_band(st, first, simulate_at) -> dict[str, float]:
     band: dict[str, float] = {}
     for corner in spread_corners().values():
         moved = simulate_at(at_corner(st, corner))
-        for f in SIM_FIGURES:
-            a, b = _value(first, f), _value(moved, f)
+        for f in PREDICTED:
+            a, b = sim_value(first, f), sim_value(moved, f)
             if a and b is not None:
                 band[f] = max(band.get(f, 0.0), abs(b / a - 1.0))
     return band

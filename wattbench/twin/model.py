@@ -75,7 +75,7 @@ def workload_of(p: Point, arrivals: list | None = None):
     return Workload(shape=p.shape, rate=p.rate, burstiness=p.burstiness or 1.0, input_tokens=n_in, output_tokens=out)
 
 
-FIGURES = {  # measured figure -> (SimResult attribute, key)
+FIGURES = {  # measured figure -> (SimResult attribute, key); the first six are what `wattbench predict` files
     "output_tok_s": ("output_tok_s", None),
     "ttft_p50_ms": ("ttft_ms", "p50"),
     "ttft_p99_ms": ("ttft_ms", "p99"),
@@ -87,6 +87,14 @@ FIGURES = {  # measured figure -> (SimResult attribute, key)
     "to_scheduled_ms": ("extra", "ttft_to_scheduled_ms"),
 }
 STEPS = ("decode_step_ms", "stalled_gap_fraction", "stall_ms_mean")
+PREDICTED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "counter_w_per_gpu", "output_tokens_per_j")
+
+
+def sim_value(r, figure: str) -> float | None:
+    """A figure of a SimResult, by FIGURES."""
+    attr, key = FIGURES[figure]
+    v = getattr(r, attr)
+    return v.get(key) if key else v
 
 
 def run(p: Point, params: Params, seeds: tuple[int, ...] = SEEDS, record: bool = False) -> dict[str, Any]:
@@ -115,9 +123,8 @@ def run(p: Point, params: Params, seeds: tuple[int, ...] = SEEDS, record: bool =
             setup_=st,
             record=record,
         )
-        for f, (attr, key) in FIGURES.items():
-            v = getattr(r, attr)
-            v = v.get(key) if key else v
+        for f in FIGURES:
+            v = sim_value(r, f)
             if v is not None:
                 acc.setdefault(f, []).append(float(v))
         for k in STEPS if record else ():
