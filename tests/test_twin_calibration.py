@@ -104,5 +104,9 @@ def test_the_measured_cache_is_read_again_when_the_figures_definitions_change(tm
     assert measured.load() == [] and reads == []  # up to date: served from the cache
     stale = {**current, "definitions": {**current["definitions"], "sql/views.sql": "an earlier definition"}}
     cache.write_text(json.dumps(stale))
+    monkeypatch.setattr(measured.tempfile, "gettempdir", lambda: str(tmp_path / "scratch"))
     assert measured.load() == [] and reads == [len(want)]
+    assert json.loads(cache.read_text()) == stale  # a test or predict never rewrites the committed cache
+    assert measured.load() == [] and reads == [len(want)]  # the scratch copy serves it next time
+    assert measured.load(save=True) == [] and reads == [len(want)] * 2  # python -m wattbench.twin rewrites it
     assert json.loads(cache.read_text())["definitions"] == measured.definitions()

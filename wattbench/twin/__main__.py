@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", action="store_true", help="re-read the bundles (else results/twin/measured.json)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    points = measured.load(refresh=args.refresh)
+    points = measured.load(refresh=args.refresh, save=True)
     print(f"{len(points)} measured points; calibrating and testing held out ...", file=sys.stderr)
     results = evaluate.run_folds(points, workers=args.workers)
     old = evaluate.before(points)
