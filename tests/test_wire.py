@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from resources.plan import DEFAULT_PLAN, agent_spec, load_plan
+from wattbench.plan import DEFAULT_PLAN, agent_spec, load_plan
 from wattbench_agent.wire import WIRE_VERSION, AgentSpec, WireError
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.plan import DEFAULT_PLAN, PlanError, load_plan
+from wattbench.plan import DEFAULT_PLAN, PlanError, load_plan
 from wattbench_agent.loadgen.spec import LoadSpec, LoadSpecError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -136,8 +136,8 @@ def load(refresh: bool = False) -> list[Point]:
 
 
 def _read(paths: list[Path]) -> list[Point]:
-    from resources.plan import load_plan, plan_run_fields
-    from resources.warehouse import connect, ingest_bundle, set_run_fields
+    from wattbench.plan import load_plan, plan_run_fields
+    from wattbench.warehouse import connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import read_manifest, unpacked
 
     points: list[Point] = []
