@@ -211,6 +211,15 @@ def test_the_product_package_imports_no_part_of_the_code_location():
         if m.split(".")[0] == "wattbench"
     }
     assert not {m: t for m, t in inward.items() if t}
+    # and no Dagster: what is Dagster's is an asset, a resource or orchestration
+    dagster = []
+    for mod, path in modules().items():
+        if mod.split(".")[0] != "wattbench":
+            continue
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            dagster += [f"{mod}: {n}" for n in names if n.split(".")[0].startswith("dagster")]
+    assert not dagster
 
 
 def test_the_cycle_finder_finds_a_circle_hidden_in_a_function(tmp_path):

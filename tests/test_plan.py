@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from wattbench.plan import DEFAULT_PLAN, PlanError, load_plan, point_label
+from wattbench.plan import PlanError, load_plan, point_label
+from wattbench.settings import DEFAULT_PLAN
 
 
 def test_default_plan_is_the_documented_one():

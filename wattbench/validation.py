@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from wattbench import settings
 from wattbench.ingest_checks import RANGES
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -745,7 +746,7 @@ def validate_run(
     rules = suites(plan_validation, sample_period_s)[table]
     source, params = _run_rows_sql(con, table), {"run_id": run_id}
     kept = f"_wb_checked_{table}"
-    with _memory(con, os.environ.get("WATTBENCH_VALIDATION_MEMORY", VALIDATION_MEMORY)):
+    with _memory(con, os.environ.get(settings.VALIDATION_MEMORY, VALIDATION_MEMORY)):
         try:
             if table in _FRAME_JOINS:  # a few rows joined to views that read whole tables: join once, not per query
                 con.execute(f"CREATE OR REPLACE TEMP TABLE {kept} AS {source}", params)
