@@ -84,8 +84,12 @@ def child_validate(db: str) -> dict:
 _BEFORE = """
 import json, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
-from wattbench.validation import suites, table_frame, validate_table
-from wattbench.warehouse import connect
+try:
+    from wattbench.validation import suites, table_frame, validate_table
+    from wattbench.warehouse import connect
+except ImportError:  # a checkout from before the domain code moved out of resources/ (issue 33)
+    from resources.validation import suites, table_frame, validate_table
+    from resources.warehouse import connect
 t0 = time.perf_counter()
 failed = []
 with connect(sys.argv[2], read_only=True) as con:

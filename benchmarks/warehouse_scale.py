@@ -135,7 +135,10 @@ def child_validation(db: str) -> dict:
 _BEFORE = """
 import json, resource, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
-from wattbench.warehouse import connect, ingest_bundle
+try:
+    from wattbench.warehouse import connect, ingest_bundle
+except ImportError:  # a checkout from before the warehouse moved out of resources/ (issue 33)
+    from resources.warehouse import connect, ingest_bundle
 t0 = time.perf_counter()
 with connect(sys.argv[2]) as con:
     counts = ingest_bundle(con, sys.argv[3])
@@ -166,8 +169,8 @@ def _last_json(stdout: str) -> dict:
 
 
 def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
-    """Ingest `bundle` with another checkout's code (its own resources/ and agent/), in a fresh process: wall
-    seconds, peak RSS, the load around it, or the error."""
+    """Ingest `bundle` with another checkout's code (its own wattbench/, or resources/ before, and agent/), in a
+    fresh process: wall seconds, peak RSS, the load around it, or the error."""
     commit = (
         (code / "COMMIT").read_text().strip()
         if (code / "COMMIT").exists()
