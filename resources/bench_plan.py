@@ -1,8 +1,8 @@
-"""Dagster resources that carry the run's configuration: which plan, where bundles and reports go.
+"""The `plan` resource: which plan a run measures, and where its bundles and reports go.
 
 Benchmark assets are partitioned by model (dynamic partition `models`) and scenario (a plan file: the stems of
-plans/*.yaml, plus the file $WATTBENCH_PLAN names). A partition resolves to its scenario's plan with `model`
-replaced by the partition's model (`BenchPlan.load(partition_key)`); without a partition key (assets invoked
+plans/*.yaml, plus the file $WATTBENCH_PLAN names; assets/partitions.py). A partition resolves to its scenario's plan
+with `model` replaced by the partition's model (`BenchPlan.load(partition)`); without a partition (assets invoked
 directly) the resource's own plan file is used as written.
 """
 
