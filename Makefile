@@ -4,7 +4,6 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PLAN   ?= plans/default.yaml
-export WATTBENCH_DB ?= data/wattbench.duckdb
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: run test test-browser ui bench install validate clean lint

@@ -21,14 +21,13 @@ from assets.common import (
     GROUP,
     OWNERS,
     WRITER_POOL,
-    partition_key_of,
-    partition_metadata,
     warehouse_connection,
 )
+from assets.partitions import Partition, partition_metadata, step_partition
 from assets.table_meta import table_metadata
 from resources.bench_plan import BenchPlan
-from resources.plan import agent_spec
-from resources.warehouse import apply_schema, ingest_bundle
+from wattbench.plan import agent_spec
+from wattbench.warehouse import apply_schema, ingest_bundle
 
 STAGE_TABLES = {
     "deployments": (
@@ -153,10 +152,11 @@ def bench(
 ):
     """Run the bench agent over every deployment and load point of the plan, then ingest its bundle into the
     benchmark engine_builds opened in this Dagster run (or the one a re-execution continues)."""
-    bench_plan, _ = plan.load(partition_key_of(context))
+    partition = step_partition(context)  # read once per step
+    bench_plan, _ = plan.load(partition)
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "stage")
     with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
-        yield from _run_and_ingest(context, plan, bench_plan, warehouse, pipes_subprocess_client, run_id)
+        yield from _run_and_ingest(context, plan, bench_plan, warehouse, pipes_subprocess_client, run_id, partition)
 
 
 def _run_and_ingest(
@@ -166,6 +166,7 @@ def _run_and_ingest(
     warehouse: DuckDBResource,
     pipes_subprocess_client: dg.PipesSubprocessClient,
     run_id: str,
+    partition: Partition | None,
 ):
     out = plan.run_dir(run_id) / "bundle"
     headlines: list[dict[str, Any]] = []
@@ -193,7 +194,7 @@ def _run_and_ingest(
         counts = ingest_bundle(con, out, run_id=run_id)
         context.log.info(f"ingested {out}: " + ", ".join(f"{t}={n}" for t, n in counts.items()))
         for table in STAGE_TABLES:
-            meta = {**_stage_metadata(con, table, run_id), **partition_metadata(context)}
+            meta = {**_stage_metadata(con, table, run_id), **partition_metadata(partition)}
             meta["bundle"] = dg.MetadataValue.path(str(out))
             if table == "load_runs" and headlines:
                 md = ["| load point | output tok/s | TTFT p50 ms | energy J | tok/J |", "|---|---|---|---|---|"]

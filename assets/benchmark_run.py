@@ -68,8 +68,11 @@ def _step_name(context: Any) -> str:
 
 
 def partition_of(context: Any) -> str | None:
-    ctx = _op_context(context)
-    return str(ctx.partition_key) if ctx.has_partition_key else None
+    """The step's partition key as runs.partition_key stores it (assets/partitions.py reads it)."""
+    from assets.partitions import step_partition  # Dagster: `wattbench sql`/`report` import this module without it
+
+    partition = step_partition(context)
+    return None if partition is None else partition.key
 
 
 # --- queries ---------------------------------------------------------------------------------------------------
@@ -176,8 +179,8 @@ class NoBenchmark(RuntimeError):
 
 def open_benchmark(con, context: Any, row: dict[str, Any]) -> str:
     """`engine_builds`: open a new benchmark, named by this Dagster run, with status 'running' (its row in `runs`,
-    set as every run's fields are: resources/warehouse.set_run_fields)."""
-    from resources.warehouse import set_run_fields
+    set as every run's fields are: wattbench/warehouse.set_run_fields)."""
+    from wattbench.warehouse import set_run_fields
 
     run_id = dagster_run_id(context)
     partition = partition_of(context)
@@ -245,7 +248,7 @@ def benchmark_for_step(warehouse: Any, context: Any, step: str) -> str:
     import dagster as dg
 
     from assets.common import warehouse_connection
-    from resources.warehouse import apply_schema
+    from wattbench.warehouse import apply_schema
 
     with warehouse_connection(warehouse) as con:
         apply_schema(con)

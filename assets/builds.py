@@ -1,15 +1,14 @@
 """Stage 1: engine builds. TensorRT-LLM-style engines are compiled and timed; vLLM/SGLang record 'no build'.
 
 Where a build runs is the `engine_builder` resource's business, picked by the environment (pipelines/definitions.py):
-LocalEngineBuilder builds in the step's own process (locally the step runs on the GPU machine); on a cluster
-pipelines/k8s.py's K8sBuildLauncher sends each engine that is compiled for its GPU to a build pod on a node of that
-GPU kind, and builds the rest here. Either way the step writes the same engine_builds rows.
+resources/engine_builder.py's LocalEngineBuilder builds in the step's own process (locally the step runs on the GPU
+machine); on a cluster resources/k8s.py's K8sBuildLauncher sends each engine that is compiled for its GPU to a build
+pod on a node of that GPU kind, and builds the rest here. Either way the step writes the same engine_builds rows.
 """
 
 import socket
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import dagster as dg
 from dagster import AssetExecutionContext
@@ -22,23 +21,15 @@ from assets.common import (
     GROUP,
     OWNERS,
     WRITER_POOL,
-    partition_key_of,
-    partition_metadata,
     warehouse_connection,
 )
+from assets.partitions import partition_metadata, step_partition
 from assets.table_meta import table_metadata
 from resources.bench_plan import BenchPlan
-from resources.plan import plan_run_fields
-from resources.warehouse import apply_schema, replace_rows
-from wattbench_agent.engines.base import BuildResult, EngineConfig
+from resources.engine_builder import LocalEngineBuilder
+from wattbench.plan import plan_run_fields
+from wattbench.warehouse import apply_schema, replace_rows
 from wattbench_agent.engines.registry import adapter_for
-
-
-class LocalEngineBuilder(dg.ConfigurableResource):
-    """Builds engines in the step's own process: right where the step runs on the machine that will serve them."""
-
-    def build(self, context: AssetExecutionContext, cfg: EngineConfig, workdir: Path) -> BuildResult:
-        return adapter_for(cfg.engine).build(cfg, workdir)
 
 
 def _with_stages(context: AssetExecutionContext) -> bool:
@@ -97,7 +88,7 @@ def engine_builds(
     """Build (or resolve) one engine per plan entry: build time, artifact hash and hardware lock for compiled
     engines; the resolved config and 'no build' for engines that load checkpoints directly. Opens the benchmark
     (its row in `runs`, status 'running', with the plan, prices and SLO) that the later stages fill."""
-    partition = partition_key_of(context)
+    partition = step_partition(context)  # read once per step
     bench_plan, plan_sha = plan.load(partition)
     plan_file = plan.plan_path(partition).resolve()
     source = "emulated" if bench_plan.is_emulated else "measured"
@@ -137,7 +128,7 @@ def engine_builds(
         metadata={
             "run_id": run_id,
             "source": source,
-            **partition_metadata(context),
+            **partition_metadata(partition),
             "plan_name": bench_plan.name,
             "model_id": bench_plan.model,
             "dagster/row_count": dg.MetadataValue.int(len(rows)),

@@ -12,10 +12,11 @@ from dagster import AssetCheckExecutionContext
 from dagster_duckdb import DuckDBResource
 
 from assets import benchmark_run
-from assets.common import WRITER_POOL, partition_key_of, warehouse_connection
+from assets.common import WRITER_POOL, warehouse_connection
+from assets.partitions import step_partition
 from resources.bench_plan import BenchPlan
-from resources.validation import outcome_rows, validate_run
-from resources.warehouse import apply_schema
+from wattbench.validation import outcome_rows, validate_run
+from wattbench.warehouse import apply_schema
 
 # asset -> tables its suite covers
 CHECKED = {
@@ -47,7 +48,7 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
     def _validate(
         context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource, run_id: str
     ) -> dg.AssetCheckResult:
-        bench_plan, _ = plan.load(partition_key_of(context))
+        bench_plan, _ = plan.load(step_partition(context))
         pv = bench_plan.validation.model_dump()
         results = []
         with warehouse_connection(warehouse) as con:

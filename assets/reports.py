@@ -4,7 +4,7 @@ the benchmark of this Dagster run, or, for a report materialized alone, its part
 
 Every report asset depends on every stage asset, so the blocking Great Expectations checks gate it.
 `REPORT_ASSETS` is the list pipelines/definitions.py wires in, made from the report registry
-(assets/report_specs.py): the reports built here by their own functions, and `report_asset(spec)` for every
+(wattbench/report/specs.py): the reports built here by their own functions, and `report_asset(spec)` for every
 table report, then `html_report`, which waits for all of them.
 """
 
@@ -16,7 +16,7 @@ import pandas as pd
 from dagster import AssetExecutionContext
 from dagster_duckdb import DuckDBResource
 
-from assets import benchmark_run, pictures, report_text, reporting
+from assets import benchmark_run
 from assets.bench import STAGE_TABLES
 from assets.common import (
     BENCH_PARTITIONS,
@@ -24,13 +24,15 @@ from assets.common import (
     OWNERS,
     TABLE_KINDS,
     WRITER_POOL,
-    partition_key_of,
-    partition_metadata,
     warehouse_connection,
 )
-from assets.report_specs import REPORTS, ReportSpec
+from assets.partitions import partition_metadata, step_partition
+from assets.table_meta import frame_metadata
 from resources.bench_plan import BenchPlan
-from resources.warehouse import run_sql
+from wattbench.report import pictures, render
+from wattbench.report.rows import capacity_params
+from wattbench.report.specs import REPORTS, ReportSpec
+from wattbench.warehouse import run_sql
 
 STAGES = ["engine_builds", *STAGE_TABLES]
 
@@ -54,15 +56,15 @@ def _floats(meta: dict[str, Any], figures: dict[str, Any]) -> None:
 
 def _run_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
     """What the pictures and tables are drawn from: the point summaries with intervals, power samples, windows,
-    requests (reporting.report_frames), each load run (v_load_points) and every figure in long form."""
-    frames = reporting.report_frames(con, run_id)
+    requests (render.report_frames), each load run (v_load_points) and every figure in long form."""
+    frames = render.report_frames(con, run_id)
     frames["runs"] = con.execute("SELECT * FROM v_load_points WHERE run_id = ?", [run_id]).df()
     frames["figures"] = run_sql(con, "point_figures", {"run_id": run_id})
     return frames
 
 
 def _load_point_plots(frames: dict[str, pd.DataFrame], label: str) -> dict[str, bytes]:
-    return reporting.pictures(frames, label)
+    return render.pictures(frames, label)
 
 
 def _source(con, run_id: str) -> str:
@@ -85,22 +87,22 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
         frames = _run_frames(con, run_id)
         source = _source(con, run_id)
     full = frames["runs"]
-    summary = reporting.point_summary_table(frames["figures"], frames["points"])
+    summary = render.point_summary_table(frames["figures"], frames["points"])
     plots = _load_point_plots(frames, source)
     meta: dict[str, Any] = {
         "run_id": run_id,
         "source": source,
-        **partition_metadata(context),
+        **partition_metadata(step_partition(context)),
         "load_points": len(summary),
         "load_runs": len(per_repeat),
         "dagster/row_count": dg.MetadataValue.int(len(summary)),
         "load_points_meeting_slo": int(full["meets_slo_p99"].fillna(False).sum()) if not full.empty else 0,
-        "summary": reporting.table_metadata(summary),
+        "summary": frame_metadata(summary),
         "intervals": dg.MetadataValue.md(
-            "\n".join(f"- {m}" for m in reporting.interval_methods(frames["figures"])) or "_no figures_"
+            "\n".join(f"- {m}" for m in render.interval_methods(frames["figures"])) or "_no figures_"
         ),
-        "every_repeat": dg.MetadataValue.md(reporting.markdown_table(per_repeat)),
-        "plots": dg.MetadataValue.md("\n\n".join(reporting.md_image(p, n) for n, p in plots.items())),
+        "every_repeat": dg.MetadataValue.md(render.markdown_table(per_repeat)),
+        "plots": dg.MetadataValue.md("\n\n".join(render.md_image(p, n) for n, p in plots.items())),
     }
     if not full.empty:
         best = full.dropna(subset=["output_tokens_per_j"]).sort_values("output_tokens_per_j", ascending=False).head(1)
@@ -133,15 +135,15 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
-    table = reporting.pivot_head_to_head(long)
+    table = render.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
     meta: dict[str, Any] = {
         "run_id": run_id,
-        **partition_metadata(context),
+        **partition_metadata(step_partition(context)),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
-        "head_to_head": dg.MetadataValue.md(reporting.markdown_table(table, index=True)),
-        "head_to_head_table": reporting.table_metadata(table),
-        "cell_origins": dg.MetadataValue.md(reporting.markdown_table(origin)),
+        "head_to_head": dg.MetadataValue.md(render.markdown_table(table, index=True)),
+        "head_to_head_table": frame_metadata(table),
+        "cell_origins": dg.MetadataValue.md(render.markdown_table(origin)),
     }
     keys = {
         3: "peak_output_tok_s",
@@ -165,7 +167,7 @@ def slo_capacity(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     output tokens, W; probes and window-seconds used (table slo_capacity, made again here from searches and the
     point figures; sql/slo_capacity.sql), with the frontier pictures (tok/J against TTFT p99 and TPOT p99, tok/s per
     GPU against tok/s per user) and the capacity marked on them."""
-    from resources.warehouse import refresh_kept_views
+    from wattbench.warehouse import refresh_kept_views
 
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
     with warehouse_connection(warehouse) as con:
@@ -177,22 +179,22 @@ def slo_capacity(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
             con.execute("ROLLBACK")
             raise
         table = run_sql(con, "slo_capacity", {"run_id": run_id})
-        frames = reporting.report_frames(con, run_id)
+        frames = render.report_frames(con, run_id)
         source = _source(con, run_id)
-    picture = pictures.plot_frontiers(frames["points"], frames["capacity"], source, reporting.slo_of(frames))
+    picture = pictures.plot_frontiers(frames["points"], frames["capacity"], source, render.slo_of(frames))
     meta: dict[str, Any] = {
         "run_id": run_id,
         "source": source,
-        **partition_metadata(context),
+        **partition_metadata(step_partition(context)),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "searches": dg.MetadataValue.int(len(table)),
-        "slo_capacity": reporting.table_metadata(table)
+        "slo_capacity": frame_metadata(table)
         if not table.empty
         else dg.MetadataValue.md("_no capacity search in this benchmark: add a workload with `search:` to the plan_"),
         "answers": dg.MetadataValue.md(
             "\n".join(f"- **{r['engine']}** ({r['workload']}): {r['answer']}" for _, r in table.iterrows()) or "_none_"
         ),
-        "frontiers": dg.MetadataValue.md(reporting.md_image(picture, "frontiers")),
+        "frontiers": dg.MetadataValue.md(render.md_image(picture, "frontiers")),
     }
     for _, row in table.iterrows():
         _floats(
@@ -244,13 +246,14 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     plan has one, slo_capacity), and the seed article's hybrid topology (steady baseline on one engine's pool, bursts
     on another's elastic pool) against each engine alone (sql/hybrid_plan.sql). NULL with a reason where no load
     point meets the SLO; the assumptions are listed with the tables."""
-    bench_plan, _ = plan.load(partition_key_of(context))
+    partition = step_partition(context)  # read once per step
+    bench_plan, _ = plan.load(partition)
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    params = report_text.capacity_params(bench_plan.capacity)
+    params = capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
         source = _source(con, run_id)
-    meta: dict[str, Any] = {"run_id": run_id, "source": source, **partition_metadata(context)}
+    meta: dict[str, Any] = {"run_id": run_id, "source": source, **partition_metadata(partition)}
     if params is None:
         meta["capacity_plan"] = dg.MetadataValue.md(f"_{_NO_PROFILE}_")
         return dg.MaterializeResult(metadata=meta)
@@ -258,10 +261,10 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     meta.update(
         {
             "traffic_profile": _profile_text(params),
-            "per_engine_config": dg.MetadataValue.md(reporting.markdown_table(per_config)),
-            "topologies": dg.MetadataValue.md(reporting.markdown_table(topologies)),
-            "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in reporting.CAPACITY_ASSUMPTIONS)),
-            "picture": dg.MetadataValue.md(reporting.md_image(picture, "monthly cost per topology")),
+            "per_engine_config": dg.MetadataValue.md(render.markdown_table(per_config)),
+            "topologies": dg.MetadataValue.md(render.markdown_table(topologies)),
+            "assumptions": dg.MetadataValue.md("\n".join(f"- {a}" for a in render.CAPACITY_ASSUMPTIONS)),
+            "picture": dg.MetadataValue.md(render.md_image(picture, "monthly cost per topology")),
         }
     )
     for _, row in per_config.iterrows():
@@ -329,7 +332,7 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     n_reg = int(counts.get("REGRESSION", 0))
     meta: dict[str, Any] = {
         "run_id": run_id,
-        **partition_metadata(context),
+        **partition_metadata(step_partition(context)),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "rule": (
             "change = (this - previous) / |previous|; a change beyond the band only when the two runs' 95% "
@@ -341,7 +344,7 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
         "compared_figures": dg.MetadataValue.int(compared),
         "no_baseline_figures": dg.MetadataValue.int(int(counts.get("no baseline", 0))),
         "flagged": dg.MetadataValue.md(
-            reporting.markdown_table(flagged)
+            render.markdown_table(flagged)
             if not flagged.empty
             else (
                 "_nothing beyond the noise band_"
@@ -360,7 +363,7 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "regressions": n_reg,
-            "worst": dg.MetadataValue.md(reporting.markdown_table(worst.head(20)) if n_reg else "_none_"),
+            "worst": dg.MetadataValue.md(render.markdown_table(worst.head(20)) if n_reg else "_none_"),
         },
     )
     return dg.MaterializeResult(metadata=meta, check_results=[check])
@@ -388,9 +391,9 @@ def report_asset(spec: ReportSpec) -> dg.AssetsDefinition:
         meta: dict[str, Any] = {
             "run_id": run_id,
             "source": source,
-            **partition_metadata(context),
+            **partition_metadata(step_partition(context)),
             "dagster/row_count": dg.MetadataValue.int(len(table)),
-            spec.name: reporting.table_metadata(table) if not table.empty else dg.MetadataValue.md(f"_{spec.empty}_"),
+            spec.name: frame_metadata(table) if not table.empty else dg.MetadataValue.md(f"_{spec.empty}_"),
         }
         for _, row in table.iterrows():
             prefix = "/".join(str(row[k]) for k in spec.key)
@@ -409,7 +412,7 @@ def _table_sections(tables: list[tuple[ReportSpec, pd.DataFrame]]) -> list[tuple
     return [
         (
             s.title,
-            f"<p class='meta'>{html.escape(s.description)}</p>" + reporting.html_table(table, empty=s.empty),
+            f"<p class='meta'>{html.escape(s.description)}</p>" + render.html_table(table, empty=s.empty),
         )
         for s, table in tables
     ]
@@ -427,8 +430,8 @@ def _html_sections(
     searched: pd.DataFrame | None = None,
     tables: list[tuple[ReportSpec, pd.DataFrame]] = (),
 ) -> list[tuple[str, str]]:
-    h2h = reporting.pivot_head_to_head(long)
-    methods = reporting.interval_methods(frames["figures"])
+    h2h = render.pivot_head_to_head(long)
+    methods = render.interval_methods(frames["figures"])
     how = (
         "<p class='meta'>[lo, hi]: the 95% interval. Every figure is the mean of the repeats' values (a latency "
         "percentile: of each repeat's percentile; $ per 1M tokens: the price over the mean throughput), its interval "
@@ -444,7 +447,7 @@ def _html_sections(
                 f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: "
                 "value [95% interval] @ the load point (workload:point) it came from. Tokens per joule above idle "
                 "(the deployment's idle power with the model loaded subtracted) is the row after the total.</p>"
-                + reporting.html_table(h2h, index=True)
+                + render.html_table(h2h, index=True)
             ),
         )
     ]
@@ -462,11 +465,11 @@ def _html_sections(
                     "bisect to its tolerance, then repeated windows at the load found and one step below); capacity_lo"
                     "/hi: its 95% interval; the figures at it carry their 95% intervals over those repeats. The "
                     "frontier pictures below ring it. sql/slo_capacity.sql.</p>"
-                    f"<ul>{answers}</ul>" + reporting.html_table(searched.drop(columns=["answer"]))
+                    f"<ul>{answers}</ul>" + render.html_table(searched.drop(columns=["answer"]))
                 ),
             )
         )
-    summary = reporting.point_summary_table(frames["figures"], frames["points"])
+    summary = render.point_summary_table(frames["figures"], frames["points"])
     sections.append(
         (
             "Every load point, summarised over its repeats",
@@ -474,12 +477,12 @@ def _html_sections(
                 how
                 + "<p class='meta'>Total and above-idle side by side: tokens per joule, total = output tokens / GPU "
                 "energy (counter); above idle = output tokens / (that energy - idle W x window). Every W is "
-                "energy-counter energy over the window.</p>" + reporting.html_table(summary, empty="no load points")
+                "energy-counter energy over the window.</p>" + render.html_table(summary, empty="no load points")
             ),
         )
     )
-    headline = reporting.contrasts_table(contrasts, frames["points"], headlines=True)
-    every = reporting.contrasts_table(contrasts, frames["points"], headlines=False)
+    headline = render.contrasts_table(contrasts, frames["points"], headlines=True)
+    every = render.contrasts_table(contrasts, frames["points"], headlines=False)
     sections.append(
         (
             "Engines compared at each point",
@@ -489,10 +492,9 @@ def _html_sections(
                 "latency percentiles: each repeat's own). A difference is called only when that interval excludes 1, "
                 "otherwise 'no significant difference'; without an interval the row says it was not tested. "
                 "sql/engine_contrasts.sql.</p>"
-                + reporting.html_table(headline, empty="one engine config, or no point measured on two engines")
+                + render.html_table(headline, empty="one engine config, or no point measured on two engines")
                 + (
-                    f"<details><summary>every figure ({len(every)} rows)</summary>"
-                    f"{reporting.html_table(every)}</details>"
+                    f"<details><summary>every figure ({len(every)} rows)</summary>{render.html_table(every)}</details>"
                     if len(every) > len(headline)
                     else ""
                 )
@@ -502,15 +504,15 @@ def _html_sections(
     if params is None:
         sections.append(("Capacity plan", f"<p>{_NO_PROFILE}.</p>"))
     else:
-        assumptions = "".join(f"<li>{a}</li>" for a in reporting.CAPACITY_ASSUMPTIONS)
+        assumptions = "".join(f"<li>{a}</li>" for a in render.CAPACITY_ASSUMPTIONS)
         sections.append(
             (
                 "Capacity plan",
                 (
                     f"<p>Traffic profile: {_profile_text(params)}; SLO and prices from the plan.</p>"
-                    + reporting.html_table(per_config, empty="no engine config")
+                    + render.html_table(per_config, empty="no engine config")
                     + "<h3>Hybrid topology against each engine alone</h3>"
-                    + reporting.html_table(topologies, empty="no topology")
+                    + render.html_table(topologies, empty="no topology")
                     + f"<p>Assumptions:</p><ul>{assumptions}</ul>"
                 ),
             )
@@ -527,7 +529,7 @@ def _html_sections(
             "the two runs' 95% intervals do not overlap (both repeated), else beyond max(3 x robust relative "
             "stdev (1.4826 x MAD / |median|) over earlier runs of the point, 5%); band_from says which.</p>"
             + (
-                reporting.html_table(flagged)
+                render.html_table(flagged)
                 if not flagged.empty
                 else "<p>nothing beyond the noise band</p>"
                 if compared
@@ -542,7 +544,7 @@ def _html_sections(
             (
                 "<p class='meta'>sql/load_runs.sql: one row per repeat of each point; trace W and capped shares come "
                 "from the sampled power trace (diagnosis), every other W from the energy counter.</p>"
-                + reporting.html_table(frames["per_repeat"], empty="no load runs")
+                + render.html_table(frames["per_repeat"], empty="no load runs")
             ),
         )
     )
@@ -565,9 +567,10 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     CDFs with hover, throughput against latency and tokens per joule against load with error bars), the same
     pictures as PNG, and every load run; marked EMULATED at the top when the emulator produced the numbers.
     Written into the benchmark's run folder (materialized alone: the partition's latest complete benchmark's)."""
-    bench_plan, _ = plan.load(partition_key_of(context))
+    partition = step_partition(context)  # read once per step
+    bench_plan, _ = plan.load(partition)
     run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
-    params = report_text.capacity_params(bench_plan.capacity)
+    params = capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         frames = _run_frames(con, run_id)
@@ -582,13 +585,13 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     plots["capacity plan"] = pictures.plot_capacity(
         topologies, source, note=_NO_PROFILE if params is None else _topology_note(topologies)
     )
-    interactive = reporting.interactive_charts(frames, source)
+    interactive = render.interactive_charts(frames, source)
     full = frames["runs"]
     min_window = float(full["window_s"].min()) if not full.empty else None
-    notes = reporting.summarize_notes(
-        source, f"{bench_plan.name} ({plan.plan_path(partition_key_of(context))})", bench_plan.prices.label, min_window
+    notes = render.summarize_notes(
+        source, f"{bench_plan.name} ({plan.plan_path(partition)})", bench_plan.prices.label, min_window
     )
-    path = reporting.write_html(
+    path = render.write_html(
         plan.run_dir(run_id) / "report.html",
         f"wattbench: {bench_plan.name}",
         source,
@@ -602,15 +605,15 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     meta: dict[str, Any] = {
         "run_id": run_id,
         "source": source,
-        **partition_metadata(context),
+        **partition_metadata(partition),
         "path": dg.MetadataValue.path(str(path)),
         "pictures": dg.MetadataValue.int(len(plots)),
         "interactive_charts": dg.MetadataValue.int(sum(spec is not None for spec in interactive.values())),
         "load_points": dg.MetadataValue.int(len(frames["points"])),
-        "head_to_head": dg.MetadataValue.md(reporting.markdown_table(reporting.pivot_head_to_head(long), index=True)),
-        "power_trace": dg.MetadataValue.md(reporting.md_image(plots["power trace"], "power trace")),
+        "head_to_head": dg.MetadataValue.md(render.markdown_table(render.pivot_head_to_head(long), index=True)),
+        "power_trace": dg.MetadataValue.md(render.md_image(plots["power trace"], "power trace")),
         "throughput_vs_latency": dg.MetadataValue.md(
-            reporting.md_image(plots["throughput vs latency"], "throughput vs latency")
+            render.md_image(plots["throughput vs latency"], "throughput vs latency")
         ),
     }
     if min_window is not None:

@@ -1,7 +1,7 @@
-"""Dagster table metadata for the warehouse tables the stage assets write: `dagster/table_name` and
+"""Dagster table metadata. For the warehouse tables the stage assets write: `dagster/table_name` and
 `dagster/column_schema`, from the DuckDB table itself (columns, types, NOT NULL, primary key) and the comments in
 sql/schema.sql (the one written next to each column, else a COMMENT ON the column), so the Dagster UI shows each
-asset's columns with what they mean and their units."""
+asset's columns with what they mean and their units. For a report's table: its rows (frame_metadata)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from resources.warehouse import SQL_DIR
+from wattbench.warehouse import SQL_DIR
 
 _CREATE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)\s*\((.*?)\n\);", re.S)
 _COLUMN = re.compile(
@@ -127,3 +127,41 @@ def table_metadata(con, table: str) -> dict[str, Any]:
         "dagster/table_name": dg.MetadataValue.text(f"{database}.{schema}.{table}"),
         "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(con, table)),
     }
+
+
+def frame_metadata(df: Any) -> dg.MetadataValue:
+    """A report's DataFrame as Dagster table metadata (MetadataValue.table): every column as a string column
+    except plain numbers; NULL for missing values."""
+    import pandas as pd  # a report asset's frame; the stage assets above need no pandas
+
+    if df.empty:
+        return dg.MetadataValue.table(records=[], schema=dg.TableSchema(columns=[]))
+    df = df.reset_index() if df.index.name else df
+    cols = []
+    for name in df.columns:
+        kind = (
+            "int"
+            if pd.api.types.is_integer_dtype(df[name])
+            else "float"
+            if pd.api.types.is_float_dtype(df[name])
+            else "bool"
+            if pd.api.types.is_bool_dtype(df[name])
+            else "string"
+        )
+        cols.append(dg.TableColumn(str(name), kind))
+    records = []
+    for row in df.itertuples(index=False):
+        rec = {}
+        for col, v in zip(cols, row):
+            if v is None or (isinstance(v, float) and v != v):
+                rec[col.name] = None
+            elif col.type == "int":
+                rec[col.name] = int(v)
+            elif col.type == "float":
+                rec[col.name] = float(v)
+            elif col.type == "bool":
+                rec[col.name] = bool(v)
+            else:
+                rec[col.name] = str(v)
+        records.append(dg.TableRecord(rec))
+    return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=cols))

@@ -65,9 +65,9 @@ H200_BUNDLES = ROOT / "results" / "h200-vllm"
 
 
 def make_h200_warehouse(folder: Path) -> Path:
-    """The measured H200 vLLM runs kept in the repository, each bundle ingested (resources.warehouse.ingest_bundle)."""
+    """The measured H200 vLLM runs kept in the repository, each bundle ingested (wattbench.warehouse.ingest_bundle)."""
     sys.path.insert(0, str(ROOT))
-    from resources.warehouse import connect, ingest_bundle
+    from wattbench.warehouse import connect, ingest_bundle
     from wattbench_agent.bundle import unpacked
 
     db = folder / "h200.duckdb"

@@ -17,9 +17,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from resources.plan import load_plan, plan_run_fields
-from resources.warehouse import connect, ingest_bundle, set_run_fields
+from wattbench.plan import load_plan, plan_run_fields
 from wattbench.twin import evaluate
+from wattbench.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import read_manifest, unpacked
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")

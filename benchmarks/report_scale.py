@@ -5,7 +5,7 @@ python -m benchmarks.report_scale [--runs 10] [--run-requests 1000000] [--events
 Builds one warehouse of RUNS runs of RUN_REQUESTS requests each (default 10 x 1M = 10M requests), each the synthetic
 run of benchmarks/synthetic.py written straight into the warehouse in SQL (no bundle: ingest is timed by
 benchmarks/warehouse_scale.py), its per-load-point figures kept in point_stats and the other kept tables
-(load_points_core, point_figures, ...) by the real resources.warehouse.refresh_point_stats, as ingest keeps them.
+(load_points_core, point_figures, ...) by the real wattbench.warehouse.refresh_point_stats, as ingest keeps them.
 The runs are one plan measured again and again (same engines, points and repeats; a start time an hour apart; a
 GPU-hour price, an energy price and an SLO), so regressions and run comparisons have a history to read. To keep the
 build within minutes here, each request's 128 tokens arrive in EVENTS content events (16 by default: 8 tokens an
@@ -69,7 +69,7 @@ PROFILE = {
 
 
 def build(db: Path, runs: int, run_requests: int, events: int) -> dict:
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
     t0 = time.perf_counter()
     per_run = []
@@ -114,7 +114,7 @@ def jobs(db: Path) -> list[tuple[str, str, str]]:
     the views no report reads (for the latest run)."""
     import duckdb
 
-    from resources.warehouse import SQL_DIR
+    from wattbench.warehouse import SQL_DIR
 
     con = duckdb.connect(str(db), read_only=True)
     views = [
@@ -149,7 +149,7 @@ def jobs(db: Path) -> list[tuple[str, str, str]]:
 def child_query(db: str, text: str) -> dict:
     """In this fresh process: open the warehouse read-only, run the query twice, fetching every row."""
     t0 = time.perf_counter()
-    from resources.warehouse import connect, query_rows
+    from wattbench.warehouse import connect, query_rows
 
     imported = time.perf_counter() - t0
     with connect(db, read_only=True) as con:
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.keep and db.exists():
             results["build"] = json.loads(db.with_suffix(".build.json").read_text())
-            from resources.warehouse import connect
+            from wattbench.warehouse import connect
 
             t = time.perf_counter()
             with connect(db):  # this checkout's schema and views (the timings are of this code's queries)

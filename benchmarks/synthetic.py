@@ -14,7 +14,7 @@ them that give the rows of the warehouse's tables, column for column. Two ways t
 - `synthesize(folder, ...)` writes a result bundle, as the agent writes one (benchmarks/warehouse_scale.py times its
   ingest);
 - `insert_run(con, run)` writes the run straight into a warehouse, point_stats included (by the real
-  resources.warehouse.refresh_point_stats), without a bundle (benchmarks/validation_scale.py, report_scale.py).
+  wattbench.warehouse.refresh_point_stats), without a bundle (benchmarks/validation_scale.py, report_scale.py).
 The rows are data shaped like measurements, not measurements: a benchmark built on them measures wattbench's own
 time and memory, never an engine.
 """
@@ -213,10 +213,10 @@ POINTS_PER_INSERT = 40  # requests go in 40 points (1M at the default shape) at 
 
 def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str, int]:
     """Write the run into the warehouse of `con` (its schema applied) as ingest leaves one: its rows in every table,
-    then point_stats (and the kept figures made from them) by resources.warehouse.refresh_point_stats, as ingest
+    then point_stats (and the kept figures made from them) by wattbench.warehouse.refresh_point_stats, as ingest
     computes them. `runs_row`: columns of its row in table runs (default: status 'ingested', plan 'scale', nothing
     else). Returns the rows per table."""
-    from resources.warehouse import refresh_point_stats
+    from wattbench.warehouse import refresh_point_stats
 
     run.stage(con)
     row = {"run_id": run.run_id, "source": run.source, "status": "ingested", "plan_name": "scale", **(runs_row or {})}

@@ -4,7 +4,7 @@ python -m benchmarks.token_storage [--requests 1000000]: the per-token times of 
 times, int32 token counts: 128 M of each at 1M requests, the shape of benchmarks/warehouse_scale.py's bundles, made
 here in numpy) written, each layout in a fresh process, as
 - lists: requests' chunk_ns BIGINT[] / chunk_tokens INTEGER[] in the DuckDB file, from Arrow lists over the arrays
-  (what ingest does: resources/chunk_files.py);
+  (what ingest does: wattbench/chunk_files.py);
 - flat: one DuckDB table of (request, event, t, n), appended from Arrow;
 - parquet: the same flat table as a zstd Parquet file beside the warehouse (parquet_snappy: snappy, parquet_plain:
   uncompressed);
@@ -13,7 +13,7 @@ Each is timed to the end of a CHECKPOINT (DuckDB's compression is part of the co
 process's peak RSS (which includes the 1.5 GB of arrays read first, at 1M requests), and the 1-minute load
 average (the machine is shared: above 2 on 2 cores, other work competed). Then each layout is read back as the
 token views read it (sql/views.sql v_itl: every gap of every request, its percentiles per load point of 25,000
-requests), in a fresh process through a connection sandboxed as `wattbench sql`'s (resources/warehouse.py SANDBOX:
+requests), in a fresh process through a connection sandboxed as `wattbench sql`'s (wattbench/warehouse.py SANDBOX:
 no external access), the Parquet layouts admitted by DuckDB's allowed_directories (set before the sandbox is locked):
 the read's seconds say what a layout costs every report that reads token times (copy: not readable as a table).
 Variants of the lists (each also read back as v_itl would read it), to learn what their cost depends on:
@@ -182,7 +182,7 @@ def child_read(layout: str, folder: str) -> dict:
     """The layout read as the token views read it, through a connection sandboxed as `wattbench sql`'s."""
     import duckdb
 
-    from resources.warehouse import SANDBOX
+    from wattbench.warehouse import SANDBOX
 
     out = Path(folder) / layout
     db = out / "w.duckdb"

@@ -8,7 +8,7 @@ benchmarks/synthetic.py (the one warehouse_scale.py writes as bundles): load poi
 per-token times a request (kept in requests.chunk_ns as ingest keeps them), one request in 1,000 failed, 2
 deployments of 8 GPUs sampled at 10 Hz over the whole run, energy windows and /metrics scrapes, and the per-point
 figures ingest keeps (point_stats). Then, in a fresh process, every table's suite runs as the blocking checks run it
-(resources/validation.validate_run) and the wall seconds and that process's peak RSS (VmHWM) are recorded, per
+(wattbench/validation.validate_run) and the wall seconds and that process's peak RSS (VmHWM) are recorded, per
 table and in all, in results/validation_scale.json and results/validation_scale.md. `--before CHECKOUT` also runs
 another checkout's suites (e.g. /work/main: frames in pandas, GX's pandas engine) on the same warehouse, for sizes
 up to --before-max (the old path holds every row in memory: at 10M it would not fit this machine).
@@ -44,7 +44,7 @@ def _peak_rss_mb() -> float:
 def build(db: Path, n_requests: int, run_id: str = "scale-run", seed: int = 0) -> dict:
     """A warehouse with one run of n_requests requests (benchmarks/synthetic.py), written by DuckDB (no Python per
     row), point_stats by the real refresh_point_stats."""
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
     t0 = time.perf_counter()
     with connect(db) as con:
@@ -59,8 +59,8 @@ def build(db: Path, n_requests: int, run_id: str = "scale-run", seed: int = 0) -
 def child_validate(db: str) -> dict:
     """Every suite on the run, as assets/checks.py runs them (validate_run), in this fresh process."""
     t_import = time.perf_counter()
-    from resources.validation import suites, validate_run
-    from resources.warehouse import connect
+    from wattbench.validation import suites, validate_run
+    from wattbench.warehouse import connect
 
     imported_s = time.perf_counter() - t_import
     tables, failed = {}, []
@@ -84,8 +84,12 @@ def child_validate(db: str) -> dict:
 _BEFORE = """
 import json, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
-from resources.validation import suites, table_frame, validate_table
-from resources.warehouse import connect
+try:
+    from wattbench.validation import suites, table_frame, validate_table
+    from wattbench.warehouse import connect
+except ImportError:  # a checkout from before the domain code moved out of resources/ (issue 33)
+    from resources.validation import suites, table_frame, validate_table
+    from resources.warehouse import connect
 t0 = time.perf_counter()
 failed = []
 with connect(sys.argv[2], read_only=True) as con:

@@ -12,7 +12,7 @@ results/warehouse_scale.md:
   process per size, so the peak is that size's; ru_maxrss of the child);
 - queries: wall seconds of every report query in sql/ and every view reports read, on the full warehouse, run in
   a fresh process (cold: the first run after opening the file) for the latest run;
-- validation: wall seconds and peak RSS of the GX suites (resources/validation.py) on the largest run.
+- validation: wall seconds and peak RSS of the GX suites (wattbench/validation.py) on the largest run.
 Only sizes that were run are written: a size not run has no entry (never a figure).
 The synthetic bundles are data shaped like measurements, not measurements: every figure here is a time or a size of
 wattbench's own work (measured on this machine), never a figure about an engine.
@@ -83,7 +83,7 @@ def _peak_rss_mb() -> float:
 
 
 def child_ingest(db: str, bundle: str) -> dict:
-    from resources.warehouse import connect, ingest_bundle
+    from wattbench.warehouse import connect, ingest_bundle
 
     t0 = time.perf_counter()
     with connect(db) as con:
@@ -94,7 +94,7 @@ def child_ingest(db: str, bundle: str) -> dict:
 def child_queries(db: str) -> dict:
     """Every report query in sql/ (parameters as `wattbench sql` fills them for the latest run) and every view
     reports read, each timed once on a freshly opened warehouse, then once more (warm)."""
-    from resources.warehouse import SQL_DIR, connect, run_sql
+    from wattbench.warehouse import SQL_DIR, connect, run_sql
 
     out: dict[str, dict] = {}
     with connect(db, read_only=True) as con:
@@ -119,8 +119,8 @@ def child_queries(db: str) -> dict:
 
 def child_validation(db: str) -> dict:
     """The GX suites of every table on the latest run (as assets/checks.py runs them)."""
-    from resources.validation import suites, validate_run
-    from resources.warehouse import connect
+    from wattbench.validation import suites, validate_run
+    from wattbench.warehouse import connect
 
     t0 = time.perf_counter()
     failed = []
@@ -135,7 +135,10 @@ def child_validation(db: str) -> dict:
 _BEFORE = """
 import json, resource, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/agent"]
-from resources.warehouse import connect, ingest_bundle
+try:
+    from wattbench.warehouse import connect, ingest_bundle
+except ImportError:  # a checkout from before the warehouse moved out of resources/ (issue 33)
+    from resources.warehouse import connect, ingest_bundle
 t0 = time.perf_counter()
 with connect(sys.argv[2]) as con:
     counts = ingest_bundle(con, sys.argv[3])
@@ -166,8 +169,8 @@ def _last_json(stdout: str) -> dict:
 
 
 def _before_ingest(code: Path, db: Path, bundle: Path) -> dict:
-    """Ingest `bundle` with another checkout's code (its own resources/ and agent/), in a fresh process: wall
-    seconds, peak RSS, the load around it, or the error."""
+    """Ingest `bundle` with another checkout's code (its own wattbench/, or resources/ before, and agent/), in a
+    fresh process: wall seconds, peak RSS, the load around it, or the error."""
     commit = (
         (code / "COMMIT").read_text().strip()
         if (code / "COMMIT").exists()

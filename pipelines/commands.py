@@ -10,6 +10,7 @@ from pathlib import Path
 
 from assets.benchmark_run import COMPLETE
 from pipelines.instance import open_instance
+from wattbench import settings
 
 
 def _fail(message: str) -> int:
@@ -100,25 +101,25 @@ def latest_run_id(con, say: bool = False) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from resources.plan import PlanError, load_plan
+    from wattbench.plan import PlanError, load_plan
 
     try:
         plan, _ = load_plan(args.plan)
     except PlanError as exc:
         return _fail(str(exc))
-    db = Path(args.db or os.environ.get("WATTBENCH_DB", "data/wattbench.duckdb")).resolve()
+    db = settings.db_path(args.db)  # as `report` and `sql` find it: docs/USAGE.md
     db.parent.mkdir(parents=True, exist_ok=True)
     plan_file = Path(args.plan).resolve()
     import dataclasses
 
     import dagster as dg
 
+    from assets.partitions import partition_of
     from pipelines.definitions import Settings, build_definitions
     from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, partition_for_plan
-    from resources.bench_plan import output_dir_from_env
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
-    runs_dir = Path(output_dir_from_env())
+    runs_dir = settings.runs_dir()
     # the code location's own definitions, built for this plan, warehouse and run folder: the run is their
     # `benchmark` job, as a run launched from the UI is (a plan outside plans/ adds its stem as a scenario)
     defs = build_definitions(
@@ -146,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         was_interrupted,
     )
 
-    instance = open_instance([partition.keys_by_dimension["model"]])
+    instance = open_instance([partition_of(partition).model])
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     reap_stale_runs(instance, say)  # runs a killed `wattbench run` left behind must not hold the writer slot
     for holder in slot_holders(instance, WRITER_POOL):
@@ -168,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
             partition_key=partition,
             tags={
                 MODEL_TAG: plan.model,
-                SCENARIO_TAG: partition.keys_by_dimension["scenario"],
+                SCENARIO_TAG: partition_of(partition).scenario,
                 TRIGGER_TAG: "cli",
                 **process_tags(db, runs_dir),
             },
@@ -205,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from assets.report_text import checks_lines, contrasts_text, head_to_head_text
+    from wattbench.report.rows import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
@@ -280,7 +281,7 @@ def _finite_params(params: dict) -> None:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from resources.connection import WarehouseError, connect, query_rows, sql_text
+    from wattbench.connection import WarehouseError, connect, query_rows, sql_text
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
@@ -290,7 +291,7 @@ def _sql(args: argparse.Namespace) -> int:
                 if query.replace("-", "_").replace(".sql", "").isidentifier() and " " not in query
                 else query
             )
-            from assets.report_text import query_params
+            from wattbench.report.rows import query_params
 
             run_id = None
             if "$" in text:
@@ -322,13 +323,13 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from resources.ingest_checks import incomplete_note
-    from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
+    from wattbench.ingest_checks import incomplete_note
+    from wattbench.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import ArchiveLimits, BundleError, GiB, read_manifest, unpacked
 
     plan_fields = None
     if args.plan:  # the plan the bundle was measured on: its prices and SLO for the reports
-        from resources.plan import PlanError, load_plan, plan_run_fields
+        from wattbench.plan import PlanError, load_plan, plan_run_fields
 
         try:
             plan, sha = load_plan(args.plan)
@@ -357,7 +358,7 @@ def _spec(args: argparse.Namespace) -> int:
     """An agent spec for a plan, to run the agent by hand on a GPU node without Dagster (then `wattbench ingest`)."""
     import uuid
 
-    from resources.plan import PlanError, agent_spec, load_plan
+    from wattbench.plan import PlanError, agent_spec, load_plan
     from wattbench_agent.safety import secret_paths
 
     try:
@@ -396,13 +397,10 @@ def _spec(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "default.yaml"
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="materialize the whole asset graph on a plan and print the head-to-head table")
-    p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--plan", default=str(settings.plan_path()), help="benchmark plan YAML")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_run)
 
@@ -424,7 +422,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("sql", help="run SQL (or a named query from sql/) on the warehouse, read-only")
     p.add_argument("query", help="SQL text, or the name of a query in sql/ (e.g. load_points, head_to_head)")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument("--run", help="run id for queries that use $run_id (default: the latest run)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     p.add_argument(
@@ -441,7 +439,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write the bench agent's spec for a plan (to run `wattbench-agent` by hand on a "
         "GPU node, then `wattbench ingest` the bundle)",
     )
-    p.add_argument("--plan", default=os.environ.get("WATTBENCH_PLAN", str(DEFAULT_PLAN)), help="benchmark plan YAML")
+    p.add_argument("--plan", default=str(settings.plan_path()), help="benchmark plan YAML")
     p.add_argument("--workload", action="append", default=[], help="only this workload (repeatable)")
     p.add_argument("--run-id", help="the run id its rows will carry (default: <plan name>-<random>)")
     p.add_argument("--out", help="the bundle folder on the GPU node (default: bundle-<run id>)")
@@ -456,7 +454,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the bundle's run is already complete in the warehouse with other rows: drop them all and load the "
         "bundle's instead (one transaction); without it such a bundle is refused",
     )
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument(
         "--plan",
         help="the plan the bundle was measured on: its prices and SLO go with the run (cost and "

@@ -4,9 +4,10 @@ Definitions when Dagster loads the code location, and `wattbench run` builds the
 (`build_definitions(Settings(...))`) and executes their `benchmark` job, so the CLI and the UI share one code path
 and a CLI run shows in the instance as `benchmark` with its partition.
 
-Configuration is the resources' (docs/ARCHITECTURE.md, "Runs and definitions"): the warehouse file, the plan and
-the run folder come from WATTBENCH_DB, WATTBENCH_PLAN and WATTBENCH_RUNS_DIR through dg.EnvVar where they are set
-(resolved when a run starts, shown by name in the UI), defaults otherwise; WATTBENCH_TARGET=kubernetes picks the
+Configuration is the resources' (docs/ARCHITECTURE.md, "Runs and definitions"; wattbench/settings.py names every
+default and variable): the warehouse file, the plan and the run folder come from WATTBENCH_DB, WATTBENCH_PLAN and
+WATTBENCH_RUNS_DIR through dg.EnvVar where they are set (resolved when a run starts, shown by name in the UI),
+defaults otherwise; WATTBENCH_TARGET=kubernetes picks the
 cluster launchers; WATTBENCH_GIT_URL / WATTBENCH_GIT_BRANCH link each asset's code reference to a Git host.
 
 Assets are partitioned by (model, scenario) (assets/partitions.py); the `benchmark` job materializes one partition
@@ -26,20 +27,20 @@ import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets.bench import bench
-from assets.builds import LocalEngineBuilder, engine_builds
+from assets.builds import engine_builds
 from assets.checks import stage_checks
 from assets.partitions import BENCH_PARTITIONS, bench_partitions
 from assets.reports import REPORT_ASSETS
-from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher, build_cluster_benchmark_job, executor_config_from_env
+from pipelines.k8s import build_cluster_benchmark_job, executor_config_from_env
 from pipelines.partitions import BENCHMARK_JOB
 from pipelines.schedules import build_schedules
-from pipelines.sensors import HubWatch, build_sensors
+from pipelines.sensors import DEFAULT_POLL_S, build_sensors
 from resources.bench_plan import BenchPlan
-from resources.plan import DEFAULT_PLAN
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DB = REPO_ROOT / "data" / "wattbench.duckdb"
-DEFAULT_RUNS_DIR = REPO_ROOT / "data" / "runs"
+from resources.engine_builder import LocalEngineBuilder
+from resources.hub_watch import HubWatch
+from resources.k8s import K8sAgentLauncher, K8sBuildLauncher
+from wattbench import settings as names
+from wattbench.settings import DEFAULT_DB, DEFAULT_PLAN, DEFAULT_RUNS_DIR, REPO_ROOT
 
 # Every asset with its code reference (source file and line); linked to a Git host by build_definitions.
 ALL_ASSETS = list(dg.with_source_code_references([engine_builds, bench, *REPORT_ASSETS]))
@@ -64,10 +65,10 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         return cls(
-            extra_plan=env.get("WATTBENCH_PLAN") or None,
-            target=env.get("WATTBENCH_TARGET") or None,
-            git_url=env.get("WATTBENCH_GIT_URL") or None,
-            git_branch=env.get("WATTBENCH_GIT_BRANCH") or None,
+            extra_plan=env.get(names.PLAN) or None,
+            target=env.get(names.TARGET) or None,
+            git_url=env.get(names.GIT_URL) or None,
+            git_branch=env.get(names.GIT_BRANCH) or None,
             env=env,
         )
 
@@ -84,13 +85,13 @@ def make_resources(
     cluster (target kubernetes) the agent is a Pipes pod and a GPU-locked engine builds in one too."""
     settings = settings if settings is not None else Settings.from_env()
     on_cluster = settings.target == "kubernetes"
-    plan_fields.setdefault("output_dir", settings.value(settings.output_dir, "WATTBENCH_RUNS_DIR", DEFAULT_RUNS_DIR))
+    plan_fields.setdefault("output_dir", settings.value(settings.output_dir, names.RUNS_DIR, DEFAULT_RUNS_DIR))
     if settings.replay_bundle and "replay_bundle" not in plan_fields:
         plan_fields["replay_bundle"] = settings.replay_bundle
     return {
-        "warehouse": DuckDBResource(database=settings.value(db_path or settings.db_path, "WATTBENCH_DB", DEFAULT_DB)),
+        "warehouse": DuckDBResource(database=settings.value(db_path or settings.db_path, names.DB, DEFAULT_DB)),
         "plan": BenchPlan(
-            path=settings.value(plan_path or settings.plan_path, "WATTBENCH_PLAN", DEFAULT_PLAN), **plan_fields
+            path=settings.value(plan_path or settings.plan_path, names.PLAN, DEFAULT_PLAN), **plan_fields
         ),
         "pipes_subprocess_client": K8sAgentLauncher.from_env() if on_cluster else dg.PipesSubprocessClient(),
         "engine_builder": K8sBuildLauncher.from_env() if on_cluster else LocalEngineBuilder(),
@@ -136,8 +137,8 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
         executor=dg.in_process_executor,
         asset_checks=stage_checks,
         jobs=[benchmark_job, build_cluster_benchmark_job(executor_config_from_env(env))],
-        sensors=build_sensors(int(env.get("WATTBENCH_HUB_POLL_S") or 3600)),
-        schedules=build_schedules(env.get("WATTBENCH_SCHEDULE_TZ") or "UTC"),
+        sensors=build_sensors(int(env.get(names.HUB_POLL_S) or DEFAULT_POLL_S)),
+        schedules=build_schedules(env.get(names.SCHEDULE_TZ) or "UTC"),
         resources=make_resources(settings=settings),
     )
 

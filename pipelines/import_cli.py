@@ -1,11 +1,13 @@
 """`wattbench import FILE...`: other tools' results (vllm bench serve, AIPerf, guidellm) as runs in the warehouse,
-source 'imported:<tool>' (resources/importers/). They appear in `wattbench sql load_points --run RUN` and
+source 'imported:<tool>' (wattbench/importers/). They appear in `wattbench sql load_points --run RUN` and
 `wattbench report --compare RUN_A RUN_B`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from wattbench import settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="result files (or AIPerf artifact folders)")
     p.add_argument("--tool", choices=("vllm", "aiperf", "guidellm"), help="the format (default: recognised)")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument("--run-id", help="file the run under this id (one file only; default: from the file's content)")
     g = p.add_argument_group("what was measured (the files do not say; used to pair points with other runs)")
     g.add_argument("--engine", help="engine kind: vllm, sglang, trtllm, ... (default: external)")
@@ -31,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from resources.importers import ImportFileError, read_file, run_id_of, store_run
-    from resources.warehouse import WarehouseError, connect
+    from wattbench.importers import ImportFileError, read_file, run_id_of, store_run
+    from wattbench.warehouse import WarehouseError, connect
 
     if args.run_id and len(args.files) > 1:
         print("wattbench import: --run-id names one run; give one file with it", file=sys.stderr)

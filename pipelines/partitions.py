@@ -1,8 +1,8 @@
 """Picking and registering (model, scenario) partitions: for `wattbench run`, the sensors and the schedules.
 
-The definitions live in assets/partitions.py (assets do not import pipelines): `models` is a dynamic partition
-(keys from resources/model_registry.partition_key_for), `scenario` a static one (one key per plan file, see
-resources/bench_plan.scenario_plans).
+The definitions, and the reading of a partition key, live in assets/partitions.py (assets do not import pipelines):
+`models` is a dynamic partition (keys from wattbench/model_registry.partition_key_for), `scenario` a static one (one
+key per plan file, scenario_plans).
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS, bench_partitions
-from resources.bench_plan import scenario_key_for, scenario_plans
-from resources.model_registry import partition_key_for
-from resources.plan import Plan, PlanError, load_plan
+from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS, bench_partitions, scenario_key_for, scenario_plans
+from wattbench.model_registry import partition_key_for
+from wattbench.plan import Plan, PlanError, load_plan
 
 BENCHMARK_JOB = "benchmark"  # the partitioned job that sensors, schedules and backfills launch
 MODEL_TAG = "wattbench/model_id"  # the exact model id a run benchmarks (partition keys are sanitised)

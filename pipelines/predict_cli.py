@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from wattbench import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 # where the twin was validated (wattbench/twin/: the calibration and its held-out tests)
 VALIDATED = {
@@ -215,7 +217,7 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
     """Simulate every engine x point x repeat of the plan and write a bundle (source 'predicted') to `out`.
     Returns one note per engine (profile, mapping, extrapolation). Raises NothingToPredict (and writes nothing)
     when no engine of the plan has a twin."""
-    from resources.plan import point_label
+    from wattbench.plan import point_label
     from wattbench_agent.bundle import BundleWriter
     from wattbench_agent.emulator import EMULATOR_VERSION, setup
     from wattbench_agent.emulator.specs import model_spec
@@ -439,8 +441,8 @@ def table(by: dict[tuple[str, str], dict], notes: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from resources.plan import PlanError, load_plan, plan_run_fields
-    from resources.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
+    from wattbench.plan import PlanError, load_plan, plan_run_fields
+    from wattbench.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
 
     try:
         plan, sha = load_plan(args.plan)
@@ -544,7 +546,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--plan", required=True, help="the plan to predict (engines, workloads, prices, SLO, capacity)")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument("--run-id", help="file the predicted run under this id (default: predicted-<plan>-<time>)")
     p.add_argument("--no-store", action="store_true", help="print only; do not file the run in the warehouse")
     p.add_argument("--format", choices=("table", "json"), default="table")

@@ -6,7 +6,7 @@ wattbench report --capacity              SLO capacity searches, capacity plan + 
 wattbench report --regressions           this run against the previous run of each load point
 wattbench report --compare RUN_A RUN_B   two runs side by side: B against A, deltas and flags
 wattbench report --buy [RUN ...]         what to buy: one traffic profile sized on runs of different GPU kinds
-wattbench report --<report>              any report of the registry with a `cli` name (assets/report_specs.py)
+wattbench report --<report>              any report of the registry with a `cli` name (wattbench/report/specs.py)
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from assets.report_specs import REPORTS, ReportSpec
-from assets.report_text import contrasts_text, head_to_head_text
 from pipelines.commands import _fail, _print_table, latest_run_id
+from wattbench import settings
+from wattbench.report.rows import contrasts_text, head_to_head_text
+from wattbench.report.specs import REPORTS, ReportSpec
 from wattbench_agent.argtypes import finite_float
 
 _FLAG_ORDER = {"REGRESSION": 0, "improvement": 1, "within noise": 2, "not comparable": 3, "no baseline": 4}
@@ -64,7 +65,7 @@ def compare_text(con, run_a: str, run_b: str, only_flagged: bool = False) -> tup
     metric, with the change, the noise band and the flag. Returns the text and the count of each flag."""
     from tabulate import tabulate
 
-    from resources.connection import run_sql
+    from wattbench.connection import run_sql
 
     df = run_sql(con, "compare_runs", {"run_a": run_a, "run_b": run_b})
     counts = df["flag"].value_counts().to_dict() if not df.empty else {}
@@ -127,7 +128,7 @@ def _print(df, fmt: str) -> None:
 
 def _profile(con, run_id: str, args: argparse.Namespace) -> dict:
     """The traffic profile: the flags given, else the `capacity:` section of the run's plan. ValueError if none."""
-    from assets.report_text import run_capacity_profile
+    from wattbench.report.rows import run_capacity_profile
 
     params = run_capacity_profile(con, run_id) or {}
     for key in (
@@ -162,8 +163,8 @@ def _profile_line(params: dict) -> str:
 
 
 def _capacity(con, run_id: str, args: argparse.Namespace) -> int:
-    from assets.reporting import CAPACITY_ASSUMPTIONS
-    from resources.connection import query_rows, run_sql
+    from wattbench.connection import query_rows, run_sql
+    from wattbench.report.render import CAPACITY_ASSUMPTIONS
 
     params = {**_profile(con, run_id, args), "run_id": run_id}
     columns, rows = query_rows(con, "slo_capacity", {"run_id": run_id})
@@ -199,8 +200,8 @@ def latest_run_per_gpu(con) -> list[str]:
 
 
 def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
-    from assets.reporting import CAPACITY_ASSUMPTIONS
-    from resources.connection import run_sql
+    from wattbench.connection import run_sql
+    from wattbench.report.render import CAPACITY_ASSUMPTIONS
 
     runs = [resolve_run(con, ref) for ref in refs] if refs else latest_run_per_gpu(con)
     params = {**_profile(con, runs[0], args), "runs": runs}
@@ -214,7 +215,7 @@ def _buy(con, refs: list[str], args: argparse.Namespace) -> int:
 
 
 def _regressions(con, run_id: str, args: argparse.Namespace) -> int:
-    from resources.connection import run_sql
+    from wattbench.connection import run_sql
 
     df = run_sql(con, "regressions", {"run_id": run_id})
     if args.only_flagged:
@@ -226,7 +227,7 @@ def _regressions(con, run_id: str, args: argparse.Namespace) -> int:
 
 def _table_report(con, spec: ReportSpec, run_id: str, args: argparse.Namespace) -> int:
     """A table report of the registry: its title, then its table."""
-    from resources.connection import run_sql
+    from wattbench.connection import run_sql
 
     print(f"{spec.title}, run {run_id}:", file=sys.stderr if args.format != "table" else sys.stdout)
     _print(run_sql(con, spec.sql, spec.params(run_id)), args.format)
@@ -242,7 +243,7 @@ def _flag(spec: ReportSpec) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from resources.connection import WarehouseError, connect
+    from wattbench.connection import WarehouseError, connect
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
@@ -276,7 +277,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="print a run's reports: head-to-head (default), --capacity, --regressions, --compare RUN_A RUN_B"
     )
     p.add_argument("--run", help="run id or a unique prefix of one (default: the latest run)")
-    p.add_argument("--db", help="DuckDB file (default: $WATTBENCH_DB or data/wattbench.duckdb)")
+    p.add_argument("--db", help=settings.DB_HELP)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--compare",
@@ -284,7 +285,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar=("RUN_A", "RUN_B"),
         help="two runs side by side: B against A per load point and metric, with deltas and flags",
     )
-    for spec in REPORTS:  # the registry's reports that the console prints (assets/report_specs.py)
+    for spec in REPORTS:  # the registry's reports that the console prints (wattbench/report/specs.py)
         if spec.cli:
             mode.add_argument(
                 f"--{spec.cli}", action="store_true", dest=_flag(spec), help=spec.cli_help or spec.title.lower()

@@ -182,9 +182,10 @@ def mark_in_warehouse(
     failure is a `failed_runs` row (assets/benchmark_run.mark_ended). False when the warehouse could not be
     written (said on `log`); the Dagster side stands."""
     from assets.benchmark_run import mark_ended
-    from resources.warehouse import WarehouseError, connect, default_db_path
+    from wattbench.settings import db_path
+    from wattbench.warehouse import WarehouseError, connect
 
-    db = db or default_db_path()
+    db = db or db_path()
     if not Path(db).exists():
         return False
     try:
@@ -340,7 +341,7 @@ def was_interrupted(result: Any) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
     """The latest runs of the instance with their process and warehouse status."""
-    from resources.warehouse import WarehouseError, connect
+    from wattbench.warehouse import WarehouseError, connect
 
     rows = []
     status_by_db: dict[str, dict[str, str]] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from assets.partitions import scenario_plans
 from pipelines.partitions import (
     BENCHMARK_JOB,
     MODEL_TAG,
@@ -26,8 +27,7 @@ from pipelines.partitions import (
     pinned_models,
     registered_models,
 )
-from resources.bench_plan import scenario_plans
-from resources.model_registry import model_id_for
+from wattbench.model_registry import model_id_for
 
 PINNED_SCENARIO = "default"
 TZ = "UTC"

@@ -1,12 +1,13 @@
 """Sensors: new model releases on the Hugging Face Hub, and failed runs recorded in the warehouse.
 
 `model_release_sensor` polls `{base}/api/models?author=ORG&sort=createdAt&direction=-1&limit=N` (with the
-configured pipeline_tag / library / filter parameters) for each organisation of `HubWatch`, keeps per-organisation
-high-water marks in its cursor, adds each new model as a key of the dynamic partition `models`, and requests one
-`benchmark` run per (model, scenario) of the configured scenarios: each run is the scenario's plan (its engine
-matrix, workloads and prices) with `model` set to the new model. The cursor advances only in the same result that
-carries the partitions and run requests; a 429 (Retry-After honoured), 5xx, timeout or connection error leaves
-every organisation's mark as it was and backs off (exponentially, capped) before the next poll.
+configured pipeline_tag / library / filter parameters) for each organisation of the `hub` resource (HubWatch,
+resources/hub_watch.py), keeps per-organisation high-water marks in its cursor, adds each new model as a key of
+the dynamic partition `models`, and requests one `benchmark` run per (model, scenario) of the configured scenarios:
+each run is the scenario's plan (its engine matrix, workloads and prices) with `model` set to the new model. The
+cursor advances only in the same result that carries the partitions and run requests; a 429 (Retry-After
+honoured), 5xx, timeout or connection error leaves every organisation's mark as it was and backs off (exponentially,
+capped) before the next poll.
 
 Cursor (JSON):
     {"v": 1,
@@ -25,7 +26,6 @@ catches what a step could not record (a run that failed before its first step).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,77 +33,10 @@ from typing import Any
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
+from assets.partitions import scenario_plans
 from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG, bench_partition
-from resources.bench_plan import scenario_plans
-from resources.model_registry import HubClient, HubModel, HubUnavailable, parse_time, partition_key_for
-
-
-def _csv(text: str | None) -> list[str]:
-    return [p.strip() for p in (text or "").split(",") if p.strip()]
-
-
-class HubWatch(dg.ConfigurableResource):
-    """What the model-release sensor watches on the Hugging Face Hub, and what it runs for a new model.
-
-    Comma-separated fields (orgs, filters, scenarios) so that each can come from one environment variable;
-    `HubWatch.from_env()` reads them (see docs/AUTOMATION.md)."""
-
-    base_url: str = "https://huggingface.co"
-    orgs: str = "meta-llama,Qwen,mistralai,google,microsoft,deepseek-ai"
-    pipeline_tag: str = "text-generation"
-    library: str = "transformers"
-    filters: str = ""
-    limit: int = 20
-    scenarios: str = "default"
-    first_poll_models: int = 0
-    timeout_s: float = 10.0
-    backoff_s: float = 300.0
-    max_backoff_s: float = 6 * 3600.0
-    token: str | None = None
-
-    @classmethod
-    def from_env(cls) -> HubWatch:
-        env = os.environ.get
-        fields: dict[str, Any] = {}
-        for name, var, cast in (
-            ("base_url", "WATTBENCH_HUB_URL", str),
-            ("orgs", "WATTBENCH_HUB_ORGS", str),
-            ("pipeline_tag", "WATTBENCH_HUB_PIPELINE_TAG", str),
-            ("library", "WATTBENCH_HUB_LIBRARY", str),
-            ("filters", "WATTBENCH_HUB_FILTERS", str),
-            ("limit", "WATTBENCH_HUB_LIMIT", int),
-            ("scenarios", "WATTBENCH_HUB_SCENARIOS", str),
-            ("first_poll_models", "WATTBENCH_HUB_FIRST_POLL_MODELS", int),
-            ("timeout_s", "WATTBENCH_HUB_TIMEOUT_S", float),
-            ("backoff_s", "WATTBENCH_HUB_BACKOFF_S", float),
-            ("max_backoff_s", "WATTBENCH_HUB_MAX_BACKOFF_S", float),
-        ):
-            if env(var) is not None:
-                fields[name] = cast(env(var))
-        if env("HF_TOKEN"):
-            fields["token"] = dg.EnvVar("HF_TOKEN")  # resolved at run time; the UI shows the variable, not the token
-        return cls(**fields)
-
-    def client(self) -> HubClient:
-        return HubClient(base_url=self.base_url, token=self.token, timeout_s=self.timeout_s)
-
-    def org_list(self) -> list[str]:
-        return _csv(self.orgs)
-
-    def scenario_list(self) -> list[str]:
-        return _csv(self.scenarios)
-
-    def wanted(self, model: HubModel) -> bool:
-        """Client-side filter too (a server that ignores a parameter must not start runs for other models)."""
-        if self.pipeline_tag and model.pipeline_tag and model.pipeline_tag != self.pipeline_tag:
-            return False
-        library_mismatch = (
-            self.library
-            and (model.library or model.tags)
-            and model.library != self.library
-            and self.library not in model.tags
-        )
-        return not library_mismatch
+from resources.hub_watch import HubWatch, csv_list
+from wattbench.model_registry import HubModel, HubUnavailable, parse_time, partition_key_for
 
 
 @dataclass
@@ -187,7 +120,7 @@ def poll_hub(watch: HubWatch, cursor_text: str | None, now: datetime | None = No
                 limit=watch.limit,
                 pipeline_tag=watch.pipeline_tag or None,
                 library=watch.library or None,
-                filters=_csv(watch.filters),
+                filters=csv_list(watch.filters),
                 stop_at=parse_time(mark["created_at"]) if mark else None,
             )
         except HubUnavailable as exc:
@@ -311,7 +244,7 @@ model_release_sensor = model_release_sensor_with()
     "marks its row in runs failed.",
 )
 def record_failed_runs(context: dg.RunFailureSensorContext, warehouse: DuckDBResource):
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
     run = context.dagster_run
     record = context.instance.get_run_record_by_id(run.run_id)

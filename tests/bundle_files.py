@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from resources.warehouse import table_files
+from wattbench.warehouse import table_files
 from wattbench_agent.bundle import csv_field, read_rows
 
 

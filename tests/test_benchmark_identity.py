@@ -21,8 +21,8 @@ from assets.bench import STAGE_TABLES
 from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
-from resources.warehouse import connect
 from tests.bundle_files import read_table, table_file, write_table
+from wattbench.warehouse import connect
 
 pytestmark = pytest.mark.slow
 

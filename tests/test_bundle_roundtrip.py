@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wattbench_agent.bundle as bundle_mod
-from resources.warehouse import connect, ingest_bundle
 from tests.bundle_files import line_of, read_table, write_table
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import BundleError, BundleWriter
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64, min_value=-1e12, max_value=1e12)

@@ -1,5 +1,5 @@
 """Version-3 bundles: requests and GPU samples as CSV read by DuckDB with the warehouse's types, the per-token times
-kept in the token store beside the warehouse (resources/token_store.py) and read through `wattbench sql`'s sandbox, a
+kept in the token store beside the warehouse (wattbench/token_store.py) and read through `wattbench sql`'s sandbox, a
 bad row named by file, line, field and value as in JSON, the step decomposition made from the token times where a
 bundle has none."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic import synthesize
-from resources.connection import execute_sql
-from resources.warehouse import connect, ingest_bundle, table_columns
+from wattbench.connection import execute_sql
+from wattbench.warehouse import connect, ingest_bundle, table_columns
 from wattbench_agent.bundle import CSV_TABLES, BundleError, BundleWriter, read_rows
 
 KIND = {"str": ("VARCHAR",), "int": ("BIGINT", "INTEGER"), "float": ("DOUBLE",), "bool": ("BOOLEAN",)}

@@ -1,4 +1,4 @@
-"""Version-2 and -3 bundles (per-token times in binary chunk files, resources/chunk_files.py, kept in the token store
+"""Version-2 and -3 bundles (per-token times in binary chunk files, wattbench/chunk_files.py, kept in the token store
 beside the warehouse and read by the compiled pass): the same run written as a version-1 bundle (every list inline in
 JSON), a version-2 and a version-3 bundle (requests.csv) loads the same rows and the same figures; a fault in the
 chunk files is refused naming the file, the line and the reason, and leaves nothing behind."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks.synthetic import synthesize
-from resources.warehouse import connect, ingest_bundle
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, BundleWriter, read_manifest
 
 # every request's fields, its token times and counts as lists, whichever way they are stored
@@ -216,7 +216,7 @@ def test_a_chunk_file_cut_mid_value_or_missing_is_named(both, tmp_path):
 def test_a_fault_in_the_compiled_pass_fails_the_ingest_keeping_nothing(both, tmp_path, monkeypatch):
     """The compiled pass runs in a thread while DuckDB loads the other tables: a failure there is the ingest's
     failure, the transaction keeps nothing of the bundle and the token store keeps no file of it."""
-    from resources import token_pass
+    from wattbench import token_pass
 
     _, tmp = both
 
@@ -256,7 +256,7 @@ def test_the_same_bundle_twice_stores_its_token_times_once_and_a_replaced_run_le
     assert len(store) == 1 and store[0].read_bytes() == (tmp / "v3" / CHUNK_FILES["chunk_ns"][0]).read_bytes()
     with connect(db) as con:
         con.execute("DELETE FROM requests")
-        from resources.token_store import collect
+        from wattbench.token_store import collect
 
         assert collect(con) == 1
     assert not list((tmp_path / "w.duckdb.tokens").glob("*.bin"))

@@ -72,8 +72,8 @@ def test_read_only_commands_import_nothing_heavy(db, argv, expect):
     """numpy too: the warehouse module loads the bundle's chunk-file reader (and numpy) only when a bundle loads. Nor
     the `duckdb` package: a sandboxed connection runs on DuckDB's engine (_duckdb) alone, and the package's Python
     layer (0.1 s to import, a third of the command) loads only for the other connections. Nor the ingest code: they
-    read through resources.connection, not resources.warehouse (its bundle checks and chunk files)."""
-    result = run_fresh([*argv, "--db", str(db)], (*HEAVY, "numpy", "duckdb", "resources.warehouse"))
+    read through wattbench.connection, not wattbench.warehouse (its bundle checks and chunk files)."""
+    result = run_fresh([*argv, "--db", str(db)], (*HEAVY, "numpy", "duckdb", "wattbench.warehouse"))
     assert result["rc"] == 0 and expect in result["out"], result["out"][-2000:]
     assert result["heavy"] == [], f"wattbench {' '.join(argv)} imported {result['heavy']}"
 

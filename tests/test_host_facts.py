@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from resources.warehouse import connect, ingest_bundle
 from tests.reliability.conftest import emulator_spec, rows
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent import hostfacts
 from wattbench_agent.loadgen.replay import bundle_summaries
 from wattbench_agent.runner import run_spec

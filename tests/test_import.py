@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "imports"
@@ -150,7 +150,7 @@ def test_vllm_result_without_details_uses_vllms_statistics(db, capsys, tmp_path)
 def test_real_vllm_result_imports(db, capsys):
     if not VLLM_REAL.exists():
         pytest.skip(f"{VLLM_REAL.name} not in tests/data/imports yet (a real vLLM 0.25 result on an H200)")
-    from resources.importers import read_json
+    from wattbench.importers import read_json
 
     data = read_json(VLLM_REAL)
     docs = data if isinstance(data, list) else [data]

@@ -54,7 +54,7 @@ def parse(source: str) -> ast.Module:
 
 def imported_distributions(dirs) -> dict[str, set[str]]:
     pkgs = md.packages_distributions()
-    # duckdb's engine, a compiled top-level module of the duckdb distribution (resources/connection.py imports it
+    # duckdb's engine, a compiled top-level module of the duckdb distribution (wattbench/connection.py imports it
     # alone): packages_distributions names a distribution's top-level packages and .py modules, not its extensions
     pkgs.setdefault("_duckdb", ["duckdb"])
     out: dict[str, set[str]] = {}
@@ -98,7 +98,7 @@ def test_control_plane_imports_are_declared_and_declared_deps_are_used():
     unused = base - set(used) - {"wattbench-agent"} - set(RUNTIME_ONLY["wattbench"])
     assert not unused, f"declared in pyproject.toml but imported nowhere in {CONTROL_PLANE}: {sorted(unused)}"
     assert "rich" not in base and "aiohttp" not in base  # unused / only the benchmark's baseline client
-    # pipelines/k8s.py builds pods with wattbench_agent.deploy.kubernetes, which imports kubernetes
+    # resources/k8s.py builds pods with wattbench_agent.deploy.kubernetes, which imports kubernetes
     assert any("wattbench-agent[kubernetes]" in r for r in md.requires("wattbench"))
     assert "kubernetes" in imported_distributions(AGENT) and "kubernetes" not in agent_base
 

@@ -9,11 +9,11 @@ import dagster as dg
 import pytest
 
 from assets.checks import stage_checks
-from assets.report_specs import REPORTS
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
-from resources.warehouse import connect, run_sql
 from tests.bundle_files import read_table, write_table
+from wattbench.report.specs import REPORTS
+from wattbench.warehouse import connect, run_sql
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_whole_graph_materializes(smoke_run):
         "requests",
         "gpu_samples",
         "server_metrics",
-        *(s.name for s in REPORTS),  # the report registry (assets/report_specs.py)
+        *(s.name for s in REPORTS),  # the report registry (wattbench/report/specs.py)
         "html_report",
     }
     assert {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions"} <= materialized

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from resources.plan import DEFAULT_PLAN, PlanError, load_plan, point_label
+from wattbench.plan import PlanError, load_plan, point_label
+from wattbench.settings import DEFAULT_PLAN
 
 
 def test_default_plan_is_the_documented_one():
@@ -171,7 +172,7 @@ def test_default_plan_spreads_lengths_as_real_traffic(tmp_path):
 def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
     """A workload with `search:` becomes one load point per deployment, after every repeat of the plan's points, whose
     load is the search's first probe and whose search carries the SLO (its own, else the plan's)."""
-    from resources.plan import agent_spec
+    from wattbench.plan import agent_spec
 
     plan, _ = load_plan(DEFAULT_PLAN)
     spec = agent_spec(plan, "r", tmp_path, {})

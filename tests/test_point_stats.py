@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synthetic import synthesize
-from resources.importers import read_file, store_run
-from resources.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats, set_run_fields
+from wattbench.importers import read_file, store_run
+from wattbench.warehouse import SCHEMA_VERSION, connect, ingest_bundle, refresh_point_stats, set_run_fields
 from wattbench_agent.bundle import unpacked
 
 ROOT = Path(__file__).resolve().parents[1]

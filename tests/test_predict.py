@@ -12,7 +12,7 @@ import yaml
 
 from pipelines.cli import main
 from pipelines.predict_cli import extrapolation
-from resources.warehouse import connect, run_sql
+from wattbench.warehouse import connect, run_sql
 
 PLAN = {
     "name": "predict-test",
@@ -174,7 +174,7 @@ def test_predict_refuses_a_plan_without_any_twin_and_files_nothing(tmp_path, cap
 def test_predict_a_local_model_through_its_config_json(tmp_path, capsys):
     """A plan whose model is a folder on the GPU node predicts here through twin_model (a config.json relative to
     the plan); a model folder holding a config.json works as the model itself. Parameters are stated computed."""
-    from resources.plan import PlanError, load_plan
+    from wattbench.plan import PlanError, load_plan
 
     root = Path(__file__).resolve().parents[1]
     cfg = json.loads((root / "results" / "h200-vllm" / "config.json").read_text())
@@ -217,10 +217,10 @@ def test_same_model_compares_shapes():
 
 def test_predict_sends_each_repeat_the_requests_the_agent_will_send(tmp_path, capsys):
     """A filed prediction describes the run's own requests: each point and repeat is simulated with the seed the agent
-    gives it (runner.point_seed through resources.plan.agent_spec), so every predicted request has the lengths the
+    gives it (runner.point_seed through wattbench.plan.agent_spec), so every predicted request has the lengths the
     load generator prepares for it (spread lengths: a different seed would draw different ones), and the repeats
     differ as the run's will."""
-    from resources.plan import agent_spec, load_plan
+    from wattbench.plan import agent_spec, load_plan
     from wattbench_agent.loadgen import LoadSpec
     from wattbench_agent.loadgen.runner import _prepare
     from wattbench_agent.runner import point_seed

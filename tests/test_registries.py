@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from resources.plan import PlanError, agent_spec, load_plan, point_label
 from tests.bundle_files import read_table
+from wattbench.plan import PlanError, agent_spec, load_plan, point_label
 from wattbench_agent.emulator import Workload, simulate
 from wattbench_agent.engines import registry
 from wattbench_agent.engines.base import EngineConfig

@@ -1,5 +1,5 @@
 """A run's own fields (its SLO, prices, start time) are read by the kept per-load-run figures (load_points_core):
-every way they are set goes through resources/warehouse.set_run_fields, which refreshes what reads them, so the kept
+every way they are set goes through wattbench/warehouse.set_run_fields, which refreshes what reads them, so the kept
 rows equal their definition (v_load_points_core_live) after each. Real parts: a synthetic bundle ingested by the
 CLI, `wattbench predict` filing a run, a benchmark opened as Dagster's engine_builds opens it."""
 
@@ -15,9 +15,9 @@ import yaml
 from assets.benchmark_run import open_benchmark
 from benchmarks.synthetic import synthesize
 from pipelines.cli import main
-from resources.warehouse import RUN_FIELD_TABLES, WarehouseError, connect, set_run_fields
 from tests.test_point_stats import rows, same
 from tests.test_predict import PLAN
+from wattbench.warehouse import RUN_FIELD_TABLES, WarehouseError, connect, set_run_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 # The columns of runs that v_load_points_core_live reads (run_at, cost, goodput, the SLO verdict)
@@ -124,12 +124,12 @@ def test_opening_a_benchmark_again_refreshes_its_kept_figures(bundle, tmp_path):
 
 
 def test_no_code_sets_a_runs_kept_field_but_set_run_fields():
-    """Every UPDATE of runs outside resources/warehouse.py names only fields no kept figure reads (status, finished
+    """Every UPDATE of runs outside wattbench/warehouse.py names only fields no kept figure reads (status, finished
     time), spelled out: a field list built at run time, or one of RUN_FIELDS, goes through set_run_fields."""
     offenders = []
     for path in [*ROOT.glob("*/**/*.py")]:
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith((".venv/", "tests/", "agent/")) or rel == "resources/warehouse.py":
+        if rel.startswith((".venv/", "tests/", "agent/")) or rel == "wattbench/warehouse.py":
             continue
         text = path.read_text()
         for m in re.finditer(r"UPDATE\s+runs\s+SET\s+(.{0,200}?)\bWHERE\b", text, re.S):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from resources.validation import outcome_rows, suites, validate_table
+from wattbench.validation import outcome_rows, suites, validate_table
 
 
 def requests_frame(n=20):

@@ -1,8 +1,8 @@
 """Every rule judged in SQL means what it meant as a GX pandas batch.
 
 The reference here is the way the suites ran before they moved into DuckDB: the derived columns computed in pandas
-(the code kept below, as it was in resources/validation.py) and every expectation run by GX's own pandas engine on
-the frame. The SQL path (validate_table -> resources.validation._judge) must give each rule the same verdict, the
+(the code kept below, as it was in wattbench/validation.py) and every expectation run by GX's own pandas engine on
+the frame. The SQL path (validate_table -> wattbench.validation._judge) must give each rule the same verdict, the
 same row and breaking-row counts, and the same breaking values, on rows drawn to break every rule and to sit on
 every bound (NULL, NaN, +-Inf, equal pairs, strict and inclusive limits, rows outside a row_condition).
 """
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from resources.ingest_checks import RANGES
-from resources.validation import (
+from wattbench.ingest_checks import RANGES
+from wattbench.validation import (
     DERIVED,
     NONFINITE,
     _question,
@@ -216,7 +216,7 @@ def test_a_rule_whose_column_is_absent_fails_and_says_so():
 def test_the_warehouse_path_judges_one_run_and_keeps_nan_apart_from_null(tmp_path):
     """validate_run reads the run's rows where they are: another run's bad rows are not this run's, a NaN in the
     warehouse is a broken value (finite rule) while NULL is not measured."""
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
     with connect(tmp_path / "w.duckdb") as con:
         con.execute(

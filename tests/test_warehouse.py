@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from resources.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
 from tests.bundle_files import line_of, read_table, write_table
+from wattbench.warehouse import SCHEMA_VERSION, WarehouseError, connect, ingest_bundle, run_sql
 from wattbench_agent.bundle import BundleError, BundleWriter, read_manifest
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from resources.plan import DEFAULT_PLAN, agent_spec, load_plan
+from wattbench.plan import agent_spec, load_plan
+from wattbench.settings import DEFAULT_PLAN
 from wattbench_agent.wire import WIRE_VERSION, AgentSpec, WireError
 
 

@@ -3,8 +3,8 @@ report assets use:  .venv/bin/python results/h200-transformers/make_figures.py""
 
 from pathlib import Path
 
-from assets import pictures, reporting
-from resources.warehouse import connect, ingest_bundle
+from wattbench.report import pictures, render
+from wattbench.warehouse import connect, ingest_bundle
 
 HERE = Path(__file__).resolve().parent
 DB = HERE / "h200.duckdb"
@@ -13,7 +13,7 @@ DB.unlink(missing_ok=True)
 with connect(DB) as con:
     ingest_bundle(con, HERE / "bundle")
     run_id = con.execute("SELECT run_id FROM runs").fetchone()[0]
-    frames = reporting.report_frames(con, run_id)  # point summaries (sql/load_points.sql), samples, windows, requests
+    frames = render.report_frames(con, run_id)  # point summaries (sql/load_points.sql), samples, windows, requests
 DB.unlink()
 label = "measured, 1x H200, transformers serve, random 1B"
 for name, png in {

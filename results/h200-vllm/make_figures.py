@@ -9,8 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from resources.plan import load_plan, plan_run_fields  # noqa: E402
-from resources.warehouse import connect, ingest_bundle, set_run_fields  # noqa: E402
+from wattbench.plan import load_plan, plan_run_fields  # noqa: E402
+from wattbench.warehouse import connect, ingest_bundle, set_run_fields  # noqa: E402
 from wattbench_agent.bundle import read_manifest, unpacked  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -30,7 +30,7 @@ class Spy(dict):
         self._note(key); return dict.__contains__(self, key)
 
 os.environ = Spy(os.environ)
-import pipelines.definitions as d, pipelines.cli, pipelines.sensors, pipelines.schedules, pipelines.k8s
+import pipelines.definitions as d, pipelines.cli, pipelines.sensors, pipelines.schedules, pipelines.k8s, resources.k8s
 at_import = sorted(Spy.seen)
 defs = d.defs()
 job = defs.resolve_job_def("benchmark")

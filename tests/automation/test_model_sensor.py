@@ -9,8 +9,9 @@ import dagster as dg
 import pytest
 
 from assets.partitions import BENCH_PARTITIONS, MODELS
-from pipelines.sensors import HubCursor, HubWatch, model_release_sensor, poll_hub
-from resources.model_registry import HubClient, HubUnavailable, model_id_for, partition_key_for, retry_after_seconds
+from pipelines.sensors import HubCursor, model_release_sensor, poll_hub
+from resources.hub_watch import HubWatch
+from wattbench.model_registry import HubClient, HubUnavailable, model_id_for, partition_key_for, retry_after_seconds
 
 from .hub_server import FakeHub
 

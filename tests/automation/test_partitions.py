@@ -8,10 +8,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.partitions import BENCH_PARTITIONS, SCENARIOS
+from assets.partitions import BENCH_PARTITIONS, SCENARIOS, scenario_key_for
 from pipelines.partitions import bench_partition, partition_for_plan
-from resources.bench_plan import BenchPlan, scenario_key_for
-from resources.plan import DEFAULT_PLAN, PlanError, load_plan
+from resources.bench_plan import BenchPlan
+from wattbench.plan import PlanError, load_plan
+from wattbench.settings import DEFAULT_PLAN
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_PLAN = REPO / "tests" / "data" / "smoke_plan.yaml"

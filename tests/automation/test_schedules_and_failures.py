@@ -9,7 +9,7 @@ from dagster_duckdb import DuckDBResource
 from assets.partitions import BENCH_PARTITIONS, SCENARIOS
 from pipelines.schedules import nightly_regression, weekly_full_sweep
 from pipelines.sensors import record_failed_runs
-from resources.warehouse import connect, replace_rows
+from wattbench.warehouse import connect, replace_rows
 
 TICK = datetime(2026, 10, 6, 2, 0, tzinfo=UTC)
 

@@ -18,13 +18,14 @@ from dagster_duckdb import DuckDBResource
 from dagster_k8s.pipes import build_pod_body
 from kubernetes import client as k8s
 
-from assets.builds import LocalEngineBuilder, engine_builds
+from assets.builds import engine_builds
 from pipelines.cli import main as wattbench
-from pipelines.k8s import K8sAgentLauncher, K8sBuildLauncher
 from pipelines.partitions import bench_partition, ensure_models
 from resources.bench_plan import BenchPlan
-from resources.warehouse import connect
+from resources.engine_builder import LocalEngineBuilder
+from resources.k8s import K8sAgentLauncher, K8sBuildLauncher
 from tests.engines.test_kubernetes import roundtrip
+from wattbench.warehouse import connect
 from wattbench_agent.deploy.kubernetes import BUILD_AGENT_COMMAND, K8sTarget, build_pod, to_dicts
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.engines.build_agent import BUILD_SPEC_ENV, build_spec, result_from_messages, run_builds

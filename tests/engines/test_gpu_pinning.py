@@ -125,7 +125,7 @@ def test_the_tensor_parallel_plan_runs_on_a_fake_four_gpu_node(fake_engines, tmp
     each deployment's energy is exactly its GPUs' counters."""
     from dataclasses import replace
 
-    from resources.plan import agent_spec, load_plan
+    from wattbench.plan import agent_spec, load_plan
 
     trace = node_trace(json.loads(TRACE.read_text()), 4)
     (tmp_path / "node4.json").write_text(json.dumps(trace))

@@ -109,7 +109,8 @@ def test_deploy_local_dry_run_prints_the_command(capsys):
 def test_agent_pod_and_cluster_job_construct_without_a_cluster():
     from dagster_k8s.pipes import build_pod_body
 
-    from pipelines.k8s import AGENT_COMMAND, K8sAgentLauncher, cluster_benchmark_job
+    from pipelines.k8s import cluster_benchmark_job
+    from resources.k8s import AGENT_COMMAND, K8sAgentLauncher
 
     spec = {
         "run_id": "run-1",

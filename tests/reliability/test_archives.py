@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.warehouse import connect
 from tests.test_warehouse import make_bundle
+from wattbench.warehouse import connect
 
 REPO = Path(__file__).resolve().parents[2]
 

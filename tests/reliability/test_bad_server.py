@@ -7,9 +7,9 @@ from __future__ import annotations
 import socket
 from collections import Counter
 
-from resources.validation import validate_table
-from resources.warehouse import connect, ingest_bundle
 from tests.reliability.conftest import BEHAVIOURS, MisbehavingServer, external_deployment, rows
+from wattbench.validation import validate_table
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent.runner import run_spec
 
 # What the load generator's client calls each misbehaviour (agent/wattbench_agent/loadgen/client.py).

@@ -1,5 +1,5 @@
 """Two writers at once: DuckDB allows one writing process, so concurrent ingests wait for the lock and retry
-(resources/warehouse.connect), and in Dagster every step that writes the warehouse is in the `duckdb_writer`
+(wattbench/warehouse.connect), and in Dagster every step that writes the warehouse is in the `duckdb_writer`
 pool, whose limit (1) comes from dagster.yaml."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 from wattbench_agent.bundle import BundleWriter
 
 REPO = Path(__file__).resolve().parents[2]

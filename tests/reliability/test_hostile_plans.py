@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.plan import MAX_PLAN_VALUES, PlanError, load_plan
+from wattbench.plan import MAX_PLAN_VALUES, PlanError, load_plan
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "tests" / "data" / "smoke_plan.yaml"

@@ -16,10 +16,10 @@ import duckdb
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.validation import table_frame, validate_table
-from resources.warehouse import connect
 from tests.bundle_files import as_json_lines, line_of, table_file
 from tests.test_warehouse import make_bundle
+from wattbench.validation import table_frame, validate_table
+from wattbench.warehouse import connect
 
 
 def json_bundle(path: Path) -> Path:
@@ -420,7 +420,7 @@ def test_a_committed_version1_bundle_loads_within_the_ingest_memory(tmp_path):
     """results/h200-vllm/bundle-steady (version 1: 13,598 requests with their token times inline, 37 MB of JSON lines)
     loads within the default ingest memory on two threads. The numeric-type scan parsed each line once per numeric
     column (25 parses of every request) and ran out of DuckDB's 1 GB there; it now parses a line once for them all."""
-    from resources.warehouse import INGEST_MEMORY, ingest_bundle
+    from wattbench.warehouse import INGEST_MEMORY, ingest_bundle
     from wattbench_agent.bundle import unpacked
 
     assert INGEST_MEMORY == "1GB"

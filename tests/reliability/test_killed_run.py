@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from pipelines.cli import main as wattbench
-from resources.warehouse import connect
 from tests.reliability.conftest import emulator_spec, rows
+from wattbench.warehouse import connect
 from wattbench_agent.bundle import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,6 +172,6 @@ def test_sigterm_stops_the_engine_and_closes_the_bundle(tmp_path):
     (dep,) = rows(bundle, "deployments")
     assert dep["error_kind"] == "interrupted" and dep["status"] == "failed"
     with connect(tmp_path / "w.duckdb") as con:
-        from resources.warehouse import ingest_bundle
+        from wattbench.warehouse import ingest_bundle
 
         assert ingest_bundle(con, bundle)["load_runs"] >= 1

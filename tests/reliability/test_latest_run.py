@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.warehouse import connect
 from tests.reports.synth import Deployment, simple_point, started, write_run
+from wattbench.warehouse import connect
 
 
 @pytest.fixture

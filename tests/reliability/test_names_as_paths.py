@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from resources.plan import PlanError, load_plan
 from tests.reliability.conftest import emulator_spec, rows
 from tests.reliability.test_bounds import BASE as GOOD  # a plan of its own: the shipped plans change
+from wattbench.plan import PlanError, load_plan
 from wattbench_agent.runner import run_spec
 from wattbench_agent.safety import file_name
 

@@ -16,8 +16,8 @@ import yaml
 from assets.checks import stage_checks
 from pipelines.definitions import ALL_ASSETS, make_resources
 from pipelines.partitions import bench_partition, ensure_models
-from resources.warehouse import connect
 from tests.bundle_files import read_table, write_table
+from wattbench.warehouse import connect
 
 pytestmark = pytest.mark.slow
 

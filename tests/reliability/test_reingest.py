@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.warehouse import connect
 from tests.reports.synth import Deployment, simple_point, write_run
+from wattbench.warehouse import connect
 from wattbench_agent.bundle import BundleWriter, read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def _points(db: Path, run_id: str = "r") -> list[str]:
 
 def _one_point_bundle(tmp: Path, full: Path) -> Path:
     """The first of the full bundle's nine load points (and its requests, deployments), under the same run id."""
-    from resources.warehouse import ingest_bundle
+    from wattbench.warehouse import ingest_bundle
 
     out = tmp / "one"
     manifest = read_manifest(full)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from resources.model_registry import HubClient, same_origin
 from tests.automation.hub_server import FakeHub
 from tests.reliability.conftest import MisbehavingServer, external_deployment, rows
+from wattbench.model_registry import HubClient, same_origin
 from wattbench_agent.deploy.kubernetes import K8sTarget, agent_pod_spec, build_manifests, build_pod, build_pod_spec
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.runner import run_spec
@@ -128,7 +128,7 @@ def test_kubernetes_pods_run_unprivileged(which):
 def test_an_imported_results_url_credentials_are_not_stored(tmp_path, monkeypatch, capsys):
     """`wattbench import` of another tool's result file that names its target with user:password@."""
     from pipelines.cli import main as wattbench
-    from resources.warehouse import connect
+    from wattbench.warehouse import connect
 
     source = Path(__file__).resolve().parents[1] / "data" / "imports" / "guidellm-0.8.1-concurrent-2-4.json"
     data = json.loads(source.read_text())

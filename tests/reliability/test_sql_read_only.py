@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 from pipelines.cli import main as wattbench
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import pytest
 
 from pipelines.cli import main as wattbench
 from pipelines.runs import HOST_TAG, PID_TAG, RUNS_DIR_TAG, START_TAG, WAREHOUSE_TAG
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 from wattbench_agent import procs
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from resources.validation import suites, table_frame, validate_table
-from resources.warehouse import connect, ingest_bundle
 from tests.bundle_files import line_of, read_table, table_file
+from wattbench.validation import suites, table_frame, validate_table
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import BundleError, BundleWriter
 
 # Issue 7, item 1: every rule, by the name the plan uses to set its severity.

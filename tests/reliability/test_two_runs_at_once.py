@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """Small synthetic warehouses for the report tests: hand-made load points written as a result bundle
-(wattbench_agent.bundle.BundleWriter) and ingested (resources.warehouse.ingest_bundle), so every figure a report
+(wattbench_agent.bundle.BundleWriter) and ingested (wattbench.warehouse.ingest_bundle), so every figure a report
 computes can be checked against numbers chosen here."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from resources.warehouse import connect, ingest_bundle, set_run_fields
+from wattbench.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import BundleWriter
 
 S = 1_000_000_000  # ns per second

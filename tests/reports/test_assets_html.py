@@ -12,9 +12,7 @@ import pytest
 import yaml
 from dagster_duckdb import DuckDBResource
 
-from assets import charts, pictures, reporting
 from assets.benchmark_run import dagster_run_id
-from assets.report_specs import REPORTS
 from assets.reports import (
     REPORT_ASSETS,
     STAGES,
@@ -26,7 +24,9 @@ from assets.reports import (
     slo_capacity,
 )
 from resources.bench_plan import BenchPlan
-from resources.warehouse import connect, run_sql
+from wattbench.report import charts, pictures, render
+from wattbench.report.specs import REPORTS
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, Point, simple_point, started, ttfts, write_run
 
@@ -100,7 +100,7 @@ def _records(table_value) -> list[dict]:
 
 def test_report_assets_are_wired_and_gated(env):
     keys = {a.key.to_user_string() for a in REPORT_ASSETS}
-    assert keys == {s.name for s in REPORTS} | {"html_report"}  # the registry's reports (assets/report_specs.py)
+    assert keys == {s.name for s in REPORTS} | {"html_report"}  # the registry's reports (wattbench/report/specs.py)
     assert {"load_point_report", "head_to_head", "slo_capacity", "capacity_plan", "regressions", "html_report"} <= keys
     for asset in (load_point_report, head_to_head, slo_capacity, capacity_plan, regressions):
         deps = {k.to_user_string() for k in asset.asset_deps[asset.key]}
@@ -230,9 +230,9 @@ def test_chart_specs_carry_the_summaries(env):
     the Pareto line over fixed concurrency only, total and above-idle tokens per joule, engines in one colour each."""
     run_id, _, res = env
     with connect(res["warehouse"].database, read_only=True) as con:
-        frames = reporting.report_frames(con, run_id)
+        frames = render.report_frames(con, run_id)
         summary = run_sql(con, "load_points", {"run_id": run_id})
-    specs = reporting.interactive_charts(frames, "emulated")
+    specs = render.interactive_charts(frames, "emulated")
     tl = specs["throughput vs latency"]
     datasets = [_values(tl, layer["data"]) for layer in tl["layer"]]
     points = datasets[1]
@@ -308,7 +308,7 @@ def test_write_html_escapes_and_embeds(tmp_path):
         "mark": "point",
         "encoding": {"x": {"field": "a", "type": "quantitative"}},
     }
-    path = reporting.write_html(
+    path = render.write_html(
         tmp_path / "r.html",
         "t <x>",
         "measured",
@@ -323,5 +323,5 @@ def test_write_html_escapes_and_embeds(tmp_path):
     assert re.search(r"src='data:image/png;base64,[A-Za-z0-9+/=]+'", html)
     assert hostile not in html and "<\\/script><script>window.pwned" in html
     assert "data-chart='x &lt;chart&gt;'" in html and "empty: nothing to draw for this run" in html
-    without = reporting.write_html(tmp_path / "s.html", "t", "emulated", "run-1", [], {"pic": PNG}, [])
+    without = render.write_html(tmp_path / "s.html", "t", "emulated", "run-1", [], {"pic": PNG}, [])
     assert "<script" not in without.read_text()  # no chart, no JavaScript

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from assets.report_text import capacity_params, query_params
-from resources.plan import CapacityProfile, Plan
-from resources.warehouse import connect, run_sql
+from wattbench.plan import CapacityProfile, Plan
+from wattbench.report.rows import capacity_params, query_params
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, simple_point, write_run
 
@@ -146,7 +146,7 @@ def test_profile_in_the_plan_and_parameters(wh, repo_root):
     assert capacity_params(profile) == PROFILE
     assert capacity_params(None) is None
     assert Plan.model_fields["capacity"].default is None
-    from resources.plan import load_plan
+    from wattbench.plan import load_plan
 
     plan, _ = load_plan(repo_root / "plans" / "default.yaml")
     assert plan.capacity is not None and plan.capacity.peak_qps >= plan.capacity.steady_qps

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from resources.warehouse import connect, ingest_bundle
+from wattbench.warehouse import connect, ingest_bundle
 from wattbench_agent.bundle import unpacked
 
 BUNDLE = Path("results/h200-vllm-sweep/bundle-sweep.tar.xz")

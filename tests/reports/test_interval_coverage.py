@@ -13,7 +13,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 
 TRIALS = 1500  # per case: the coverage's standard error is 0.6 points
 MU = np.log(50.0)

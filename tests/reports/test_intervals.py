@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from resources.warehouse import connect, run_sql
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, Point, write_run
 

@@ -1,6 +1,7 @@
-"""The static pictures, checked on the drawn matplotlib figures (assets/pictures.py): the plot defects of issue 16
-cannot come back. Points come from a real warehouse (synthetic bundle, ingested, summarised by sql/load_points.sql)
-where the test is about the data, and from frames made here where it is about crowding (eight engines)."""
+"""The static pictures, checked on the drawn matplotlib figures (wattbench/report/pictures.py): the plot defects of
+issue 16 cannot come back. Points come from a real warehouse (synthetic bundle, ingested, summarised by
+sql/load_points.sql) where the test is about the data, and from frames made here where it is about crowding
+(eight engines)."""
 
 import itertools
 import json
@@ -11,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from assets import pictures, reporting
-from resources.warehouse import connect
+from wattbench.report import pictures, render
+from wattbench.warehouse import connect
 
 from .synth import Deployment, Point, simple_point, ttfts, write_run
 
@@ -54,7 +55,7 @@ def frames(tmp_path_factory):
         deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
     write_run(db, tmp, "run", deps)
     with connect(db, read_only=True) as con:
-        return reporting.report_frames(con, "run")
+        return render.report_frames(con, "run")
 
 
 def _drawn(fig):
@@ -232,7 +233,7 @@ def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():
 
 def test_a_tensor_parallel_deployment_shows_each_gpus_trace_under_its_total():
     """Per-GPU traces are the parts of the deployment's total, named by index; one-GPU deployments get none."""
-    from assets import charts
+    from wattbench.report import charts
 
     t = np.arange(0, 30) * 100_000_000
     samples = pd.concat(
@@ -274,7 +275,7 @@ def two_phases(tmp_path_factory):
         pts.append(simple_point("c64", 20.0 + r, concurrency=64, output_tokens=16, repeat=r, phase_state="spread"))
     write_run(db, tmp, "run", [Deployment("vllm", idle_w=(100.0, 100.0), points=pts)])
     with connect(db, read_only=True) as con:
-        frames = reporting.report_frames(con, "run")
+        frames = render.report_frames(con, "run")
         figures = con.execute("SELECT * FROM v_point_figures WHERE run_id = 'run'").df()
     return frames, figures
 
@@ -306,15 +307,15 @@ def test_every_repeat_is_a_dot_and_a_point_in_two_phases_says_so(two_phases):
     assert "dots: each repeat" in ax.get_title() and "two phase states" in ax.get_title()
     tpj = pictures.fig_tokens_per_joule(points, "emulated", repeats)
     assert any(len(c.get_offsets()) == 5 for c in tpj.axes[0].collections if c.get_gid() == "repeats:vllm")
-    table = reporting.point_summary_table(figures, points)
+    table = render.point_summary_table(figures, points)
     cells = dict(zip(table["workload:point"], table["phase of the repeats"]))
-    assert cells["steady:c16"] == f"spread x2, bunched x1: {reporting.MIXED_PHASE_NOTE}"
+    assert cells["steady:c16"] == f"spread x2, bunched x1: {render.MIXED_PHASE_NOTE}"
     assert cells["steady:c64"] == "spread x3"
 
 
 def test_interactive_charts_carry_every_repeat(two_phases):
     frames, _ = two_phases
-    specs = reporting.interactive_charts(frames, "emulated")
+    specs = render.interactive_charts(frames, "emulated")
     tl = specs["throughput vs latency"]
     dots = tl["layer"][3]  # under the points' markers, so that hovering a point shows its summary
     rows = dots["data"]["values"] if "values" in dots["data"] else tl["datasets"][dots["data"]["name"]]

@@ -3,7 +3,7 @@
 import pytest
 
 from pipelines.cli import main
-from resources.warehouse import connect, run_sql
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, simple_point, started, write_run
 

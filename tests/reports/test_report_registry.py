@@ -1,4 +1,4 @@
-"""The report registry (assets/report_specs.py): every report is an asset gated by the stages' checks and a
+"""The report registry (wattbench/report/specs.py): every report is an asset gated by the stages' checks and a
 dependency of the HTML report; a toy report added through the registry, in this test alone, becomes a Dagster asset
 with its table and figures as metadata, a `wattbench report --toy` flag and a section of the HTML report, with the
 numbers the hand-made warehouse was given."""
@@ -13,11 +13,11 @@ import yaml
 from dagster_duckdb import DuckDBResource
 
 from assets.benchmark_run import dagster_run_id
-from assets.report_specs import REPORTS, ReportSpec, register, registered
 from assets.reports import REPORT_ASSETS, STAGES, html_report, report_asset
 from pipelines.cli import main
 from resources.bench_plan import BenchPlan
-from resources.connection import SQL_DIR
+from wattbench.connection import SQL_DIR
+from wattbench.report.specs import REPORTS, ReportSpec, register, registered
 
 from .synth import Deployment, simple_point, started, write_run
 

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from resources.warehouse import connect, run_sql, set_run_fields
+from wattbench.warehouse import connect, run_sql, set_run_fields
 
 from .synth import Deployment, Point, simple_point, write_run
 

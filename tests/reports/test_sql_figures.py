@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from assets.reporting import pivot_head_to_head
-from resources.warehouse import connect, run_sql
+from wattbench.report.render import pivot_head_to_head
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, Point, simple_point, ttfts, write_run
 

@@ -13,7 +13,7 @@ from assets.builds import engine_builds
 from assets.table_meta import describe, schema_comments
 from pipelines.definitions import make_resources
 from pipelines.partitions import bench_partition, ensure_models
-from resources.warehouse import connect
+from wattbench.warehouse import connect
 
 from .synth import Deployment, simple_point, write_run
 

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from benchmarks.synthetic import SyntheticRun, insert_run
-from resources.warehouse import connect, refresh_point_stats
+from wattbench.warehouse import connect, refresh_point_stats
 
 KEY = "run_id, deployment_id, load_point_id"
 PLAIN_WINDOW_GPU = f"""

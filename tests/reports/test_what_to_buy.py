@@ -4,7 +4,7 @@ report --buy`), on hand-made numbers."""
 import pytest
 
 from pipelines.cli import main as cli
-from resources.warehouse import connect, run_sql
+from wattbench.warehouse import connect, run_sql
 
 from .synth import Deployment, simple_point, write_run
 

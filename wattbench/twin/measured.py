@@ -145,8 +145,8 @@ def _key_sha(key: dict) -> str:
 
 
 def _read(paths: list[Path]) -> list[Point]:
-    from resources.plan import load_plan, plan_run_fields
-    from resources.warehouse import connect, ingest_bundle, set_run_fields
+    from wattbench.plan import load_plan, plan_run_fields
+    from wattbench.warehouse import connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import read_manifest, unpacked
 
     points: list[Point] = []

@@ -22,10 +22,10 @@ A table file may be gzip-compressed (`<table>.jsonl.gz`): DuckDB reads it as it 
 same one-line messages (`check_csv_file`: the line, the field and its value), a header naming an unknown column
 refused at its line 1 (`csv_header`).
 
-The same rules run again, after ingest, as Great Expectations suites (resources/validation.py), and the warehouse's
+The same rules run again, after ingest, as Great Expectations suites (wattbench/validation.py), and the warehouse's
 natural keys (`ensure_natural_keys`, unique indexes where a table has no primary key) refuse a row twice whatever
 writes it. `row_problem` is the one definition of a well-formed row: bundles (line by line) and `wattbench import`
-(resources/importers: every row an import would write) both ask it, so a row either path refuses names the file,
+(wattbench/importers: every row an import would write) both ask it, so a row either path refuses names the file,
 where in it (line, or load point and request), the field and the value.
 """
 

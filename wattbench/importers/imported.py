@@ -1,6 +1,6 @@
 """The tool-neutral form of another tool's result (`ImportedRun` of `ImportedPoint`s) that each importer module
 (vllm_bench, aiperf, guidellm) makes, and what they share to make it: reading the file, its content hash, the load
-point's label. resources/importers/__init__.py writes it into the warehouse."""
+point's label. wattbench/importers/__init__.py writes it into the warehouse."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class ImportFileError(ValueError):
 
 @dataclass
 class ImportedPoint:
-    point_label: str  # c8, poisson-r4, ... (resources.plan.point_label's names)
+    point_label: str  # c8, poisson-r4, ... (wattbench.plan.point_label's names)
     workload: str
     shape: str  # concurrency | poisson | gamma | constant | ...
     window_s: float  # the tool's measured duration (s)

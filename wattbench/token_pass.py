@@ -1,6 +1,6 @@
 """Every token figure of a load point in one compiled pass over its requests' token times (numba).
 
-The token times stay in the files the agent wrote (resources/token_store.py keeps them beside the warehouse); a load
+The token times stay in the files the agent wrote (wattbench/token_store.py keeps them beside the warehouse); a load
 point's requests point into them (first event, events). `point_pass` walks those events once, request by request, in
 the requests' order, and gives:
 - per request: whether its times go backwards or a count is negative (the ingest checks), and the one token count all

@@ -1,6 +1,6 @@
 """The warehouse's connection and its query interface (the .sql files in sql/): all that a reader needs, without the
 ingest code. `wattbench sql` and `wattbench report` import this module alone, so that they answer at once
-(benchmarks/cli_startup.py); resources/warehouse.py (schema, ingest, kept figures) re-exports every name here.
+(benchmarks/cli_startup.py); wattbench/warehouse.py (schema, ingest, kept figures) re-exports every name here.
 
 Only the control plane writes DuckDB, one process at a time (DuckDB allows one writer): connections are
 short, and opening a locked file waits and retries before it fails with a clear message.
@@ -21,16 +21,13 @@ try:  # DuckDB's engine alone, 0.015 s to import; the `duckdb` package around it
 except ImportError:  # an older duckdb, whose engine is not a top-level module: the package
     import duckdb
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from wattbench.settings import REPO_ROOT, db_path
+
 SQL_DIR = REPO_ROOT / "sql"
 
 
 class WarehouseError(RuntimeError):
     """The warehouse cannot do what was asked; the message says what, where and what was expected."""
-
-
-def default_db_path() -> Path:
-    return Path(os.environ.get("WATTBENCH_DB", REPO_ROOT / "data" / "wattbench.duckdb"))
 
 
 # A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
@@ -52,13 +49,13 @@ def connect(
 
     A sandboxed connection (`wattbench sql`, `wattbench report`: SQL in, rows out) runs on DuckDB's engine alone;
     every other one loads the `duckdb` package too, whose Python layer the rest needs: relations, `.arrow()`, and
-    the scans of Arrow tables that ingest hands DuckDB (resources/chunk_files.py). Importing it is most of a
+    the scans of Arrow tables that ingest hands DuckDB (wattbench/chunk_files.py). Importing it is most of a
     read-only command's start-up (benchmarks/cli_startup.py). A sandboxed connection gets the token store's
     functions (token_times, token_counts) when a query run through execute_sql first needs them, not at connect:
     registering a Python function imports numpy."""
     if not sandbox:
         import duckdb as _package  # noqa: F401 - sets up the engine's Python-side scans and methods
-    db = Path(path) if path else default_db_path()
+    db = Path(path) if path else db_path()
     if read_only and not db.exists():
         raise WarehouseError(
             f"{db}: no warehouse here yet; run `make run` (or `wattbench run`) first, or set WATTBENCH_DB"
@@ -88,11 +85,11 @@ def connect(
             delay = min(delay * 2, 2.0)
     try:
         if not read_only:
-            from resources.warehouse import apply_schema
+            from wattbench.warehouse import apply_schema
 
             apply_schema(con)  # registers the token store's functions too
-        elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (resources/token_store.py)
-            from resources import token_store
+        elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
+            from wattbench import token_store
 
             token_store.register(con)
         # a sandboxed connection (`wattbench sql`, `report`) registers them when a query first needs them
@@ -123,7 +120,7 @@ def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[s
     except duckdb.CatalogException as exc:
         if "token_times" not in str(exc) and "token_counts" not in str(exc):
             raise
-    from resources import token_store  # a query that reads token times, on a connection without the functions yet
+    from wattbench import token_store  # a query that reads token times, on a connection without the functions yet
 
     token_store.register(con)
     return con.execute(text, used) if used else con.execute(text)

@@ -10,13 +10,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from resources.connection import (  # noqa: F401 - the connection and query interface, re-exported
+from wattbench.connection import (  # noqa: F401 - the connection and query interface, re-exported
     REPO_ROOT,
     SANDBOX,
     SQL_DIR,
     WarehouseError,
     connect,
-    default_db_path,
     duckdb,
     execute_sql,
     query_rows,
@@ -24,7 +23,7 @@ from resources.connection import (  # noqa: F401 - the connection and query inte
     sql_text,
     table_columns,
 )
-from resources.ingest_checks import (
+from wattbench.ingest_checks import (
     check_table_file,
     csv_header,
     ensure_natural_keys,
@@ -37,7 +36,7 @@ from resources.ingest_checks import (
 from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
 
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
-    from resources.chunk_files import ChunkFiles
+    from wattbench.chunk_files import ChunkFiles
 
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
@@ -86,7 +85,7 @@ _DEPLOYMENT_TABLES = (
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection (it also gives
     the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
-    from resources import token_store
+    from wattbench import token_store
 
     token_store.register(con)
     con.execute((SQL_DIR / "schema.sql").read_text())
@@ -131,8 +130,8 @@ def ingest_bundle(
     bundle's deployments go, the new land, and the run's validation results (of the old rows) go, in the same one
     transaction, the run then `ingested` (or `incomplete`). Returns rows loaded per table.
     """
-    from resources import token_store
-    from resources.chunk_files import ChunkFiles, chunk_paths
+    from wattbench import token_store
+    from wattbench.chunk_files import ChunkFiles, chunk_paths
 
     folder = Path(bundle)
     manifest = read_manifest(folder)
@@ -208,7 +207,7 @@ def _fingerprint(con, run_id: str, deployment_ids: list[str]) -> dict[str, tuple
 
 
 def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, replace=False) -> dict[str, int]:
-    from resources.chunk_files import STAGING
+    from wattbench.chunk_files import STAGING
 
     con.execute("BEGIN TRANSACTION")
     try:
@@ -618,7 +617,7 @@ def refresh_point_stats(con: duckdb.DuckDBPyConnection, run_id: str | None, even
     one = _POINT_STATS_PARTS["t"].format(where="run_id = $run_id AND load_point_id = $lp")
     con.execute("CREATE OR REPLACE TEMP TABLE _ps_t AS " + one + " LIMIT 0", {"run_id": "", "lp": ""})
     if events is not None and run_id is not None:
-        from resources.chunk_files import STAGING
+        from wattbench.chunk_files import STAGING
 
         figures = []
         for dep, lp in events.points():

@@ -17,14 +17,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resources.importers.imported import ImportedRun, ImportFileError, read_json
+from wattbench.importers.imported import ImportedRun, ImportFileError, read_json
 from wattbench_agent.safety import redact_url
 
 SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 def _importers():
-    from resources.importers import aiperf, guidellm, vllm_bench
+    from wattbench.importers import aiperf, guidellm, vllm_bench
 
     return (vllm_bench, aiperf, guidellm)
 
@@ -185,7 +185,7 @@ def store_run(
         _insert(con, "load_runs", lr_rows)
         if req_rows:
             _insert_json(con, "requests", req_rows)
-        from resources.warehouse import refresh_point_stats
+        from wattbench.warehouse import refresh_point_stats
 
         refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
         con.execute("COMMIT")
@@ -202,13 +202,13 @@ def store_run(
 
 
 def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict]) -> None:
-    """The rules a bundle's rows meet at ingest (resources/ingest_checks.row_problem: typed, finite, in range, token
+    """The rules a bundle's rows meet at ingest (wattbench/ingest_checks.row_problem: typed, finite, in range, token
     times that never go backwards), on every row an import would write, and the tool's own statistics finite and >= 0:
     ImportFileError naming the file, the load point (and request), the field and the value; nothing is imported."""
     import math
 
-    from resources.ingest_checks import row_problem
-    from resources.warehouse import table_columns
+    from wattbench.ingest_checks import row_problem
+    from wattbench.warehouse import table_columns
 
     types = {t: table_columns(con, t) for t in ("load_runs", "requests")}
     for pt, row in zip(run.points, lr_rows):
@@ -235,7 +235,7 @@ def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict])
 
 
 def _insert(con, table: str, rows: list[dict]) -> None:
-    from resources.warehouse import table_columns
+    from wattbench.warehouse import table_columns
 
     cols = table_columns(con, table)
     for row in rows:
@@ -252,7 +252,7 @@ def _insert_json(con, table: str, rows: list[dict]) -> None:
     import os
     import tempfile
 
-    from resources.warehouse import table_columns
+    from wattbench.warehouse import table_columns
 
     cols = table_columns(con, table)
     fd, tmp = tempfile.mkstemp(prefix="wattbench-import-", suffix=".jsonl")

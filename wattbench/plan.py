@@ -39,9 +39,6 @@ from wattbench_agent.wire import (
     LoadPointSpec,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PLAN = REPO_ROOT / "plans" / "default.yaml"
-
 
 class PlanError(ValueError):
     """A plan file that cannot be run, with a message naming the file, the field and what was expected."""

@@ -18,7 +18,7 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
-from resources.importers.imported import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
+from wattbench.importers.imported import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
 
 TOOL = "guidellm"
 EXPECTED = "guidellm: a benchmarks JSON with a `benchmarks` list of generative benchmarks"

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resources.importers.imported import (
+from wattbench.importers.imported import (
     ImportedPoint,
     ImportedRun,
     ImportFileError,

@@ -3,11 +3,11 @@
 The agent (wattbench_agent.bundle, CHUNK_FILES) appends each request's `chunk_ns` (int64) and `chunk_tokens` (int32),
 little-endian, to `requests.chunk_ns.bin` / `requests.chunk_tokens.bin`, and its row says where its events are:
 `"chunks": [first event, events]` in requests.jsonl (version 2), `events_at`, `events_n` in requests.csv (version 3).
-At ingest (resources/warehouse.py):
+At ingest (wattbench/warehouse.py):
 - DuckDB reads the requests file into a staging table, `_rq` (read_csv with the warehouse's types, or read_json);
-- the times file is copied into the warehouse's token store in a thread (resources/token_store.Copy: hashed while
+- the times file is copied into the warehouse's token store in a thread (wattbench/token_store.Copy: hashed while
   copied, stored under its SHA-256), never parsed into lists;
-- `run_pass` memory-maps both files once and runs the compiled pass (resources/token_pass.py) load point by load
+- `run_pass` memory-maps both files once and runs the compiled pass (wattbench/token_pass.py) load point by load
   point over the staged references, in a thread beside DuckDB's loading of the other tables: the checks (times that go
   backwards, negative counts: the file, the line of the row and the reason), each request's one token count, and every
   per-point token figure (point_stats' and the step decomposition); references may come in any order (a file is
@@ -80,7 +80,7 @@ class ChunkFiles:
     # -------------------------------------------------------------------------------------------- storing
     def start_copy(self, folder: Path) -> None:
         """Copy the times file into the token store (a thread) while the rest of the ingest runs."""
-        from resources.token_store import Copy
+        from wattbench.token_store import Copy
 
         if self.paths and "chunk_ns" not in self.copies:
             self.copies["chunk_ns"] = Copy(self.paths["chunk_ns"], folder)
@@ -197,7 +197,7 @@ class ChunkFiles:
         self._thread.start()
 
     def _run(self, points: list, refs: dict, stop: threading.Event) -> dict:
-        from resources.token_pass import Workspace, run_point
+        from wattbench.token_pass import Workspace, run_point
 
         rows = len(refs["seq"])
         status = np.zeros(rows, np.int8)
@@ -297,7 +297,7 @@ class ChunkFiles:
         if has_refs:
             events_file = self.copies["chunk_ns"].wait()
             if ((done["each"] < 0) & (done["n"] > 0)).any():  # a request whose counts differ: keep them too
-                from resources.token_store import Copy
+                from wattbench.token_store import Copy
 
                 folder = self.copies["chunk_ns"].folder
                 self.copies["chunk_tokens"] = Copy(self.paths["chunk_tokens"], folder)
@@ -338,7 +338,7 @@ class ChunkFiles:
 
     # -------------------------------------------------------------------------------------------- messages
     def _refuse_seq(self, seq: int, status: int, where: int) -> None:
-        from resources.token_pass import BACKWARDS
+        from wattbench.token_pass import BACKWARDS
 
         at, n = self.con.execute(f"SELECT events_at, events_n FROM {STAGING} WHERE rowid = ?", [seq]).fetchall()[0]
         if status == BACKWARDS:

@@ -352,7 +352,7 @@ def _errorbars(ax, part: pd.DataFrame, x: str, y: str, xerr: bool, **kw) -> None
 def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens/s against median E2E latency, one marker per point summary with its 95% intervals on both
     axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it);
-    with `repeats` (reporting.report_frames), every repeat as a small dot (draw_repeats)."""
+    with `repeats` (render.report_frames), every repeat as a small dot (draw_repeats)."""
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     colors = engine_colors(points["engine"].unique() if not points.empty else [])

@@ -32,7 +32,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from resources.ingest_checks import RANGES
+from wattbench import settings
+from wattbench.ingest_checks import RANGES
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
@@ -217,7 +218,7 @@ def table_frame(con: Any, table: str, run_id: str) -> pd.DataFrame:
     return con.execute(_run_rows_sql(con, table), {"run_id": run_id}).df()
 
 
-# Ranges of the values that reach a figure: the same table as ingest's (resources/ingest_checks.RANGES), checked
+# Ranges of the values that reach a figure: the same table as ingest's (wattbench/ingest_checks.RANGES), checked
 # again here on whatever reached the warehouse. Columns an older rule already covers keep that rule's name.
 _COVERED = {
     ("requests", "tpot_ms"),
@@ -569,7 +570,7 @@ def _question(exp: Any) -> _Question:
         if exp.max_value is not None:
             bounds.append(f"{c} {'<' if exp.strict_max else '<='} {_literal(exp.max_value)}")
         return _Question(cols, domain, f"{c} IS NULL", f"NOT ({' AND '.join(bounds) or 'TRUE'})", (c,))
-    raise ValueError(f"{kind}: no SQL for this expectation; add it to resources/validation._question")
+    raise ValueError(f"{kind}: no SQL for this expectation; add it to wattbench/validation._question")
 
 
 def _rows_sql(con: Any, source_sql: str, params: dict[str, Any], table: str) -> tuple[str, set[str]]:
@@ -745,7 +746,7 @@ def validate_run(
     rules = suites(plan_validation, sample_period_s)[table]
     source, params = _run_rows_sql(con, table), {"run_id": run_id}
     kept = f"_wb_checked_{table}"
-    with _memory(con, os.environ.get("WATTBENCH_VALIDATION_MEMORY", VALIDATION_MEMORY)):
+    with _memory(con, os.environ.get(settings.VALIDATION_MEMORY, VALIDATION_MEMORY)):
         try:
             if table in _FRAME_JOINS:  # a few rows joined to views that read whole tables: join once, not per query
                 con.execute(f"CREATE OR REPLACE TEMP TABLE {kept} AS {source}", params)

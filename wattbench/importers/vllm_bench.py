@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from resources.importers.imported import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
+from wattbench.importers.imported import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
 
 TOOL = "vllm"
 EXPECTED = "vllm bench serve: a JSON object with duration, completed, request_throughput and model_id (--save-result)"

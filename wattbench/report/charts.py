@@ -3,7 +3,7 @@
 The JavaScript (Vega, Vega-Lite, vega-embed) is inlined into the report from vl-convert-python's bundle
 (`vl_convert.javascript_bundle`, the bundle Altair itself inlines for `chart.save(..., inline=True)`), so the report
 opens offline and fetches nothing. Data are inlined as values. The charts show the same point summaries as the
-static pictures (assets/pictures.py), with the same colours, order and 95% intervals:
+static pictures (wattbench/report/pictures.py), with the same colours, order and 95% intervals:
 - power trace: total W of each deployment over time, steady-state windows shaded; drag to pan, wheel to zoom (x);
 - TTFT and E2E CDFs: one panel per engine config, one line per point; hover shows the nearest quantile;
 - throughput against latency: error bars on both axes, each config's Pareto frontier over fixed concurrency;
@@ -23,7 +23,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from assets.pictures import (
+from wattbench.report.pictures import (
     CLOSED_LOOP,
     engine_colors,
     interval_note,

@@ -1,5 +1,5 @@
 """Report queries and tables as plain rows, without pandas, matplotlib or Dagster: what `wattbench sql` and
-`wattbench report` print, so that they answer at once (benchmarks/cli_startup.py), and what assets/reporting.py
+`wattbench report` print, so that they answer at once (benchmarks/cli_startup.py), and what wattbench/report/render.py
 wraps in DataFrames for the report assets. One home for: the $parameters of a report query, the head-to-head
 pivot, and the engine-contrast lines.
 """
@@ -24,7 +24,7 @@ NOT_MEASURED = "NULL (not measured)"
 
 def capacity_params(profile: Any) -> dict[str, Any] | None:
     """The $parameters of sql/capacity_plan.sql and sql/hybrid_plan.sql from a plan's `capacity` section
-    (resources.plan.CapacityProfile, or a dict of its fields); None when there is none."""
+    (wattbench.plan.CapacityProfile, or a dict of its fields); None when there is none."""
     if profile is None:
         return None
     data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
@@ -36,7 +36,7 @@ def run_capacity_profile(con, run_id: str) -> dict[str, Any] | None:
     row = con.execute("SELECT plan_path FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if not row or not row[0] or not Path(row[0]).exists():
         return None
-    from resources.plan import PlanError, load_plan
+    from wattbench.plan import PlanError, load_plan
 
     try:
         plan, _ = load_plan(row[0])
@@ -123,7 +123,7 @@ def head_to_head_text(con, run_id: str) -> str:
     """The head-to-head table of a run as `wattbench run` and `wattbench report` print it."""
     from tabulate import tabulate
 
-    from resources.connection import query_rows
+    from wattbench.connection import query_rows
 
     engines, rows = head_to_head_rows(records(*query_rows(con, "head_to_head", {"run_id": run_id})))
     if not rows:
@@ -146,7 +146,7 @@ def contrasts_text(con, run_id: str) -> str:
     """Engine pairs at each shared point: the ratio with its interval and the finding, one line per figure."""
     from tabulate import tabulate
 
-    from resources.connection import query_rows
+    from wattbench.connection import query_rows
 
     def ratio(r) -> str:
         if _missing(r["ratio"]):
@@ -183,7 +183,7 @@ def checks_lines(con, run_id: str) -> list[str]:
     rule, how many rows and a sample of their values. [] when every rule passed (or none ran)."""
     import json
 
-    from resources.connection import query_rows
+    from wattbench.connection import query_rows
 
     lines = []
     for r in records(*query_rows(con, _CHECKS, {"run_id": run_id})):

@@ -1,6 +1,6 @@
 """Tables, pictures and the self-contained HTML report. The report opens offline: inline CSS, PNGs as data URIs, and
 interactive Vega-Lite charts whose JavaScript (Vega, Vega-Lite, vega-embed) is inlined in the page; nothing is
-fetched. Static pictures: assets/pictures.py; interactive charts: assets/charts.py."""
+fetched. Static pictures: wattbench/report/pictures.py; interactive charts: wattbench/report/charts.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from assets import charts
-from assets.pictures import (
+from wattbench.report import charts
+from wattbench.report.pictures import (
     load_order,
     plot_frontiers,
     plot_latency_cdf,
@@ -21,7 +21,7 @@ from assets.pictures import (
     plot_throughput_latency,
     plot_tokens_per_joule,
 )
-from assets.report_text import head_to_head_rows
+from wattbench.report.rows import head_to_head_rows
 
 
 def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
@@ -32,7 +32,7 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
       its phase state, so that the pictures show every repeat beside the summary;
     - samples: the sampled GPU power; windows: each load run's steady-state window with its point, repeat and
       energy-counter W; requests: TTFT and E2E of successful requests sent inside a window, with their point."""
-    from resources.warehouse import run_sql
+    from wattbench.warehouse import run_sql
 
     points = run_sql(con, "load_points", {"run_id": run_id})
     per_run = con.execute(
@@ -106,7 +106,7 @@ def interactive_charts(frames: dict[str, pd.DataFrame], label: str) -> dict[str,
 
 
 def pivot_head_to_head(long: pd.DataFrame, origins: bool = True) -> pd.DataFrame:
-    """Rows are figures (with units), columns are engines: report_text.head_to_head_rows as a DataFrame indexed by
+    """Rows are figures (with units), columns are engines: rows.head_to_head_rows as a DataFrame indexed by
     figure (each measured cell names the load point it came from; a NULL cell says why it is NULL)."""
     if long.empty:
         return pd.DataFrame()
@@ -239,44 +239,6 @@ def contrasts_table(
             "how": c["method"].astype(str) + ", " + c["pairs"].astype(str) + " repeat(s)",
         }
     ).reset_index(drop=True)
-
-
-def table_metadata(df: pd.DataFrame):
-    """A frame as Dagster table metadata (MetadataValue.table): every column as a string column except plain
-    numbers; NULL for missing values."""
-    import dagster as dg
-
-    if df.empty:
-        return dg.MetadataValue.table(records=[], schema=dg.TableSchema(columns=[]))
-    df = df.reset_index() if df.index.name else df
-    cols = []
-    for name in df.columns:
-        kind = (
-            "int"
-            if pd.api.types.is_integer_dtype(df[name])
-            else "float"
-            if pd.api.types.is_float_dtype(df[name])
-            else "bool"
-            if pd.api.types.is_bool_dtype(df[name])
-            else "string"
-        )
-        cols.append(dg.TableColumn(str(name), kind))
-    records = []
-    for row in df.itertuples(index=False):
-        rec = {}
-        for col, v in zip(cols, row):
-            if v is None or (isinstance(v, float) and v != v):
-                rec[col.name] = None
-            elif col.type == "int":
-                rec[col.name] = int(v)
-            elif col.type == "float":
-                rec[col.name] = float(v)
-            elif col.type == "bool":
-                rec[col.name] = bool(v)
-            else:
-                rec[col.name] = str(v)
-        records.append(dg.TableRecord(rec))
-    return dg.MetadataValue.table(records=records, schema=dg.TableSchema(columns=cols))
 
 
 def markdown_table(df: pd.DataFrame, index: bool = False) -> str:
