@@ -158,6 +158,8 @@ CREATE TABLE IF NOT EXISTS load_runs (
     probe                   INTEGER,            -- its order in the search, 1-based
     probe_phase             VARCHAR,            -- bracket | bisect | repeat
     probe_verdict           VARCHAR,            -- meets | misses | oversaturated (its queue grew without bound: ended early)
+    closed_loop             BOOLEAN,            -- the shape's traits (loadgen/shapes), written at ingest: streams resend on completion
+    bursty                  BOOLEAN,            -- arrivals meant to come in bursts (gamma, surge); SQL asks these, not shape names
     PRIMARY KEY (run_id, load_point_id)
 );
 
@@ -568,3 +570,7 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_file VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_at BIGINT;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_n INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
+-- version 11: the load shape's traits (closed_loop, bursty), written at ingest from the shape registry and filled for
+-- every run by warehouse.apply_schema (resources/warehouse.fill_shape_traits)
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;

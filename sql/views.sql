@@ -769,13 +769,18 @@ WITH cfg AS (
     FROM deployments d LEFT JOIN runs r USING (run_id)
     WHERE d.run_id = p_run_id),
 pts AS (
-    SELECT f.engine, f.workload, f.point_label, any_value(f.shape) AS shape, any_value(f.input_tokens) AS input_tokens,
+    SELECT f.engine, f.workload, f.point_label, any_value(f.shape) AS shape, bool_or(t.bursty) AS bursty,
+           any_value(f.input_tokens) AS input_tokens,
            any_value(f.output_tokens) AS output_tokens, any_value(f.repeats) AS repeats,
            any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
            any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
            any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
            any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
-    FROM v_point_figures f WHERE f.run_id = p_run_id
+    FROM v_point_figures f
+    LEFT JOIN (SELECT deployment_id, workload, point_label_of(point_label, load_point_id) AS point_label,
+                      bool_or(bursty) AS bursty  -- the shape's trait (load_runs, written at ingest), not its name
+               FROM load_runs WHERE run_id = p_run_id GROUP BY ALL) t USING (deployment_id, workload, point_label)
+    WHERE f.run_id = p_run_id
     GROUP BY f.engine, f.workload, f.point_label),
 lp AS (
     SELECT p.*, s.meets_slo, s.slo_judged_on, s.ttft_p99_bound_ms, s.tpot_p99_bound_ms,
@@ -848,7 +853,7 @@ cap AS (  -- a capacity search of the config sizes where there is one; else the 
 burst AS (
     SELECT engine, max(ttft_p99_bound_ms) AS burst_ttft_p99_ms, arg_max(point, ttft_p99_bound_ms) AS burst_point,
            bool_and(coalesce(meets_slo, false)) AS burst_meets_slo
-    FROM near WHERE shape IN ('gamma', 'surge') GROUP BY engine),
+    FROM near WHERE bursty GROUP BY engine),
 sized AS (
     SELECT c.*, cap.* EXCLUDE (engine), b.* EXCLUDE (engine),
            p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,

@@ -29,6 +29,9 @@ class Shape:
     name: ClassVar[str] = ""
     # closed loop: `concurrency` streams send back to back (no schedule); open loop: requests go out at `offsets`
     closed_loop: ClassVar[bool] = False
+    # bursty: arrivals meant to come in bursts (the head-to-head's "under a surge" row, the capacity plan's burst
+    # point); ingest writes both traits into load_runs, so SQL asks `bursty` / `closed_loop`, never a shape's name
+    bursty: ClassVar[bool] = False
     # the LoadSpec / plan load point fields this shape reads, besides the ones every point has
     fields: ClassVar[tuple[str, ...]] = ()
     # a schedule with an end of its own (a trace): duration_s 0 then means all of it
