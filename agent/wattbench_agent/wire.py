@@ -16,9 +16,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from wattbench_agent.engines.base import EngineConfig
+
+if TYPE_CHECKING:  # the load generator loads where a load point is parsed
+    from wattbench_agent.loadgen.spec import LoadSpec
 
 WIRE_VERSION = 2
 
@@ -117,12 +121,20 @@ class LoadPointSpec:
             },
             where,
         )
-        from wattbench_agent.loadgen.spec import LoadSpec, LoadSpecError
+        from wattbench_agent.loadgen.spec import LoadSpecError
 
         try:  # every duration, count and rate within its bounds before any engine starts
-            LoadSpec.from_dict(dict(self.load))
+            self.load_spec  # noqa: B018 (parsed here, once: the agent runs this object)
         except (LoadSpecError, TypeError) as exc:
             raise WireError(f"{where}: load: {exc}") from None
+
+    @cached_property
+    def load_spec(self) -> LoadSpec:
+        """`load` parsed (LoadSpec.from_dict, at construction): the typed load the agent runs, url and model left to
+        the deployment (LoadSpec.replace). Not a field: the wire form stays `load`, a mapping."""
+        from wattbench_agent.loadgen.spec import LoadSpec
+
+        return LoadSpec.from_dict(dict(self.load))
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,9 @@ def _shape_flags(p) -> None:
         help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
         "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/",
     )
+    for param in shapes.params().values():  # the shapes' own parameters: a flag each, read for the --shape that has it
+        owners = ", ".join(name for name, shape in shapes.SHAPES.items() if param in shape.params)
+        p.add_argument(param.flag, dest=param.name, type=param.type, help=f"--shape {owners}: {param.help}")
 
 
 def _request_flags(p) -> None:
@@ -325,6 +328,9 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         d.update(shape="concurrency")
     if a.shape:
         d["shape"] = a.shape
+    d.update(
+        {q.name: getattr(a, q.name) for q in shapes.get(d["shape"]).params if getattr(a, q.name, None) is not None}
+    )
     if until_sent and not a.trace:
         d["duration_s"] = 0.0  # until --num-prompts are sent (LoadSpec: duration 0 with max_requests)
     d.update(over)

@@ -147,7 +147,7 @@ def _share(n: int | None, w: int, nw: int) -> int | None:
 
 
 def default_load_point_id(spec: LoadSpec) -> str:
-    return shapes.label(vars(spec))
+    return shapes.label(spec.point())
 
 
 class _Sink:
@@ -572,20 +572,20 @@ def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
         return max(1, int(env))
     if spec.transport != "fast":
         return 1
-    load = spec.concurrency if shapes.get(spec.shape).closed_loop else (spec.concurrency or (spec.rate or 0))
+    load = spec.concurrency if spec.load_shape.closed_loop else (spec.concurrency or (spec.rate or 0))
     cpus = os.cpu_count() or 1
     return 1 if (load or 0) <= 256 or cpus < 2 else 2
 
 
 def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
     """Schedule and pre-encoded request bodies for worker wk of nw (global request index = local * nw + wk)."""
-    shape = shapes.get(spec.shape)
-    trace_rows = shape.request_rows(vars(spec))
+    shape = spec.load_shape
+    trace_rows = shape.request_rows(spec.point())
     duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
     # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
     until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
-    offsets = None if shape.closed_loop else shape.offsets(vars(spec), until_sent, spec.seed)
+    offsets = None if shape.closed_loop else shape.offsets(spec.point(), until_sent, spec.seed)
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
