@@ -216,3 +216,13 @@ def test_a_toy_shapes_own_parameter_and_trait_reach_plan_cli_wire_warehouse_and_
         record=True,
     )
     assert sorted(round(q["sent"], 6) for q in r.extra["requests"]) == [round(k // 2 / 10, 6) for k in range(50)]
+
+
+def test_a_shape_parameter_cannot_shadow_a_loadspec_field(monkeypatch):
+    class Shadow(Metronome):
+        name = "shadow"
+        params = (shapes.Param("rate", float),)
+
+    monkeypatch.setitem(shapes.SHAPES, "shadow", Shadow())
+    with pytest.raises(LoadSpecError, match=r"declares LoadSpec fields as its own parameters: \['rate'\]"):
+        LoadSpec.from_dict({"shape": "shadow", "rate": 1.0})

@@ -50,6 +50,10 @@ def _split(d: dict[str, Any], shape: Any) -> tuple[dict[str, Any], dict[str, Any
     """(the shape's own parameters, LoadSpec's fields) of a flat dict; any other key is a LoadSpecError naming it."""
     known = {f.name for f in dataclasses.fields(LoadSpec)} - {"params"}
     declared = {q.name for q in shapes.SHAPES[shape].params} if shape in shapes.SHAPES else set()
+    if declared & known:  # a parameter named as a field would be read from two places
+        raise LoadSpecError(
+            f"shape {shape!r} declares LoadSpec fields as its own parameters: {sorted(declared & known)}"
+        )
     for key in d:
         if key not in known and key not in declared:
             raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known | declared))})")
