@@ -3,9 +3,9 @@ figures from the same frames, timed and inspected side by side (results/plot_sta
 
 One stack would be Altair for both, the static PNGs rendered by vl-convert from the interactive specs. What that
 gives up is measured here: render time and PNG size per picture, and whether the static picture names its points
-(a PNG has no hover, so the static pictures label points directly, placed by wattbench/report/pictures.py place_labels so that no
-two labels and no label and marker overlap; Vega-Lite has no collision-avoiding label placement, so the interactive
-charts name points in tooltips)."""
+(a PNG has no hover, so the static pictures label points directly, placed by wattbench/report/pictures.py
+place_labels so that no two labels and no label and marker overlap; Vega-Lite has no collision-avoiding label
+placement, so the interactive charts name points in tooltips)."""
 
 import datetime as dt
 import os

@@ -139,27 +139,24 @@ def _workload(load: dict[str, Any]):
     from wattbench_agent.emulator import Workload
     from wattbench_agent.loadgen import shapes
 
-    shape = load["shape"]
+    shape = shapes.get(load["shape"])
     # the lengths as the load generator draws them: a distribution of the plan's load_options, else its
     # random_range_ratio around input_tokens / output_tokens
     common = {
         "input_tokens": load.get("input_tokens_dist") or int(load["input_tokens"]),
         "output_tokens": load.get("output_tokens_dist") or int(load["output_tokens"]),
         "random_range_ratio": float(load.get("random_range_ratio") or 0.0),
+        "params": {q.name: load[q.name] for q in shape.params if load.get(q.name) is not None},
     }
-    if shapes.get(shape).closed_loop:
+    if shape.closed_loop:
         return Workload(
-            shape=shape, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common
+            shape=shape.name, concurrency=int(load["concurrency"]), ramp_s=float(load.get("ramp_s") or 0.0), **common
         )
-    if shapes.get(shape).ends_by_itself:
+    if shape.ends_by_itself:
         return None  # trace: its requests' own lengths are not in the twin
-    # open loop: the load generator's own schedule for the point (shape, rate, burstiness, surge)
-    fields = {
-        k: float(load[k])
-        for k in ("rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s")
-        if load.get(k) is not None
-    }
-    return Workload(shape=shape, **fields, **common)
+    # open loop: the load generator's own schedule for the point (the fields its shape reads: rate, burstiness, ...)
+    fields = {k: float(load[k]) for k in shape.fields if k != "concurrency" and load.get(k) is not None}
+    return Workload(shape=shape.name, **fields, **common)
 
 
 class NothingToPredict(ValueError):

@@ -3,8 +3,9 @@
 -- Reports pivot it (resources/reporting.pivot_head_to_head): rows are capabilities and figures, columns engines.
 -- Each point is its repeats' summary (v_point_figures): a value carries its 95% interval in brackets (none from one
 -- repeat), and the point it came from is workload:point. "At SLO": among points whose p99 TTFT/TPOT/E2E meet the
--- plan's SLO on the conservative end of their intervals (v_point_slo). "Under a surge": the worst p99 TTFT over the gamma and surge points. Whether two engines differ
--- is sql/engine_contrasts.sql's call. A capacity search's probes are not candidates here (most are one window, and the
+-- plan's SLO on the conservative end of their intervals (v_point_slo). "Under a surge": the worst p99 TTFT over the
+-- bursty points (load_runs.bursty, the shape's trait: gamma and surge today; the labels below name those). Whether
+-- two engines differ is sql/engine_contrasts.sql's call. A capacity search's probes are not candidates here (most are one window, and the
 -- best of many single windows is the best repeat under another name): the search answers in slo_capacity, with its
 -- interval. $run_id: the run.
 WITH eng AS (
@@ -13,13 +14,18 @@ WITH eng AS (
            d.startup_s, b.status AS bstatus, b.build_s, b.error_kind AS berror, b.hardware_lock
     FROM deployments d LEFT JOIN engine_builds b ON b.run_id = d.run_id AND b.build_id = d.build_id
     WHERE d.run_id = $run_id),
+-- each point's shape traits (written at ingest from the shape registry): SQL asks these, never a shape's name
+traits AS (
+    SELECT deployment_id, workload, point_label_of(point_label, load_point_id) AS point_label,
+           bool_or(closed_loop) AS closed_loop, bool_or(bursty) AS bursty
+    FROM load_runs WHERE run_id = $run_id GROUP BY ALL),
 -- one row per metric of a point (max: as a pivot of filtered maxima takes it), then a point's figures as one map
 -- (metric -> estimate, lo, hi), read into columns: one aggregate per point, not three per figure
 pf AS (
     SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
            any_value(method) AS method, any_value(shape) AS shape, any_value(concurrency) AS concurrency,
-           any_value(repeats) AS repeats
-    FROM v_point_figures f WHERE run_id = $run_id
+           any_value(repeats) AS repeats, bool_or(closed_loop) AS closed_loop, bool_or(bursty) AS bursty
+    FROM v_point_figures f LEFT JOIN traits USING (deployment_id, workload, point_label) WHERE run_id = $run_id
       AND NOT EXISTS (SELECT 1 FROM load_runs l
                       WHERE l.run_id = f.run_id AND l.deployment_id = f.deployment_id AND l.workload = f.workload
                         AND l.point_label = f.point_label AND l.search_id IS NOT NULL)
@@ -27,13 +33,14 @@ pf AS (
 -- one row per engine and point, summarised over its repeats (means, with their intervals): m[metric] is the figure
 -- (estimate, lo, hi, method), the named columns its estimate, by which the rows below pick a point
 pt AS (
-    SELECT engine, workload, point_label, point, shape, concurrency, repeats, m,
+    SELECT engine, workload, point_label, point, shape, closed_loop, bursty, concurrency, repeats, m,
            m['output_tok_s'].estimate AS tok, m['goodput_requests_s'].estimate AS good,
            m['output_tokens_per_j'].estimate AS tpj, m['output_tokens_per_j_above_idle'].estimate AS tpja,
            m['usd_per_1m_output_tokens'].estimate AS usd, m['energy_usd_per_1m_output_tokens'].estimate AS eusd,
            m['ttft_p99_ms'].estimate AS ttft99
     FROM (SELECT engine, workload, point_label, workload || ':' || point_label AS point,
-                 any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
+                 any_value(shape) AS shape, bool_or(closed_loop) AS closed_loop, bool_or(bursty) AS bursty,
+                 any_value(concurrency) AS concurrency, any_value(repeats) AS repeats,
                  map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi,
                                                             method := method)))) AS m
           FROM pf GROUP BY engine, workload, point_label)),
@@ -44,7 +51,7 @@ agg AS (
     SELECT engine,
            count(*)                                                                     AS n_points,
            count(*) FILTER (WHERE meets_slo_p99)                                        AS n_slo,
-           count(*) FILTER (WHERE shape IN ('gamma', 'surge'))                          AS n_burst,
+           count(*) FILTER (WHERE bursty)                                               AS n_burst,
            arg_max(fmt_fig(m['output_tok_s'], 1), tok)                                  AS peak_v,
            arg_max(point, tok)                                                          AS peak_lp,
            arg_max(fmt_fig(m['goodput_requests_s'], 2), good) FILTER (WHERE meets_slo_p99) AS good_v,
@@ -57,10 +64,10 @@ agg AS (
            arg_min(point, usd) FILTER (WHERE meets_slo_p99)                             AS usd_lp,
            arg_min(fmt_fig(m['energy_usd_per_1m_output_tokens'], 4), eusd) FILTER (WHERE meets_slo_p99) AS eusd_v,
            arg_min(point, eusd) FILTER (WHERE meets_slo_p99)                            AS eusd_lp,
-           arg_max(fmt_fig(m['ttft_p99_ms'], 1), ttft99) FILTER (WHERE shape IN ('gamma', 'surge')) AS surge_v,
-           arg_max(point, ttft99) FILTER (WHERE shape IN ('gamma', 'surge'))            AS surge_lp,
-           arg_max(fmt_fig(m['ttft_p50_ms'], 1), concurrency) FILTER (WHERE shape = 'concurrency') AS steady_v,
-           arg_max(point, concurrency) FILTER (WHERE shape = 'concurrency')             AS steady_lp
+           arg_max(fmt_fig(m['ttft_p99_ms'], 1), ttft99) FILTER (WHERE bursty)          AS surge_v,
+           arg_max(point, ttft99) FILTER (WHERE bursty)                                 AS surge_lp,
+           arg_max(fmt_fig(m['ttft_p50_ms'], 1), concurrency) FILTER (WHERE closed_loop) AS steady_v,
+           arg_max(point, concurrency) FILTER (WHERE closed_loop)                       AS steady_lp
     FROM lp GROUP BY engine),
 -- the run's requests, from their tallies per load point (v_request_tallies, kept at ingest): one row per load point
 -- read, not every request
@@ -68,7 +75,7 @@ req AS (
     SELECT d.config_name AS engine,
            sum(t.requests)                                                              AS sent,
            sum(t.failed)                                                                AS failed,
-           sum(t.failed) FILTER (WHERE l.shape IN ('gamma', 'surge'))                   AS failed_burst,
+           sum(t.failed) FILTER (WHERE l.bursty)                                        AS failed_burst,
            sum(t.short_responses)                                                       AS short,
            max(t.longest_context_tokens)                                                AS ctx_v,
            regexp_extract(arg_max(t.load_point_id, t.longest_context_tokens), '^[^:]*:(.*?)(#[0-9]+)?$', 1) AS ctx_lp

@@ -1,4 +1,4 @@
--- wattbench warehouse schema. Applied idempotently by resources/warehouse.py; bump SCHEMA_VERSION there
+-- wattbench warehouse schema. Applied idempotently by wattbench/warehouse.py; bump SCHEMA_VERSION there
 -- and add a migration block below when a table changes. Every table carries run_id and source
 -- ('emulated' for rows produced by the built-in emulator, 'measured' for real engines and real NVML).
 -- Values that were not measured are NULL, never 0.
@@ -158,6 +158,8 @@ CREATE TABLE IF NOT EXISTS load_runs (
     probe                   INTEGER,            -- its order in the search, 1-based
     probe_phase             VARCHAR,            -- bracket | bisect | repeat
     probe_verdict           VARCHAR,            -- meets | misses | oversaturated (its queue grew without bound: ended early)
+    closed_loop             BOOLEAN,            -- the shape's traits (loadgen/shapes), written at ingest: streams resend on completion
+    bursty                  BOOLEAN,            -- arrivals meant to come in bursts (gamma, surge); SQL asks these, not shape names
     PRIMARY KEY (run_id, load_point_id)
 );
 
@@ -287,7 +289,7 @@ CREATE TABLE IF NOT EXISTS server_metrics (
 );
 
 -- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
--- filled at ingest (resources/warehouse.refresh_point_stats) from the *_live views of sql/views.sql, whose columns
+-- filled at ingest (wattbench/warehouse.refresh_point_stats) from the *_live views of sql/views.sql, whose columns
 -- these are (v_request_stats_live, v_itl_stats_live, v_window_steadiness_live, v_client_stats_live as client_*);
 -- has_* say which of them had a row. meeting_slo_*: counted against slo_* (the run's SLO then; v_request_stats
 -- counts again, live, when the run's SLO changed since). Views v_request_stats, v_itl_stats, v_window_steadiness
@@ -328,7 +330,7 @@ CREATE TABLE IF NOT EXISTS point_stats (
 );
 
 -- Per-window figures of the sampled GPU trace, kept rather than joined from every GPU sample at each report (schema 4):
--- filled where point_stats is (resources/warehouse.refresh_kept_views, called by refresh_point_stats) from
+-- filled where point_stats is (wattbench/warehouse.refresh_kept_views, called by refresh_point_stats) from
 -- v_window_gpu_live in sql/views.sql, whose columns these are; one row per load window holding at least one sample.
 -- v_window_gpu (and so v_load_points) reads it; tests/test_point_stats.py checks they agree.
 CREATE TABLE IF NOT EXISTS window_gpu_stats (
@@ -386,7 +388,7 @@ CREATE TABLE IF NOT EXISTS request_tallies (
 
 -- Every figure of each load run that ran (v_load_points_core_live in sql/views.sql, whose columns these are, in its
 -- order), kept rather than planned from the nested per-point views at every report (schema 5): filled where
--- point_stats is (resources/warehouse.refresh_kept_views), and again for a run whenever its own fields change
+-- point_stats is (wattbench/warehouse.refresh_kept_views), and again for a run whenever its own fields change
 -- (warehouse.set_run_fields: SLO, prices, start time), since cost, goodput and the SLO verdict read them.
 -- v_load_points_core reads it; tests/test_point_stats.py checks they agree.
 CREATE TABLE IF NOT EXISTS load_points_core (
@@ -431,7 +433,7 @@ CREATE TABLE IF NOT EXISTS point_figures (
 
 -- The SLO capacity of each search with the figures measured at it over its repeats (v_slo_capacity_live in
 -- sql/views.sql, whose columns these are, in its order): kept with point_figures, from which it reads, and refreshed
--- with it (resources/warehouse.refresh_kept_views, set_run_fields: its cost reads the run's prices); the asset
+-- with it (wattbench/warehouse.refresh_kept_views, set_run_fields: its cost reads the run's prices); the asset
 -- slo_capacity (assets/reports.py) makes it again for its benchmark. The capacity plan sizes fleets from it.
 CREATE TABLE IF NOT EXISTS slo_capacity (
     run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, model VARCHAR, precision VARCHAR,
@@ -568,3 +570,7 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_file VARCHAR;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_at BIGINT;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS events_n INTEGER;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
+-- version 11: the load shape's traits (closed_loop, bursty), written at ingest from the shape registry and filled for
+-- every run by warehouse.apply_schema (wattbench/warehouse.fill_shape_traits)
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;

@@ -34,12 +34,12 @@ FROM (
           WHERE in_window AND error_kind IS NULL AND request_events(chunk_ns, events_n) > 1)
 );
 
--- Runs imported from other tools (`wattbench import`, resources/importers/): a load point whose file carried no
+-- Runs imported from other tools (`wattbench import`, wattbench/importers/): a load point whose file carried no
 -- per-request rows takes its figures from the tool's own statistics, stored in load_runs.summary in the load
 -- generator's layout (ttft_ms.p50, ...; NULL where the tool did not report that percentile).
 -- Their requests are looked up only among the runs that hold an imported load point (v_imported_runs): a warehouse
 -- of millions of measured requests is not scanned to learn that none of them is imported. Kept at ingest and import
--- (imported_request_stats, imported_itl_stats; resources/warehouse.refresh_kept_views): the views without _live
+-- (imported_request_stats, imported_itl_stats; wattbench/warehouse.refresh_kept_views): the views without _live
 -- read those, so a report does not plan these lookups at every use of a load point's figures.
 CREATE OR REPLACE VIEW v_imported_runs AS
 SELECT DISTINCT run_id FROM load_runs WHERE source LIKE 'imported:%';
@@ -144,7 +144,7 @@ GROUP BY ALL;
 
 -- Every request of each load point tallied, whether or not it ran in the window (the head-to-head's longest context
 -- and behaviour on failure, sql/head_to_head.sql): kept in request_tallies where point_stats is
--- (resources/warehouse.refresh_kept_views), so that a report reads a row per load point instead of every request.
+-- (wattbench/warehouse.refresh_kept_views), so that a report reads a row per load point instead of every request.
 -- error_kinds: each error kind and its count. tests/test_point_stats.py checks they agree.
 CREATE OR REPLACE VIEW v_request_tallies_live AS
 WITH counts AS (
@@ -193,7 +193,7 @@ WHERE p.slo_ttft_ms IS DISTINCT FROM r.slo_ttft_ms OR p.slo_tpot_ms IS DISTINCT 
    OR p.slo_e2e_ms IS DISTINCT FROM r.slo_e2e_ms;
 
 -- The per-load-point figures reports read: kept in point_stats (filled at ingest from the *_live definitions by
--- resources/warehouse.refresh_point_stats; tests/test_point_stats.py checks they agree), and imported points from
+-- wattbench/warehouse.refresh_point_stats; tests/test_point_stats.py checks they agree), and imported points from
 -- the tool's own statistics.
 CREATE OR REPLACE VIEW v_request_stats AS
 WITH recount AS (
@@ -418,7 +418,7 @@ LEFT JOIN (SELECT run_id, deployment_id,
 WHERE l.status = 'ok';
 
 -- Kept in load_points_core (sql/schema.sql) rather than planned at every report from the views above: filled where
--- point_stats is (resources/warehouse.refresh_kept_views) and again whenever a run's own fields change
+-- point_stats is (wattbench/warehouse.refresh_kept_views) and again whenever a run's own fields change
 -- (warehouse.set_run_fields: its SLO, prices, start time). tests/test_point_stats.py checks they agree.
 CREATE OR REPLACE VIEW v_load_points_core AS SELECT * FROM load_points_core;
 
@@ -608,7 +608,7 @@ JOIN over_repeats f USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
 
 -- Kept in point_figures (sql/schema.sql) with load_points_core, from which it is made, and refreshed with it
--- (resources/warehouse.refresh_kept_views, set_run_fields): a report reads rows, not this plan.
+-- (wattbench/warehouse.refresh_kept_views, set_run_fields): a report reads rows, not this plan.
 CREATE OR REPLACE VIEW v_point_figures AS SELECT * FROM point_figures;
 
 -- SLO capacity (docs/MEASUREMENT.md, "SLO capacity"): per search (searches, what the agent's search found from its
@@ -664,7 +664,7 @@ JOIN deployments d USING (run_id, deployment_id)
 LEFT JOIN f ON f.run_id = s.run_id AND f.deployment_id = s.deployment_id AND f.workload = s.workload
            AND f.point_label = s.at_point_label;
 
--- Kept in slo_capacity (sql/schema.sql), refreshed with point_figures (resources/warehouse.refresh_kept_views).
+-- Kept in slo_capacity (sql/schema.sql), refreshed with point_figures (wattbench/warehouse.refresh_kept_views).
 CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
@@ -769,13 +769,18 @@ WITH cfg AS (
     FROM deployments d LEFT JOIN runs r USING (run_id)
     WHERE d.run_id = p_run_id),
 pts AS (
-    SELECT f.engine, f.workload, f.point_label, any_value(f.shape) AS shape, any_value(f.input_tokens) AS input_tokens,
+    SELECT f.engine, f.workload, f.point_label, any_value(f.shape) AS shape, bool_or(t.bursty) AS bursty,
+           any_value(f.input_tokens) AS input_tokens,
            any_value(f.output_tokens) AS output_tokens, any_value(f.repeats) AS repeats,
            any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
            any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
            any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
            any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
-    FROM v_point_figures f WHERE f.run_id = p_run_id
+    FROM v_point_figures f
+    LEFT JOIN (SELECT deployment_id, workload, point_label_of(point_label, load_point_id) AS point_label,
+                      bool_or(bursty) AS bursty  -- the shape's trait (load_runs, written at ingest), not its name
+               FROM load_runs WHERE run_id = p_run_id GROUP BY ALL) t USING (deployment_id, workload, point_label)
+    WHERE f.run_id = p_run_id
     GROUP BY f.engine, f.workload, f.point_label),
 lp AS (
     SELECT p.*, s.meets_slo, s.slo_judged_on, s.ttft_p99_bound_ms, s.tpot_p99_bound_ms,
@@ -848,7 +853,7 @@ cap AS (  -- a capacity search of the config sizes where there is one; else the 
 burst AS (
     SELECT engine, max(ttft_p99_bound_ms) AS burst_ttft_p99_ms, arg_max(point, ttft_p99_bound_ms) AS burst_point,
            bool_and(coalesce(meets_slo, false)) AS burst_meets_slo
-    FROM near WHERE shape IN ('gamma', 'surge') GROUP BY engine),
+    FROM near WHERE bursty GROUP BY engine),
 sized AS (
     SELECT c.*, cap.* EXCLUDE (engine), b.* EXCLUDE (engine),
            p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,

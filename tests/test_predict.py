@@ -247,7 +247,7 @@ def test_predict_sends_each_repeat_the_requests_the_agent_will_send(tmp_path, ca
                 [point.load_point_id],
             ).fetchall()
             spec = LoadSpec.from_dict({**point.load, "seed": point_seed(point)})
-            prepared = _prepare(spec, None, point.load_point_id, 0, 1)["workload"]
+            prepared = _prepare(spec, None, point.load_point_id, 0, 1).workload
             assert len(rows) > 8
             for rid, prompt, out in rows:
                 assert (prompt, out) == prepared.lengths(int(rid.split("-")[1]) - 1), (point.load_point_id, rid)

@@ -243,6 +243,33 @@ def test_a_version_1_warehouse_is_migrated_in_place(tmp_path):
         assert con.execute("SELECT count(*) FROM schema_version").fetchone() == (2,)
 
 
+def test_a_version_10_warehouse_gains_the_shapes_traits(tmp_path):
+    """Version 11 keeps each load run's shape traits (load_runs.closed_loop, .bursty) from the shape registry: a
+    warehouse from before them gains the columns, filled for every run; a shape no longer registered stays NULL."""
+    db = tmp_path / "v10.duckdb"
+    with connect(db) as con:
+        con.execute("ALTER TABLE load_runs DROP COLUMN closed_loop")
+        con.execute("ALTER TABLE load_runs DROP COLUMN bursty")
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version (version) VALUES (10)")
+        con.execute(
+            "INSERT INTO load_runs (run_id, source, deployment_id, load_point_id, workload, shape, status) VALUES "
+            "('a', 'emulated', 'd', 'd:w:c4', 'w', 'concurrency', 'ok'), ('a', 'emulated', 'd', 'd:w:g', 'w', "
+            "'gamma', 'ok'), ('b', 'emulated', 'd', 'd:w:s', 'w', 'surge', 'ok'), ('b', 'emulated', 'd', 'd:w:p', "
+            "'w', 'poisson', 'ok'), ('b', 'emulated', 'd', 'd:w:x', 'w', 'gone', 'ok')"
+        )
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        traits = con.execute("SELECT shape, closed_loop, bursty FROM load_runs ORDER BY shape").fetchall()
+    assert traits == [
+        ("concurrency", True, False),
+        ("gamma", False, True),
+        ("gone", None, None),
+        ("poisson", False, False),
+        ("surge", False, True),
+    ]
+
+
 def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     """A warehouse written before benchmark runs had an identity of their own (tests/data/schema_v2.sql): its runs
     gain partition_key (NULL: not known then), 'succeeded' becomes 'complete', the latest finished run is still found,
@@ -263,7 +290,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 11
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

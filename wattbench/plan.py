@@ -129,7 +129,10 @@ class EngineSpec(_Strict):
 
 
 class LoadPoint(_Strict):
-    """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them)."""
+    """One load point: what the load generator's LoadSpec takes, less url/model (the plan supplies them), and the
+    parameters its shape declares of its own (shapes.Param: any other key is refused, naming the shape's)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     shape: str = Field(
         description="a load shape of the registry (wattbench_agent/loadgen/shapes/): concurrency, "
@@ -149,6 +152,13 @@ class LoadPoint(_Strict):
         if shape not in shapes.SHAPES:
             raise ValueError(f"unknown load shape {shape[:80]!r}; expected one of {', '.join(shapes.SHAPES)}")
         return shape  # what the shape needs of the other fields is checked once sweeps are expanded (load_plan)
+
+    @model_validator(mode="after")
+    def _shape_params(self) -> LoadPoint:
+        problem = shapes.get(self.shape).params_problem(self.model_extra or {})
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s

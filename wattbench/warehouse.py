@@ -41,8 +41,9 @@ if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wa
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
-# 10: per-token times in the token store beside the warehouse (requests.events_file, ...; resources/token_store.py)
-SCHEMA_VERSION = 10
+# 10: per-token times in the token store beside the warehouse (requests.events_file, ...; resources/token_store.py);
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits)
+SCHEMA_VERSION = 11
 # DuckDB's memory while a bundle loads (it spills to <warehouse>.tmp past it); WATTBENCH_INGEST_MEMORY overrides.
 INGEST_MEMORY = "1GB"
 # Once the rows are in, DuckDB's limit is set to this for a moment, so that it gives back the pages it cached while
@@ -109,6 +110,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None, ("window_gpu_stats", *_AFTER_RUN_FIELDS))
     elif current is not None and current < 9:  # 8: figures by one definition; 9: energy per request, slo_capacity
         refresh_kept_views(con, None, _AFTER_RUN_FIELDS)
+    if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
+        fill_shape_traits(con, None)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -313,6 +316,7 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             )
             if staged and table == "load_runs":  # the windows are in
                 chunks.start_pass(run_id)
+        fill_shape_traits(con, run_id)
         if staged:  # before the rows are compared with a complete run's: a bundle loads to the same rows each time
             _fill_steps(con, run_id, chunks)
         _derive_deployment_hbm(con, run_id)
@@ -339,6 +343,20 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
         con.execute("ROLLBACK")
         raise
     return counts
+
+
+def fill_shape_traits(con: duckdb.DuckDBPyConnection, run_id: str | None) -> None:
+    """load_runs.closed_loop and .bursty of a run's rows (every run's: None) from the shape registry
+    (wattbench_agent.loadgen.shapes), so SQL asks a point's traits, not its shape's name. A shape this wattbench
+    does not know keeps what the row had (NULL from a bundle: bundles do not carry traits, docs/CONTRACTS.md)."""
+    from wattbench_agent.loadgen import shapes
+
+    traits = [(name, shape.closed_loop, shape.bursty) for name, shape in shapes.SHAPES.items()]
+    con.execute(
+        "UPDATE load_runs SET closed_loop = t.closed_loop, bursty = t.bursty "
+        "FROM (SELECT unnest(?, recursive := true)) t WHERE load_runs.shape = t.shape AND (? IS NULL OR run_id = ?)",
+        [[{"shape": n, "closed_loop": c, "bursty": b} for n, c, b in traits], run_id, run_id],
+    )
 
 
 def _fill_steps(con, run_id: str, chunks: ChunkFiles) -> int:

@@ -386,21 +386,19 @@ def run_load_point(
     `slo`, `on_record`, `stop_event`: handed to the load generator (a search judges and may end its probes);
     `write_row` False: the caller writes the row (a search, once it has judged the probe)."""
     lp_id = point.load_point_id
-    load = dict(point.load)
-    if not d.adapter.accepts_ignore_eos and load.get("ignore_eos", True):
+    over: dict[str, Any] = {}
+    if not d.adapter.accepts_ignore_eos and point.load_spec.ignore_eos:
         log(
             f"[{d.id}] {d.adapter.name} rejects ignore_eos/min_tokens: sending without them; output lengths are the "
             "model's (truncation checks read usage and finish_reason)"
         )
-        load["ignore_eos"] = False
-    spec = LoadSpec.from_dict(
-        {
-            **load,
-            "url": d.url,
-            "model": d.adapter.served_model_name(d.spec.engine_config),
-            "load_point_id": lp_id,
-            "seed": point_seed(point),
-        }
+        over["ignore_eos"] = False
+    spec = point.load_spec.replace(
+        url=d.url,
+        model=d.adapter.served_model_name(d.spec.engine_config),
+        load_point_id=lp_id,
+        seed=point_seed(point),
+        **over,
     )
     window: dict[str, Any] = {}
     ids = {"deployment_id": d.id, "load_point_id": lp_id, "source": d.adapter.source}
@@ -514,13 +512,8 @@ def run_search_point(
 
     search = SearchSpec.from_dict(dict(point.search or {}))
     search_id = f"{d.id}:{point.workload}"
-    base = LoadSpec.from_dict(
-        {
-            **point.load,
-            "url": d.url,
-            "model": d.adapter.served_model_name(d.spec.engine_config),
-            "seed": point_seed(point),
-        }
+    base = point.load_spec.replace(
+        url=d.url, model=d.adapter.served_model_name(d.spec.engine_config), seed=point_seed(point)
     )
     log(f"[{d.id}] {search_id}: searching {search.over} for the highest load meeting {search.slo_text()}")
 
@@ -532,7 +525,7 @@ def run_search_point(
             self.load_point_id = lr.get("load_point_id")
 
     def measure(spec: LoadSpec, probe, on_record=None, stop_event=None) -> Measured:
-        label = shapes.label(vars(spec))
+        label = shapes.label(spec.point())
         suffix = f"#{probe.repeat}" if probe.repeat > 1 else ""
         load = {k: v for k, v in spec.to_dict().items() if k not in ("url", "model", "load_point_id")}
         probe_point = LoadPointSpec(
@@ -593,7 +586,7 @@ def run_search_point(
         "over": search.over,
         "unit": result.unit,
         "shape": result.shape,
-        "burstiness": base.burstiness if result.shape == "gamma" else None,
+        "burstiness": base.burstiness if "burstiness" in shapes.get(result.shape).fields else None,
         "slo_ttft_ms": search.slo.get("ttft_ms"),
         "slo_tpot_ms": search.slo.get("tpot_ms"),
         "slo_e2e_ms": search.slo.get("e2e_ms"),
@@ -602,7 +595,7 @@ def run_search_point(
         "capacity": cap["value"],
         "capacity_lo": cap["lo"],
         "capacity_hi": cap["hi"],
-        "at_point_label": shapes.label(vars(_at_spec(base, search.over, result.value))) if result.value else None,
+        "at_point_label": shapes.label(_at_spec(base, search.over, result.value).point()) if result.value else None,
         "repeats_at_capacity": cap["repeats_at_capacity"],
         "binding": result.binding,
         "binding_share": result.binding_share,

@@ -1,6 +1,6 @@
 """The agent's wire: what the control plane sends the bench agent (an agent spec), typed and versioned.
 
-One home for every default: the control plane builds an `AgentSpec` (resources/plan.py `agent_spec`), sends it
+One home for every default: the control plane builds an `AgentSpec` (wattbench/plan.py `agent_spec`), sends it
 as JSON (a file for `wattbench-agent --spec`, the Pipes extras under Dagster), and the agent reads it back with
 `AgentSpec.from_dict`. Neither side re-defaults a field. A spec of an older wire version is read where it can be
 (version 1 was the untyped dict of wattbench 0.1: the same field names, settings on each deployment).
@@ -16,13 +16,17 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from wattbench_agent.engines.base import EngineConfig
 
+if TYPE_CHECKING:  # the load generator loads where a load point is parsed
+    from wattbench_agent.loadgen.spec import LoadSpec
+
 WIRE_VERSION = 2
 
-# Bounds of the settings an agent spec carries (the plan's own bounds are these: resources/plan.py). A value past
+# Bounds of the settings an agent spec carries (the plan's own bounds are these: wattbench/plan.py). A value past
 # one is a typo or an attack, not a benchmark: idle_baseline_s 1e9 held the agent for 31 years.
 MAX_SAMPLER_HZ = 100.0
 MAX_IDLE_BASELINE_S = 3600.0
@@ -117,12 +121,20 @@ class LoadPointSpec:
             },
             where,
         )
-        from wattbench_agent.loadgen.spec import LoadSpec, LoadSpecError
+        from wattbench_agent.loadgen.spec import LoadSpecError
 
         try:  # every duration, count and rate within its bounds before any engine starts
-            LoadSpec.from_dict(dict(self.load))
+            self.load_spec  # noqa: B018 (parsed here, once: the agent runs this object)
         except (LoadSpecError, TypeError) as exc:
             raise WireError(f"{where}: load: {exc}") from None
+
+    @cached_property
+    def load_spec(self) -> LoadSpec:
+        """`load` parsed (LoadSpec.from_dict, at construction): the typed load the agent runs, url and model left to
+        the deployment (LoadSpec.replace). Not a field: the wire form stays `load`, a mapping."""
+        from wattbench_agent.loadgen.spec import LoadSpec
+
+        return LoadSpec.from_dict(dict(self.load))
 
 
 @dataclass(frozen=True)

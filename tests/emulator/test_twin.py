@@ -394,7 +394,7 @@ def test_a_closed_loops_lengths_are_the_ones_the_load_generator_prepares(lengths
 
     seed, c = 99, 16
     spec = LoadSpec(concurrency=c, input_tokens=512, output_tokens=128, warmup_s=2, duration_s=4, seed=seed, **lengths)
-    prepared = _prepare(spec, None, "lp", 0, 1)["workload"]
+    prepared = _prepare(spec, None, "lp", 0, 1).workload
     wl = Workload(
         shape="concurrency",
         concurrency=c,

@@ -185,8 +185,9 @@ def store_run(
         _insert(con, "load_runs", lr_rows)
         if req_rows:
             _insert_json(con, "requests", req_rows)
-        from wattbench.warehouse import refresh_point_stats
+        from wattbench.warehouse import fill_shape_traits, refresh_point_stats
 
+        fill_shape_traits(con, rid)  # the shapes' traits, as for a bundle
         refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
         con.execute("COMMIT")
     except Exception:

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from wattbench.report.pictures import (
-    CLOSED_LOOP,
     engine_colors,
     interval_note,
+    is_closed,
     load_order,
     pareto_frontier,
     point_colors,
@@ -280,7 +280,7 @@ def _point_rows(points: pd.DataFrame) -> pd.DataFrame:
     one = points["workload"].nunique() == 1
     df = load_order(points).copy()
     df["point"] = [point_name(r, one) for _, r in df.iterrows()]
-    df["closed"] = df["shape"] == CLOSED_LOOP
+    df["closed"] = is_closed(df["shape"])
     df["loop"] = np.where(df["closed"], "fixed concurrency", "open-loop arrivals")
     return df
 
@@ -428,7 +428,7 @@ def tokens_per_joule_chart(
         p["kind"] = "point"
         parts.append(p.dropna(subset=["x"]))
         if repeats is not None and not repeats.empty and col in repeats:
-            closed = repeats["shape"] == CLOSED_LOOP
+            closed = is_closed(repeats["shape"])
             placed = repeats.assign(x=np.where(closed, repeats["concurrency"], repeats["achieved_concurrency"]))
             dots = _repeat_dots(placed, "x", col, one).rename(columns={col: "tok_j"})
             parts.append(dots.assign(measure=measure, kind="repeat", closed=False))

@@ -33,7 +33,12 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from wattbench_agent.loadgen.shapes import SHAPES  # noqa: E402
 
 SHAPE_ORDER = {name: shape.order for name, shape in SHAPES.items()}  # the registry's order: closed loop first
-CLOSED_LOOP = "concurrency"
+CLOSED_LOOP = tuple(name for name, shape in SHAPES.items() if shape.closed_loop)  # the registry's trait
+
+
+def is_closed(shape: pd.Series) -> pd.Series:
+    """Rows of a closed-loop shape: drawn at their concurrency (open-loop ones at their achieved concurrency)."""
+    return shape.isin(CLOSED_LOOP)
 
 
 # --- order, names and colours ------------------------------------------------------------------------------------
@@ -66,7 +71,7 @@ def load_order(df: pd.DataFrame) -> pd.DataFrame:
         return df
     key = pd.DataFrame(
         {
-            "_shape": df.get("shape", pd.Series(CLOSED_LOOP, index=df.index)).map(SHAPE_ORDER).fillna(9),
+            "_shape": df.get("shape", pd.Series(CLOSED_LOOP[0], index=df.index)).map(SHAPE_ORDER).fillna(9),
             "_conc": pd.to_numeric(df.get("concurrency", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
             "_rate": pd.to_numeric(df.get("rate", pd.Series(np.nan, index=df.index)), errors="coerce").fillna(0),
             "_wl": df.get("workload", pd.Series("", index=df.index)).astype(str),
@@ -363,8 +368,8 @@ def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFra
         if df.empty:
             continue
         c = colors[engine]
-        closed = df[df["shape"] == CLOSED_LOOP]
-        open_ = df[df["shape"] != CLOSED_LOOP]
+        closed = df[is_closed(df["shape"])]
+        open_ = df[~is_closed(df["shape"])]
         front = pareto_frontier(closed)
         if len(front) > 1:
             ax.step(
@@ -431,7 +436,7 @@ def _tpj_repeats(repeats: pd.DataFrame | None) -> pd.DataFrame | None:
     the repeat's own achieved concurrency."""
     if repeats is None or repeats.empty:
         return repeats
-    closed = repeats["shape"] == CLOSED_LOOP
+    closed = is_closed(repeats["shape"])
     return repeats.assign(x=np.where(closed, repeats["concurrency"], repeats["achieved_concurrency"]))
 
 
@@ -447,8 +452,8 @@ def _tpj_panel(
         if df.empty:
             continue
         c = colors[engine]
-        closed = df[df["shape"] == CLOSED_LOOP].sort_values("concurrency")
-        open_ = df[(df["shape"] != CLOSED_LOOP) & df["achieved_concurrency"].notna()]
+        closed = df[is_closed(df["shape"])].sort_values("concurrency")
+        open_ = df[(~is_closed(df["shape"])) & df["achieved_concurrency"].notna()]
         draw_repeats(ax, repeats, engine, "x", col, c)
         if not closed.empty:
             eb = ax.errorbar(
@@ -507,8 +512,8 @@ def fig_tokens_per_joule(points: pd.DataFrame, label: str, repeats: pd.DataFrame
         data = points.dropna(subset=[col]) if col in points else points.iloc[0:0]
         labels = _tpj_panel(ax, data, col, colors, one, repeats) if not data.empty else []
         if not data.empty:
-            ticks += data.loc[data["shape"] == CLOSED_LOOP, "concurrency"].dropna().tolist()
-            xs += data.loc[data["shape"] != CLOSED_LOOP, "achieved_concurrency"].dropna().tolist()
+            ticks += data.loc[is_closed(data["shape"]), "concurrency"].dropna().tolist()
+            xs += data.loc[~is_closed(data["shape"]), "achieved_concurrency"].dropna().tolist()
         ax.set_title(title, fontsize=8)
         ax.set_xlabel("concurrent requests (open-loop: achieved)")
         ax.grid(alpha=0.3)
@@ -747,7 +752,7 @@ def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: st
             if len(front) > 1:
                 ax.plot(front[x], front[y], color=c, lw=1.4, alpha=0.8, gid=f"frontier:{engine}")
             for filled in (True, False):
-                sub = part[(part["shape"] == CLOSED_LOOP) == filled]
+                sub = part[(is_closed(part["shape"])) == filled]
                 if sub.empty:
                     continue
                 ax.scatter(
@@ -758,7 +763,7 @@ def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: st
                     facecolors=c if filled else "white",
                     edgecolors=c,
                     zorder=3,
-                    label=config_label(engine, part) if filled or (part["shape"] == CLOSED_LOOP).sum() == 0 else None,
+                    label=config_label(engine, part) if filled or (is_closed(part["shape"])).sum() == 0 else None,
                     gid=f"points:{engine}:{'closed' if filled else 'open'}",
                 )
             here = cap[cap["engine"] == engine] if not cap.empty else cap

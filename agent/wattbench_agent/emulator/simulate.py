@@ -56,6 +56,7 @@ class Workload:
     ramp_s: float = 0.0
     arrivals: Sequence[float] | None = None
     random_range_ratio: float = 0.0
+    params: dict = field(default_factory=dict)  # the shape's own parameters (shapes.Param), as LoadSpec.params
 
 
 def _draw(spec: LengthSpec, rng: random.Random, ratio: float = 0.0) -> int:
@@ -184,10 +185,11 @@ class _Run:
         self.rng = random.Random(seed)
         self.t0, self.t1, self.record = t0, t1, record
         self.shape = shapes.get(wl.shape)  # the load generator's own shape: the same schedule for the same seed
-        problem = self.shape.check(vars(wl))
+        point = {**vars(wl), **wl.params}  # the fields as the shape reads them (LoadSpec.point)
+        problem = self.shape.params_problem(wl.params) or self.shape.check(point)
         if problem:
             raise ValueError(problem)
-        self.arrivals = self.shape.twin_arrivals(vars(wl), t1, seed)
+        self.arrivals = self.shape.twin_arrivals(point, t1, seed)
         self.lengths = _loadgen_lengths(wl, seed, t1, len(self.arrivals))
         self.prefix_blocks = wl.shared_prefix_tokens // self.sched.bs
         self.made = 0

@@ -55,6 +55,17 @@ def register(subparsers) -> None:
         "serve's flag names work as aliases (--base-url, --endpoint, --request-rate, --num-prompts, "
         "--dataset-name, --goodput, --save-result, ...; docs/LOADGEN.md).",
     )
+    _target_flags(p)
+    _shape_flags(p)
+    _request_flags(p)
+    _run_flags(p)
+    _vllm_result_flags(p)
+    search_cli.register(p)
+    p.set_defaults(func=main)
+
+
+def _target_flags(p) -> None:
+    """Where the load goes: the server, its endpoint and API, the model."""
     p.add_argument(
         "--url",
         "--base-url",
@@ -77,6 +88,10 @@ def register(subparsers) -> None:
         help=f"vllm bench serve's backend: {', '.join(BACKENDS)} (openai, vllm: /v1/completions; openai-chat: "
         "/v1/chat/completions); it picks the API and, for a base URL, the endpoint",
     )
+
+
+def _shape_flags(p) -> None:
+    """The load shape and its parameters."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--concurrency", help="closed-loop streams; a comma list sweeps (e.g. 8,16,32)")
     g.add_argument(
@@ -113,6 +128,13 @@ def register(subparsers) -> None:
         help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
         "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/",
     )
+    for param in shapes.params().values():  # the shapes' own parameters: a flag each, read for the --shape that has it
+        owners = ", ".join(name for name, shape in shapes.SHAPES.items() if param in shape.params)
+        p.add_argument(param.flag, dest=param.name, type=param.type, help=f"--shape {owners}: {param.help}")
+
+
+def _request_flags(p) -> None:
+    """What each request asks: lengths, prompts."""
     p.add_argument(
         "--input-tokens",
         "--random-input-len",
@@ -143,6 +165,10 @@ def register(subparsers) -> None:
     )
     p.add_argument("--shared-prefix-tokens", type=int, default=0)
     p.add_argument("--tokenizer", help="tokenizer.json path or HF name (optional)")
+
+
+def _run_flags(p) -> None:
+    """How long and how the point runs, and where its records and summary go."""
     p.add_argument("--warmup", type=finite_float(0), default=0.0, help="seconds of warm-up before the window")
     p.add_argument(
         "--ramp",
@@ -174,6 +200,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", help="per-request JSONL (appended, flushed per record)")
     p.add_argument("--json", action="store_true", help="print a final one-line JSON summary on stdout")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _vllm_result_flags(p) -> None:
+    """vllm bench serve's result file."""
     v = p.add_argument_group("vllm bench serve results")
     v.add_argument(
         "--goodput",
@@ -195,8 +225,6 @@ def register(subparsers) -> None:
     v.add_argument(
         "--metadata", nargs="*", metavar="KEY=VALUE", default=[], help="key-value pairs stored in the result file"
     )
-    search_cli.register(p)
-    p.set_defaults(func=main)
 
 
 def _headers(a) -> dict:
@@ -300,6 +328,9 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         d.update(shape="concurrency")
     if a.shape:
         d["shape"] = a.shape
+    d.update(
+        {q.name: getattr(a, q.name) for q in shapes.get(d["shape"]).params if getattr(a, q.name, None) is not None}
+    )
     if until_sent and not a.trace:
         d["duration_s"] = 0.0  # until --num-prompts are sent (LoadSpec: duration 0 with max_requests)
     d.update(over)

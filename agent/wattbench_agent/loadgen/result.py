@@ -10,7 +10,7 @@ from typing import Any
 
 from wattbench_agent.safety import redact_url
 
-from . import metrics, shapes, steps
+from . import metrics, steps
 from .spec import LoadSpec
 from .workload import length_dists
 
@@ -68,7 +68,7 @@ class FailFast:
 
 
 def default_workload(spec: LoadSpec) -> str:
-    named = shapes.get(spec.shape).workload_name(vars(spec))
+    named = spec.load_shape.workload_name(spec.point())
     if named:
         return named
     if spec.dataset_path:
@@ -109,7 +109,7 @@ class LoadResult:
             "api": sp.api,
             "concurrency": sp.concurrency,
             "rate": sp.rate,
-            "burstiness": sp.burstiness if "burstiness" in shapes.get(sp.shape).fields else None,
+            "burstiness": sp.burstiness if "burstiness" in sp.load_shape.fields else None,
             # requested lengths; NULL where the dataset decides them (each request's are in `requests`)
             "input_tokens": None if sp.dataset_path else sp.input_tokens,
             "output_tokens": None if (sp.output_tokens_dist or {}).get("kind") == "dataset" else sp.output_tokens,
@@ -136,7 +136,7 @@ class LoadResult:
 
 
 def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dict, slo: dict | None) -> LoadResult:
-    closed = shapes.get(spec.shape).closed_loop
+    closed = spec.load_shape.closed_loop
     summary = metrics.summarize(
         sink.records, res["ws"], res["we"], slo=slo, closed_loop=closed, concurrency=spec.concurrency
     )
@@ -162,7 +162,7 @@ def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dic
         workload=spec.workload or default_workload(spec),
         shape=spec.shape,
         api=spec.api,
-        requested_rate=spec.rate if not shapes.get(spec.shape).closed_loop else None,
+        requested_rate=spec.rate if not spec.load_shape.closed_loop else None,
         requested_concurrency=spec.concurrency,
         burstiness=spec.burstiness,
         warmup_s=spec.warmup_s,

@@ -9,7 +9,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -146,7 +147,7 @@ def _share(n: int | None, w: int, nw: int) -> int | None:
 
 
 def default_load_point_id(spec: LoadSpec) -> str:
-    return shapes.label(vars(spec))
+    return shapes.label(spec.point())
 
 
 class _Sink:
@@ -259,87 +260,142 @@ def _new_loop():
         return asyncio.new_event_loop()
 
 
-async def _main(ctx: dict) -> dict:
-    spec: LoadSpec = ctx["spec"]
-    sink: _Sink = ctx["sink"]
-    items = ctx["items"]
-    workload: Workload = ctx["workload"]
-    offsets = ctx["offsets"]
-    stop_event: threading.Event | None = ctx["stop_event"]
-    loop = asyncio.get_running_loop()
+@dataclass(frozen=True)
+class Prepared:
+    """One worker's share of a load point, made before the clock starts (`_prepare`): its schedule and the first
+    requests' bodies, encoded ahead so that sending does no encoding."""
 
-    if spec.transport == "fast":
-        transport = FastTransport(verify=ctx["verify"])
-    else:
-        transport = httpx.AsyncHTTPTransport(
-            verify=ctx["verify"], limits=httpx.Limits(max_connections=None, max_keepalive_connections=None), retries=0
-        )
-    client = httpx.AsyncClient(transport=transport, timeout=spec.timeout_s, follow_redirects=False)
-    runner = RequestRunner(spec, client, ctx["lp"], ctx["tokenizer"])
-    pre = spec.concurrency if spec.concurrency else min(64, max(1, len(offsets) if offsets is not None else 0))
-    if isinstance(transport, FastTransport) and pre:
-        try:
-            await transport.warm(str(runner.url), min(pre, 2048), timeout=min(spec.timeout_s, 10.0))
-        except Exception:
-            pass
+    spec: LoadSpec
+    shape: shapes.Shape  # the registered shape spec.shape names: its `closed_loop` trait picks the driver
+    items: list  # (body, input_tokens, output_tokens, prompt or None) of this worker's first requests, in order
+    workload: Workload  # the requests after those, made as they are needed
+    offsets: Any  # open loop: this worker's send offsets (s from t0, numpy); closed loop: None
+    lp: str  # the load point id
+    tokenizer: Any
+    duration_s: float
+    worker: int = 0  # this worker's index: its requests are the global ones local * n_workers + worker
+    n_workers: int = 1
 
-    warm_ns, dur_ns = int(spec.warmup_s * 1e9), int(ctx["duration_s"] * 1e9)
-    t0_fn = ctx.get("t0_fn")
-    t0 = await t0_fn() if t0_fn is not None else _perf_ns()
-    ws, we = t0 + warm_ns, t0 + warm_ns + dur_ns
-    send_end = we
-    sink.ws, sink.we = ws, we
-    edges = _Edges(ws, we, ctx["on_window_start"], ctx["on_window_end"])
-    if ctx.get("edges", True):
-        edges.start()
-    tasks: set[asyncio.Task] = set()
-    state = {"next": 0, "stop": False, "inflight": 0, "send_done_ns": None, "fail_fast": False}
 
-    ff_evt = asyncio.Event()
+@dataclass(frozen=True)
+class RunContext:
+    """What one process's event loop runs a load point with: its share (`Prepared`), where records go, and how it
+    is told to stop. In-process runs (`run_load`) call the window callbacks here; workers leave them to the parent."""
 
-    def fail_fast() -> None:  # the first requests all failed the same way: stop sending, short drain
-        state["stop"] = state["fail_fast"] = True
-        ff_evt.set()
+    prepared: Prepared
+    sink: Any  # _Sink (in process) | _PipeSink (a worker: records go to the parent)
+    progress: Progress
+    verify: Any = True  # TLS verification, as httpx takes it
+    stop_event: threading.Event | None = None  # set: stop sending, end the window now, drain
+    abort_event: threading.Event | None = None  # set: cancel everything (a worker's Ctrl-C, sent by the parent)
+    fail_fast_event: threading.Event | None = None  # set: the parent saw the first requests all fail (workers)
+    on_window_start: Callable[[], Any] | None = None
+    on_window_end: Callable[[], Any] | None = None
+    t0_fn: Callable[[], Awaitable[int]] | None = None  # a worker waits for the parent's shared t0
+    edges: bool = True  # call on_window_start / on_window_end at the window's instants
 
-    sink.on_fail_fast = fail_fast
-    gone = getattr(sink, "gone", None)
-    if gone is not None:  # the server stopped answering: stop as fail fast stops (called from the watcher's thread)
-        gone.on_gone = lambda: loop.call_soon_threadsafe(fail_fast)
-    wk, nw = ctx.get("worker", 0), ctx.get("n_workers", 1)
-    max_req = _share(spec.max_requests, wk, nw)
-    n_items = len(items)
 
-    def item(i: int):
-        if i < n_items:
-            return items[i]
-        it = workload.item(i * nw + wk)
+async def _main(ctx: RunContext) -> dict:
+    """Send one worker's share of a load point on this event loop and drain it: the window's instants and the drain."""
+    return await _LoadRun(ctx, asyncio.get_running_loop()).run()
+
+
+class _LoadRun:
+    """One event loop's load run: the state its senders share (next request, in flight, stop, fail fast), the
+    closed-loop and open-loop drivers (picked by the shape's `closed_loop` trait), the drain and the clean-up."""
+
+    def __init__(self, ctx: RunContext, loop: asyncio.AbstractEventLoop):
+        p = ctx.prepared
+        self.ctx, self.spec, self.sink, self.loop = ctx, p.spec, ctx.sink, loop
+        self.items, self.workload, self.tokenizer = p.items, p.workload, p.tokenizer
+        self.wk, self.nw = p.worker, p.n_workers
+        self.max_req = _share(self.spec.max_requests, self.wk, self.nw)
+        self.tasks: set[asyncio.Task] = set()
+        self.next = 0  # the next request's local index
+        self.inflight = 0
+        self.stop = self.failed_fast = False
+        self.stopped_ns: int | None = None  # when a stop was asked for: the window ends there
+        self.ff_evt = asyncio.Event()
+
+    # ------------------------------------------------------------------ setup
+    async def _connect(self) -> None:
+        spec, ctx = self.spec, self.ctx
+        if spec.transport == "fast":
+            transport = FastTransport(verify=ctx.verify)
+        else:
+            transport = httpx.AsyncHTTPTransport(
+                verify=ctx.verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=None), retries=0
+            )
+        self.client = httpx.AsyncClient(transport=transport, timeout=spec.timeout_s, follow_redirects=False)
+        self.runner = RequestRunner(spec, self.client, ctx.prepared.lp, self.tokenizer)
+        offsets = ctx.prepared.offsets
+        pre = spec.concurrency if spec.concurrency else min(64, max(1, len(offsets) if offsets is not None else 0))
+        if isinstance(transport, FastTransport) and pre:
+            try:
+                await transport.warm(str(self.runner.url), min(pre, 2048), timeout=min(spec.timeout_s, 10.0))
+            except Exception:
+                pass
+
+    async def _start_clock(self) -> None:
+        ctx = self.ctx
+        warm_ns, dur_ns = int(self.spec.warmup_s * 1e9), int(ctx.prepared.duration_s * 1e9)
+        self.t0 = await ctx.t0_fn() if ctx.t0_fn is not None else _perf_ns()
+        self.ws, self.we = self.t0 + warm_ns, self.t0 + warm_ns + dur_ns
+        self.send_end = self.we
+        self.sink.ws, self.sink.we = self.ws, self.we
+        self.edges = _Edges(self.ws, self.we, ctx.on_window_start, ctx.on_window_end)
+        if ctx.edges:
+            self.edges.start()
+        self.sink.on_fail_fast = self.fail_fast
+        gone = getattr(self.sink, "gone", None)
+        if gone is not None:  # the server stopped answering: stop as fail fast stops (called from the watcher's thread)
+            gone.on_gone = lambda: self.loop.call_soon_threadsafe(self.fail_fast)
+
+    def fail_fast(self) -> None:  # the first requests all failed the same way: stop sending, short drain
+        self.stop = self.failed_fast = True
+        self.ff_evt.set()
+
+    # ------------------------------------------------------------------ one request
+    def item(self, i: int):
+        if i < len(self.items):
+            return self.items[i]
+        it = self.workload.item(i * self.nw + self.wk)
         return (
-            runner.encode(it.prompt, it.output_tokens),
+            self.runner.encode(it.prompt, it.output_tokens),
             it.input_tokens,
             it.output_tokens,
-            it.prompt if ctx["tokenizer"] is not None else None,
+            it.prompt if self.tokenizer is not None else None,
         )
 
-    async def one(i: int, scheduled: int, on_status=None) -> None:
-        body, n_in, n_out, prompt = item(i)
-        state["inflight"] += 1
+    async def one(self, i: int, scheduled: int, on_status=None) -> None:
+        body, n_in, n_out, prompt = self.item(i)
+        self.inflight += 1
         try:
-            rec = await runner.run(f"{i * nw + wk:07d}", body, n_in, n_out, scheduled, prompt, on_status)
+            rec = await self.runner.run(f"{i * self.nw + self.wk:07d}", body, n_in, n_out, scheduled, prompt, on_status)
         except _Cancelled as exc:
-            sink.put(exc.record)
+            self.sink.put(exc.record)
             raise
         finally:
-            state["inflight"] -= 1
-        sink.put(rec)
+            self.inflight -= 1
+        self.sink.put(rec)
 
-    def should_stop(now: int) -> bool:
-        return state["stop"] or now >= send_end or (stop_event is not None and stop_event.is_set())
+    def should_stop(self, now: int) -> bool:
+        stop_event = self.ctx.stop_event
+        return self.stop or now >= self.send_end or (stop_event is not None and stop_event.is_set())
 
-    async def stream(k: int) -> None:
-        scheduled = t0
+    def _track(self, t: asyncio.Task) -> asyncio.Task:
+        self.tasks.add(t)
+        t.add_done_callback(self.tasks.discard)
+        return t
+
+    # ------------------------------------------------------------------ drivers
+    async def stream(self, k: int) -> None:
+        """Closed loop: stream k of this worker sends its next request when the last one ends."""
+        spec, nw, wk = self.spec, self.nw, self.wk
+        scheduled = self.t0
         if spec.ramp_s > 0 and spec.concurrency:
             # stream k of this worker is stream k*nw+wk overall: starts spread evenly over ramp_s
-            scheduled = t0 + int(spec.ramp_s * 1e9 * (k * nw + wk) / spec.concurrency)
+            scheduled = self.t0 + int(spec.ramp_s * 1e9 * (k * nw + wk) / spec.concurrency)
             delay = (scheduled - _perf_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -350,108 +406,100 @@ async def _main(ctx: dict) -> dict:
                 wait_s[0] = min(retry_after if retry_after is not None else 1.0, 5.0)
 
         while True:
-            if should_stop(_perf_ns()):
+            if self.should_stop(_perf_ns()):
                 return
-            i = state["next"]
-            if max_req is not None and i >= max_req:
+            i = self.next
+            if self.max_req is not None and i >= self.max_req:
                 return
-            state["next"] = i + 1
-            await one(i, scheduled, on_status)
+            self.next = i + 1
+            await self.one(i, scheduled, on_status)
             if wait_s[0]:
                 await asyncio.sleep(wait_s[0])
                 wait_s[0] = 0.0
             scheduled = _perf_ns()
 
-    async def open_loop() -> None:
-        cap = asyncio.Semaphore(spec.concurrency) if spec.concurrency else None
-        for i, off in enumerate(offsets):
-            target = t0 + int(off * 1e9)
+    async def closed_loop(self) -> None:
+        senders = [
+            self._track(self.loop.create_task(self.stream(k)))
+            for k in range(_share(self.spec.concurrency, self.wk, self.nw))
+        ]
+        all_sent = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
+        ff_wait = self.loop.create_task(self.ff_evt.wait())
+        await asyncio.wait([all_sent, ff_wait], return_when=asyncio.FIRST_COMPLETED)
+        ff_wait.cancel()
+        if not all_sent.done():  # fail fast: the streams still waiting on a request drain below
+            all_sent.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+
+    async def open_loop(self) -> None:
+        """Open loop: request i goes out at t0 + offsets[i], whatever is in flight (up to concurrency, if given)."""
+        cap = asyncio.Semaphore(self.spec.concurrency) if self.spec.concurrency else None
+        for i, off in enumerate(self.ctx.prepared.offsets):
+            target = self.t0 + int(off * 1e9)
             d = target - _perf_ns()
-            while d > 100_000_000 and not state["stop"]:  # long gaps in slices, so that a stop is seen soon
+            while d > 100_000_000 and not self.stop:  # long gaps in slices, so that a stop is seen soon
                 await asyncio.sleep(0.1)
                 d = target - _perf_ns()
-            if d > 0 and not state["stop"]:
+            if d > 0 and not self.stop:
                 await asyncio.sleep(d / 1e9)
-            if should_stop(target):
+            if self.should_stop(target):
                 break
             if cap is not None:
                 await cap.acquire()
-            state["next"] = i + 1
-            t = loop.create_task(one(i, target))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
+            self.next = i + 1
+            t = self._track(self.loop.create_task(self.one(i, target)))
             if cap is not None:
                 t.add_done_callback(lambda _t: cap.release())
 
-    async def show_progress() -> None:
+    # ------------------------------------------------------------------ watchers
+    async def show_progress(self) -> None:
         while True:
             now = _perf_ns()
-            ctx["progress"].show(
-                (now - t0) / 1e9,
-                sink,
-                state["inflight"],
-                "warmup" if now < ws else ("steady" if now < send_end else "drain"),
-            )
+            phase = "warmup" if now < self.ws else ("steady" if now < self.send_end else "drain")
+            self.ctx.progress.show((now - self.t0) / 1e9, self.sink, self.inflight, phase)
             await asyncio.sleep(0.5)
 
-    async def watch_stop() -> None:
-        ff_thread_evt = ctx.get("fail_fast_event")
+    async def watch_stop(self) -> None:
+        stop_event, ff_thread_evt = self.ctx.stop_event, self.ctx.fail_fast_event
         while not stop_event.is_set():
             if ff_thread_evt is not None and ff_thread_evt.is_set():  # the parent process saw it (workers)
-                fail_fast()
+                self.fail_fast()
                 return
             await asyncio.sleep(0.05)
-        state["stop"] = True
-        state["stopped_ns"] = _perf_ns()  # a stop asked for ends the window now, not when the drain ends
-        if state["stopped_ns"] < we:
-            edges.fire_now(max(state["stopped_ns"], ws))
+        self.stop = True
+        self.stopped_ns = _perf_ns()  # a stop asked for ends the window now, not when the drain ends
+        if self.stopped_ns < self.we:
+            self.edges.fire_now(max(self.stopped_ns, self.ws))
 
-    abort_event = ctx.get("abort_event")
-    main_task = asyncio.current_task()
-
-    async def watch_abort() -> None:
-        while not abort_event.is_set():
+    async def watch_abort(self, main_task: asyncio.Task) -> None:
+        while not self.ctx.abort_event.is_set():
             await asyncio.sleep(0.05)
         main_task.cancel()
 
-    aux = []
-    if abort_event is not None:
-        aux.append(loop.create_task(watch_abort()))
-    if ctx["progress"].enabled:
-        aux.append(loop.create_task(show_progress()))
-    if stop_event is not None:
-        aux.append(loop.create_task(watch_stop()))
-    interrupted = False
-    drain_start = drain_end = None
-    try:
-        if shapes.get(spec.shape).closed_loop:
-            senders = [loop.create_task(stream(k)) for k in range(_share(spec.concurrency, wk, nw))]
-            for t in senders:
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-            all_sent = asyncio.ensure_future(asyncio.gather(*senders, return_exceptions=True))
-            ff_wait = loop.create_task(ff_evt.wait())
-            await asyncio.wait([all_sent, ff_wait], return_when=asyncio.FIRST_COMPLETED)
-            ff_wait.cancel()
-            if not all_sent.done():  # fail fast: the streams still waiting on a request drain below
-                all_sent.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
-        else:
-            await open_loop()
-        drain_start = min(_perf_ns(), send_end) if not state["stop"] else _perf_ns()
-        # drain: in-flight requests end by their own timeout; the bound below is a safety net
-        pending = [t for t in tasks if not t.done()]
+    def _watchers(self) -> list[asyncio.Task]:
+        ctx, aux = self.ctx, []
+        if ctx.abort_event is not None:
+            aux.append(self.loop.create_task(self.watch_abort(asyncio.current_task())))
+        if ctx.progress.enabled:
+            aux.append(self.loop.create_task(self.show_progress()))
+        if ctx.stop_event is not None:
+            aux.append(self.loop.create_task(self.watch_stop()))
+        return aux
+
+    # ------------------------------------------------------------------ the run
+    async def _drain(self) -> None:
+        """In-flight requests end by their own timeout; the bound here is a safety net."""
+        pending = [t for t in self.tasks if not t.done()]
         if pending:
-            bound = FAIL_FAST_DRAIN_S if state["fail_fast"] else spec.timeout_s + 1.0
+            bound = FAIL_FAST_DRAIN_S if self.failed_fast else self.spec.timeout_s + 1.0
             _done, still = await asyncio.wait(pending, timeout=bound)
             for t in still:
                 t.cancel()
             if still:
                 await asyncio.gather(*still, return_exceptions=True)
-        drain_end = _perf_ns()
-    except asyncio.CancelledError:
-        interrupted = True
-        state["stop"] = True  # no stream starts another request, whatever an await below it did with the cancel
-        every = list(tasks)
+
+    async def _cancel_all(self) -> None:
+        self.stop = True  # no stream starts another request, whatever an await below it did with the cancel
+        every = list(self.tasks)
         pending = [t for t in every if not t.done()]
         while pending:  # a cancel an await swallowed is sent again
             for t in pending:
@@ -459,39 +507,58 @@ async def _main(ctx: dict) -> dict:
             _done, still = await asyncio.wait(pending, timeout=0.5)
             pending = list(still)
         await asyncio.gather(*every, return_exceptions=True)  # all done: collects their outcomes
-        drain_end = _perf_ns()
-    finally:
+
+    async def _close(self, aux: list[asyncio.Task], interrupted: bool) -> None:
         for t in aux:
             t.cancel()
-        now = min(_perf_ns(), state.get("stopped_ns") or math.inf)
-        if now < we:  # sending stopped early (max_requests, trace exhausted, stop): the window ends here
-            we = max(now, ws)
-            edges.fire_now(we)
-            sink.we = we
+        now = min(_perf_ns(), self.stopped_ns or math.inf)
+        if now < self.we:  # sending stopped early (max_requests, trace exhausted, stop): the window ends here
+            self.we = max(now, self.ws)
+            self.edges.fire_now(self.we)
+            self.sink.we = self.we
         if interrupted:
-            edges.abort = True
-            edges.fire_now()
-        if edges.is_alive():
-            edges.join(timeout=5.0)
+            self.edges.abort = True
+            self.edges.fire_now()
+        if self.edges.is_alive():
+            self.edges.join(timeout=5.0)
         try:
-            await client.aclose()
+            await self.client.aclose()
         except Exception:
             pass
-        ctx["progress"].show((_perf_ns() - t0) / 1e9, sink, 0, "done")
-        ctx["progress"].finish()
-    if interrupted:
-        raise asyncio.CancelledError()
-    if drain_start is None:
-        drain_start = drain_end
-    return {
-        "t0": t0,
-        "ws": ws,
-        "we": we,
-        "send_end": min(send_end, drain_start),
-        "drain_s": max(drain_end - drain_start, 0) / 1e9,
-        "edges_called": dict(edges.called),
-        "edge_errors": dict(edges.errors),
-    }
+        self.ctx.progress.show((_perf_ns() - self.t0) / 1e9, self.sink, 0, "done")
+        self.ctx.progress.finish()
+
+    async def run(self) -> dict:
+        await self._connect()
+        await self._start_clock()
+        aux = self._watchers()
+        send = self.closed_loop if self.ctx.prepared.shape.closed_loop else self.open_loop
+        interrupted = False
+        drain_start = drain_end = None
+        try:
+            await send()
+            drain_start = min(_perf_ns(), self.send_end) if not self.stop else _perf_ns()
+            await self._drain()
+            drain_end = _perf_ns()
+        except asyncio.CancelledError:
+            interrupted = True
+            await self._cancel_all()
+            drain_end = _perf_ns()
+        finally:
+            await self._close(aux, interrupted)
+        if interrupted:
+            raise asyncio.CancelledError()
+        if drain_start is None:
+            drain_start = drain_end
+        return {
+            "t0": self.t0,
+            "ws": self.ws,
+            "we": self.we,
+            "send_end": min(self.send_end, drain_start),
+            "drain_s": max(drain_end - drain_start, 0) / 1e9,
+            "edges_called": dict(self.edges.called),
+            "edge_errors": dict(self.edges.errors),
+        }
 
 
 def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
@@ -505,20 +572,20 @@ def _auto_workers(spec: LoadSpec, workers: int | None) -> int:
         return max(1, int(env))
     if spec.transport != "fast":
         return 1
-    load = spec.concurrency if shapes.get(spec.shape).closed_loop else (spec.concurrency or (spec.rate or 0))
+    load = spec.concurrency if spec.load_shape.closed_loop else (spec.concurrency or (spec.rate or 0))
     cpus = os.cpu_count() or 1
     return 1 if (load or 0) <= 256 or cpus < 2 else 2
 
 
-def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
+def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
     """Schedule and pre-encoded request bodies for worker wk of nw (global request index = local * nw + wk)."""
-    trace_rows = shapes.get(spec.shape).request_rows(vars(spec))
+    shape = spec.load_shape
+    trace_rows = shape.request_rows(spec.point())
     duration_s = effective_duration(spec)
     horizon = spec.warmup_s + duration_s
-    shape = shapes.get(spec.shape)
     # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
     until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
-    offsets = None if shape.closed_loop else shape.offsets(vars(spec), until_sent, spec.seed)
+    offsets = None if shape.closed_loop else shape.offsets(spec.point(), until_sent, spec.seed)
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
@@ -539,17 +606,7 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> dict:
         items.append((body, it.input_tokens, it.output_tokens, it.prompt if tok is not None else None))
         if nbytes > PREFETCH_BYTES:
             break
-    return dict(
-        spec=spec,
-        items=items,
-        workload=workload,
-        offsets=offsets,
-        lp=lp,
-        tokenizer=tok,
-        duration_s=duration_s,
-        worker=wk,
-        n_workers=nw,
-    )
+    return Prepared(spec, shape, items, workload, offsets, lp, tok, duration_s, wk, nw)
 
 
 class _PipeSink:
@@ -583,7 +640,7 @@ def _worker_main() -> int:
     cfg = json.loads(sys.stdin.readline())
     spec = LoadSpec.from_dict(cfg["spec"])
     tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else None
-    ctx = _prepare(spec, tok, cfg["lp"], cfg["wk"], cfg["nw"])
+    prepared = _prepare(spec, tok, cfg["lp"], cfg["wk"], cfg["nw"])
     t0_box: dict = {}
     t0_evt, stop_evt, abort_evt, ff_evt = threading.Event(), threading.Event(), threading.Event(), threading.Event()
 
@@ -615,15 +672,14 @@ def _worker_main() -> int:
         return t0
 
     threading.Thread(target=reader, daemon=True).start()
-    ctx.update(
+    ctx = RunContext(
+        prepared,
         sink=_PipeSink(out),
+        progress=Progress(1.0, False),
+        verify=cfg.get("verify", True),
         stop_event=stop_evt,
         abort_event=abort_evt,
         fail_fast_event=ff_evt,
-        on_window_start=None,
-        on_window_end=None,
-        progress=Progress(1.0, False),
-        verify=cfg.get("verify", True),
         t0_fn=t0_fn,
         edges=False,
     )
@@ -826,14 +882,15 @@ def run_load(
                 spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify, slo
             ),
         )
-    ctx = _prepare(spec, tok, lp, 0, 1)
-    ctx.update(
+    prepared = _prepare(spec, tok, lp, 0, 1)
+    ctx = RunContext(
+        prepared,
         sink=sink,
+        progress=Progress(spec.warmup_s + prepared.duration_s, progress, max_requests=spec.max_requests),
+        verify=verify,
         stop_event=stop_event,
         on_window_start=on_window_start,
         on_window_end=on_window_end,
-        progress=Progress(spec.warmup_s + ctx["duration_s"], progress, max_requests=spec.max_requests),
-        verify=verify,
     )
 
     def go() -> dict:
@@ -869,7 +926,7 @@ def run_load(
     finally:
         sink.close()
 
-    return replay.noted(sink, point_result(spec, sink, lp, ctx["duration_s"], res, slo))
+    return replay.noted(sink, point_result(spec, sink, lp, prepared.duration_s, res, slo))
 
 
 def run_sweep(spec: LoadSpec, param: str, values, out=None, progress: bool = False, **kw) -> list[LoadResult]:

@@ -44,7 +44,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import shapes
 from .metrics import SLO_KEYS, request_end_ns
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 
@@ -344,7 +343,7 @@ class Oversaturation:
         import numpy as np
 
         self.np = np
-        self.offsets = shapes.get(spec.shape).offsets(vars(spec), spec.warmup_s + duration_s, spec.seed)
+        self.offsets = spec.load_shape.offsets(spec.point(), spec.warmup_s + duration_s, spec.seed)
         self.check_after_s = spec.warmup_s + max(1.0, self.MIN_WINDOW_SHARE * duration_s)
         self.key, self.bound = next(((k, slo[k]) for k in ("ttft_ms", "e2e_ms") if slo.get(k)), (None, None))
         self.stop = stop
@@ -551,7 +550,7 @@ def measure_probe(
     spec = probe_spec(base, search.over, load, repeat)
     stop = threading.Event()
     watcher = None
-    if search.early_stop and not shapes.get(spec.shape).closed_loop:
+    if search.early_stop and not spec.load_shape.closed_loop:
         watcher = Oversaturation(spec, base.duration_s, search.slo, stop)
     t = clock()
     out = measure(spec, probe, on_record=watcher.see if watcher else None, stop_event=stop)

@@ -11,7 +11,7 @@ from . import shapes
 from .endpoint import api_of
 
 # More streams than this is a typo, not a benchmark (a concurrency of 1e9 hung with nothing sent). The plan's bounds
-# are these (resources/plan.py); an agent spec's load points are checked against them before any engine starts.
+# are these (wattbench/plan.py); an agent spec's load points are checked against them before any engine starts.
 MAX_CONCURRENCY = 16384
 MAX_TOKENS = 1_048_576  # per prompt or output: 1M-token contexts
 MAX_WINDOW_S = 86400.0  # one load point's window, warm-up excluded; a request's timeout
@@ -44,6 +44,20 @@ _BOUNDS: dict[str, tuple[bool, float]] = {
 
 class LoadSpecError(ValueError):
     """A LoadSpec (or the dict it was made from) is not valid; the message names the field."""
+
+
+def _split(d: dict[str, Any], shape: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the shape's own parameters, LoadSpec's fields) of a flat dict; any other key is a LoadSpecError naming it."""
+    known = {f.name for f in dataclasses.fields(LoadSpec)} - {"params"}
+    declared = {q.name for q in shapes.SHAPES[shape].params} if shape in shapes.SHAPES else set()
+    if declared & known:  # a parameter named as a field would be read from two places
+        raise LoadSpecError(
+            f"shape {shape!r} declares LoadSpec fields as its own parameters: {sorted(declared & known)}"
+        )
+    for key in d:
+        if key not in known and key not in declared:
+            raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known | declared))})")
+    return {k: v for k, v in d.items() if k in declared}, {k: v for k, v in d.items() if k in known}
 
 
 @dataclass
@@ -88,27 +102,39 @@ class LoadSpec:
     )
     transport: str = "fast"  # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
     fail_fast: bool = True  # stop when the first requests all fail the same way (result.FAIL_FAST_N)
+    # the shape's own parameters (shapes.Param), by name: flat in the dict form (from_dict / to_dict, the wire's load),
+    # as the fields above are, so that a new shape's parameter needs no field here
+    params: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadSpec:
         if not isinstance(d, dict):
             raise LoadSpecError(f"LoadSpec wants a mapping, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in d:
-            if key not in known:
-                raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known))})")
-        spec = cls(**d)
+        own, rest = _split(d, d.get("shape", cls.shape))
+        spec = cls(**rest, params=own)
         spec.validate()
         return spec
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.update(d.pop("params"))
+        return d
 
     def replace(self, **changes: Any) -> LoadSpec:
-        spec = dataclasses.replace(self, **changes)
+        own, rest = _split(changes, changes.get("shape", self.shape))
+        spec = dataclasses.replace(self, **rest, params={**self.params, **own} if own else self.params)
         spec.validate()
         return spec
+
+    @property
+    def load_shape(self) -> shapes.Shape:
+        """The registered shape `shape` names: its traits, schedule, label and parameters."""
+        return shapes.get(self.shape)
+
+    def point(self) -> dict[str, Any]:
+        """The fields as a shape reads them (`p`): LoadSpec's own and the shape's parameters, one flat mapping."""
+        return {**vars(self), **self.params}
 
     def validate(self) -> LoadSpec:
         for f in dataclasses.fields(self):  # NaN or Inf would pass every comparison below and hang or crash later
@@ -134,7 +160,11 @@ class LoadSpec:
                 f"url {self.url} is the {implied} endpoint but api is {self.api!r}; set "
                 f"api={implied!r} or give the base URL"
             )
-        problem = shapes.check(vars(self))
+        if not isinstance(self.params, dict):
+            raise LoadSpecError("params must be a mapping")
+        problem = shapes.check(self.point())
+        if problem is None:
+            problem = self.load_shape.params_problem(self.params)
         if problem:
             raise LoadSpecError(problem)
         if self.burstiness is None or self.burstiness <= 0:
@@ -157,7 +187,7 @@ class LoadSpec:
             raise LoadSpecError("ramp_s must be >= 0")
         if self.warmup_s < 0 or self.duration_s is None or self.duration_s < 0:
             raise LoadSpecError("warmup_s and duration_s must be >= 0")
-        if self.duration_s == 0 and not shapes.get(self.shape).ends_by_itself and not self.max_requests:
+        if self.duration_s == 0 and not self.load_shape.ends_by_itself and not self.max_requests:
             raise LoadSpecError("duration_s must be > 0 (or give max_requests: 0 then means until they are sent)")
         if self.max_requests is not None and self.max_requests < 1:
             raise LoadSpecError("max_requests must be >= 1")

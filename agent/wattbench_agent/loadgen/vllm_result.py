@@ -28,8 +28,6 @@ from typing import Any
 
 from wattbench_agent.safety import mask_map, redact_url
 
-from . import shapes
-
 # vLLM's metric names -> the record field (ms) they are computed from (itl: gaps between content events).
 METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": None, "e2el": "e2e_ms"}
 DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM: ttft,tpot,itl; e2el too, a superset
@@ -170,7 +168,7 @@ def result_json(
 
     spec, s, recs = res.spec, res.summary, res.records
     backend = "openai-chat" if spec.api == "chat" else "openai"
-    rate = "inf" if shapes.get(spec.shape).closed_loop or not spec.rate else float(spec.rate)
+    rate = "inf" if spec.load_shape.closed_loop or not spec.rate else float(spec.rate)
     max_conc = spec.concurrency
     peak_tok_s, peak_conc = _peaks(recs)
     out: dict[str, Any] = {

@@ -17,10 +17,42 @@ import importlib
 import math
 import pkgutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
     import numpy as np
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of a shape's own, beyond LoadSpec's fields: plans' load points take it as a key, the wire carries
+    it in the LoadSpec (flat, as its fields; `LoadSpec.params` on the agent), `wattbench load` offers `flag`, and the
+    emulator's Workload and `wattbench predict` pass it on. Unset, the shape reads `default` (`Shape.param`)."""
+
+    name: str
+    type: type  # int | float | str
+    default: Any = None
+    minimum: float | None = None  # inclusive bounds of a number
+    maximum: float | None = None
+    help: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` for this parameter (one line naming it), or None."""
+        if self.type is str:
+            return None if isinstance(value, str) else f"{self.name} must be a string, got {value!r:.80}"
+        kinds = (int,) if self.type is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+            return f"{self.name} must be {'an integer' if self.type is int else 'a finite number'}, got {value!r:.80}"
+        if self.minimum is not None and value < self.minimum:
+            return f"{self.name} must be >= {self.minimum:g}, got {value:g}"
+        if self.maximum is not None and value > self.maximum:
+            return f"{self.name} must be <= {self.maximum:g}, got {value:g}"
+        return None
 
 
 class Shape:
@@ -29,8 +61,13 @@ class Shape:
     name: ClassVar[str] = ""
     # closed loop: `concurrency` streams send back to back (no schedule); open loop: requests go out at `offsets`
     closed_loop: ClassVar[bool] = False
+    # bursty: arrivals meant to come in bursts (the head-to-head's "under a surge" row, the capacity plan's burst
+    # point); ingest writes both traits into load_runs, so SQL asks `bursty` / `closed_loop`, never a shape's name
+    bursty: ClassVar[bool] = False
     # the LoadSpec / plan load point fields this shape reads, besides the ones every point has
     fields: ClassVar[tuple[str, ...]] = ()
+    # parameters of the shape's own (see Param): a new shape declares what it needs here, not in LoadSpec or the plan
+    params: ClassVar[tuple[Param, ...]] = ()
     # a schedule with an end of its own (a trace): duration_s 0 then means all of it
     ends_by_itself: ClassVar[bool] = False
     summary: ClassVar[str] = ""
@@ -38,6 +75,22 @@ class Shape:
 
     def check(self, p: Mapping[str, Any]) -> str | None:
         """What is missing or wrong in the point's fields for this shape (one line), or None."""
+        return None
+
+    def param(self, p: Mapping[str, Any], name: str) -> Any:
+        """The point's value of this shape's parameter `name`, else its declared default."""
+        value = p.get(name)
+        return next(q.default for q in self.params if q.name == name) if value is None else value
+
+    def params_problem(self, values: Mapping[str, Any]) -> str | None:
+        """What is wrong with `values` as this shape's parameters (an undeclared name, a type, a bound), or None."""
+        declared = {q.name: q for q in self.params}
+        for name, value in values.items():
+            if name not in declared:
+                known = ", ".join(declared) or "none"
+                return f"shape {self.name!r} has no parameter {name!r:.80} (its parameters: {known})"
+            if value is not None and (problem := declared[name].problem(value)):
+                return problem
         return None
 
     def label(self, p: Mapping[str, Any]) -> str:
@@ -94,7 +147,13 @@ def check(p: Mapping[str, Any]) -> str | None:
     shape = p.get("shape")
     if shape not in SHAPES:
         return f"shape must be one of {', '.join(SHAPES)}; got {shape!r}"
-    return SHAPES[shape].check(p)
+    own = {q.name for q in SHAPES[shape].params}
+    return SHAPES[shape].params_problem({k: v for k, v in p.items() if k in own}) or SHAPES[shape].check(p)
+
+
+def params() -> dict[str, Param]:
+    """Every registered shape's own parameters by name (one Param per name: shapes that share a name share it)."""
+    return {q.name: q for shape in SHAPES.values() for q in shape.params}
 
 
 def arrival_offsets(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench l
 @register
 class Gamma(Shape):
     name = "gamma"
+    bursty = True
     fields = ("rate", "burstiness", "concurrency")
     order = 2
     summary = "open loop at `rate` requests/s, gamma gaps of shape `burstiness` (1 = Poisson, < 1 burstier)"

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench l
 @register
 class Surge(Shape):
     name = "surge"
+    bursty = True
     fields = ("rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s", "concurrency")
     order = 3
     summary = "open loop at `rate`, times `surge_factor` from surge_start_s for surge_duration_s"
