@@ -26,14 +26,9 @@ PACKAGES = {
 }
 
 # Cycles left on purpose, each as the sorted tuple of its modules, with the reason.
-ALLOWED: dict[tuple[str, ...], str] = {
-    # warehouse.py imports connection.py (re-exporting its query interface); connection.py imports
-    # warehouse.apply_schema inside connect(), for a writer. The way out: the schema and the point statistics in
-    # modules of their own, out of warehouse.py (issue 33, item 1; the move to wattbench/ kept warehouse.py's body
-    # as it was, for the load-path work beside it). With the token store (issue 34) chunk_files.py no longer
-    # imports warehouse.py, so the circle is these two.
-    ("wattbench.connection", "wattbench.warehouse"): "schema and point stats in warehouse.py",
-}
+# Circles allowed by name, each with the reason it cannot go yet (none: the last one, wattbench.connection <->
+# wattbench.warehouse, went when the schema and the point statistics left warehouse.py for modules of their own).
+ALLOWED: dict[tuple[str, ...], str] = {}
 
 
 def modules() -> dict[str, Path]:

@@ -1,6 +1,7 @@
 """The warehouse's connection and its query interface (the .sql files in sql/): all that a reader needs, without the
 ingest code. `wattbench sql` and `wattbench report` import this module alone, so that they answer at once
-(benchmarks/cli_startup.py); wattbench/warehouse.py (schema, ingest, kept figures) re-exports every name here.
+(benchmarks/cli_startup.py); wattbench/warehouse.py (ingest) re-exports every name here. A writer's connection gets
+the schema (wattbench/schema.py), imported when one opens.
 
 Only the control plane writes DuckDB, one process at a time (DuckDB allows one writer): connections are
 short, and opening a locked file waits and retries before it fails with a clear message.
@@ -14,21 +15,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-try:  # DuckDB's engine alone, 0.015 s to import; the `duckdb` package around it takes 0.1 s more (see connect)
-    import _duckdb as duckdb
-except ImportError:  # an older duckdb, whose engine is not a top-level module: the package
-    import duckdb
-
-from wattbench.settings import REPO_ROOT, db_path
-
-SQL_DIR = REPO_ROOT / "sql"
-
-
-class WarehouseError(RuntimeError):
-    """The warehouse cannot do what was asked; the message says what, where and what was expected."""
-
+from wattbench.queries import (  # noqa: F401 - the query interface, re-exported for readers
+    SQL_DIR,
+    WarehouseError,
+    duckdb,
+    execute_sql,
+    query_rows,
+    run_sql,
+    sql_text,
+    table_columns,
+)
+from wattbench.settings import REPO_ROOT, db_path  # noqa: F401 - REPO_ROOT re-exported
 
 # A connection for SQL a user typed (`wattbench sql`): no files but the warehouse, no other databases, no extensions,
 # no network, and no way to switch that back on from inside the query.
@@ -85,7 +83,7 @@ def connect(
             delay = min(delay * 2, 2.0)
     try:
         if not read_only:
-            from wattbench.warehouse import apply_schema
+            from wattbench.schema import apply_schema
 
             apply_schema(con)  # registers the token store's functions too
         elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
@@ -97,49 +95,3 @@ def connect(
         yield con
     finally:
         con.close()
-
-
-def sql_text(name: str) -> str:
-    """The text of sql/<name>.sql: the report queries that `wattbench sql` and the report assets share."""
-    path = SQL_DIR / (name if name.endswith(".sql") else f"{name}.sql")
-    if not path.exists():
-        known = ", ".join(
-            sorted(p.stem for p in SQL_DIR.glob("*.sql") if p.stem not in ("schema", "views", "derive_deployment_hbm"))
-        )
-        raise WarehouseError(f"no query {path.name} in {SQL_DIR}; known queries: {known}")
-    return path.read_text()
-
-
-def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
-    text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
-    # Named parameters ($run_id) that the query does not use are dropped, so callers can pass a superset.
-    used = {k: v for k, v in (params or {}).items() if f"${k}" in text}
-    try:
-        return con.execute(text, used) if used else con.execute(text)
-    except duckdb.CatalogException as exc:
-        if "token_times" not in str(exc) and "token_counts" not in str(exc):
-            raise
-    from wattbench import token_store  # a query that reads token times, on a connection without the functions yet
-
-    token_store.register(con)
-    return con.execute(text, used) if used else con.execute(text)
-
-
-def run_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
-    """Run a named query from sql/ (or literal SQL) and return a pandas DataFrame."""
-    return execute_sql(con, name_or_sql, params).df()
-
-
-def query_rows(
-    con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None
-) -> tuple[list[str], list[tuple]]:
-    """Run a named query from sql/ (or literal SQL): (column names, rows as tuples), without pandas (the CLI's
-    read-only commands answer without importing it)."""
-    cursor = execute_sql(con, name_or_sql, params)
-    columns = [d[0] for d in cursor.description or []]
-    return columns, cursor.fetchall()
-
-
-def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    return {row[0]: row[1] for row in con.execute(f"DESCRIBE {table}").fetchall()}

@@ -1,0 +1,66 @@
+"""The warehouse's schema: sql/schema.sql and sql/views.sql applied to a connection, older warehouses migrated to
+this version (their kept figures filled for the columns a version added), and the version recorded.
+"""
+
+from __future__ import annotations
+
+from wattbench.ingest_checks import ensure_natural_keys
+from wattbench.point_stats import (
+    AFTER_RUN_FIELDS,
+    fill_shape_traits,
+    refresh_kept_views,
+    refresh_point_stats,
+)
+from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
+
+# 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
+# repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
+# 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
+# 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits)
+SCHEMA_VERSION = 11
+
+# Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
+LABELS_TEXT_TO_MAP = (
+    "CASE WHEN {col} IS NULL THEN NULL ELSE map("
+    "regexp_extract_all({col}, '([a-zA-Z_][a-zA-Z0-9_]*)=\"', 1), "
+    'regexp_extract_all({col}, \'="((?:[^"\\\\]|\\\\.)*)"\', 1)) END'
+)
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
+    """Create every table if absent and record the schema version; safe to call on every connection (it also gives
+    the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
+    from wattbench import token_store
+
+    token_store.register(con)
+    con.execute((SQL_DIR / "schema.sql").read_text())
+    if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
+        con.execute(
+            "ALTER TABLE server_metrics ALTER labels SET DATA TYPE MAP(VARCHAR, VARCHAR) USING "
+            + LABELS_TEXT_TO_MAP.format(col="labels")
+        )
+    if table_columns(con, "point_stats").get("longest_context_tokens") == "INTEGER":  # a sum past 2^31 overflowed
+        con.execute("ALTER TABLE point_stats ALTER longest_context_tokens SET DATA TYPE BIGINT")
+    con.execute((SQL_DIR / "views.sql").read_text())
+    ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
+    current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+    if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
+        refresh_point_stats(con, None)
+    elif current is not None and current < 4:  # version 4 keeps the GPU trace's and imported points' figures
+        refresh_kept_views(con, None)
+    elif current is not None and current < 5:  # version 5 keeps load runs' and points' figures, request tallies
+        refresh_kept_views(con, None, ("request_tallies", *AFTER_RUN_FIELDS, "window_gpu_stats"))
+    elif current is not None and current < 7:  # version 7 keeps GPU clocks, temperatures, throttling per window
+        refresh_kept_views(con, None, ("window_gpu_stats", *AFTER_RUN_FIELDS))
+    elif current is not None and current < 9:  # 8: figures by one definition; 9: energy per request, slo_capacity
+        refresh_kept_views(con, None, AFTER_RUN_FIELDS)
+    if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
+        fill_shape_traits(con, None)
+    if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
+        con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
+    elif current > SCHEMA_VERSION:
+        raise WarehouseError(
+            f"warehouse schema version {current} is newer than this wattbench's {SCHEMA_VERSION}; upgrade wattbench"
+        )
+    return SCHEMA_VERSION
