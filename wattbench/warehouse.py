@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wattbench import settings
 from wattbench.connection import (  # noqa: F401 - the connection and query interface, re-exported
     REPO_ROOT,
     SANDBOX,
@@ -59,7 +60,7 @@ EVICT_MEMORY = "128MB"
 def ingest_memory() -> str:
     """DuckDB's memory limit while a bundle loads: WATTBENCH_INGEST_MEMORY, read when a bundle loads (importing the
     code location reads no environment variable), else INGEST_MEMORY."""
-    return os.environ.get("WATTBENCH_INGEST_MEMORY", INGEST_MEMORY)
+    return os.environ.get(settings.INGEST_MEMORY, INGEST_MEMORY)
 
 
 # Columns read from a bundle as another type than the table's, then converted (old bundles wrote them otherwise).
