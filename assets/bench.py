@@ -154,8 +154,8 @@ def bench(
     benchmark engine_builds opened in this Dagster run (or the one a re-execution continues)."""
     partition = step_partition(context)  # read once per step
     bench_plan, _ = plan.load(partition)
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "stage")
-    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "stage", partition=partition)
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context, partition=partition):
         yield from _run_and_ingest(context, plan, bench_plan, warehouse, pipes_subprocess_client, run_id, partition)
 
 

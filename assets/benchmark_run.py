@@ -23,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wattbench.partitions import Partition
 
 OPENED, RESUMED, REPORTED = "opened", "resumed", "reported"
 # Statuses of a benchmark whose tables are whole and validated: a Dagster run's (every blocking check passed) or a
@@ -67,11 +70,8 @@ def _step_name(context: Any) -> str:
         return "step"
 
 
-def partition_of(context: Any) -> str | None:
-    """The step's partition key as runs.partition_key stores it (assets/partitions.py reads it)."""
-    from assets.partitions import step_partition  # Dagster: `wattbench sql`/`report` import this module without it
-
-    partition = step_partition(context)
+def _key(partition: Partition | None) -> str | None:
+    """The step's partition (read once, assets/partitions.step_partition) as runs.partition_key stores it."""
     return None if partition is None else partition.key
 
 
@@ -177,16 +177,16 @@ class NoBenchmark(RuntimeError):
     """A step has no benchmark to work on; the message is one line saying why and what to do."""
 
 
-def open_benchmark(con, context: Any, row: dict[str, Any]) -> str:
-    """`engine_builds`: open a new benchmark, named by this Dagster run, with status 'running' (its row in `runs`,
-    set as every run's fields are: wattbench/warehouse.set_run_fields)."""
+def open_benchmark(con, context: Any, row: dict[str, Any], *, partition: Partition | None) -> str:
+    """`engine_builds`: open a new benchmark of the step's `partition`, named by this Dagster run, with status
+    'running' (its row in `runs`, set as every run's fields are: wattbench/warehouse.set_run_fields)."""
     from wattbench.warehouse import set_run_fields
 
     run_id = dagster_run_id(context)
-    partition = partition_of(context)
-    set_run_fields(con, run_id, {**row, "partition_key": partition, "status": "running", "finished_at": None})
+    key = _key(partition)
+    set_run_fields(con, run_id, {**row, "partition_key": key, "status": "running", "finished_at": None})
     con.execute("DELETE FROM run_checks WHERE run_id = ?", [run_id])
-    record(con, run_id, run_id, OPENED, _job_name(context), partition)
+    record(con, run_id, run_id, OPENED, _job_name(context), key)
     return run_id
 
 
@@ -202,26 +202,29 @@ def _ancestors(context: Any) -> list[str]:
     return [r for r in dict.fromkeys(found) if r]
 
 
-def resolve(con, context: Any, step: str, log: Callable[[str], None] | None = None) -> str:
-    """The benchmark a step works on. `step`: 'stage' (bench: fills the benchmark this Dagster run opened or
-    resumes, and sets it running again on a resume), 'check' (also re-validates the partition's latest complete
-    or blocked benchmark), 'report' (the partition's latest complete one). Raises NoBenchmark with one line."""
+def resolve(
+    con, context: Any, step: str, *, partition: Partition | None, log: Callable[[str], None] | None = None
+) -> str:
+    """The benchmark a step of `partition` works on. `step`: 'stage' (bench: fills the benchmark this Dagster run
+    opened or resumes, and sets it running again on a resume), 'check' (also re-validates the partition's latest
+    complete or blocked benchmark), 'report' (the partition's latest complete one). Raises NoBenchmark with one
+    line."""
     here = dagster_run_id(context)
     own = benchmarks_of_dagster_run(con, here)
     if own:
         return own[-1]
-    partition = partition_of(context)
+    key = _key(partition)
     for ancestor in _ancestors(context):
         found = benchmarks_of_dagster_run(con, ancestor, (OPENED, RESUMED, REPORTED))
         if found:
             bench = found[-1]
-            record(con, here, bench, RESUMED, _job_name(context), partition)
+            record(con, here, bench, RESUMED, _job_name(context), key)
             if step == "stage":
                 set_status(con, bench, "running", ("running", "failed", "interrupted", "blocked", "complete"))
             if log:
                 log(f"benchmark {bench}: continued by this re-execution of Dagster run {ancestor}")
             return bench
-    where = f"partition {partition}" if partition else "the warehouse"
+    where = f"partition {key}" if key else "the warehouse"
     if step == "stage":
         raise NoBenchmark(
             "no benchmark open in this Dagster run: the bench stages fill the benchmark that engine_builds opens; "
@@ -229,20 +232,20 @@ def resolve(con, context: Any, step: str, log: Callable[[str], None] | None = No
             "that opened it"
         )
     statuses = COMPLETE + (("blocked",) if step == "check" else ())
-    latest = latest_of_partition(con, partition, statuses)
+    latest = latest_of_partition(con, key, statuses)
     if latest is None:
         raise NoBenchmark(
             f"no complete benchmark of {where} to {'check' if step == 'check' else 'report on'}: materialize the "
             f"whole `benchmark` job for it first (`wattbench run --plan PLAN`, or Materialize all in the UI)"
         )
     bench, status = latest
-    record(con, here, bench, REPORTED, _job_name(context), partition)
+    record(con, here, bench, REPORTED, _job_name(context), key)
     if log:
         log(f"materialized alone: working on benchmark {bench} ({status}), the latest of {where}")
     return bench
 
 
-def benchmark_for_step(warehouse: Any, context: Any, step: str) -> str:
+def benchmark_for_step(warehouse: Any, context: Any, step: str, *, partition: Partition | None) -> str:
     """`resolve` on a fresh connection of the step's DuckDBResource (schema applied first: the warehouse may be
     older); no benchmark is a dagster.Failure with the one line that says why."""
     import dagster as dg
@@ -253,7 +256,7 @@ def benchmark_for_step(warehouse: Any, context: Any, step: str) -> str:
     with warehouse_connection(warehouse) as con:
         apply_schema(con)
         try:
-            return resolve(con, context, step, context.log.info)
+            return resolve(con, context, step, partition=partition, log=context.log.info)
         except NoBenchmark as exc:
             raise dg.Failure(description=str(exc)) from None
 
@@ -268,7 +271,7 @@ def roles(con, context: Any, run_id: str) -> set[str]:
 
 
 @contextmanager
-def ends_with_step(connect: Callable, context: Any) -> Iterator[None]:
+def ends_with_step(connect: Callable, context: Any, *, partition: Partition | None) -> Iterator[None]:
     """Around a step's body: if it raises, the benchmarks its Dagster run opened or resumed that are still running
     become 'interrupted' (SIGINT/SIGTERM) or 'failed', with a `failed_runs` row; without the Dagster daemon."""
     try:
@@ -286,7 +289,7 @@ def ends_with_step(connect: Callable, context: Any) -> Iterator[None]:
                     "interrupted" if interrupted else "failed",
                     f"{_step_name(context)}: {type(exc).__name__}: {text}"[:20000],
                     _job_name(context),
-                    partition_of(context),
+                    _key(partition),
                 )
         except Exception:  # noqa: BLE001 - the step's own error is what the user must see
             pass

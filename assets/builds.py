@@ -106,8 +106,9 @@ def engine_builds(
                 "clock_anchor_mono_ns": time.perf_counter_ns(),
                 "clock_anchor_unix_ns": time.time_ns(),
             },
+            partition=partition,
         )
-    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
+    with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context, partition=partition):
         rows = _build_all(context, bench_plan, plan, engine_builder, run_id)
         with warehouse_connection(warehouse) as con:
             replace_rows(con, "engine_builds", rows, key=("run_id", "build_id"))

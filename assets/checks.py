@@ -15,6 +15,7 @@ from assets import benchmark_run
 from assets.common import WRITER_POOL, warehouse_connection
 from assets.partitions import step_partition
 from resources.bench_plan import BenchPlan
+from wattbench.plan import Plan
 from wattbench.validation import outcome_rows, validate_run
 from wattbench.warehouse import apply_schema
 
@@ -41,14 +42,14 @@ def _make_check(asset: str, tables: tuple[str, ...]) -> dg.AssetChecksDefinition
         "block the reports.",
     )
     def _check(context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource) -> dg.AssetCheckResult:
-        run_id = benchmark_run.benchmark_for_step(warehouse, context, "check")
-        with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context):
-            return _validate(context, plan, warehouse, run_id)
+        partition = step_partition(context)  # read once per step
+        run_id = benchmark_run.benchmark_for_step(warehouse, context, "check", partition=partition)
+        with benchmark_run.ends_with_step(lambda: warehouse_connection(warehouse), context, partition=partition):
+            return _validate(context, plan.load(partition)[0], warehouse, run_id)
 
     def _validate(
-        context: AssetCheckExecutionContext, plan: BenchPlan, warehouse: DuckDBResource, run_id: str
+        context: AssetCheckExecutionContext, bench_plan: Plan, warehouse: DuckDBResource, run_id: str
     ) -> dg.AssetCheckResult:
-        bench_plan, _ = plan.load(step_partition(context))
         pv = bench_plan.validation.model_dump()
         results = []
         with warehouse_connection(warehouse) as con:

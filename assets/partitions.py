@@ -1,51 +1,27 @@
-"""How benchmark results are partitioned, and the one place a partition key is read.
+"""How benchmark results are partitioned (Dagster's definitions), and the one place a step's partition key is read.
 
 By model (dynamic: models appear as they are released or asked for; keys from wattbench/model_registry.py
 partition_key_for) and by scenario (static: one per plan file in plans/, `plan_file_scenarios`; a plan outside
 plans/ adds its stem in the definitions built for it, `bench_partitions`). Every asset of the graph shares this
 definition, so one run materializes one (model, scenario) cell end to end and a backfill over many cells launches
-one run per cell.
+one run per cell. The partition itself (`Partition`, reading a key, the scenarios' plan files) is Dagster-free, in
+wattbench/partitions.py, which BenchPlan (a resource) reads too.
 
-A step resolves its partition once, `step_partition(context)`, and hands the `Partition` on: to BenchPlan.load (the
-scenario's plan with the partition's model), to its metadata, and to the benchmark it opens (runs.partition_key).
+A step resolves its partition once, at its top, `step_partition(context)`, and hands the `Partition` on: to
+BenchPlan.load (the scenario's plan with the partition's model), to its metadata, and to assets/benchmark_run.py (the
+benchmark it opens or works on: runs.partition_key, dagster_runs, failed_runs).
 pipelines/partitions.py picks and registers partitions for `wattbench run`, the sensors and the schedules.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from wattbench import settings
-from wattbench.model_registry import partition_key_for
-from wattbench.plan import PlanError
-
-
-def scenario_key_for(plan_path: str | Path) -> str:
-    """A plan file's scenario partition key: its file stem (plans/default.yaml -> default)."""
-    return partition_key_for(Path(plan_path).stem)
-
-
-def plan_file_scenarios() -> dict[str, Path]:
-    """Scenario key -> plan file for every plans/*.yaml (what the code location's partitions are built from at
-    import: the files, no environment)."""
-    return {scenario_key_for(p): p.resolve() for p in sorted(settings.PLANS_DIR.glob("*.yaml"))}
-
-
-def scenario_plans(extra: str | Path | None = None) -> dict[str, Path]:
-    """Scenario key -> plan file: every plans/*.yaml, and the plan $WATTBENCH_PLAN (read when called, at run time)
-    or `extra` names, which wins over a plans/ file of the same stem."""
-    out = plan_file_scenarios()
-    for path in (os.environ.get(settings.PLAN), extra):
-        if path:
-            out[scenario_key_for(path)] = Path(path).resolve()
-    return dict(sorted(out.items()))
-
+from wattbench.partitions import Partition, partition_of, plan_file_scenarios, scenario_key_for
 
 MODELS = dg.DynamicPartitionsDefinition(name="models")
 SCENARIOS = dg.StaticPartitionsDefinition(list(plan_file_scenarios()))
@@ -64,38 +40,6 @@ def bench_partitions(extra_plan: str | Path | None = None) -> dg.MultiPartitions
     if not extra_plan or scenario_key_for(extra_plan) in SCENARIOS.get_partition_keys():
         return BENCH_PARTITIONS
     return _with_scenario(scenario_key_for(extra_plan))
-
-
-@dataclass(frozen=True)
-class Partition:
-    """One (model, scenario) cell: what a step benchmarks."""
-
-    model: str
-    scenario: str
-
-    @property
-    def key(self) -> str:
-        """The key's string form, as Dagster writes a MultiPartitionKey (dimensions by name) and runs.partition_key
-        stores it."""
-        return f"{self.model}|{self.scenario}"
-
-    def metadata(self) -> dict[str, str]:
-        return {"model": self.model, "scenario": self.scenario}
-
-
-def partition_of(key: Any) -> Partition | None:
-    """A (model, scenario) partition key read: a MultiPartitionKey, its string form 'model|scenario' or a Partition;
-    None for None."""
-    if key is None or isinstance(key, Partition):
-        return key
-    if isinstance(key, dg.MultiPartitionKey):
-        dims = key.keys_by_dimension
-        return Partition(dims["model"], dims["scenario"])
-    text = str(key)
-    if "|" not in text:
-        raise PlanError(f"partition {text!r}: expected a model|scenario key")
-    model, scenario = text.split("|", 1)  # MultiPartitionKey's string form orders dimensions by name
-    return Partition(model, scenario)
 
 
 def step_partition(context: Any) -> Partition | None:

@@ -81,7 +81,8 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     $ per 1M output tokens and the energy cost line, TTFT/TPOT/E2E percentiles (sql/point_figures.sql and
     sql/load_points.sql over v_point_figures), with the throughput-latency (Pareto frontier per config),
     tokens-per-joule, power-trace and TTFT/E2E CDF pictures; every repeat in `load_runs` (sql/load_runs.sql)."""
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    partition = step_partition(context)  # read once per step
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     with warehouse_connection(warehouse) as con:
         per_repeat = run_sql(con, "load_runs", {"run_id": run_id})
         frames = _run_frames(con, run_id)
@@ -92,7 +93,7 @@ def load_point_report(context: AssetExecutionContext, warehouse: DuckDBResource)
     meta: dict[str, Any] = {
         "run_id": run_id,
         "source": source,
-        **partition_metadata(step_partition(context)),
+        **partition_metadata(partition),
         "load_points": len(summary),
         "load_runs": len(per_repeat),
         "dagster/row_count": dg.MetadataValue.int(len(summary)),
@@ -132,14 +133,15 @@ def head_to_head(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     figures (engine and version, peak tokens/s, goodput, tokens per joule and $ per 1M tokens at the SLO, p99
     TTFT under a surge, build time, hardware lock, startup time, longest context served, behaviour on failure),
     columns are engines; every cell names the run and load point it came from (sql/head_to_head.sql)."""
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    partition = step_partition(context)  # read once per step
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})
     table = render.pivot_head_to_head(long)
     origin = long.dropna(subset=["load_point_id"])[["figure", "engine", "value", "run_id", "load_point_id"]]
     meta: dict[str, Any] = {
         "run_id": run_id,
-        **partition_metadata(step_partition(context)),
+        **partition_metadata(partition),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "head_to_head": dg.MetadataValue.md(render.markdown_table(table, index=True)),
         "head_to_head_table": frame_metadata(table),
@@ -169,7 +171,8 @@ def slo_capacity(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     GPU against tok/s per user) and the capacity marked on them."""
     from wattbench.warehouse import refresh_kept_views
 
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    partition = step_partition(context)  # read once per step
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     with warehouse_connection(warehouse) as con:
         con.execute("BEGIN TRANSACTION")
         try:
@@ -185,7 +188,7 @@ def slo_capacity(context: AssetExecutionContext, warehouse: DuckDBResource) -> d
     meta: dict[str, Any] = {
         "run_id": run_id,
         "source": source,
-        **partition_metadata(step_partition(context)),
+        **partition_metadata(partition),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "searches": dg.MetadataValue.int(len(table)),
         "slo_capacity": frame_metadata(table)
@@ -248,7 +251,7 @@ def capacity_plan(context: AssetExecutionContext, plan: BenchPlan, warehouse: Du
     point meets the SLO; the assumptions are listed with the tables."""
     partition = step_partition(context)  # read once per step
     bench_plan, _ = plan.load(partition)
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     params = capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         per_config, topologies = _capacity_frames(con, run_id, params)
@@ -323,7 +326,8 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     they do not overlap), else max(3 x the robust relative stdev (1.4826 x MAD / |median|) over earlier runs of the
     point, 5%)
     (sql/regressions.sql). The check `no_regressions` warns (never blocks) when something regressed."""
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    partition = step_partition(context)  # read once per step
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     with warehouse_connection(warehouse) as con:
         table = run_sql(con, "regressions", {"run_id": run_id})
     counts = table["flag"].value_counts().to_dict() if not table.empty else {}
@@ -332,7 +336,7 @@ def regressions(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg
     n_reg = int(counts.get("REGRESSION", 0))
     meta: dict[str, Any] = {
         "run_id": run_id,
-        **partition_metadata(step_partition(context)),
+        **partition_metadata(partition),
         "dagster/row_count": dg.MetadataValue.int(len(table)),
         "rule": (
             "change = (this - previous) / |previous|; a change beyond the band only when the two runs' 95% "
@@ -384,14 +388,15 @@ def report_asset(spec: ReportSpec) -> dg.AssetsDefinition:
         pool=WRITER_POOL,
     )  # DuckDBResource opens read-write, which takes the file lock
     def table_report(context: AssetExecutionContext, warehouse: DuckDBResource) -> dg.MaterializeResult:
-        run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+        partition = step_partition(context)  # read once per step
+        run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
         with warehouse_connection(warehouse) as con:
             table = run_sql(con, spec.sql, spec.params(run_id))
             source = _source(con, run_id)
         meta: dict[str, Any] = {
             "run_id": run_id,
             "source": source,
-            **partition_metadata(step_partition(context)),
+            **partition_metadata(partition),
             "dagster/row_count": dg.MetadataValue.int(len(table)),
             spec.name: frame_metadata(table) if not table.empty else dg.MetadataValue.md(f"_{spec.empty}_"),
         }
@@ -569,7 +574,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
     Written into the benchmark's run folder (materialized alone: the partition's latest complete benchmark's)."""
     partition = step_partition(context)  # read once per step
     bench_plan, _ = plan.load(partition)
-    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report")
+    run_id = benchmark_run.benchmark_for_step(warehouse, context, "report", partition=partition)
     params = capacity_params(bench_plan.capacity)
     with warehouse_connection(warehouse) as con:
         long = run_sql(con, "head_to_head", {"run_id": run_id})

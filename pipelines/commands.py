@@ -114,9 +114,9 @@ def _run(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
-    from assets.partitions import partition_of
     from pipelines.definitions import Settings, build_definitions
     from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, SCENARIO_TAG, TRIGGER_TAG, partition_for_plan
+    from wattbench.partitions import partition_of
     from wattbench.warehouse import connect
 
     runs_dir = settings.runs_dir()

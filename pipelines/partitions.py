@@ -11,8 +11,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS, bench_partitions, scenario_key_for, scenario_plans
+from assets.partitions import BENCH_PARTITIONS, MODELS, SCENARIOS, bench_partitions
 from wattbench.model_registry import partition_key_for
+from wattbench.partitions import scenario_key_for, scenario_plans
 from wattbench.plan import Plan, PlanError, load_plan
 
 BENCHMARK_JOB = "benchmark"  # the partitioned job that sensors, schedules and backfills launch

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.partitions import scenario_plans
 from pipelines.partitions import (
     BENCHMARK_JOB,
     MODEL_TAG,
@@ -28,6 +27,7 @@ from pipelines.partitions import (
     registered_models,
 )
 from wattbench.model_registry import model_id_for
+from wattbench.partitions import scenario_plans
 
 PINNED_SCENARIO = "default"
 TZ = "UTC"

@@ -33,10 +33,10 @@ from typing import Any
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from assets.partitions import scenario_plans
 from pipelines.partitions import BENCHMARK_JOB, MODEL_TAG, MODELS, SCENARIO_TAG, TRIGGER_TAG, bench_partition
 from resources.hub_watch import HubWatch, csv_list
 from wattbench.model_registry import HubModel, HubUnavailable, parse_time, partition_key_for
+from wattbench.partitions import scenario_plans
 
 
 @dataclass

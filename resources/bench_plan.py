@@ -1,7 +1,7 @@
 """The `plan` resource: which plan a run measures, and where its bundles and reports go.
 
 Benchmark assets are partitioned by model (dynamic partition `models`) and scenario (a plan file: the stems of
-plans/*.yaml, plus the file $WATTBENCH_PLAN names; assets/partitions.py). A partition resolves to its scenario's plan
+plans/*.yaml, plus the file $WATTBENCH_PLAN names; wattbench/partitions.py). A partition resolves to its scenario's plan
 with `model` replaced by the partition's model (`BenchPlan.load(partition)`); without a partition (assets invoked
 directly) the resource's own plan file is used as written.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import dagster as dg
 
-from assets.partitions import partition_of, scenario_key_for, scenario_plans
 from wattbench.model_registry import model_id_for, partition_key_for
+from wattbench.partitions import partition_of, scenario_key_for, scenario_plans
 from wattbench.plan import Plan, PlanError, load_plan
 from wattbench.settings import DEFAULT_PLAN, DEFAULT_RUNS_DIR
 

@@ -217,6 +217,25 @@ def test_the_product_package_imports_no_part_of_the_code_location():
     assert not dagster
 
 
+def _reaching(graph: dict[str, set[str]], frm: str, to: tuple[str, ...]) -> dict[str, list[str]]:
+    """The modules of package `frm` that import a module of the packages `to`, with those imports."""
+    found = {
+        m: sorted(t for t in targets if t.split(".")[0] in to) for m, targets in graph.items() if m.split(".")[0] == frm
+    }
+    return {m: t for m, t in found.items() if t}
+
+
+def test_resources_import_no_asset_and_no_orchestration():
+    # resources/ are the Dagster resources the assets take: what both need is in wattbench/ (a partition:
+    # wattbench/partitions.py), never in assets/ or pipelines/
+    assert not _reaching(import_graph(), "resources", ("assets", "pipelines"))
+
+
+def test_assets_import_no_orchestration():
+    # pipelines/ builds the code location from the assets (definitions, jobs, sensors, the CLI): never the other way
+    assert not _reaching(import_graph(), "assets", ("pipelines",))
+
+
 def test_the_cycle_finder_finds_a_circle_hidden_in_a_function(tmp_path):
     graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
     assert cycles(graph) == [["p.a", "p.b", "p.c"]]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pipelines.cli import main
-from pipelines.predict_cli import extrapolation
+from wattbench.twin.predict import extrapolation
 from wattbench.warehouse import connect, run_sql
 
 PLAN = {
@@ -208,7 +208,7 @@ def test_predict_a_local_model_through_its_config_json(tmp_path, capsys):
 
 
 def test_same_model_compares_shapes():
-    import pipelines.predict_cli as pc
+    import wattbench.twin.predict as pc
 
     root = Path(__file__).resolve().parents[1]
     assert pc.same_model(str(root / "results" / "h200-vllm" / "config.json"))  # the 8B random model: same shapes

@@ -117,7 +117,7 @@ def test_opening_a_benchmark_again_refreshes_its_kept_figures(bundle, tmp_path):
     context = SimpleNamespace(run_id="syn", has_partition_key=False)
     with connect(db) as con:
         fields = {"source": "emulated", "gpu_price_per_hour": 3.0, "slo_e2e_ms": 1e9}
-        assert open_benchmark(con, context, fields) == "syn"
+        assert open_benchmark(con, context, fields, partition=None) == "syn"
         kept_equals_live(con, "syn")
         assert con.execute("SELECT status FROM runs WHERE run_id = 'syn'").fetchone()[0] == "running"
         assert con.execute("SELECT count(*) FROM v_load_points_core WHERE slo_e2e_ms = 1e9").fetchone()[0] > 0

@@ -8,9 +8,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.partitions import BENCH_PARTITIONS, SCENARIOS, scenario_key_for
+from assets.partitions import BENCH_PARTITIONS, SCENARIOS
 from pipelines.partitions import bench_partition, partition_for_plan
 from resources.bench_plan import BenchPlan
+from wattbench.partitions import scenario_key_for
 from wattbench.plan import PlanError, load_plan
 from wattbench.settings import DEFAULT_PLAN
 

@@ -6,4 +6,5 @@ spread, and its errors on points each fit never saw (by workload and by board).
 
 It writes the emulator's calibration as package data (agent/wattbench_agent/emulator/calibration.json), which the
 emulator, `wattbench emulate` and `wattbench predict` read, and its report under results/twin/ (docs/EMULATOR.md).
+predict.py is the twin's prediction for a plan never measured, which `wattbench predict` files.
 """
