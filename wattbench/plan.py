@@ -140,11 +140,6 @@ class LoadPoint(_Strict):
     )
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     rate: float | None = Field(None, gt=0, le=MAX_RATE)
-    burstiness: float | None = Field(None, gt=0, le=1000)
-    surge_factor: float | None = Field(None, gt=0, le=1000)
-    surge_start_s: float | None = Field(None, ge=0, le=MAX_WINDOW_S)
-    surge_duration_s: float | None = Field(None, gt=0, le=MAX_WINDOW_S)
-    trace_path: str | None = None
 
     @field_validator("shape")
     @classmethod
@@ -159,6 +154,12 @@ class LoadPoint(_Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+def _sweep_keys() -> dict[str, type]:
+    """What a workload's sweep may vary, and each one's type: concurrency, rate and the shapes' numeric params."""
+    own = {q.name: q.type for q in shapes.params().values() if q.type in (int, float)}
+    return {"concurrency": int, "rate": float, **own}
 
 
 DEFAULT_RAMP_S = 2.0  # closed-loop points: streams start spread over this long unless load_options says ramp_s
@@ -235,7 +236,7 @@ class Workload(_Strict):
     @classmethod
     def _sweep_within_bounds(cls, sweep: dict[str, list[float]] | None, info: ValidationInfo):
         """Sweep values go through the point's own field bounds (model_copy alone would not check them)."""
-        numeric = {"concurrency", "rate", "burstiness", "surge_factor", "surge_start_s", "surge_duration_s"}
+        numeric = _sweep_keys()
         for key, values in (sweep or {}).items():
             if key not in numeric:
                 raise ValueError(
@@ -243,7 +244,7 @@ class Workload(_Strict):
                 )
             for point in info.data.get("points") or ():
                 for value in values:
-                    cast = int(value) if key == "concurrency" else float(value)
+                    cast = numeric[key](value)
                     try:
                         LoadPoint.model_validate({**point.model_dump(exclude_none=True), key: cast})
                     except ValidationError as exc:
@@ -271,8 +272,8 @@ class Workload(_Strict):
             if self.search.over == "concurrency"
             else {"shape": self.search.shape, "rate": float(start)}
         )
-        if self.search.over == "rate" and self.search.burstiness is not None:
-            point["burstiness"] = self.search.burstiness
+        if self.search.over == "rate" and self.search.burstiness is not None and self.search.shape == "gamma":
+            point["burstiness"] = self.search.burstiness  # poisson has no burstiness (a LoadSpec would refuse it)
         spec = {
             "api": self.api,
             "input_tokens": self.input_tokens,
@@ -294,8 +295,8 @@ class Workload(_Strict):
         for point in self.points:
             for key, values in self.sweep.items():
                 for value in values:
-                    cast = int(value) if key == "concurrency" else float(value)
-                    out.append(point.model_copy(update={key: cast}))
+                    cast = _sweep_keys()[key](value)
+                    out.append(LoadPoint.model_validate({**point.model_dump(exclude_none=True), key: cast}))
         return out
 
     def load_specs(self) -> list[dict[str, Any]]:

@@ -586,7 +586,8 @@ def run_search_point(
         "over": search.over,
         "unit": result.unit,
         "shape": result.shape,
-        "burstiness": base.burstiness if "burstiness" in shapes.get(result.shape).fields else None,
+        # the search's arrivals are the base's shape, or poisson (its burstiness NULL, as a closed loop's)
+        "burstiness": base.param("burstiness") if result.shape == base.shape else None,
         "slo_ttft_ms": search.slo.get("ttft_ms"),
         "slo_tpot_ms": search.slo.get("tpot_ms"),
         "slo_e2e_ms": search.slo.get("e2e_ms"),

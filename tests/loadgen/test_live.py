@@ -104,7 +104,7 @@ def test_trace_replay(fast_server, tmp_path):
             json.dumps({"timestamp": 100 + i * 0.05, "input_tokens": 8 + i, "output_tokens": 3 + i}) for i in range(6)
         )
     )
-    res = run_load(LoadSpec(url=fast_server, model="m", shape="trace", trace_path=str(t), duration_s=0))
+    res = run_load(LoadSpec(url=fast_server, model="m", shape="trace", params={"trace_path": str(t)}, duration_s=0))
     assert res.summary["sent"] == 6 and res.summary["failed"] == 0
     by_id = sorted(res.records, key=lambda r: r["request_id"])
     assert [r["max_tokens"] for r in by_id] == [3, 4, 5, 6, 7, 8]

@@ -86,7 +86,7 @@ def test_an_oversaturated_probe_ends_early_and_the_rate_found_is_below_the_serve
             url=url,
             shape="gamma",
             rate=60,
-            burstiness=20,
+            params={"burstiness": 20},
             **{**LOAD, "output_tokens": 10, "duration_s": 3.0},
         )
         result = run_search(base, search, _measure(search.slo))

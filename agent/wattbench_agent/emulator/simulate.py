@@ -46,6 +46,8 @@ class Workload:
     shape: str = "concurrency"  # a registered load shape: concurrency | poisson | gamma | surge | trace | ...
     concurrency: int = 8
     rate: float | None = None  # requests/s for the open-loop shapes
+    # gamma's and surge's own parameters (shapes.Param) as fields too, for the callers that name them (the twin's
+    # calibration, wattbench/twin/model.py); `params` (what predict passes) wins where both say one
     burstiness: float = 1.0  # gamma shape (1 = Poisson; < 1 burstier), as in `vllm bench serve`
     surge_factor: float = 1.0  # surge: rate x surge_factor from surge_start_s for surge_duration_s
     surge_start_s: float = 0.0

@@ -102,35 +102,42 @@ def _shape_flags(p) -> None:
         "default, also with --num-prompts alone) sends every request at once: --max-concurrency (or --num-prompts) "
         "streams",
     )
-    g.add_argument("--trace", help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)")
-    p.add_argument(
-        "--burstiness",
-        type=finite_float(0, strict_minimum=True),
-        default=1.0,
-        help="gamma shape k: 1 = Poisson, <1 burstier",
-    )
+    _param_flags(g, exclusive=True)  # --trace FILE
     p.add_argument(
         "--max-concurrency",
         type=int,
         help="cap on requests in flight for --rate/--trace; alone: that many closed-loop streams",
     )
     p.add_argument(
-        "--surge-factor", type=finite_float(0, strict_minimum=True), help="with --rate: multiply the rate by this ..."
-    )
-    p.add_argument(
-        "--surge-start", type=finite_float(0), default=0.0, help="... from this many seconds after start ..."
-    )
-    p.add_argument("--surge-duration", type=finite_float(0), default=0.0, help="... for this many seconds")
-    p.add_argument("--trace-time-scale", type=finite_float(0, strict_minimum=True), default=1.0)
-    p.add_argument(
         "--shape",
         choices=shapes.names(),
         help="the load shape by name (default: from --concurrency / --rate / --burstiness / --surge-factor "
         "/ --trace); the registered shapes are the modules of wattbench_agent/loadgen/shapes/",
     )
-    for param in shapes.params().values():  # the shapes' own parameters: a flag each, read for the --shape that has it
+    _param_flags(p, exclusive=False)
+
+
+def _param_flags(p, exclusive: bool) -> None:
+    """The shapes' own parameters (shapes.Param): a flag each, read for the shape that has it. Their names, aliases,
+    bounds and help are the declarations'; a flag that does not pick its shape itself says which --shape reads it."""
+    for param in shapes.params().values():
+        if param.exclusive != exclusive:
+            continue
         owners = ", ".join(name for name, shape in shapes.SHAPES.items() if param in shape.params)
-        p.add_argument(param.flag, dest=param.name, type=param.type, help=f"--shape {owners}: {param.help}")
+        p.add_argument(
+            *param.flags,
+            dest=param.name,
+            type=_flag_type(param),
+            metavar=param.metavar,
+            help=param.help if param.shape_from_flags else f"--shape {owners}: {param.help}",
+        )
+
+
+def _flag_type(param: shapes.Param):
+    """The argparse type of a parameter's flag: a number outside its bounds is an argparse error naming the flag."""
+    if param.type is float:
+        return finite_float(param.minimum, param.maximum, strict_minimum=param.exclusive_minimum)
+    return param.type
 
 
 def _request_flags(p) -> None:
@@ -302,8 +309,6 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         shared_prefix_tokens=a.shared_prefix_tokens,
         tokenizer=a.tokenizer,
         load_point_id=a.load_point_id,
-        burstiness=a.burstiness,
-        trace_time_scale=a.trace_time_scale,
         fail_fast=not a.no_fail_fast,
     )
     if dataset and a.output_tokens is None:
@@ -311,29 +316,29 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
     if a.random_range_ratio:
         d["random_range_ratio"] = a.random_range_ratio  # LoadSpec: the prompts when synthetic, the outputs
     until_sent = a.duration is None and a.max_requests is not None
-    if a.trace:
-        d.update(shape="trace", trace_path=a.trace, concurrency=a.max_concurrency)
+    if a.trace_path:
+        d.update(shape="trace", concurrency=a.max_concurrency)
         if a.duration is None:
             d["duration_s"] = 0.0
     elif a.rate is not None and not _inf(a.rate):
-        shape = "surge" if a.surge_factor else ("gamma" if a.burstiness != 1.0 else "poisson")
-        d.update(
-            shape=shape,
-            concurrency=a.max_concurrency,
-            surge_factor=a.surge_factor or 1.0,
-            surge_start_s=a.surge_start,
-            surge_duration_s=a.surge_duration,
-        )
+        # vllm bench serve's flags pick the shape: --burstiness other than 1 gamma, --surge-factor surge
+        shape = "surge" if a.surge_factor else ("gamma" if a.burstiness not in (None, 1.0) else "poisson")
+        d.update(shape=shape, concurrency=a.max_concurrency)
     else:
         d.update(shape="concurrency")
     if a.shape:
         d["shape"] = a.shape
-    d.update(
-        {q.name: getattr(a, q.name) for q in shapes.get(d["shape"]).params if getattr(a, q.name, None) is not None}
-    )
-    if until_sent and not a.trace:
+    if until_sent and not a.trace_path:
         d["duration_s"] = 0.0  # until --num-prompts are sent (LoadSpec: duration 0 with max_requests)
     d.update(over)
+    # the shape's own parameters, from their flags (those of other shapes are not its business)
+    d.update(
+        {
+            q.name: getattr(a, q.name)
+            for q in shapes.get(d["shape"]).params
+            if getattr(a, q.name, None) is not None and q.name not in over
+        }
+    )
     return LoadSpec.from_dict(d)
 
 
@@ -352,7 +357,7 @@ def _points(a) -> tuple[str | None, list]:
         return "concurrency", [int(v) for v in counts]
     if a.rate is not None and not _inf(a.rate):
         return "rate", _floats(a.rate, "--rate")
-    if a.trace:
+    if a.trace_path:
         return None, [None]
     # vLLM's request rate inf (also its default, with --num-prompts alone): every request at once, capped by
     # --max-concurrency: that many closed-loop streams, or one per prompt

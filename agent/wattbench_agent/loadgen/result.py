@@ -109,7 +109,7 @@ class LoadResult:
             "api": sp.api,
             "concurrency": sp.concurrency,
             "rate": sp.rate,
-            "burstiness": sp.burstiness if "burstiness" in sp.load_shape.fields else None,
+            "burstiness": sp.param("burstiness"),  # NULL for a shape without one
             # requested lengths; NULL where the dataset decides them (each request's are in `requests`)
             "input_tokens": None if sp.dataset_path else sp.input_tokens,
             "output_tokens": None if (sp.output_tokens_dist or {}).get("kind") == "dataset" else sp.output_tokens,
@@ -164,7 +164,7 @@ def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dic
         api=spec.api,
         requested_rate=spec.rate if not spec.load_shape.closed_loop else None,
         requested_concurrency=spec.concurrency,
-        burstiness=spec.burstiness,
+        burstiness=spec.param("burstiness") or 1.0,  # as vllm bench serve's: 1 (Poisson) for a shape without one
         warmup_s=spec.warmup_s,
         drain_s=res["drain_s"],
         duration_s=duration_s if duration_s < UNTIL_SENT_S else summary["window_s"],

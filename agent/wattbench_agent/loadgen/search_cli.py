@@ -93,7 +93,7 @@ def start_load(a) -> float | None:
     if other is not None:
         flag = "--concurrency" if a.search == "rate" else "--rate"
         raise ValueError(f"--search {a.search} varies the {a.search}: {flag} does not go with it")
-    if a.trace:
+    if a.trace_path:
         raise ValueError("--search sends its own arrivals: --trace does not go with it")
     if text is None:
         return None
@@ -124,7 +124,9 @@ def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict)
         search = search_spec(a, slo, start)
         start, _, _ = search.bounds()
         over = {"concurrency": int(start)} if a.search == "concurrency" else {"rate": float(start)}
-        shape = "concurrency" if a.search == "concurrency" else ("gamma" if a.burstiness != 1.0 else "poisson")
+        shape = (
+            "concurrency" if a.search == "concurrency" else ("gamma" if a.burstiness not in (None, 1.0) else "poisson")
+        )
         base = base_spec(shape=shape, **over)
         check_base(base, a.search)
     except (LoadSpecError, SearchError, ValueError) as exc:

@@ -23,11 +23,6 @@ APIS = ("chat", "completions")
 _BOUNDS: dict[str, tuple[bool, float]] = {
     "concurrency": (True, MAX_CONCURRENCY),
     "rate": (False, MAX_RATE),
-    "burstiness": (False, 1000.0),
-    "surge_factor": (False, 1000.0),
-    "surge_start_s": (False, MAX_WINDOW_S),
-    "surge_duration_s": (False, MAX_WINDOW_S),
-    "trace_time_scale": (False, 1e6),
     "input_tokens": (True, MAX_TOKENS),
     "output_tokens": (True, MAX_TOKENS),
     "random_range_ratio": (False, 1.0),  # and < 1 (validate)
@@ -47,16 +42,27 @@ class LoadSpecError(ValueError):
 
 
 def _split(d: dict[str, Any], shape: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the shape's own parameters, LoadSpec's fields) of a flat dict; any other key is a LoadSpecError naming it."""
+    """(the shape's own parameters, LoadSpec's fields) of a flat dict; any other key is a LoadSpecError naming it.
+
+    Another shape's parameter at its default (or None) is dropped: LoadSpecs written before the older shapes' own
+    parameters left its fields (burstiness, surge_*, trace_*) carry every one of them, e.g. a concurrency point's
+    burstiness 1.0. Set to anything else, it is refused, naming the shape's parameters."""
     known = {f.name for f in dataclasses.fields(LoadSpec)} - {"params"}
     declared = {q.name for q in shapes.SHAPES[shape].params} if shape in shapes.SHAPES else set()
     if declared & known:  # a parameter named as a field would be read from two places
         raise LoadSpecError(
             f"shape {shape!r} declares LoadSpec fields as its own parameters: {sorted(declared & known)}"
         )
+    others = shapes.params()
     for key in d:
-        if key not in known and key not in declared:
-            raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known | declared))})")
+        if key in known or key in declared:
+            continue
+        if key in others and (d[key] is None or d[key] == others[key].default):
+            continue
+        if key in others:
+            own = ", ".join(sorted(declared)) or "none"
+            raise LoadSpecError(f"shape {shape!r} has no parameter {key!r} (its parameters: {own})")
+        raise LoadSpecError(f"unknown LoadSpec key {key!r} (known: {', '.join(sorted(known | declared))})")
     return {k: v for k, v in d.items() if k in declared}, {k: v for k, v in d.items() if k in known}
 
 
@@ -68,12 +74,7 @@ class LoadSpec:
     shape: str = "concurrency"  # a registered load shape (loadgen/shapes/): concurrency | poisson | ...
     concurrency: int | None = None  # closed loop streams; for open-loop shapes: max in flight (None = no cap)
     rate: float | None = None  # requests/s for poisson | gamma | surge (base rate)
-    burstiness: float = 1.0  # gamma shape k (vLLM convention): 1 = Poisson, <1 burstier, CV = 1/sqrt(k)
-    surge_factor: float = 1.0  # surge: rate x surge_factor ...
-    surge_start_s: float = 0.0  # ... from t0 + surge_start_s ...
-    surge_duration_s: float = 0.0  # ... for surge_duration_s
-    trace_path: str | None = None  # trace shape: JSONL or CSV (timestamp, prompt | input_tokens, output_tokens)
-    trace_time_scale: float = 1.0  # trace timestamps are multiplied by this (0.5 = replay twice as fast)
+    # a shape's own parameters (gamma's burstiness, surge's surge_*, trace's trace_path, ...) are no fields: `params`
     input_tokens: int = 128
     output_tokens: int = 128
     input_tokens_dist: dict | None = None  # see workload.sample_lengths: fixed | uniform | normal | lognormal | choice
@@ -122,8 +123,13 @@ class LoadSpec:
         return d
 
     def replace(self, **changes: Any) -> LoadSpec:
-        own, rest = _split(changes, changes.get("shape", self.shape))
-        spec = dataclasses.replace(self, **rest, params={**self.params, **own} if own else self.params)
+        """A copy with `changes`; another shape keeps only the parameters it declares too (a search's closed-loop
+        probe of a gamma base has no burstiness)."""
+        shape = changes.get("shape", self.shape)
+        own, rest = _split(changes, shape)
+        kept = {q.name for q in shapes.get(shape).params} if shape in shapes.SHAPES else set()
+        params = {k: v for k, v in {**self.params, **own}.items() if k in kept}
+        spec = dataclasses.replace(self, **rest, params=params)
         spec.validate()
         return spec
 
@@ -131,6 +137,13 @@ class LoadSpec:
     def load_shape(self) -> shapes.Shape:
         """The registered shape `shape` names: its traits, schedule, label and parameters."""
         return shapes.get(self.shape)
+
+    def param(self, name: str) -> Any:
+        """The shape's own parameter `name` (burstiness, ...): as given, else its declared default; None when the
+        shape has no such parameter (a load_runs column NULL for the shapes that do not read it)."""
+        if not any(q.name == name for q in self.load_shape.params):
+            return None
+        return self.load_shape.param(self.params, name)
 
     def point(self) -> dict[str, Any]:
         """The fields as a shape reads them (`p`): LoadSpec's own and the shape's parameters, one flat mapping."""
@@ -167,10 +180,6 @@ class LoadSpec:
             problem = self.load_shape.params_problem(self.params)
         if problem:
             raise LoadSpecError(problem)
-        if self.burstiness is None or self.burstiness <= 0:
-            raise LoadSpecError("burstiness must be > 0")
-        if self.surge_factor <= 0:
-            raise LoadSpecError("surge_factor must be > 0")
         if self.concurrency is not None and self.concurrency < 1:
             raise LoadSpecError("concurrency must be >= 1")
         if self.input_tokens < 1 or self.output_tokens < 1:

@@ -184,7 +184,7 @@ def result_json(
     out.update(
         {
             "request_rate": rate,
-            "burstiness": spec.burstiness,
+            "burstiness": spec.param("burstiness") or 1.0,  # vLLM's 1 (Poisson) for a shape without one
             "max_concurrency": max_conc,
             "duration": s.get("window_s"),
             "completed": s.get("finished_in_window"),

@@ -27,19 +27,33 @@ if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench l
 @dataclass(frozen=True)
 class Param:
     """A parameter of a shape's own, beyond LoadSpec's fields: plans' load points take it as a key, the wire carries
-    it in the LoadSpec (flat, as its fields; `LoadSpec.params` on the agent), `wattbench load` offers `flag`, and the
-    emulator's Workload and `wattbench predict` pass it on. Unset, the shape reads `default` (`Shape.param`)."""
+    it in the LoadSpec (flat, as its fields; `LoadSpec.params` on the agent), `wattbench load` offers `flag` (and
+    `aliases`), and the emulator's Workload and `wattbench predict` pass it on. Unset, the shape reads `default`
+    (`Shape.param`). Shapes that share a parameter (gamma's and surge's burstiness) declare the same Param."""
 
     name: str
-    type: type  # int | float | str
+    type: type  # int | float | str (a path is a str: it travels on the wire as one)
     default: Any = None
-    minimum: float | None = None  # inclusive bounds of a number
+    minimum: float | None = None  # inclusive bounds of a number (exclusive_minimum: the minimum itself is refused)
     maximum: float | None = None
     help: str = ""
+    exclusive_minimum: bool = False
+    cli: str | None = None  # `wattbench load`'s flag when not --<name with dashes> (vllm bench serve's names)
+    aliases: tuple[str, ...] = ()  # further flags for the same parameter
+    metavar: str | None = None
+    # `wattbench load` picks the owning shape from vllm bench serve's flags (--rate with --burstiness or
+    # --surge-factor, --trace), not only from --shape: the flag's help then names no "--shape"
+    shape_from_flags: bool = False
+    # the flag names the load on its own (--trace FILE): it joins --concurrency and --rate's mutually exclusive group
+    exclusive: bool = False
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.cli or "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases)
 
     def problem(self, value: Any) -> str | None:
         """What is wrong with `value` for this parameter (one line naming it), or None."""
@@ -48,8 +62,9 @@ class Param:
         kinds = (int,) if self.type is int else (int, float)
         if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
             return f"{self.name} must be {'an integer' if self.type is int else 'a finite number'}, got {value!r:.80}"
-        if self.minimum is not None and value < self.minimum:
-            return f"{self.name} must be >= {self.minimum:g}, got {value:g}"
+        low = self.minimum
+        if low is not None and (value <= low if self.exclusive_minimum else value < low):
+            return f"{self.name} must be {'>' if self.exclusive_minimum else '>='} {low:g}, got {value:g}"
         if self.maximum is not None and value > self.maximum:
             return f"{self.name} must be <= {self.maximum:g}, got {value:g}"
         return None

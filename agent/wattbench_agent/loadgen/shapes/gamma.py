@@ -6,18 +6,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import Shape, positive, register
+from . import Param, Shape, positive, register
 from .poisson import renewal_offsets
 
 if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
     import numpy as np
 
 
+# gamma's shape k, vllm bench serve's --burstiness (surge draws its gaps with it too: one Param, shared)
+BURSTINESS = Param(
+    "burstiness",
+    float,
+    default=1.0,
+    minimum=0,
+    exclusive_minimum=True,
+    maximum=1000,
+    help="gamma shape k: 1 = Poisson, <1 burstier",
+    shape_from_flags=True,
+)
+
+
 @register
 class Gamma(Shape):
     name = "gamma"
     bursty = True
-    fields = ("rate", "burstiness", "concurrency")
+    fields = ("rate", "concurrency")
+    params = (BURSTINESS,)
     order = 2
     summary = "open loop at `rate` requests/s, gamma gaps of shape `burstiness` (1 = Poisson, < 1 burstier)"
 
@@ -25,7 +39,7 @@ class Gamma(Shape):
         return None if positive(p, "rate") else f"shape {self.name!r} needs rate > 0 (requests/s)"
 
     def label(self, p: Mapping[str, Any]) -> str:
-        return f"{self.name}-r{p['rate']:g}-b{p.get('burstiness') or 1.0:g}"
+        return f"{self.name}-r{p['rate']:g}-b{self.param(p, 'burstiness'):g}"
 
     def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
-        return renewal_offsets(p, horizon_s, seed, float(p.get("burstiness") or 1.0))
+        return renewal_offsets(p, horizon_s, seed, float(self.param(p, "burstiness")))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import Shape, finish, register
+from . import Param, Shape, finish, register
 
 if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench load --help`
     import numpy as np
@@ -20,7 +20,28 @@ if TYPE_CHECKING:  # numpy loads where a schedule is made, not with `wattbench l
 @register
 class Trace(Shape):
     name = "trace"
-    fields = ("trace_path", "concurrency")
+    fields = ("concurrency",)
+    params = (
+        Param(
+            "trace_path",
+            str,
+            help="replay a JSONL/CSV trace (timestamp, prompt or input_tokens, output_tokens)",
+            cli="--trace",
+            metavar="TRACE",
+            shape_from_flags=True,
+            exclusive=True,
+        ),
+        Param(
+            "trace_time_scale",
+            float,
+            default=1.0,
+            minimum=0,
+            exclusive_minimum=True,
+            maximum=1e6,
+            help="trace timestamps are multiplied by this (0.5 = replay twice as fast)",
+            shape_from_flags=True,
+        ),
+    )
     ends_by_itself = True
     order = 4
     summary = "replay a file's timestamps (and lengths or prompts), scaled by trace_time_scale"
@@ -36,7 +57,7 @@ class Trace(Shape):
     def offsets(self, p: Mapping[str, Any], horizon_s: float, seed: int = 0) -> np.ndarray:
         import numpy as np
 
-        scale = float(p.get("trace_time_scale") or 1.0)
+        scale = float(self.param(p, "trace_time_scale"))
         offs = np.asarray([r.t_s * scale for r in load_trace(p["trace_path"])], dtype=float)
         return finish(offs, p, horizon_s)
 
