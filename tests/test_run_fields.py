@@ -124,14 +124,16 @@ def test_opening_a_benchmark_again_refreshes_its_kept_figures(bundle, tmp_path):
 
 
 def test_no_code_sets_a_runs_kept_field_but_set_run_fields():
-    """Every UPDATE of runs outside wattbench/warehouse.py names only fields no kept figure reads (status, finished
-    time), spelled out: a field list built at run time, or one of RUN_FIELDS, goes through set_run_fields."""
+    """Every UPDATE of runs outside set_run_fields' own module names only fields no kept figure reads (status,
+    finished time), spelled out: a field list built at run time, or one of RUN_FIELDS, goes through set_run_fields."""
     offenders = []
     for path in [*ROOT.glob("*/**/*.py")]:
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith((".venv/", "tests/", "agent/")) or rel == "wattbench/warehouse.py":
+        if rel.startswith((".venv/", "tests/", "agent/")):
             continue
         text = path.read_text()
+        if "\ndef set_run_fields(" in text:
+            continue
         for m in re.finditer(r"UPDATE\s+runs\s+SET\s+(.{0,200}?)\bWHERE\b", text, re.S):
             sets = m.group(1)
             if "{" in sets.split("=")[0] or any(f in sets for f in RUN_FIELDS):  # a column list built at run time
