@@ -54,7 +54,7 @@ def parse(source: str) -> ast.Module:
 
 def imported_distributions(dirs) -> dict[str, set[str]]:
     pkgs = md.packages_distributions()
-    # duckdb's engine, a compiled top-level module of the duckdb distribution (wattbench/connection.py imports it
+    # duckdb's engine, a compiled top-level module of the duckdb distribution (wattbench/queries.py imports it
     # alone): packages_distributions names a distribution's top-level packages and .py modules, not its extensions
     pkgs.setdefault("_duckdb", ["duckdb"])
     out: dict[str, set[str]] = {}
