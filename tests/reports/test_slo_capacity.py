@@ -285,3 +285,26 @@ def test_a_search_at_other_lengths_than_the_profiles_nearest_points_does_not_siz
                                                "output_tokens": 16}).set_index("engine")  # fmt: skip
     assert far.loc["gamma", "sized_on"] == "gamma:steady:c4"
     assert near.loc["gamma", "sized_on"].startswith("SLO capacity search gamma:cap")
+
+
+def test_engine_contrasts_leave_out_a_search_probe_measured_once(tmp_path):
+    """Two engines whose searches both probed c16 once: no contrast row for that chance pair (the search's own
+    comparison is slo_capacity), while a plan point measured once still says 'one repeat: not tested'; repeated
+    probes at the same load (the capacity's repeats) are compared like any repeated point."""
+    deps = []
+    for name, tok in (("alpha", 1.0), ("beta", 1.3)):
+        probes = [_probe("c16", 100, 7000.0 * tok, None, 1, "bracket", "misses", 16, ttft=900.0)]
+        probes += [_probe("c8", 80 + r, 6000.0 * tok + r, r, 1 + r, "repeat", "meets", 8) for r in (1, 2, 3)]
+        for p in probes:
+            p.extra = {**p.extra, "search_id": f"{name}:cap"}
+        plain = simple_point("c4", 5.0, output_tokens=16, energy_j=3000.0 * tok)
+        deps.append(Deployment(name, points=[*probes, plain], searches=[_search_row(search_id=f"{name}:cap")]))
+    db = tmp_path / "w.duckdb"
+    write_run(db, tmp_path, "r1", deps)
+    with connect(db, read_only=True) as con:
+        c = run_sql(con, "engine_contrasts", {"run_id": "r1"})
+    assert not ((c["workload"] == "cap") & (c["point_label"] == "c16")).any(), c[["workload", "point_label"]]
+    repeated = c[(c["workload"] == "cap") & (c["point_label"] == "c8")]
+    assert len(repeated) and (repeated["pairs"] == 3).all()
+    once = c[(c["workload"] == "steady") & (c["point_label"] == "c4")]
+    assert len(once) and (once["finding"] == "one repeat: not tested").all()
