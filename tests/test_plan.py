@@ -190,6 +190,16 @@ def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
     assert point.search["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # the plan's SLO
 
 
+def test_a_search_probes_at_the_workloads_spread_of_lengths(tmp_path):
+    """A search workload's load is built as its points' would be: a random_range_ratio set on the workload reaches
+    every probe (the search's first load carried none, so the probes ran at one length a request)."""
+    text = GOOD.replace("    output_tokens: 32\n", "    output_tokens: 32\n    random_range_ratio: 0.25\n", 1)
+    plan, _ = load_plan(_write(tmp_path, text))
+    interactive = next(w for w in plan.workloads if w.search is not None)
+    assert interactive.search_load()["random_range_ratio"] == 0.25
+    assert interactive.search_load()["ramp_s"] == 0.3  # load_options still over the workload's defaults
+
+
 BOTH = "points: [{shape: concurrency, concurrency: 4}]\n    search: {over: concurrency"
 PLAN_SLO = "slo:                       # MLPerf Llama-2-70B server limits\n  ttft_ms: 2000\n  tpot_ms: 200\n"
 

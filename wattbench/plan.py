@@ -274,19 +274,7 @@ class Workload(_Strict):
         )
         if self.search.over == "rate" and self.search.burstiness is not None and self.search.shape == "gamma":
             point["burstiness"] = self.search.burstiness  # poisson has no burstiness (a LoadSpec would refuse it)
-        spec = {
-            "api": self.api,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "warmup_s": self.warmup_s,
-            "duration_s": self.duration_s,
-            "workload": self.name,
-            **point,
-            **self.load_options,
-        }
-        if self.search.over == "concurrency" and "ramp_s" not in self.load_options and self.warmup_s > 0:
-            spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
-        return spec
+        return self._load_spec(point)
 
     def expanded_points(self) -> list[LoadPoint]:
         if not self.sweep:
@@ -301,32 +289,37 @@ class Workload(_Strict):
 
     def load_specs(self) -> list[dict[str, Any]]:
         """One load generator spec (LoadSpec fields, less url/model) per expanded point."""
-        specs = []
-        for point in self.expanded_points():
-            spec = {
-                "api": self.api,
-                "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens,
-                "warmup_s": self.warmup_s,
-                "duration_s": self.duration_s,
-                "workload": self.name,
-            }
-            if self.random_range_ratio:
-                spec["random_range_ratio"] = self.random_range_ratio
-            spec.update({k: v for k, v in point.model_dump().items() if v is not None})
-            spec.update(self.load_options)
-            if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:
-                # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
-                # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
-                spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
-            if (
-                spec.get("dataset_path")
-                and "output_tokens" not in self.model_fields_set
-                and "output_tokens_dist" not in spec
-            ):
-                spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
-            specs.append(spec)
-        return specs
+        return [
+            self._load_spec({k: v for k, v in point.model_dump().items() if v is not None})
+            for point in self.expanded_points()
+        ]
+
+    def _load_spec(self, point: dict[str, Any]) -> dict[str, Any]:
+        """The workload's load generator spec at one point (a plan point, or a search's first load): the workload's
+        lengths and timings, the point, then load_options over both."""
+        spec = {
+            "api": self.api,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "warmup_s": self.warmup_s,
+            "duration_s": self.duration_s,
+            "workload": self.name,
+        }
+        if self.random_range_ratio:
+            spec["random_range_ratio"] = self.random_range_ratio
+        spec.update(point)
+        spec.update(self.load_options)
+        if shapes.get(spec["shape"]).closed_loop and "ramp_s" not in self.load_options and self.warmup_s > 0:
+            # closed-loop streams ramp in by default: started together they stay in lockstep (prefill waves),
+            # measured on the emulator and on the H200; over at most 2 s, inside the warm-up
+            spec["ramp_s"] = min(DEFAULT_RAMP_S, self.warmup_s)
+        if (
+            spec.get("dataset_path")
+            and "output_tokens" not in self.model_fields_set
+            and "output_tokens_dist" not in spec
+        ):
+            spec["output_tokens_dist"] = {"kind": "dataset"}  # a dataset's own reply lengths, as vLLM's
+        return spec
 
 
 class Prices(_Strict):
