@@ -22,47 +22,17 @@ OUT = ROOT / "results" / "plot_stacks.md"
 
 
 def frames() -> dict[str, Any]:
-    """The pictures' test data (tests/reports/test_pictures.py): two engines, c8/c32/c128 with three repeats each
-    plus a gamma point, ingested into a real warehouse and summarised by the report's own queries."""
+    """The pictures' test data (tests/reports/synth.py two_engine_sweep, which test_pictures.py draws): two engines,
+    c8/c32/c128 with three repeats each plus a gamma point, ingested into a real warehouse and summarised by the
+    report's own queries."""
     sys.path.insert(0, str(ROOT))
-    from tests.reports.synth import Deployment, Point, simple_point, ttfts, write_run
-    from wattbench.report import render as reporting
+    from tests.reports.synth import two_engine_sweep
+    from wattbench.report import render
     from wattbench.warehouse import connect
 
-    tmp = Path(tempfile.mkdtemp(prefix="wb-plots-"))
-    deps = []
-    for name, speed in (("trtllm-like", 1.1), ("vllm-like", 1.0)):
-        pts = []
-        for r in (1, 2, 3):
-            for c, rps in ((8, 4.0), (32, 9.0), (128, 14.0)):
-                pts.append(
-                    simple_point(
-                        f"c{c}",
-                        rps * speed * (1 + 0.02 * r),
-                        ttft=20.0 + c / 4,
-                        concurrency=c,
-                        output_tokens=16,
-                        repeat=r,
-                        energy_j=2000.0 + 40 * c + 30 * r,
-                    )
-                )
-            pts.append(
-                Point(
-                    "bursty",
-                    "gamma-r6-b0.25",
-                    ttft_ms=ttfts(30, 30, 10, seed=r),
-                    shape="gamma",
-                    concurrency=None,
-                    rate=6.0,
-                    output_tokens=16,
-                    repeat=r,
-                    energy_j=1500.0 + 20 * r,
-                )
-            )
-        deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
-    write_run(tmp / "w.duckdb", tmp, "run", deps)
-    with connect(tmp / "w.duckdb", read_only=True) as con:
-        return reporting.report_frames(con, "run")
+    db = two_engine_sweep(Path(tempfile.mkdtemp(prefix="wb-plots-")))
+    with connect(db, read_only=True) as con:
+        return render.report_frames(con, "run")
 
 
 def _median_s(fn, n: int = 5) -> tuple[float, Any]:

@@ -256,3 +256,41 @@ def simple_point(label: str, rps: float, window_s: float = 10.0, ttft: float = 1
 
 def started(i: int) -> datetime:
     return T0 + timedelta(hours=i)
+
+
+def two_engine_sweep(folder: Path) -> Path:
+    """The pictures' run (tests/reports/test_pictures.py, benchmarks/plot_stacks.py): two engines, c8/c32/c128 with
+    three repeats each plus a gamma point, written as run 'run' into folder/w.duckdb (returned)."""
+    deps = []
+    for name, speed in (("trtllm-like", 1.1), ("vllm-like", 1.0)):
+        pts = []
+        for r in (1, 2, 3):
+            for c, rps in ((8, 4.0), (32, 9.0), (128, 14.0)):
+                pts.append(
+                    simple_point(
+                        f"c{c}",
+                        rps * speed * (1 + 0.02 * r),
+                        ttft=20.0 + c / 4,
+                        concurrency=c,
+                        output_tokens=16,
+                        repeat=r,
+                        energy_j=2000.0 + 40 * c + 30 * r,
+                    )
+                )
+            pts.append(
+                Point(
+                    "bursty",
+                    "gamma-r6-b0.25",
+                    ttft_ms=ttfts(30, 30, 10, seed=r),
+                    shape="gamma",
+                    concurrency=None,
+                    rate=6.0,
+                    output_tokens=16,
+                    repeat=r,
+                    energy_j=1500.0 + 20 * r,
+                )
+            )
+        deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
+    db = folder / "w.duckdb"
+    write_run(db, folder, "run", deps)
+    return db

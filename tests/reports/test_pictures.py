@@ -15,45 +15,13 @@ import pytest
 from wattbench.report import pictures, render
 from wattbench.warehouse import connect
 
-from .synth import Deployment, Point, simple_point, ttfts, write_run
+from .synth import Deployment, simple_point, two_engine_sweep, write_run
 
 
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory):
     """Two engines, c8/c32/c128 with three repeats each plus a gamma point: the default plan's shape, repeated."""
-    tmp = tmp_path_factory.mktemp("pictures")
-    db = tmp / "w.duckdb"
-    deps = []
-    for name, speed in (("trtllm-like", 1.1), ("vllm-like", 1.0)):
-        pts = []
-        for r in (1, 2, 3):
-            for c, rps in ((8, 4.0), (32, 9.0), (128, 14.0)):
-                pts.append(
-                    simple_point(
-                        f"c{c}",
-                        rps * speed * (1 + 0.02 * r),
-                        ttft=20.0 + c / 4,
-                        concurrency=c,
-                        output_tokens=16,
-                        repeat=r,
-                        energy_j=2000.0 + 40 * c + 30 * r,
-                    )
-                )
-            pts.append(
-                Point(
-                    "bursty",
-                    "gamma-r6-b0.25",
-                    ttft_ms=ttfts(30, 30, 10, seed=r),
-                    shape="gamma",
-                    concurrency=None,
-                    rate=6.0,
-                    output_tokens=16,
-                    repeat=r,
-                    energy_j=1500.0 + 20 * r,
-                )
-            )
-        deps.append(Deployment(name, tp=8, idle_w=(100.0, 120.0), points=pts))
-    write_run(db, tmp, "run", deps)
+    db = two_engine_sweep(tmp_path_factory.mktemp("pictures"))
     with connect(db, read_only=True) as con:
         return render.report_frames(con, "run")
 
