@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS deployments (
     engine_version_source VARCHAR,          -- where engine_version was read: /version | log | unknown
     version_checked     BOOLEAN,            -- the adapter was checked against this version (false: validation warns)
     status              VARCHAR NOT NULL,   -- healthy | failed
-    startup_s           DOUBLE,             -- process start -> health OK
+    startup_s           DOUBLE,             -- process start -> health OK (the first server start's; each start's in config.starts)
+    server_starts       INTEGER,            -- how many times the agent started the engine (NULL: one, before schema 12)
     hbm_used_mib        DOUBLE,             -- after load, before traffic, summed over the deployment's GPUs
     hbm_total_mib       DOUBLE,
     idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
@@ -113,6 +114,7 @@ CREATE TABLE IF NOT EXISTS load_runs (
     load_point_id           VARCHAR NOT NULL,   -- <deployment>:<workload>:<point_label>[#<repeat>]
     point_label             VARCHAR,            -- c32, gamma-r6-b0.25, ...: the same for every repeat and engine
     repeat                  INTEGER,            -- 1-based; repeats of a point run interleaved across engines
+    server_start            INTEGER,            -- which start of the engine ran it, 1-based (NULL before schema 12: 1)
     workload                VARCHAR NOT NULL,
     shape                   VARCHAR NOT NULL,   -- concurrency | poisson | gamma | surge | trace
     api                     VARCHAR,            -- chat | completions
@@ -207,7 +209,8 @@ CREATE TABLE IF NOT EXISTS searches (
     run_id              VARCHAR NOT NULL,
     source              VARCHAR NOT NULL,
     deployment_id       VARCHAR NOT NULL,
-    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>
+    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>[@s<start>]
+    server_start        INTEGER,            -- which start of the engine ran the search, 1-based
     workload            VARCHAR NOT NULL,
     over                VARCHAR NOT NULL,   -- rate | concurrency
     unit                VARCHAR,            -- req/s | streams
@@ -574,3 +577,8 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
 -- every run by warehouse.apply_schema (wattbench/warehouse.fill_shape_traits)
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;
+-- version 12: server starts (wattbench/plan.py server_starts): which start of the engine ran each load run and search,
+-- how many starts a deployment had; runs before it had one (NULL reads as 1)
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS server_starts INTEGER;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE searches ADD COLUMN IF NOT EXISTS server_start INTEGER;

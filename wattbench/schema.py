@@ -17,8 +17,9 @@ from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
 # 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
-# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits)
-SCHEMA_VERSION = 11
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits); 12: server starts (load_runs,
+# searches, deployments) and intervals over them (sql/views.sql), refilled for every run
+SCHEMA_VERSION = 12
 
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 LABELS_TEXT_TO_MAP = (
