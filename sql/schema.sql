@@ -397,7 +397,8 @@ CREATE TABLE IF NOT EXISTS request_tallies (
 CREATE TABLE IF NOT EXISTS load_points_core (
     run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
     model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
-    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, run_at TIMESTAMP, workload VARCHAR,
+    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, server_start INTEGER, run_at TIMESTAMP,
+    workload VARCHAR,
     shape VARCHAR, concurrency INTEGER, rate DOUBLE, burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER,
     warmup_s DOUBLE, window_s DOUBLE, achieved_rate DOUBLE, achieved_concurrency DOUBLE, completed INTEGER,
     failed INTEGER, failed_requests BIGINT, requests_in_window BIGINT, completed_in_window BIGINT,
@@ -430,7 +431,7 @@ CREATE TABLE IF NOT EXISTS point_figures (
     burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER, run_at TIMESTAMP, repeats BIGINT,
     min_window_s DOUBLE, metric VARCHAR NOT NULL, label VARCHAR, unit VARCHAR, better VARCHAR, ord INTEGER,
     estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
-    rel_half_width DOUBLE,
+    rel_half_width DOUBLE, starts BIGINT, interval_scope VARCHAR, between_start_sd DOUBLE, within_start_sd DOUBLE,
     PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
 );
 
@@ -582,3 +583,8 @@ ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;
 ALTER TABLE deployments ADD COLUMN IF NOT EXISTS server_starts INTEGER;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS server_start INTEGER;
 ALTER TABLE searches ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS starts BIGINT;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS between_start_sd DOUBLE;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS within_start_sd DOUBLE;

@@ -355,6 +355,7 @@ SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.e
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
        point_label_of(l.point_label, l.load_point_id)                  AS point_label,
        coalesce(l.repeat, 1)                                           AS repeat,
+       coalesce(l.server_start, 1)                                     AS server_start,
        run_at_of(r.started_at, r.clock_anchor_unix_ns)                 AS run_at,
        l.workload, l.shape, l.concurrency, l.rate,
        l.burstiness, l.input_tokens, l.output_tokens, l.warmup_s, l.window_s, l.achieved_rate, l.achieved_concurrency,
@@ -501,6 +502,18 @@ CREATE OR REPLACE MACRO log_mean_bound(m, s, k, side) AS
     CASE WHEN k IS NULL OR k < 2 OR m IS NULL OR NOT (m > 0) OR s IS NULL THEN NULL
          ELSE m * exp(side * t975(k - 1) * s / (m * sqrt(k))) END;
 
+-- What an interval describes, in words (v_point_figures_live's interval_scope, with its starts, repeats and the
+-- prior's basis): every table, JSON and HTML figure prints it beside the interval.
+CREATE OR REPLACE MACRO scope_text(scope, starts, k, basis) AS
+    CASE scope
+        WHEN 'starts' THEN 'another server start on this machine: 95% interval over ' || starts || ' starts, '
+                           || k || ' repeats'
+        WHEN 'starts+prior' THEN 'another server start or machine: 95% interval over ' || starts || ' starts, '
+                                 || k || ' repeats, between-start spread pooled with the prior of ' || basis
+        WHEN 'prior' THEN 'another server start or machine: 95% interval over ' || k || ' repeats of one start, '
+                          || 'between-start spread from the prior of ' || basis
+        ELSE 'within one server start: 95% interval over ' || k || ' repeats (says nothing of another start)' END;
+
 -- A latency percentile's interval over repeats needs at least this many requests (gaps for ITL) beyond the
 -- percentile in every repeat: n x (1 - q) >= 10, i.e. 20 a repeat for p50, 100 for p90, 1,000 for p99. Fewer, and
 -- a repeat's sample percentile is biased towards its middle, so an interval around it covers far less than 95%
@@ -512,11 +525,12 @@ CREATE OR REPLACE MACRO percentile_samples_needed(q) AS ceil(MIN_BEYOND_PERCENTI
 -- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from. Latency percentiles are each
 -- repeat's own (over its requests); samples: the requests (TPOT: requests with a TPOT; ITL: gaps) each rests on.
 CREATE OR REPLACE VIEW v_repeat_figures AS
-SELECT run_id, deployment_id, engine, workload, point_label, repeat, metric, value,
+SELECT run_id, deployment_id, engine, workload, point_label, repeat, server_start, metric, value,
        CASE WHEN metric LIKE 'tpot_%' THEN tpot_samples WHEN metric LIKE 'itl_%' THEN itl_samples
             WHEN metric LIKE 'ttft_%' OR metric LIKE 'e2e_%' THEN latency_samples END AS samples
 FROM (
-    UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat, latency_samples, tpot_samples,
+    UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat, server_start, latency_samples,
+                    tpot_samples,
                     itl_samples, output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s,
                     output_tokens_per_j, output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu,
                     above_idle_power_w, usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
@@ -556,11 +570,65 @@ CREATE OR REPLACE VIEW v_point_attrs AS
     WHERE l.status = 'ok'
     GROUP BY ALL;
 
+-- The between-start spread a figure's interval borrows where a run's own server starts cannot give it (one start, or
+-- too few): sd of ln(figure) between whole runs sharing a protocol, per engine kind (and GPU, NULL: any) and metric,
+-- with its degrees of freedom and the rows it came from (basis). The rows between the markers are written by
+-- `python -m benchmarks.interval_coverage --write-prior` from the committed real bundles (results/interval_coverage.md
+-- says how, and how well intervals built with it cover other runs); the emulator's row is its own model (emulator
+-- profiles.START_SPEED_SD, docs/EMULATOR.md), not a measurement. docs/MEASUREMENT.md, "Server starts".
+CREATE OR REPLACE VIEW v_between_start_prior AS
+SELECT * FROM (VALUES
+    -- BEGIN between_start_prior (generated)
+    ('emulator', NULL, NULL, 0.03, 1000, 'the emulator''s own between-start speed spread (START_SPEED_SD), by construction')
+    -- END between_start_prior (generated)
+) AS p(engine_kind, gpu_name, metric, sd_log, df, basis);
+
+-- The prior a point's figure borrows: the most specific row of v_between_start_prior for its engine kind (an
+-- emulator's profile reads 'emulator'), GPU and metric (a row with metric NULL holds for every metric).
+CREATE OR REPLACE VIEW v_point_prior AS
+SELECT a.run_id, a.deployment_id, a.workload, a.point_label, c.metric, p.sd_log, p.df, p.basis
+FROM v_point_attrs a
+CROSS JOIN v_metric_catalog c
+JOIN v_between_start_prior p
+  ON (p.engine_kind = a.engine_kind OR (p.engine_kind = 'emulator' AND a.engine_kind LIKE 'emulator:%'))
+ AND (p.gpu_name IS NULL OR p.gpu_name = a.gpu_name)
+ AND (p.metric IS NULL OR p.metric = c.metric)
+WHERE c.scale <> 'linear'
+QUALIFY row_number() OVER (PARTITION BY a.run_id, a.deployment_id, a.workload, a.point_label, c.metric
+                           ORDER BY (p.gpu_name IS NULL), (p.metric IS NULL)) = 1;
+
+-- Every figure's estimate and its 95% interval for what ANOTHER server start of the same engine gives (docs/
+-- MEASUREMENT.md, "Repeats and intervals" and "Server starts"). The estimate is the mean of the repeats' values (a
+-- latency percentile: the mean of each repeat's percentile; a cost per token, 'reciprocal', the price over the mean of
+-- its denominator). The model, on the log scale (the delta method, as x/m): a repeat's value = the mean + its server
+-- start's offset (between-start sd b) + the repeat's own noise (within-start sd w). w pools the spread of repeats
+-- inside each start; b comes from the spread of the starts' means (less what w explains), pooled with the prior of
+-- v_point_prior where one applies (its df added to the starts' own S - 1). The interval holds another start's mean of
+-- as many repeats: m x exp(+- t x sqrt(b^2 (1 + 1/S) + w^2 (1/N + 1/n))), N the repeats, n those per start, t at the
+-- Welch-Satterthwaite degrees of freedom. interval_scope says what it describes:
+--   starts         another start of the engine on this machine, from this run's S >= 2 starts alone
+--   starts+prior   another start or machine: this run's starts pooled with the prior (its basis in `method`)
+--   prior          another start or machine: one start here, the between-start spread from the prior alone
+--   one_start      within one server start only (one start, no prior): the interval of the mean of its repeats, as
+--                  before schema 12; it says nothing of another start, and no sizing or buying verdict uses it
+-- 'linear' figures (differences that may be negative) take no prior. No interval from one repeat in one start, nor for
+-- a latency percentile whose repeats have too few requests beyond it (the method says how many it had and needs).
+-- Long form: pivot for reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes
+-- and repeats, read from the tables themselves.
 CREATE OR REPLACE VIEW v_point_figures_live AS
 WITH per_repeat AS (
     SELECT f.*, c.scale, c.quantile,
            CASE WHEN c.scale = 'reciprocal' THEN 1 / nullif(f.value, 0) ELSE f.value END AS x  -- what is averaged
     FROM v_repeat_figures f JOIN v_metric_catalog c USING (metric)),
+by_start AS (  -- each server start's repeats: how many, their mean, their sum of squares about it
+    SELECT run_id, deployment_id, workload, point_label, metric, server_start, count(x) AS n_s, avg(x) AS xbar,
+           coalesce(var_samp(x), 0) * (count(x) - 1) AS ssw
+    FROM per_repeat WHERE x IS NOT NULL GROUP BY ALL),
+levels AS (
+    SELECT run_id, deployment_id, workload, point_label, metric, count(*) AS starts, sum(ssw) AS ssw,
+           sum(n_s - 1) AS df_w, coalesce(var_samp(xbar), 0) AS var_means, avg(1.0 / n_s) AS inv_n,
+           avg(n_s) AS n_bar
+    FROM by_start WHERE n_s > 0 GROUP BY ALL),
 summed AS (
     SELECT run_id, deployment_id, workload, point_label, metric, any_value(scale) AS scale,
            any_value(quantile) AS quantile, avg(x) AS m, stddev_samp(x) AS s, count(x) AS k,
@@ -576,33 +644,67 @@ why AS (  -- a reason there is no interval, NULL where there is one
                 WHEN scale <> 'linear' AND m = 0 AND s = 0 THEN NULL
                 WHEN scale <> 'linear' AND NOT (m > 0) THEN 'no interval: the mean over repeats is not positive'
            END AS no_interval
-    FROM summed),
+    FROM summed LEFT JOIN levels lv USING (run_id, deployment_id, workload, point_label, metric)),
+parts AS (  -- the variance components, relative to m on the log scale (absolute for linear figures)
+    SELECT w.*, pr.sd_log AS prior_sd, coalesce(pr.df, 0) AS prior_df, pr.basis AS prior_basis,
+           CASE WHEN scale = 'linear' THEN 1.0 ELSE 1.0 / nullif(m * m, 0) END AS rel,
+           ssw / nullif(df_w, 0) AS w2_raw,
+           CASE WHEN scale = 'linear' OR pr.sd_log IS NULL THEN 0 ELSE pr.df END AS pdf
+    FROM why w
+    LEFT JOIN v_point_prior pr USING (run_id, deployment_id, workload, point_label, metric)),
+comp AS (
+    SELECT *,
+           coalesce(w2_raw, 0) * rel AS w2,
+           greatest(var_means - coalesce(w2_raw, 0) * inv_n, 0) * rel AS b2_own,
+           greatest(starts - 1, 0) AS df_b
+    FROM parts),
+pooled AS (
+    SELECT *,
+           CASE WHEN df_b + pdf > 0
+                THEN (df_b * b2_own + pdf * coalesce(prior_sd * prior_sd, 0)) / (df_b + pdf) END AS b2,
+           CASE WHEN df_b > 0 AND pdf > 0 THEN 'starts+prior' WHEN df_b > 0 THEN 'starts'
+                WHEN pdf > 0 THEN 'prior' ELSE 'one_start' END AS interval_scope
+    FROM comp),
+se AS (
+    SELECT *,
+           CASE WHEN interval_scope = 'one_start' THEN w2 / k
+                ELSE b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar) END AS se2,
+           -- Welch-Satterthwaite: the between part has df_b + pdf, the within part df_w
+           CASE WHEN interval_scope = 'one_start' THEN k - 1
+                WHEN b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar) = 0 THEN 1000
+                ELSE floor(power(b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar), 2)
+                           / nullif(power(b2 * (1 + 1.0 / starts), 2) / nullif(df_b + pdf, 0)
+                                    + CASE WHEN df_w > 0 THEN power(w2 * (1.0 / k + 1.0 / n_bar), 2) / df_w
+                                           ELSE 0 END, 0)) END AS df_t
+    FROM pooled),
 over_repeats AS (
-    SELECT run_id, deployment_id, workload, point_label, metric,
+    SELECT run_id, deployment_id, workload, point_label, metric, starts, interval_scope,
            CASE WHEN scale = 'reciprocal' THEN 1 / nullif(m, 0) ELSE m END AS estimate,
            CASE WHEN no_interval IS NOT NULL THEN NULL
-                WHEN scale = 'linear' THEN m - t975(k - 1) * s / sqrt(k)
+                WHEN scale = 'linear' THEN m - t975(least(df_t, 1000)::INTEGER) * sqrt(se2)
                 WHEN m = 0 THEN 0.0
-                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, 1)
-                ELSE log_mean_bound(m, s, k, -1) END AS lo,
+                WHEN scale = 'reciprocal' THEN 1 / (m * exp(t975(least(df_t, 1000)::INTEGER) * sqrt(se2)))
+                ELSE m * exp(-t975(least(df_t, 1000)::INTEGER) * sqrt(se2)) END AS lo,
            CASE WHEN no_interval IS NOT NULL THEN NULL
-                WHEN scale = 'linear' THEN m + t975(k - 1) * s / sqrt(k)
+                WHEN scale = 'linear' THEN m + t975(least(df_t, 1000)::INTEGER) * sqrt(se2)
                 WHEN m = 0 THEN 0.0
-                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, -1)
-                ELSE log_mean_bound(m, s, k, 1) END AS hi,
+                WHEN scale = 'reciprocal' THEN 1 / (m * exp(-t975(least(df_t, 1000)::INTEGER) * sqrt(se2)))
+                ELSE m * exp(t975(least(df_t, 1000)::INTEGER) * sqrt(se2)) END AS hi,
            stdev, coalesce(samples, k)::BIGINT AS n, per_repeat,
+           sqrt(b2) AS between_start_sd,
+           sqrt(w2) AS within_start_sd,
            coalesce(no_interval,
                     CASE WHEN scale <> 'linear' AND m = 0 THEN 'every one of ' || k || ' repeats is 0' END,
-                    CASE scale WHEN 'linear' THEN 't interval over ' || k || ' repeats'
-                               WHEN 'reciprocal' THEN 'price over the mean of its denominator; t interval on the log '
-                                                      || 'scale over ' || k || ' repeats'
-                               ELSE 't interval on the log scale over ' || k || ' repeats' END) AS method
-    FROM why)
+                    scope_text(interval_scope, starts, k, prior_basis)
+                    || CASE WHEN scale = 'reciprocal' THEN '; price over the mean of its denominator' ELSE '' END)
+               AS method
+    FROM se)
 SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a.precision, a.tp, a.gpu_name,
        a.n_gpus, a.deployment_id, a.workload, a.point_label, a.shape, a.concurrency, a.rate, a.burstiness,
        a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
        f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
-       (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
+       (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width,
+       f.starts, f.interval_scope, f.between_start_sd, f.within_start_sd
 FROM v_point_attrs a
 JOIN over_repeats f USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);

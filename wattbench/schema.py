@@ -58,6 +58,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
         fill_shape_traits(con, None)
+    if current is not None and 9 <= current < 12:  # 12: intervals over server starts (every run had one start)
+        refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
