@@ -454,7 +454,8 @@ CREATE TABLE IF NOT EXISTS slo_capacity (
     usd_per_1m_output_tokens DOUBLE, usd_per_1m_output_tokens_lo DOUBLE, usd_per_1m_output_tokens_hi DOUBLE,
     mean_power_w DOUBLE, mean_power_w_lo DOUBLE, mean_power_w_hi DOUBLE,
     ttft_p99_ms DOUBLE, tpot_p99_ms DOUBLE, e2e_p99_ms DOUBLE,
-    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, note VARCHAR,
+    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, server_start INTEGER,
+    interval_scope VARCHAR, note VARCHAR,
     PRIMARY KEY (run_id, search_id)
 );
 
@@ -585,6 +586,8 @@ ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS server_start INTEGER;
 ALTER TABLE searches ADD COLUMN IF NOT EXISTS server_start INTEGER;
 ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS server_start INTEGER;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS starts BIGINT;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS between_start_sd DOUBLE;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS within_start_sd DOUBLE;

@@ -579,6 +579,33 @@ CREATE OR REPLACE VIEW v_point_attrs AS
 CREATE OR REPLACE VIEW v_between_start_prior AS
 SELECT * FROM (VALUES
     -- BEGIN between_start_prior (generated)
+    ('vllm', NULL, 'above_idle_power_w', 0.0870, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'counter_w_per_gpu', 0.0667, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p50_ms', 0.0725, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p90_ms', 0.0987, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p99_ms', 0.1105, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'energy_usd_per_1m_output_tokens', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'goodput_requests_s', 0.0770, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p50_ms', 0.0178, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p90_ms', 0.2868, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p99_ms', 0.2583, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_output_token', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_output_token_above_idle', 0.0393, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_request', 0.0325, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_request_above_idle', 0.0396, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'mean_power_w', 0.0667, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tok_s', 0.0758, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tokens_per_j', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tokens_per_j_above_idle', 0.0393, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'requests_s', 0.0770, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p50_ms', 0.0689, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p90_ms', 0.0923, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p99_ms', 0.1054, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p50_ms', 0.1595, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p90_ms', 0.2055, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p99_ms', 0.2222, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'usd_per_1m_output_tokens', 0.0758, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'vllm_output_throughput', 0.0709, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
     ('emulator', NULL, NULL, 0.03, 1000, 'the emulator''s own between-start speed spread (START_SPEED_SD), by construction')
     -- END between_start_prior (generated)
 ) AS p(engine_kind, gpu_name, metric, sd_log, df, basis);
@@ -722,7 +749,8 @@ CREATE OR REPLACE VIEW v_slo_capacity_live AS
 WITH f AS (
     SELECT run_id, deployment_id, workload, point_label,
            any_value(input_tokens) AS input_tokens, any_value(output_tokens) AS output_tokens,
-           map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m
+           map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m,
+           any_value(interval_scope) FILTER (WHERE metric = 'goodput_requests_s') AS interval_scope
     FROM point_figures
     WHERE metric IN ('output_tok_s', 'goodput_requests_s', 'output_tokens_per_j', 'j_per_request',
                      'j_per_request_above_idle', 'usd_per_1m_output_tokens', 'mean_power_w', 'ttft_p99_ms',
@@ -751,7 +779,8 @@ SELECT s.run_id, s.source, d.config_name AS engine, d.engine AS engine_kind, d.m
        f.m['mean_power_w'].hi AS mean_power_w_hi,
        f.m['ttft_p99_ms'].estimate AS ttft_p99_ms, f.m['tpot_p99_ms'].estimate AS tpot_p99_ms,
        f.m['e2e_p99_ms'].estimate AS e2e_p99_ms,
-       s.probes, s.window_s, s.time_s, s.stopped_by, s.answer,
+       s.probes, s.window_s, s.time_s, s.stopped_by, s.answer, coalesce(s.server_start, 1) AS server_start,
+       f.interval_scope,
        nullif(concat_ws('; ',
            CASE s.status WHEN 'none' THEN 'no load meets the SLO: no capacity, no figures at it'
                          WHEN 'server_failed' THEN 'the server stopped answering: the search ended'
@@ -877,6 +906,7 @@ pts AS (
            any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
            any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
            any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
+           any_value(f.interval_scope) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_scope,
            any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
     FROM v_point_figures f
     LEFT JOIN (SELECT deployment_id, workload, point_label_of(point_label, load_point_id) AS point_label,
@@ -887,7 +917,9 @@ pts AS (
 lp AS (
     SELECT p.*, s.meets_slo, s.slo_judged_on, s.ttft_p99_bound_ms, s.tpot_p99_bound_ms,
            p.engine || ':' || p.workload || ':' || p.point_label AS point,
-           coalesce(p.goodput_lo, p.goodput) AS capacity,
+           -- a figure of one server start (no second start, no prior) says nothing of another: it sizes nothing
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN coalesce(p.goodput_lo, p.goodput) END AS capacity,
+           p.goodput_scope = 'one_start' AS one_start,
            CASE WHEN p.goodput_lo IS NOT NULL
                 THEN 'goodput 95% lower bound ' || round(p.goodput_lo, 2) || ' req/s (mean ' || round(p.goodput, 2)
                      || ' over ' || p.repeats || ' repeats)'
@@ -902,6 +934,7 @@ pts_cap AS (
     SELECT engine,
            count(*)                                                   AS points_at_lengths,
            count(*) FILTER (WHERE meets_slo)                          AS points_meeting_slo,
+           count(*) FILTER (WHERE meets_slo AND one_start)            AS points_one_start,
            max(capacity) FILTER (WHERE meets_slo)                     AS goodput_per_replica,
            arg_max(point, capacity) FILTER (WHERE meets_slo)          AS sized_on,
            arg_max(bound_text, capacity) FILTER (WHERE meets_slo)     AS sized_bound,
@@ -919,16 +952,18 @@ srch AS (
                       + coalesce(abs(ln(s.output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
           FROM slo_capacity s JOIN runs r USING (run_id)
           WHERE s.run_id = p_run_id AND s.capacity IS NOT NULL AND s.goodput_requests_s > 0 AND s.attainment >= 0.99
+            AND s.interval_scope IS DISTINCT FROM 'one_start'  -- one start and no prior: it sizes nothing
             -- searched under an SLO at least as tight as the run's: the load found meets the run's too
             AND (r.slo_ttft_ms IS NULL OR s.slo_ttft_ms <= r.slo_ttft_ms)
             AND (r.slo_tpot_ms IS NULL OR s.slo_tpot_ms <= r.slo_tpot_ms)
             AND (r.slo_e2e_ms IS NULL OR s.slo_e2e_ms <= r.slo_e2e_ms))
-    QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, capacity_lo DESC NULLS LAST) = 1),
+    -- one search a server start: the lowest start's conservative figure sizes (another start may be that one)
+    QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, search_rps ASC NULLS LAST) = 1),
 srch_near AS (  -- a search sizes only at lengths as near the profile's as the nearest points'
     SELECT s.* FROM srch s LEFT JOIN pts_cap p USING (engine)
     WHERE s.len_distance <= coalesce(p.len_distance, 'infinity'::DOUBLE) + 1e-9),
 cap AS (  -- a capacity search of the config sizes where there is one; else the best point on its conservative bounds
-    SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo,
+    SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo, p.points_one_start,
            s.engine IS NOT NULL AS sized_by_search,
            CASE WHEN s.engine IS NOT NULL THEN s.search_rps ELSE p.goodput_per_replica END AS goodput_per_replica,
            CASE WHEN s.engine IS NOT NULL
@@ -981,6 +1016,11 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
                 || ': no capacity claimed'
          WHEN coalesce(points_at_lengths, 0) = 0 AND NOT coalesce(sized_by_search, false)
            THEN 'no load point measured for this engine config'
+         WHEN NOT coalesce(sized_by_search, false) AND coalesce(points_one_start, 0) > 0
+              AND coalesce(goodput_per_replica, 0) = 0
+           THEN points_one_start || ' point(s) meet the SLO, every one within one server start only (one start, '
+                || 'no between-start prior for ' || engine_kind || '): what another start gives is unknown, so no '
+                || 'fleet is sized on it; run the plan with server_starts: 2 or more'
          WHEN NOT coalesce(sized_by_search, false)
               AND (coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0)
            THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',
