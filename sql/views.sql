@@ -577,7 +577,9 @@ CREATE OR REPLACE VIEW v_point_attrs AS
 -- says how, and how well intervals built with it cover other runs); the emulator's row is its own model (emulator
 -- profiles.START_SPEED_SD, docs/EMULATOR.md), not a measurement. docs/MEASUREMENT.md, "Server starts".
 CREATE OR REPLACE VIEW v_between_start_prior AS
-SELECT * FROM (VALUES
+SELECT engine_kind::VARCHAR AS engine_kind, gpu_name::VARCHAR AS gpu_name, metric::VARCHAR AS metric,
+       sd_log::DOUBLE AS sd_log, df::INTEGER AS df, basis::VARCHAR AS basis
+FROM (VALUES
     -- BEGIN between_start_prior (generated)
     ('vllm', NULL, 'above_idle_power_w', 0.0870, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
     ('vllm', NULL, 'counter_w_per_gpu', 0.0667, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
