@@ -525,12 +525,12 @@ CREATE OR REPLACE MACRO percentile_samples_needed(q) AS ceil(MIN_BEYOND_PERCENTI
 -- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from. Latency percentiles are each
 -- repeat's own (over its requests); samples: the requests (TPOT: requests with a TPOT; ITL: gaps) each rests on.
 CREATE OR REPLACE VIEW v_repeat_figures AS
-SELECT run_id, deployment_id, engine, workload, point_label, repeat, server_start, metric, value,
+SELECT run_id, deployment_id, load_point_id, engine, workload, point_label, repeat, server_start, metric, value,
        CASE WHEN metric LIKE 'tpot_%' THEN tpot_samples WHEN metric LIKE 'itl_%' THEN itl_samples
             WHEN metric LIKE 'ttft_%' OR metric LIKE 'e2e_%' THEN latency_samples END AS samples
 FROM (
-    UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat, server_start, latency_samples,
-                    tpot_samples,
+    UNPIVOT (SELECT run_id, deployment_id, load_point_id, engine, workload, point_label, repeat, server_start,
+                    latency_samples, tpot_samples,
                     itl_samples, output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s,
                     output_tokens_per_j, output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu,
                     above_idle_power_w, usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
@@ -801,47 +801,123 @@ LEFT JOIN f ON f.run_id = s.run_id AND f.deployment_id = s.deployment_id AND f.w
 CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
--- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats are
--- paired (the same repeat number ran back to back, on the same requests and arrivals), so the ratio engine / other
--- is the geometric mean of the per-repeat ratios with a 95% t interval on their logs, and the verdict follows from
--- that interval alone: a difference only when it excludes 1, else 'no significant difference'. Not tested (no
--- interval, said so): one pair of repeats; a latency percentile with too few requests beyond it in a repeat of
--- either engine (percentile_samples_needed).
+-- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats pair only
+-- within a round: the same server start and repeat number of a plan's point (run back to back, on the same requests
+-- and arrivals); a capacity search's probes are no round and are not paired. The ratio engine / other is the
+-- geometric mean of the paired ratios, its 95% interval that of the mean log ratio over server starts (the model of
+-- v_point_figures_live: within-start spread of the pairs, between-start spread of the starts' means, pooled with both
+-- engines' priors where one applies, b^2 = b_engine^2 + b_other^2: their starts are separate), and the finding
+-- survives the run's many comparisons: Holm's step-down over every tested figure x point x engine pair of the run
+-- (p_holm, familywise 5%). A difference only where p_holm < 0.05; 'no significant difference' otherwise (its
+-- per-comparison interval may still exclude 1: the finding says so). Not tested, said so: one pair of repeats; a
+-- latency percentile with too few requests beyond it in a repeat of either engine; and pairs where either value is
+-- <= 0 are left out and counted (excluded).
 CREATE OR REPLACE VIEW v_engine_contrasts AS
-WITH pr AS (SELECT * FROM v_repeat_figures),
-paired AS (
-    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
-           count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s,
-           min(least(a.samples, b.samples)) AS min_samples
+WITH pr AS (
+    SELECT f.*, l.search_id IS NOT NULL AS probe
+    FROM v_repeat_figures f LEFT JOIN load_runs l USING (run_id, load_point_id)),
+pairs_all AS (
+    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other, a.deployment_id,
+           b.deployment_id AS other_deployment_id, a.server_start, a.value AS va, b.value AS vb,
+           least(a.samples, b.samples) AS samples
     FROM pr a JOIN pr b
       ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
-     AND b.metric = a.metric AND b.repeat = a.repeat AND b.engine <> a.engine
-    WHERE a.value > 0 AND b.value > 0
-    GROUP BY ALL),
+     AND b.metric = a.metric AND b.repeat = a.repeat AND b.server_start = a.server_start AND b.engine <> a.engine
+    WHERE NOT a.probe AND NOT b.probe),
+by_start AS (
+    SELECT run_id, workload, point_label, metric, engine, other, any_value(deployment_id) AS deployment_id,
+           any_value(other_deployment_id) AS other_deployment_id, server_start,
+           count(*) FILTER (WHERE va > 0 AND vb > 0) AS n_s,
+           count(*) FILTER (WHERE NOT (va > 0 AND vb > 0)) AS excluded,
+           avg(ln(va / vb)) FILTER (WHERE va > 0 AND vb > 0) AS dbar,
+           coalesce(var_samp(ln(va / vb)) FILTER (WHERE va > 0 AND vb > 0), 0)
+             * greatest(count(*) FILTER (WHERE va > 0 AND vb > 0) - 1, 0) AS ssw,
+           min(samples) AS min_samples
+    FROM pairs_all GROUP BY ALL),
+paired AS (
+    SELECT run_id, workload, point_label, metric, engine, other, any_value(deployment_id) AS deployment_id,
+           any_value(other_deployment_id) AS other_deployment_id,
+           sum(n_s) AS pairs, sum(excluded) AS excluded, count(*) FILTER (WHERE n_s > 0) AS starts,
+           sum(n_s * dbar) / nullif(sum(n_s), 0) AS m, sum(ssw) AS ssw,
+           sum(greatest(n_s - 1, 0)) AS df_w, coalesce(var_samp(dbar) FILTER (WHERE n_s > 0), 0) AS var_means,
+           avg(1.0 / n_s) FILTER (WHERE n_s > 0) AS inv_n, min(min_samples) AS min_samples
+    FROM by_start GROUP BY ALL),
+with_prior AS (
+    SELECT p.*, c.quantile, c.scale,
+           CASE WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL
+                THEN pa.sd_log * pa.sd_log + pb.sd_log * pb.sd_log END AS prior_b2,
+           CASE WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL THEN least(pa.df, pb.df) ELSE 0 END AS pdf,
+           ssw / nullif(df_w, 0) AS w2,
+           greatest(starts - 1, 0) AS df_b
+    FROM paired p JOIN v_metric_catalog c USING (metric)
+    LEFT JOIN v_point_prior pa ON pa.run_id = p.run_id AND pa.deployment_id = p.deployment_id
+         AND pa.workload = p.workload AND pa.point_label = p.point_label AND pa.metric = p.metric
+    LEFT JOIN v_point_prior pb ON pb.run_id = p.run_id AND pb.deployment_id = p.other_deployment_id
+         AND pb.workload = p.workload AND pb.point_label = p.point_label AND pb.metric = p.metric),
 judged AS (
-    SELECT p.*, c.quantile,
-           CASE WHEN p.pairs < 2 THEN 'one repeat: not tested'
-                WHEN c.quantile IS NOT NULL AND coalesce(p.min_samples, 0) < percentile_samples_needed(c.quantile)
-                THEN 'too few requests per repeat for the p' || round(100 * c.quantile)::INTEGER || ': not tested'
-           END AS untested
-    FROM paired p JOIN v_metric_catalog c USING (metric)),
-repeat_level AS (
-    SELECT run_id, workload, point_label, metric, engine, other, pairs,
-           exp(m) AS ratio,
-           CASE WHEN untested IS NULL THEN exp(m - t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_lo,
-           CASE WHEN untested IS NULL THEN exp(m + t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_hi,
-           untested,
-           'paired repeats, t interval of the log ratio' AS method
-    FROM judged)
-SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, x.ratio, x.ratio_lo, x.ratio_hi,
-       coalesce(x.untested, CASE WHEN x.ratio_lo > 1 OR x.ratio_hi < 1 THEN 'significant'
-                                 ELSE 'no significant difference' END) AS verdict,
-       x.method, c.label, c.unit, c.better, c.ord,
+    SELECT *,
+           CASE WHEN coalesce(pairs, 0) < 2 THEN 'one repeat: not tested'
+                WHEN quantile IS NOT NULL AND coalesce(min_samples, 0) < percentile_samples_needed(quantile)
+                THEN 'too few requests per repeat for the p' || round(100 * quantile)::INTEGER || ': not tested'
+           END AS untested,
+           CASE WHEN df_b + pdf > 0
+                THEN (df_b * greatest(var_means - coalesce(w2, 0) * inv_n, 0) + pdf * coalesce(prior_b2, 0))
+                     / (df_b + pdf) END AS b2,
+           CASE WHEN df_b > 0 AND pdf > 0 THEN 'starts+prior' WHEN df_b > 0 THEN 'starts'
+                WHEN pdf > 0 THEN 'prior' ELSE 'one_start' END AS interval_scope
+    FROM with_prior),
+se AS (  -- the mean log ratio's standard error over starts; one start and no prior: over its pairs alone
+    SELECT *,
+           CASE WHEN interval_scope = 'one_start' THEN coalesce(w2, 0) / pairs
+                ELSE b2 / starts + coalesce(w2, 0) / pairs END AS se2,
+           CASE WHEN interval_scope = 'one_start' THEN pairs - 1
+                WHEN b2 / starts + coalesce(w2, 0) / pairs = 0 THEN 1000
+                ELSE power(b2 / starts + coalesce(w2, 0) / pairs, 2)
+                     / (power(b2 / starts, 2) / (df_b + pdf)
+                        + CASE WHEN df_w > 0 THEN power(coalesce(w2, 0) / pairs, 2) / df_w ELSE 0 END) END AS df_t
+    FROM judged),
+tested AS (
+    SELECT *,
+           CASE WHEN untested IS NULL THEN exp(m - t975(least(floor(df_t), 1000)::INTEGER) * sqrt(se2)) END AS ratio_lo,
+           CASE WHEN untested IS NULL THEN exp(m + t975(least(floor(df_t), 1000)::INTEGER) * sqrt(se2)) END AS ratio_hi,
+           CASE WHEN untested IS NULL AND se2 > 0 THEN t_two_sided_p(m / sqrt(se2), df_t)
+                WHEN untested IS NULL AND m <> 0 THEN 0.0
+                WHEN untested IS NULL THEN 1.0 END AS p
+    FROM se),
+ranked AS (  -- the run's tested comparisons, each engine pair once (engine > other), by p
+    SELECT run_id, workload, point_label, metric, engine, other, p,
+           row_number() OVER (PARTITION BY run_id ORDER BY p, workload, point_label, metric, engine, other) AS rk,
+           count(*) OVER (PARTITION BY run_id) AS family
+    FROM tested WHERE p IS NOT NULL AND engine > other),
+family AS (  -- Holm's step-down: p_(i) x (m - i + 1), made monotone
+    SELECT run_id, workload, point_label, metric, engine, other, family,
+           max(least(1.0, (family - rk + 1) * p)) OVER (
+               PARTITION BY run_id ORDER BY rk ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p_holm
+    FROM ranked),
+adjusted AS (
+    SELECT t.*, coalesce(f.p_holm, g.p_holm) AS p_holm, coalesce(f.family, g.family) AS family
+    FROM tested t
+    LEFT JOIN family f USING (run_id, workload, point_label, metric, engine, other)
+    LEFT JOIN family g ON g.run_id = t.run_id AND g.workload = t.workload AND g.point_label = t.point_label
+         AND g.metric = t.metric AND g.engine = t.other AND g.other = t.engine)
+SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, exp(x.m) AS ratio, x.ratio_lo,
+       x.ratio_hi,
+       coalesce(x.untested, CASE WHEN x.p_holm < 0.05 THEN 'significant' ELSE 'no significant difference' END)
+           AS verdict,
+       'paired within rounds, log ratio over ' || x.starts || ' server start(s) ('
+       || scope_text(x.interval_scope, x.starts, x.pairs, 'both engines'' between-start priors') || '); Holm over '
+       || coalesce(x.family, 0) || ' comparisons of the run' AS method,
+       c.label, c.unit, c.better, c.ord,
        CASE WHEN x.untested IS NOT NULL THEN x.untested
-            WHEN NOT (x.ratio_lo > 1 OR x.ratio_hi < 1) THEN 'no significant difference'
-            WHEN (x.ratio_hi < 1) = (c.better = 'higher') THEN x.other || ' better'
-            ELSE x.engine || ' better' END AS finding
-FROM repeat_level x
+            WHEN NOT (x.p_holm < 0.05) AND (x.ratio_lo > 1 OR x.ratio_hi < 1)
+            THEN 'no significant difference after Holm over ' || x.family || ' comparisons (p ' || printf('%.3g', x.p)
+                 || ', adjusted ' || printf('%.3g', x.p_holm) || ')'
+            WHEN NOT (x.p_holm < 0.05) THEN 'no significant difference'
+            WHEN (x.m < 0) = (c.better = 'higher') THEN x.other || ' better'
+            ELSE x.engine || ' better' END
+       || CASE WHEN x.excluded > 0 THEN '; ' || x.excluded || ' pair(s) left out: a value <= 0' ELSE '' END AS finding,
+       x.p, x.p_holm, x.family, x.excluded, x.starts, x.interval_scope
+FROM adjusted x
 JOIN v_metric_catalog c USING (metric);
 
 -- Whether a point meets the run's SLO, judged on the conservative end of each SLO percentile (p99 TTFT, TPOT, E2E):
@@ -907,6 +983,7 @@ pts AS (
            any_value(f.output_tokens) AS output_tokens, any_value(f.repeats) AS repeats,
            any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
            any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
+           any_value(f.hi) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_hi,
            any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
            any_value(f.interval_scope) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_scope,
            any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
@@ -922,6 +999,9 @@ lp AS (
            -- a figure of one server start (no second start, no prior) says nothing of another: it sizes nothing
            CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN coalesce(p.goodput_lo, p.goodput) END AS capacity,
            p.goodput_scope = 'one_start' AS one_start,
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN p.goodput END AS capacity_mean,
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN coalesce(p.goodput_hi, p.goodput) END
+               AS capacity_hi,
            CASE WHEN p.goodput_lo IS NOT NULL
                 THEN 'goodput 95% lower bound ' || round(p.goodput_lo, 2) || ' req/s (mean ' || round(p.goodput, 2)
                      || ' over ' || p.repeats || ' repeats)'
@@ -938,6 +1018,8 @@ pts_cap AS (
            count(*) FILTER (WHERE meets_slo)                          AS points_meeting_slo,
            count(*) FILTER (WHERE meets_slo AND one_start)            AS points_one_start,
            max(capacity) FILTER (WHERE meets_slo)                     AS goodput_per_replica,
+           arg_max(capacity_mean, capacity) FILTER (WHERE meets_slo)  AS goodput_mean_per_replica,
+           arg_max(capacity_hi, capacity) FILTER (WHERE meets_slo)    AS goodput_hi_per_replica,
            arg_max(point, capacity) FILTER (WHERE meets_slo)          AS sized_on,
            arg_max(bound_text, capacity) FILTER (WHERE meets_slo)     AS sized_bound,
            arg_max(mean_power_w, capacity) FILTER (WHERE meets_slo)   AS power_w_per_replica,
@@ -968,6 +1050,10 @@ cap AS (  -- a capacity search of the config sizes where there is one; else the 
     SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo, p.points_one_start,
            s.engine IS NOT NULL AS sized_by_search,
            CASE WHEN s.engine IS NOT NULL THEN s.search_rps ELSE p.goodput_per_replica END AS goodput_per_replica,
+           CASE WHEN s.engine IS NOT NULL THEN s.goodput_requests_s ELSE p.goodput_mean_per_replica END
+               AS goodput_mean_per_replica,
+           CASE WHEN s.engine IS NOT NULL THEN coalesce(s.goodput_requests_s_hi, s.goodput_requests_s)
+                ELSE p.goodput_hi_per_replica END AS goodput_hi_per_replica,
            CASE WHEN s.engine IS NOT NULL
                 THEN 'SLO capacity search ' || s.search_id || ': ' || printf('%.4g', s.capacity) || ' ' || s.unit
                      || coalesce(' [' || printf('%.4g', s.capacity_lo) || ', ' || printf('%.4g', s.capacity_hi) || ']',
@@ -998,7 +1084,11 @@ sized AS (
            p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,
            p_input_tokens::INTEGER AS profile_input_tokens, p_output_tokens::INTEGER AS profile_output_tokens,
            ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
-           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas,
+           -- the fleet at the capacity's estimate and at its upper bound: the cost's interval runs from the fewest
+           -- GPUs the interval allows (upper bound) to the conservative fleet above (lower bound)
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_mean_per_replica, 0))::INTEGER AS peak_replicas_mean,
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_hi_per_replica, 0))::INTEGER AS peak_replicas_fewest
     FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
 SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_replica,
        steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
@@ -1008,6 +1098,9 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
        steady_replicas, steady_replicas * gpus_per_replica AS steady_gpus,
        peak_replicas, peak_replicas * gpus_per_replica AS peak_gpus,
        peak_replicas * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd,
+       peak_replicas_mean * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd_mean,
+       peak_replicas_fewest * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd_fewest,
+       goodput_mean_per_replica, goodput_hi_per_replica,
        peak_replicas * power_w_per_replica / 1000 * 730 * energy_price_per_kwh * pue AS monthly_energy_usd,
        power_w_per_replica, gpu_price_per_hour, energy_price_per_kwh, pue,
        burst_point, burst_ttft_p99_ms, burst_meets_slo,
