@@ -218,10 +218,12 @@ def write_prior(data: dict) -> int:
         df = sum(d for _, d in parts)
         sd = math.sqrt(sum(d * s * s for s, d in parts) / df)
         lines.append(f"    ('vllm', NULL, '{metric}', {sd:.4f}, {df}, '{basis}'),")
+    from wattbench_agent.emulator.profiles import START_SPEED_SD
+
     block = "\n".join(
         lines
         + [
-            "    ('emulator', NULL, NULL, 0.03, 1000, 'the emulator''s own between-start speed spread "
+            f"    ('emulator', NULL, NULL, {START_SPEED_SD}, 1000, 'the emulator''s own between-start speed spread "
             "(START_SPEED_SD), by construction')"
         ]
     )

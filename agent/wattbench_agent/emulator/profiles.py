@@ -188,6 +188,7 @@ class EngineSetup:
     block_size: int
     hbm_used_bytes: float  # per GPU
     max_model_len: int
+    server_start: int = 1  # which start of the engine this is (with_server_start)
 
     @property
     def kv_tokens(self) -> int:
@@ -406,6 +407,6 @@ def with_server_start(st: EngineSetup, start: int, seed: int = 0) -> EngineSetup
     """The deployment as server start `start` runs it: every GPU step start_speed(start, seed) times as fast."""
     factor = start_speed(start, seed)
     if factor == 1.0:
-        return st
+        return replace(st, server_start=start)
     gpu = replace(st.dep.gpu, speed_scale=st.dep.gpu.speed_scale * factor)
-    return replace(st, dep=replace(st.dep, gpu=gpu))
+    return replace(st, dep=replace(st.dep, gpu=gpu), server_start=start)
