@@ -697,7 +697,8 @@ def finish_starts(d: Deployment) -> None:
     if not starts:
         return
     first = starts[0]
-    for key in ("startup_s", "idle_settle_s_before", "idle_settled_before", "idle_settle_s_after", "idle_settled_after"):
+    firsts = ("startup_s", "idle_settle_s_before", "idle_settled_before", "idle_settle_s_after", "idle_settled_after")
+    for key in firsts:
         if key in first:
             d.row[key] = first[key]
     for key in ("idle_power_w_before", "idle_power_w_after"):

@@ -44,6 +44,8 @@ def start_mark(start: int) -> str:
     """What a load point's or a search probe's id carries after its label when it ran in a later server start
     (`@s2`): ids stay unique over starts, and a run of one start keeps the ids it always had."""
     return f"@s{start}" if start > 1 else ""
+
+
 MAX_TP = 64
 SOURCES = ("measured", "emulated")
 TELEMETRY = ("auto", "nvml", "dcgm", "emulated", "none")
