@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS deployments (
     engine_version_source VARCHAR,          -- where engine_version was read: /version | log | unknown
     version_checked     BOOLEAN,            -- the adapter was checked against this version (false: validation warns)
     status              VARCHAR NOT NULL,   -- healthy | failed
-    startup_s           DOUBLE,             -- process start -> health OK
+    startup_s           DOUBLE,             -- process start -> health OK (the first server start's; each start's in config.starts)
+    server_starts       INTEGER,            -- how many times the agent started the engine (NULL: one, before schema 12)
     hbm_used_mib        DOUBLE,             -- after load, before traffic, summed over the deployment's GPUs
     hbm_total_mib       DOUBLE,
     idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
@@ -113,6 +114,7 @@ CREATE TABLE IF NOT EXISTS load_runs (
     load_point_id           VARCHAR NOT NULL,   -- <deployment>:<workload>:<point_label>[#<repeat>]
     point_label             VARCHAR,            -- c32, gamma-r6-b0.25, ...: the same for every repeat and engine
     repeat                  INTEGER,            -- 1-based; repeats of a point run interleaved across engines
+    server_start            INTEGER,            -- which start of the engine ran it, 1-based (NULL before schema 12: 1)
     workload                VARCHAR NOT NULL,
     shape                   VARCHAR NOT NULL,   -- concurrency | poisson | gamma | surge | trace
     api                     VARCHAR,            -- chat | completions
@@ -207,7 +209,8 @@ CREATE TABLE IF NOT EXISTS searches (
     run_id              VARCHAR NOT NULL,
     source              VARCHAR NOT NULL,
     deployment_id       VARCHAR NOT NULL,
-    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>
+    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>[@s<start>]
+    server_start        INTEGER,            -- which start of the engine ran the search, 1-based
     workload            VARCHAR NOT NULL,
     over                VARCHAR NOT NULL,   -- rate | concurrency
     unit                VARCHAR,            -- req/s | streams
@@ -394,7 +397,8 @@ CREATE TABLE IF NOT EXISTS request_tallies (
 CREATE TABLE IF NOT EXISTS load_points_core (
     run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
     model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
-    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, run_at TIMESTAMP, workload VARCHAR,
+    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, server_start INTEGER, run_at TIMESTAMP,
+    workload VARCHAR,
     shape VARCHAR, concurrency INTEGER, rate DOUBLE, burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER,
     warmup_s DOUBLE, window_s DOUBLE, achieved_rate DOUBLE, achieved_concurrency DOUBLE, completed INTEGER,
     failed INTEGER, failed_requests BIGINT, requests_in_window BIGINT, completed_in_window BIGINT,
@@ -427,7 +431,7 @@ CREATE TABLE IF NOT EXISTS point_figures (
     burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER, run_at TIMESTAMP, repeats BIGINT,
     min_window_s DOUBLE, metric VARCHAR NOT NULL, label VARCHAR, unit VARCHAR, better VARCHAR, ord INTEGER,
     estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
-    rel_half_width DOUBLE,
+    rel_half_width DOUBLE, starts BIGINT, interval_scope VARCHAR, between_start_sd DOUBLE, within_start_sd DOUBLE,
     PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
 );
 
@@ -450,7 +454,8 @@ CREATE TABLE IF NOT EXISTS slo_capacity (
     usd_per_1m_output_tokens DOUBLE, usd_per_1m_output_tokens_lo DOUBLE, usd_per_1m_output_tokens_hi DOUBLE,
     mean_power_w DOUBLE, mean_power_w_lo DOUBLE, mean_power_w_hi DOUBLE,
     ttft_p99_ms DOUBLE, tpot_p99_ms DOUBLE, e2e_p99_ms DOUBLE,
-    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, note VARCHAR,
+    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, server_start INTEGER,
+    interval_scope VARCHAR, note VARCHAR,
     PRIMARY KEY (run_id, search_id)
 );
 
@@ -574,3 +579,15 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
 -- every run by warehouse.apply_schema (wattbench/warehouse.fill_shape_traits)
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;
+-- version 12: server starts (wattbench/plan.py server_starts): which start of the engine ran each load run and search,
+-- how many starts a deployment had; runs before it had one (NULL reads as 1)
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS server_starts INTEGER;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE searches ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS starts BIGINT;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS between_start_sd DOUBLE;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS within_start_sd DOUBLE;

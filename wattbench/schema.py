@@ -17,8 +17,9 @@ from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
 # 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
-# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits)
-SCHEMA_VERSION = 11
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits); 12: server starts (load_runs,
+# searches, deployments) and intervals over them (sql/views.sql), refilled for every run
+SCHEMA_VERSION = 12
 
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 LABELS_TEXT_TO_MAP = (
@@ -31,9 +32,10 @@ LABELS_TEXT_TO_MAP = (
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection (it also gives
     the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
-    from wattbench import token_store
+    from wattbench import sql_functions, token_store
 
     token_store.register(con)
+    sql_functions.register(con)
     con.execute((SQL_DIR / "schema.sql").read_text())
     if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
         con.execute(
@@ -57,6 +59,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
         fill_shape_traits(con, None)
+    if current is not None and 9 <= current < 12:  # 12: intervals over server starts (every run had one start)
+        refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:

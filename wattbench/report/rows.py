@@ -128,7 +128,17 @@ def head_to_head_text(con, run_id: str) -> str:
     engines, rows = head_to_head_rows(records(*query_rows(con, "head_to_head", {"run_id": run_id})))
     if not rows:
         return "(no head-to-head rows for this run)"
-    return tabulate(rows, headers=["figure", *engines], tablefmt="github", missingval="NULL")
+    table = tabulate(rows, headers=["figure", *engines], tablefmt="github", missingval="NULL")
+    return table + "".join(f"\n{line}" for line in scope_lines(con, run_id))
+
+
+def scope_lines(con, run_id: str) -> list[str]:
+    """What the run's intervals describe, one line per engine and scope (sql/interval_scopes.sql)."""
+    from wattbench.connection import query_rows
+
+    cols, rows = query_rows(con, "interval_scopes", {"run_id": run_id})
+    at = cols.index("scope")
+    return [f"Intervals, {r[at]}" for r in rows]
 
 
 # The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
@@ -168,7 +178,8 @@ def contrasts_text(con, run_id: str) -> str:
     ]
     if not rows:
         return ""
-    return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+    table = tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+    return table + "\nRatios: 95% intervals of the mean ratio over server starts; findings after Holm's step-down."
 
 
 _CHECKS = """
