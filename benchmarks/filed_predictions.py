@@ -270,7 +270,7 @@ def filed_steps(records: list[dict]) -> dict:
     }
 
 
-def _bundle_tables(folder: Path) -> dict[str, list[dict]]:
+def bundle_tables(folder: Path) -> dict[str, list[dict]]:
     """A bundle folder's tables as rows, each request with its token times (chunk_ns, chunk_tokens) in place."""
     import numpy as np
 
@@ -296,29 +296,39 @@ def _bundle_tables(folder: Path) -> dict[str, list[dict]]:
         "load_runs": rows("load_runs"),
         "deployments": rows("deployments"),
         "gpu_samples": rows("gpu_samples"),
+        "energy_windows": rows("energy_windows"),
     }
 
 
-def _tokens_in(r: dict, start: int, end: int) -> int:
+def _tokens_in(r: dict, start: int, end: int, first_half: bool = False) -> int:
+    """Output tokens of request `r` whose events arrived in [start, end] (first_half: before its middle)."""
     times = r.get("chunk_ns") or []
     counts = r.get("chunk_tokens") or []
     if len(counts) != len(times):
         counts = [1] * len(times)
+    if first_half:
+        return sum(n for t, n in zip(times, counts, strict=True) if start <= t and 2 * t < start + end)
     return sum(n for t, n in zip(times, counts, strict=True) if start <= t <= end)
 
 
 def bundle_windows(path: Path) -> list[dict]:
     """Every load window of a result bundle (a folder or its .tar.xz), its figures recomputed from the bundle's own
-    records rather than read from the summaries the agent stored or the warehouse's views: output tokens whose events
-    arrived in the window and tok/s, counter energy, W per GPU and tok/J, the TTFT and TPOT of the successful
-    requests sent in the window, the GPU samples' clock-event reasons and SM clock, the engine's CPU seconds, the step
-    decomposition as filed (filed_steps) and the phase as filed (bunched when f < expected / 1.5, expected =
-    (c - 1) / (o - 1) for a closed loop whose requests all have o output tokens; None otherwise)."""
+    records (windows_from)."""
     from wattbench_agent.bundle import read_manifest, unpacked
 
     with unpacked(path) as folder:
         run_id = read_manifest(folder)["run_id"]
-        t = _bundle_tables(folder)
+        tables = bundle_tables(folder)
+    return windows_from(tables, run_id, Path(path).name)
+
+
+def windows_from(t: dict[str, list[dict]], run_id: str, bundle: str) -> list[dict]:
+    """Every load window of a bundle's tables (bundle_tables), its figures recomputed from the records rather than
+    read from the summaries the agent stored or the warehouse's views: output tokens whose events arrived in the
+    window (and in each half of it) and tok/s, counter energy, W per GPU and tok/J, the TTFT, TPOT and E2E of the
+    successful requests sent in the window, the GPU samples' clock-event reasons and SM clock, the engine's CPU
+    seconds, the step decomposition as filed (filed_steps) and the phase as filed (bunched when f < expected / 1.5,
+    expected = (c - 1) / (o - 1) for a closed loop whose requests all have o output tokens; None otherwise)."""
     deps = {d["deployment_id"]: d for d in t["deployments"]}
     by_point: dict[tuple, list[dict]] = {}
     for r in t["requests"]:
@@ -332,6 +342,7 @@ def bundle_windows(path: Path) -> list[dict]:
         ok = [r for r in by_point.get((lr["deployment_id"], lr["load_point_id"]), []) if r.get("error_kind") is None]
         sent = [r for r in ok if r.get("sent_ns") is not None and start <= r["sent_ns"] <= end]
         tokens = sum(_tokens_in(r, start, end) for r in ok)
+        first_half = sum(_tokens_in(r, start, end, first_half=True) for r in ok)
         samples = [
             s for s in t["gpu_samples"] if s.get("deployment_id") == lr["deployment_id"] and start <= s["t_ns"] <= end
         ]
@@ -346,7 +357,7 @@ def bundle_windows(path: Path) -> list[dict]:
             expected = min(1.0, (lr["concurrency"] - 1) / (o - 1)) if o > 1 else None
         out.append(
             {
-                "bundle": Path(path).name,
+                "bundle": bundle,
                 "run_id": run_id,
                 "engine": lr["deployment_id"],
                 "precision": dep.get("precision"),
@@ -362,10 +373,16 @@ def bundle_windows(path: Path) -> list[dict]:
                 "tokens": tokens,
                 "stored_tokens": lr.get("output_tokens_in_window"),
                 "tok_s": tokens / window_s,
+                "halves": (first_half, tokens - first_half),
                 "energy_j": energy,
+                "energy_trace_j": lr.get("energy_trace_j"),
+                "energy_crosscheck_j": lr.get("energy_crosscheck_j"),
+                "idle_w": (dep.get("idle_power_w_before"), dep.get("idle_power_w_after")),
+                "idle_power_w": lr.get("idle_power_w"),
                 "w": energy / window_s / (dep.get("n_gpus") or 1) if energy else None,
                 "tok_j": tokens / energy if energy else None,
                 "ttft_ms": [r["ttft_ms"] for r in sent if r.get("ttft_ms") is not None],
+                "ttft_sent_s": [(r["sent_ns"] - start) / 1e9 for r in sent if r.get("ttft_ms") is not None],
                 "tpot_ms": [r["tpot_ms"] for r in sent if r.get("tpot_ms") is not None],
                 "e2e_ms": [r["e2e_ms"] for r in sent if r.get("e2e_ms") is not None],
                 "output_lengths": sorted(x for x in lengths if x is not None),
@@ -376,7 +393,10 @@ def bundle_windows(path: Path) -> list[dict]:
                 "host_busy_cpus": lr.get("host_busy_cpus"),
                 **steps,
                 "expected": expected,
-                "bunched": (steps["f"] < expected / BUNCHED_RATIO) if expected and steps["f"] is not None else None,
+                # as filed: no phase where every step must carry a prefill (expected 1: as many streams as tokens)
+                "bunched": (steps["f"] < expected / BUNCHED_RATIO)
+                if expected and expected < 1 and steps["f"] is not None
+                else None,
             }
         )
     return out
