@@ -204,8 +204,11 @@ def decompose(
     pool_firsts = np.asarray([t[0] for t, _ in events if len(t)], dtype=np.int64)
     if all_records is None:
         all_firsts = pool_firsts
-    else:
-        all_firsts = np.asarray([f for f in map(first_token_ns, all_records) if f is not None], dtype=np.int64)
+    else:  # the pool's own, where the caller left one out
+        every = list(all_records)
+        seen = {id(r) for r in every}
+        every += [r for r in recs if id(r) not in seen]
+        all_firsts = np.asarray([f for f in map(first_token_ns, every) if f is not None], dtype=np.int64)
     out: dict[str, Any] = dict.fromkeys(KEYS)
     out.update(prefill_clusters(pool_firsts, all_firsts))
     out["gaps"] = 0
