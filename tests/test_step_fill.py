@@ -131,3 +131,10 @@ def test_a_version_11_warehouse_has_its_decomposition_made_again(tmp_path):
     old = got.pop("gone")
     _same(got, points)
     assert old["phase_state"] is None and "not made again" in old["phase_note"]
+
+
+def test_the_compiled_pass_uses_the_agents_thresholds():
+    from wattbench import token_pass
+
+    assert token_pass.STALL_FACTOR == steps.STALL_FACTOR
+    assert token_pass.BURST_NS == round(steps.BURST_MS * 1e6)
