@@ -148,10 +148,20 @@ CREATE TABLE IF NOT EXISTS load_runs (
     summary                 JSON,               -- the load generator's summary (percentiles etc.)
     step_gaps               BIGINT,             -- gaps between tokens the step decomposition read (per token)
     decode_step_ms          DOUBLE,             -- the median gap between consecutive tokens of a request, pooled
-    stalled_gap_fraction    DOUBLE,             -- share of those gaps longer than 1.5 decode steps (stalls)
-    stall_ms_mean           DOUBLE,             -- their mean length; NULL without a stall
+    stalled_gap_fraction    DOUBLE,             -- share of those gaps that are GPU stalls (longer than 1.5 decode steps, no delivery burst)
+    stall_ms_mean           DOUBLE,             -- the GPU stalls' mean length; NULL without one
+    gpu_stalls              BIGINT,             -- gaps that are GPU stalls (per token)
+    delivery_stalls         BIGINT,             -- gaps that are delivery stalls: a stall ended by a burst of tokens within 0.5 ms, no prefill in it
+    delivery_stalled_fraction DOUBLE,           -- their share of the gaps
+    delivery_stall_ms_mean  DOUBLE,             -- their mean length; NULL without one
+    prefills                BIGINT,             -- the window's requests with a first token (one prefill each)
+    prefill_steps           BIGINT,             -- the prefill steps they ran in: first tokens within 0.5 ms of the next form one
+    prefills_per_step       DOUBLE,             -- mean prefills a prefill step (every request of the load point counted in it)
+    prefills_per_step_se    DOUBLE,             -- its standard error over the steps (a lower bound: a closed loop's groups persist)
+    shared_prefill_fraction DOUBLE,             -- share of the window's prefills that shared their step with another
     expected_stalled_fraction DOUBLE,           -- closed loop of c streams, o tokens each: (c - 1) / (o - 1); NULL where undefined
-    phase_state             VARCHAR,            -- bunched | spread (docs/MEASUREMENT.md); NULL where undefined
+    phase_state             VARCHAR,            -- bunched | spread, from prefills_per_step (docs/MEASUREMENT.md); NULL: phase_note says why
+    phase_note              VARCHAR,            -- why phase_state is NULL (or what the decomposition could not read)
     host_load_1m            DOUBLE,             -- the host's 1-minute load average at the window's end
     host_busy_cpus          DOUBLE,             -- mean busy logical CPUs of the host over the window (/proc/stat)
     host_steal_share        DOUBLE,             -- share of the host's CPU time its hypervisor gave to others over the window
@@ -591,3 +601,16 @@ ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS between_start_sd DOUBLE;
 ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS within_start_sd DOUBLE;
+-- version 13: the step decomposition reads prefills from the first tokens' clusters and tells delivery stalls from GPU
+-- stalls (stalled_gap_fraction and stall_ms_mean: GPU stalls only; phase_state from prefills_per_step); rows of older
+-- versions are made again from their requests' token times by wattbench/schema.apply_schema (wattbench/step_fill.py)
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS gpu_stalls BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stalls BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stalled_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stall_ms_mean DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefill_steps BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step_se DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS shared_prefill_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS phase_note VARCHAR;

@@ -433,6 +433,8 @@ SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, m
        g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
        g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
        l.decode_step_ms, l.stalled_gap_fraction, l.stall_ms_mean, l.expected_stalled_fraction, l.phase_state,
+       l.delivery_stalled_fraction, l.delivery_stall_ms_mean, l.prefills_per_step, l.prefills_per_step_se,
+       l.shared_prefill_fraction, l.phase_note,
        f.host_saturated, f.gpu_throttled,
        c.usd_per_1m_output_tokens, c.energy_usd_per_1m_output_tokens, c.meets_slo_p99, c.slo_ttft_ms, c.slo_tpot_ms,
        c.slo_e2e_ms, c.longest_context_tokens, l.search_id, l.probe, l.probe_phase, l.probe_verdict

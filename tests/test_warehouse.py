@@ -290,7 +290,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 12
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 13
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

@@ -12,14 +12,16 @@ from wattbench.point_stats import (
     refresh_point_stats,
 )
 from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
+from wattbench.step_fill import clear_old_labels, fill_steps
 
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
 # 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
 # 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits); 12: server starts (load_runs,
-# searches, deployments) and intervals over them (sql/views.sql), refilled for every run
-SCHEMA_VERSION = 12
+# searches, deployments) and intervals over them (sql/views.sql), refilled for every run; 13: the step
+# decomposition's prefills from first tokens and delivery stalls apart, every load run's made again (step_fill.py)
+SCHEMA_VERSION = 13
 
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 LABELS_TEXT_TO_MAP = (
@@ -59,6 +61,9 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
         fill_shape_traits(con, None)
+    if current is not None and current < 13:  # 13: every load run's step decomposition by this version's definitions
+        fill_steps(con, None)
+        clear_old_labels(con)
     if current is not None and 9 <= current < 12:  # 12: intervals over server starts (every run had one start)
         refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block

@@ -156,6 +156,9 @@ def write_run(
                     "point_label": p.label,
                     "repeat": p.repeat,
                     "phase_state": p.phase_state,
+                    # a chosen phase comes with the figures an agent reads it from (else ingest makes them)
+                    "prefill_steps": n if p.phase_state else None,
+                    "prefills_per_step": {"bunched": 2.0, "spread": 1.0}.get(p.phase_state),
                     **p.extra,
                 }
             )

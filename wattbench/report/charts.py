@@ -295,13 +295,15 @@ _PHASE_SHAPE = alt.Shape(
 
 
 def _repeat_dots(repeats: pd.DataFrame | None, x: str, y: str, one: bool) -> pd.DataFrame:
-    """Every repeat with a figure on both axes: engine, point, repeat, its phase ('bunched' or 'spread or none')."""
-    cols = ["engine", "point", "repeat", "phase", x, y]
+    """Every repeat with a figure on both axes: engine, point, repeat, its phase ('bunched' or 'spread or none') and
+    the prefills a prefill step it was read from (docs/MEASUREMENT.md, "Step decomposition")."""
+    cols = ["engine", "point", "repeat", "phase", "prefills", x, y]
     if repeats is None or repeats.empty or x not in repeats or y not in repeats:
         return pd.DataFrame(columns=cols)
     r = repeats.dropna(subset=[x, y]).copy()
     r["point"] = [point_name(row, one) for _, row in r.iterrows()]
     r["phase"] = np.where(r.get("phase_state") == "bunched", "bunched", "spread or none")
+    r["prefills"] = r.get("prefills_per_step", np.nan)
     return r[cols]
 
 
@@ -311,6 +313,7 @@ def _dot_tooltip() -> list:
         alt.Tooltip("point:N", title="load point"),
         alt.Tooltip("repeat:Q", title="repeat"),
         alt.Tooltip("phase:N", title="phase"),
+        alt.Tooltip("prefills:Q", title="prefills a prefill step", format=".2f"),
     ]
 
 
@@ -488,6 +491,7 @@ def tokens_per_joule_chart(
         "kind",
         "repeat",
         "phase",
+        "prefills",
     ]
     data = data.reindex(columns=cols)
     chart = (
