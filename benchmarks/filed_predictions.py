@@ -102,7 +102,7 @@ def compare(folder: Path, plan_path: Path) -> dict:
                     "meets_goal": abs(err) <= GOAL[f],
                     "verdict": "holds" if abs(err) <= GOAL[f] else "fails",
                     "band": fig["band"],
-                    "inside_band": fig["band"] is not None and abs(err) <= fig["band"],
+                    "inside_band": _inside(fig, est, err),
                 }
             )
     summary = {
@@ -123,6 +123,14 @@ def compare(folder: Path, plan_path: Path) -> dict:
         "not_measured": not_measured,
         "summary": summary,
     }
+
+
+def _inside(fig: dict, measured: float, err: float) -> bool:
+    """A filing with a prediction interval (its `level`): the measured value inside its range; an older one, as it
+    was scored: the error within its symmetric band."""
+    if fig.get("level") and fig.get("range"):
+        return fig["range"][0] <= measured <= fig["range"][1]
+    return fig["band"] is not None and abs(err) <= fig["band"]
 
 
 def _streams(point: str) -> int | None:
