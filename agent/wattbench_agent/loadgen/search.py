@@ -17,10 +17,13 @@ it meets the SLO when its attainment reaches the target.
 3. Repeat: the load found and its neighbour one tolerance step below (a load that met within that step, where the
    search measured one) are measured until each has `repeats` windows (the search's own windows count),
    interleaved, so that the capacity and every figure at it carry an interval.
-   The capacity is the highest load whose windows, pooled, met the SLO; its 95% interval runs from where the lower
-   end of attainment's interval crosses the target to where its upper end does: at every load measured, the mean
-   attainment of its windows -+ t x their sample stdev / sqrt(windows) (one window: its own), joined linearly in
-   log-load; widened to hold the capacity, within the loads measured (a crossing below the lowest is not claimed).
+   A load meets the SLO when every one of its windows did (`load_meets`: one window that missed, or ended
+   oversaturated, and the load missed). The capacity is the highest load that met; its 95% interval holds both the
+   search's step and the repeats' spread: it reaches up to the lowest load above that missed (whole streams: one
+   fewer), the capacity being known only to lie below it, and from where the lower end of attainment's interval
+   crosses the target to where its upper end does (at every load measured, the mean attainment of its windows -+ t x
+   their sample stdev / sqrt(windows), one window: its own, joined linearly in log-load), within the loads measured
+   (a crossing below the lowest is not claimed).
 
 An open-loop probe whose queue grows without bound ends early (its verdict: oversaturated, a miss), as guidellm's
 over-saturation detection does (src/guidellm/scheduler/constraints/saturation.py): the requests in flight (sent by
@@ -61,6 +64,8 @@ LIMITS = {
 }
 NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "no_error": "errors"}
 SERVER_ERRORS = ("connect_error", "disconnected")
+# Which loads count as met (load_meets), as the answer and its JSON say it
+MET_RULE = "every window at the load met the attainment"
 
 
 class SearchError(ValueError):
@@ -215,9 +220,10 @@ class SearchResult:
     search: SearchSpec
     probes: list[Probe]
     status: str  # found | at_least | none | server_failed | refused
-    value: float | None = None  # the capacity: the highest repeated load whose pooled repeats met the SLO
-    lo: float | None = None  # its 95% interval
+    value: float | None = None  # the capacity: the highest load every window of which met the SLO (load_meets)
+    lo: float | None = None  # its 95% interval: the repeats' spread and the search's step (up to missed_load)
     hi: float | None = None
+    missed_load: float | None = None  # the lowest load above the capacity that missed
     binding: str | None = None  # ttft_ms | tpot_ms | e2e_ms | no_error: the bound most missed just above capacity
     binding_share: float | None = None  # the share meeting it there
     binding_load: float | None = None
@@ -254,6 +260,8 @@ class SearchResult:
             "binding": self.binding,
             "binding_share": self.binding_share,
             "binding_load": self.binding_load,
+            "missed_load": self.missed_load,
+            "met_rule": MET_RULE,
             "probes": len(self.probes),
             "window_s": round(self.window_s, 3),
             "time_s": round(self.time_s, 3),
@@ -597,6 +605,13 @@ def _neighbour_below(
     return y if y < x and y >= lo_bound * (1 - 1e-9) else None
 
 
+def load_meets(probes: list[Probe]) -> bool:
+    """Whether a load meets the SLO: it was measured and every one of its windows met the attainment (none missed,
+    none ended oversaturated). Its windows' requests pooled are not enough: three windows at 1.0, 1.0 and 0.987
+    pool to 0.996, yet one window in three missed a 0.99 target."""
+    return bool(probes) and all(p.verdict == "meets" for p in probes)
+
+
 def _pooled(probes: list[Probe]) -> float | None:
     """Attainment over several windows at one load: the requests they sent, pooled."""
     good = total = 0.0
@@ -631,11 +646,7 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
     loads = sorted({p.load for p in probes})
 
     def meets(load: float) -> bool:
-        at = [p for p in probes if p.load == load]
-        if any(p.verdict == "oversaturated" for p in at):
-            return False
-        a = _pooled(at)
-        return a is not None and a >= target
+        return load_meets([p for p in probes if p.load == load])
 
     passing = [x for x in loads if meets(x)]
     if not passing:
@@ -643,14 +654,14 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
         lowest = loads[0]
         _bind(result, lowest)
         return
-    # the capacity: the highest load that met, its windows pooled (a repeated load that misses pooled does not count)
+    # the capacity: the highest load that met in every window (a repeated load with one window missing does not)
     value = max(passing)
     result.value = value
     windows = len(result.at_probes(value))
     if windows < search.repeats and result.stopped_by is None and result.status == "found":
         result.note = (
-            f"the capacity rests on {windows} window(s): the loads repeated above it missed the SLO pooled over "
-            "their repeats"
+            f"the capacity rests on {windows} window(s): the loads repeated above it missed the SLO in at least one "
+            "of their windows"
         )
     fail_above = min((y for y in loads if y > value and not meets(y)), default=None)
     if fail_above is None:
@@ -662,11 +673,15 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
         _bind(result, None)
         return
     result.status = "found"
+    result.missed_load = fail_above
+    # the repeats' spread: where attainment's interval crosses the target at its lower and its upper end ...
     lo = _first_crossing(_attainment_curve(probes, loads, "lo"), target)
     hi = _first_crossing(_attainment_curve(probes, loads, "hi"), target)
-    lo, hi = min(lo, value), max(min(hi, fail_above), value)
+    # ... and the search's step: the capacity is only known to lie below the lowest load that missed
+    step = fail_above - 1 if search.over == "concurrency" else fail_above
+    lo, hi = min(lo, value), max(hi, step, value)
     if search.over == "concurrency":  # whole streams: the interval's ends are counts that can be run
-        lo, hi = float(max(1, math.floor(lo + 1e-9))), float(max(value, min(math.floor(hi + 1e-9), fail_above - 1)))
+        lo, hi = float(max(1, math.floor(lo + 1e-9))), float(max(value, step, math.floor(hi + 1e-9)))
     result.lo, result.hi = lo, hi
     _bind(result, fail_above)
 
@@ -706,11 +721,12 @@ def _first_crossing(pts: list[tuple[float, float]], target: float) -> float:
 
 
 def _bind(result: SearchResult, load: float | None) -> None:
-    """The bound most missed at `load` (the lowest load that missed above capacity, or the lowest probe)."""
+    """The bound most missed at `load` (the lowest load that missed above capacity, or the lowest probe), over the
+    windows there that missed (a load misses when one of its windows does)."""
     at = [p for p in result.probes if load is not None and p.load == load]
     if not at:
         return
-    met = _pooled_met(at)
+    met = _pooled_met([p for p in at if p.verdict != "meets"] or at)
     if not met:
         return
     key = min(met, key=lambda k: (met[k], list(LIMITS).index(k)))
@@ -780,7 +796,9 @@ def _at(result: SearchResult, load: float | None) -> str:
     err = met.get("no_error")
     errors = f", {_pct(1 - err)} failed" if err is not None and err < 1 else ""
     early = " (its queue grew without bound: stopped early)" if any(p.stopped_early for p in at) else ""
-    return f"{_pct(pooled)} of requests met the SLO; {figures}{errors}{early}"
+    missed = sum(1 for p in at if p.verdict != "meets")
+    windows = f", {missed} of its {len(at)} windows missed" if len(at) > 1 and missed else ""
+    return f"{_pct(pooled)} of requests met the SLO{windows}; {figures}{errors}{early}"
 
 
 def answer(result: SearchResult) -> str:
@@ -805,7 +823,10 @@ def answer(result: SearchResult) -> str:
         )
     interval = ""
     if result.status == "found" and result.lo is not None and result.hi is not None:
-        interval = f" [{_g(result.lo)}, {_g(result.hi)}] (95% interval)"
+        interval = (
+            f" [{_g(result.lo)}, {_g(result.hi)}] (95% interval: the repeats' spread and the search's step, "
+            f"{fmt_load(over, result.missed_load)} missed)"
+        )
     if result.status == "at_least":
         head = f"at least {fmt_load(over, result.value)} ({how}) meets the SLO ({search.slo_text()})"
         tail = (
@@ -815,9 +836,8 @@ def answer(result: SearchResult) -> str:
         )
         return f"{head}{tail}: at {fmt_load(over, result.value)} {_at(result, result.value)}. {cost}."
     n = len(result.at_probes(result.value))
-    text = (
-        f"capacity {fmt_load(over, result.value)}{interval} ({how}) meeting {search.slo_text()}, "
-        f"met pooled over {n} window{'s' if n != 1 else ''}"
+    text = f"capacity {fmt_load(over, result.value)}{interval} ({how}) meeting {search.slo_text()}, " + (
+        "met in its one window" if n == 1 else f"met in every one of its {n} windows"
     )
     if result.binding:
         text += (
