@@ -324,3 +324,33 @@ def test_imported_token_times_that_go_backwards_are_refused(db, capsys, tmp_path
     assert main(["import", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "request 0000001: chunk_ns[3] = " in err and "expected token times that never go backwards" in err
+
+
+def test_imported_runs_read_plainly(db, capsys, tmp_path, monkeypatch):
+    """Issue 39 item 7: `wattbench runs` said "(no runs)" beside imported runs; `sql load_points` printed every one of
+    its ~90 columns, most NULL for an imported run; `--format json` printed JSON lines that json.load cannot read;
+    the head-to-head said an imported run's startup "did not become healthy"."""
+    ids = imported(capsys, str(AIPERF_C4)) + imported(capsys, str(GUIDELLM))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "(no runs)" not in out and all(i in out for i in ids) and "imported:aiperf" in out
+
+    assert main(["sql", "load_points", "--run", ids[0]]) == 0
+    captured = capsys.readouterr()
+    header = captured.out.splitlines()[0]
+    assert "output_tok_s" in header and "ttft_p99_ms" in header and "itl_p50_ms_hi" not in header
+    assert "--all shows every one" in captured.err
+    assert main(["sql", "load_points", "--run", ids[0], "--all"]) == 0
+    assert "itl_p50_ms_hi" in capsys.readouterr().out.splitlines()[0]
+
+    assert main(["sql", "load_points", "--run", ids[1], "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and len(rows) == 2 and rows[0]["engine"] == "guidellm"
+    assert main(["sql", "load_points", "--run", ids[1], "--format", "jsonl", "--all"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and "itl_p50_ms_hi" in lines[0]
+
+    assert main(["sql", "head_to_head", "--run", ids[0], "--format", "json"]) == 0
+    [startup] = [r for r in json.loads(capsys.readouterr().out) if r["figure"] == "startup to healthy"]
+    assert startup["note"] == "imported: the tool did not measure startup"
