@@ -93,7 +93,9 @@ def store_run(
         "slo_ttft_ms": slo.get("ttft_ms"),
         "slo_tpot_ms": slo.get("tpot_ms"),
         "slo_e2e_ms": slo.get("e2e_ms"),
+        **{k: run.prices.get(k) for k in ("gpu_price_per_hour", "energy_price_per_kwh", "pue") if k in run.prices},
     }
+    tel = run.telemetry
     dep_row = {
         "run_id": rid,
         "source": source,
@@ -103,12 +105,14 @@ def store_run(
         "config_name": cfg_name,
         "precision": precision,
         "tp": tp,
-        "gpu_name": gpu_name,
-        "n_gpus": tp,
+        "gpu_name": gpu_name or tel.get("gpu_name"),
+        "n_gpus": tp or tel.get("n_gpus"),
+        "gpu_uuids": tel.get("gpu_uuids"),
         "target": "external",
         "url": redact_url(run.url),
         "status": "healthy",
-        "telemetry_source": "none",
+        "telemetry_source": tel.get("telemetry_source") or "none",
+        "idle_power_w_before": tel.get("idle_power_w_before"),
         "config": {
             "imported_from": run.tool,
             "tool_version": run.tool_version,
@@ -120,7 +124,7 @@ def store_run(
     }
     lr_rows, req_rows = [], []
     for pt in run.points:
-        lp = f"{dep_id}:{pt.workload}:{pt.point_label}"
+        lp = f"{dep_id}:{pt.workload}:{pt.point_label}" + (f"#{pt.repeat}" if pt.repeat > 1 else "")
         summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
         summary.update(
             sent=pt.sent,
@@ -138,7 +142,7 @@ def store_run(
                 "deployment_id": dep_id,
                 "load_point_id": lp,
                 "point_label": pt.point_label,
-                "repeat": 1,
+                "repeat": pt.repeat,
                 "workload": pt.workload,
                 "shape": pt.shape,
                 "api": pt.api,
@@ -158,10 +162,14 @@ def store_run(
                 "completed": pt.completed,
                 "failed": pt.failed,
                 "output_tokens_in_window": pt.output_tokens_total,
+                "energy_j": pt.energy_j,
+                "energy_trace_j": pt.energy_trace_j,
+                "idle_power_w": tel.get("idle_power_w_before"),
                 "status": "ok" if ok else "failed",
                 "error_kind": None if ok else "no_success",
                 "error_text": None if ok else f"no successful request in {run.path.name}",
                 "summary": summary,
+                **pt.load_runs,
             }
         )
         for r in pt.requests:
@@ -175,14 +183,19 @@ def store_run(
                     **r,
                 }
             )
+    search_rows = [
+        {"run_id": rid, "source": source, "deployment_id": dep_id, **s, "search_id": f"{dep_id}:{s['workload']}"}
+        for s in run.searches
+    ]
     check_rows(con, run, lr_rows, req_rows)
     con.execute("BEGIN TRANSACTION")
     try:
-        for table in ("requests", "load_runs", "deployments", "runs"):
+        for table in ("requests", "load_runs", "searches", "deployments", "runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
         _insert(con, "runs", [run_row])
         _insert(con, "deployments", [dep_row])
-        _insert(con, "load_runs", lr_rows)
+        _insert(con, "load_runs", [{**r, "search_id": _search_id(r, dep_id)} for r in lr_rows])
+        _insert(con, "searches", search_rows)
         if req_rows:
             _insert_json(con, "requests", req_rows)
         from wattbench.warehouse import fill_shape_traits, refresh_point_stats
@@ -200,6 +213,11 @@ def store_run(
         "requests": len(req_rows),
         "deployment_id": dep_id,
     }
+
+
+def _search_id(row: dict, dep_id: str) -> str | None:
+    """A probe's search id, as the warehouse names it: <deployment>:<workload> (the file's own id is dropped)."""
+    return f"{dep_id}:{row['workload']}" if row.get("search_id") else None
 
 
 def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict]) -> None:

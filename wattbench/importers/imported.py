@@ -42,6 +42,12 @@ class ImportedPoint:
     # None: the whole run is the window
     window_start_ns: int | None = None
     window_end_ns: int | None = None
+    # the GPUs' energy over the window (J, summed over GPUs) where the file measured it (AIPerf's GPU telemetry,
+    # wattbench load --telemetry); None: not measured (the energy figures stay NULL and say so)
+    energy_j: float | None = None
+    energy_trace_j: float | None = None
+    repeat: int = 1
+    load_runs: dict[str, Any] = field(default_factory=dict)  # more load_runs columns, as the file has them
 
 
 @dataclass
@@ -58,6 +64,11 @@ class ImportedRun:
     config: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms
     notes: list[str] = field(default_factory=list)
+    # where the file's energy came from: deployments columns (telemetry_source, gpu_name, n_gpus, gpu_uuids,
+    # idle_power_w_before); empty when it measured none (telemetry_source 'none')
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)  # runs' gpu_price_per_hour, energy_price_per_kwh, pue
+    searches: list[dict] = field(default_factory=list)  # `searches` rows (an SLO capacity search's answer)
 
 
 def file_sha256(paths: list[Path]) -> str:
