@@ -217,27 +217,11 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from wattbench.report.rows import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
         status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or ["none"])[0]
-        print()
-        print(
-            f"Head to head (run {run_id}, {plan.name}"
-            + (", EMULATED" if plan.is_emulated else "")
-            + "; 95% intervals in brackets):"
-        )
-        print(head_to_head_text(con, run_id))
-
-        contrasts = contrasts_text(con, run_id)
-        if contrasts:
-            print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
-            print(contrasts)
-        checks = checks_lines(con, run_id)
-        if checks:
-            print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
-            print("\n".join("  " + line for line in checks))
+        _print_run_tables(con, run_id, plan)
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [
         e.materialization.metadata["path"].value
@@ -259,6 +243,33 @@ def _run(args: argparse.Namespace) -> int:
         print(f"HTML report: {report}")
     print(f"Warehouse: {db}   (try: wattbench sql load_points)   run {run_id} is {status}; took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
+
+
+def _print_run_tables(con, run_id: str, plan) -> None:
+    """`wattbench run`'s terminal summary of a benchmark: the head-to-head, the engines compared point by point, each
+    SLO capacity search's answer with the figures at it, and the checks that failed or warned."""
+    from wattbench.report.rows import checks_lines, contrasts_text, head_to_head_text, slo_capacity_text
+
+    print()
+    print(
+        f"Head to head (run {run_id}, {plan.name}"
+        + (", EMULATED" if plan.is_emulated else "")
+        + "; 95% intervals in brackets):"
+    )
+    print(head_to_head_text(con, run_id))
+
+    contrasts = contrasts_text(con, run_id)
+    if contrasts:
+        print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
+        print(contrasts)
+    capacity = slo_capacity_text(con, run_id)
+    if capacity:
+        print("\nSLO capacity (the highest load meeting the search's SLO in every window; 95% intervals):")
+        print(capacity)
+    checks = checks_lines(con, run_id)
+    if checks:
+        print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
+        print("\n".join("  " + line for line in checks))
 
 
 _READ_ONLY_HINT = (

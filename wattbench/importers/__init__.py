@@ -1,4 +1,4 @@
-"""Other tools' results as wattbench runs (`wattbench import FILE...`).
+"""Other tools' results (and `wattbench load`'s own) as wattbench runs (`wattbench import FILE...`).
 
 One module per tool turns its result file into an `ImportedRun` (tool-neutral: load points with the tool's own
 statistics, and per-request rows when the file has them); `store_run` writes that into the warehouse as a run
@@ -24,12 +24,12 @@ SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 def _importers():
-    from wattbench.importers import aiperf, guidellm, vllm_bench
+    from wattbench.importers import aiperf, guidellm, vllm_bench, wattbench_load
 
-    return (vllm_bench, aiperf, guidellm)
+    return (vllm_bench, aiperf, guidellm, wattbench_load)
 
 
-IMPORTER_NAMES = ("vllm", "aiperf", "guidellm")
+IMPORTER_NAMES = ("vllm", "aiperf", "guidellm", "wattbench")
 
 
 def read_file(path: str | Path, tool: str | None = None) -> ImportedRun:
@@ -73,7 +73,15 @@ def store_run(
     rid = run_id or run_id_of(run)
     source = f"imported:{run.tool}"
     dep_id = config_name or f"{run.tool}-import"
-    cfg_name = config_name or {"vllm": "vllm-bench-serve", "aiperf": "aiperf", "guidellm": "guidellm"}[run.tool]
+    cfg_name = (
+        config_name
+        or {
+            "vllm": "vllm-bench-serve",
+            "aiperf": "aiperf",
+            "guidellm": "guidellm",
+            "wattbench": "wattbench-load",
+        }[run.tool]
+    )
     try:
         from wattbench_agent import __version__ as wb_version
     except ImportError:  # pragma: no cover
@@ -122,67 +130,8 @@ def store_run(
             **run.config,
         },
     }
-    lr_rows, req_rows = [], []
-    for pt in run.points:
-        lp = f"{dep_id}:{pt.workload}:{pt.point_label}" + (f"#{pt.repeat}" if pt.repeat > 1 else "")
-        summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
-        summary.update(
-            sent=pt.sent,
-            completed=pt.completed,
-            failed=pt.failed,
-            window_s=pt.window_s,
-            goodput=pt.goodput,
-            imported={"tool": run.tool, "tool_version": run.tool_version, "file": str(run.path), "figures": pt.figures},
-        )
-        ok = bool(pt.completed)
-        lr_rows.append(
-            {
-                "run_id": rid,
-                "source": source,
-                "deployment_id": dep_id,
-                "load_point_id": lp,
-                "point_label": pt.point_label,
-                "repeat": pt.repeat,
-                "workload": pt.workload,
-                "shape": pt.shape,
-                "api": pt.api,
-                "concurrency": pt.concurrency,
-                "rate": pt.rate,
-                "burstiness": pt.burstiness,
-                "input_tokens": pt.input_tokens,
-                "output_tokens": pt.output_tokens,
-                "warmup_s": pt.warmup_s,
-                "duration_s": pt.window_s,
-                "window_start_ns": pt.window_start_ns,
-                "window_end_ns": pt.window_end_ns,
-                "window_s": pt.window_s,
-                "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
-                "achieved_concurrency": pt.achieved_concurrency,
-                "sent": pt.sent,
-                "completed": pt.completed,
-                "failed": pt.failed,
-                "output_tokens_in_window": pt.output_tokens_total,
-                "energy_j": pt.energy_j,
-                "energy_trace_j": pt.energy_trace_j,
-                "idle_power_w": tel.get("idle_power_w_before"),
-                "status": "ok" if ok else "failed",
-                "error_kind": None if ok else "no_success",
-                "error_text": None if ok else f"no successful request in {run.path.name}",
-                "summary": summary,
-                **pt.load_runs,
-            }
-        )
-        for r in pt.requests:
-            req_rows.append(
-                {
-                    "run_id": rid,
-                    "source": source,
-                    "deployment_id": dep_id,
-                    "load_point_id": lp,
-                    "token_count_source": "imported",
-                    **r,
-                }
-            )
+    ids = {"run_id": rid, "source": source, "deployment_id": dep_id}
+    lr_rows, req_rows = _point_rows(run, ids, tel.get("idle_power_w_before"))
     search_rows = [
         {"run_id": rid, "source": source, "deployment_id": dep_id, **s, "search_id": f"{dep_id}:{s['workload']}"}
         for s in run.searches
@@ -213,6 +162,62 @@ def store_run(
         "requests": len(req_rows),
         "deployment_id": dep_id,
     }
+
+
+def _point_rows(run: ImportedRun, ids: dict[str, Any], idle_power_w: float | None) -> tuple[list[dict], list[dict]]:
+    """The load_runs and requests rows of an ImportedRun's points (`ids`: run_id, source, deployment_id)."""
+    dep_id = ids["deployment_id"]
+    lr_rows, req_rows = [], []
+    for pt in run.points:
+        lp = f"{dep_id}:{pt.workload}:{pt.point_label}" + (f"#{pt.repeat}" if pt.repeat > 1 else "")
+        summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
+        summary.update(
+            sent=pt.sent,
+            completed=pt.completed,
+            failed=pt.failed,
+            window_s=pt.window_s,
+            goodput=pt.goodput,
+            imported={"tool": run.tool, "tool_version": run.tool_version, "file": str(run.path), "figures": pt.figures},
+        )
+        ok = bool(pt.completed)
+        lr_rows.append(
+            {
+                **ids,
+                "load_point_id": lp,
+                "point_label": pt.point_label,
+                "repeat": pt.repeat,
+                "workload": pt.workload,
+                "shape": pt.shape,
+                "api": pt.api,
+                "concurrency": pt.concurrency,
+                "rate": pt.rate,
+                "burstiness": pt.burstiness,
+                "input_tokens": pt.input_tokens,
+                "output_tokens": pt.output_tokens,
+                "warmup_s": pt.warmup_s,
+                "duration_s": pt.window_s,
+                "window_start_ns": pt.window_start_ns,
+                "window_end_ns": pt.window_end_ns,
+                "window_s": pt.window_s,
+                "achieved_rate": pt.sent / pt.window_s if pt.sent is not None and pt.window_s else None,
+                "achieved_concurrency": pt.achieved_concurrency,
+                "sent": pt.sent,
+                "completed": pt.completed,
+                "failed": pt.failed,
+                "output_tokens_in_window": pt.output_tokens_total,
+                "energy_j": pt.energy_j,
+                "energy_trace_j": pt.energy_trace_j,
+                "idle_power_w": idle_power_w,
+                "status": "ok" if ok else "failed",
+                "error_kind": None if ok else "no_success",
+                "error_text": None if ok else f"no successful request in {run.path.name}",
+                "summary": summary,
+                **pt.load_runs,
+            }
+        )
+        for r in pt.requests:
+            req_rows.append({**ids, "load_point_id": lp, "token_count_source": "imported", **r})
+    return lr_rows, req_rows
 
 
 def _search_id(row: dict, dep_id: str) -> str | None:

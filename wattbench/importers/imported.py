@@ -114,3 +114,27 @@ def point_label(shape: str, concurrency: int | None, rate: float | None, burstin
     if concurrency and not shapes.get(shape).closed_loop:
         label += f"-max{concurrency}"
     return label
+
+
+def energy_facts(e: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    """(deployments columns, runs columns) of an energy block that `wattbench load --telemetry` wrote
+    (wattbench_agent/loadgen/energy.py `figures`): where the energy came from and the prices; ({}, {}) for none."""
+    if not isinstance(e, dict):
+        return {}, {}
+    telemetry = {
+        "telemetry_source": e.get("telemetry") if e.get("telemetry") not in (None, "none") else None,
+        "gpu_name": e.get("gpu_name"),
+        "n_gpus": e.get("n_gpus"),
+        "idle_power_w_before": e.get("idle_power_w"),
+    }
+    pr = e.get("prices") or {}
+    prices = {
+        k: float(v)
+        for k, v in (
+            ("gpu_price_per_hour", pr.get("gpu_hour_usd")),
+            ("energy_price_per_kwh", pr.get("energy_kwh_usd")),
+            ("pue", (pr.get("pue") or 1.0) if pr.get("energy_kwh_usd") else None),
+        )
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    return {k: v for k, v in telemetry.items() if v is not None}, prices

@@ -47,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .energy import SCALES, at_capacity, capacity_line
+from .energy import t975 as _t975
 from .metrics import SLO_KEYS, request_end_ns
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 
@@ -248,7 +250,17 @@ class SearchResult:
     def at_probes(self, load: float | None) -> list[Probe]:
         return [p for p in self.probes if load is not None and p.load == load]
 
+    def at_capacity(self) -> dict[str, Any]:
+        """The energy and cost figures at the capacity over its windows, each with its 95% interval
+        (energy.at_capacity); {} without a capacity or without telemetry and prices."""
+        return at_capacity([p.summary for p in self.at_probes(self.value)]) if self.value is not None else {}
+
+    def figures_line(self) -> str | None:
+        """The figures at the capacity in words (None without a capacity)."""
+        return capacity_line(self.at_capacity()) if self.value is not None else None
+
     def capacity(self) -> dict[str, Any]:
+        figures = self.at_capacity()
         return {
             "value": self.value,
             "lo": self.lo,
@@ -267,6 +279,12 @@ class SearchResult:
             "time_s": round(self.time_s, 3),
             "repeats_at_capacity": len(self.at_probes(self.value)),
             "stopped_by": self.stopped_by,
+            # at the capacity, over its windows: {estimate, lo, hi, n, method, unit} each (energy.at_capacity)
+            **{k: figures.get(k) for k in SCALES},
+            "energy_source": figures.get("source"),  # measured | emulated; None: no telemetry
+            "telemetry": figures.get("telemetry"),
+            "n_gpus": figures.get("n_gpus"),
+            "figures_note": figures.get("note"),
         }
 
     def to_dict(self, detailed: bool = False) -> dict[str, Any]:
@@ -275,6 +293,7 @@ class SearchResult:
             "slo": dict(self.search.slo),
             "attainment": self.search.attainment,
             "answer": answer(self),
+            "at_capacity": self.figures_line(),
             "search": self.search.to_dict(),
             "probes": [p.brief(self.search) for p in self.probes],
         }
@@ -324,18 +343,6 @@ class _Slope:
         if b <= 0:
             return b, None
         return b, _t975(self.n - 2) * se / b
-
-
-def _t975(df: int) -> float:
-    """Student's t 0.975 quantile (the 95% two-sided interval), as sql/views.sql t975."""
-    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145]
-    table += [2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048]
-    table += [2.045, 2.042]
-    if df < 1:
-        return math.inf
-    if df <= 30:
-        return table[df - 1]
-    return 2.021 if df <= 40 else 2.000 if df <= 60 else 1.980 if df <= 120 else 1.960
 
 
 class Oversaturation:
@@ -541,6 +548,53 @@ def run_search(
     result.time_s = spent()
     _decide(result, lo_bound, hi_bound)
     return result
+
+
+def search_row(result: SearchResult, base: LoadSpec, workload: str) -> dict[str, Any]:
+    """The search's answer as a row of `searches` (sql/schema.sql), less run_id, source, deployment_id and search_id:
+    what the bench agent writes to its bundle and `wattbench import` of a search's result file writes."""
+    from . import shapes
+
+    search, cap = result.search, result.capacity()
+    at = probe_spec(base, search.over, result.value).point() if result.value else None
+    return {
+        "workload": workload,
+        "over": search.over,
+        "unit": result.unit,
+        "shape": result.shape,
+        # the search's arrivals are the base's shape, or poisson (its burstiness NULL, as a closed loop's)
+        "burstiness": base.param("burstiness") if result.shape == base.shape else None,
+        "slo_ttft_ms": search.slo.get("ttft_ms"),
+        "slo_tpot_ms": search.slo.get("tpot_ms"),
+        "slo_e2e_ms": search.slo.get("e2e_ms"),
+        "attainment": search.attainment,
+        "status": result.status,
+        "capacity": cap["value"],
+        "capacity_lo": cap["lo"],
+        "capacity_hi": cap["hi"],
+        "at_point_label": shapes.label(at) if at else None,
+        "repeats_at_capacity": cap["repeats_at_capacity"],
+        "binding": result.binding,
+        "binding_share": result.binding_share,
+        "binding_load": result.binding_load,
+        "probes": cap["probes"],
+        "window_s": cap["window_s"],
+        "time_s": cap["time_s"],
+        "stopped_by": result.stopped_by,
+        "tolerance": search.tolerance,
+        "answer": answer(result),
+        "note": result.note,
+        "search": search.to_dict(),
+        "probe_verdicts": [
+            {
+                "load_point_id": p.load_point_id,
+                "verdict": p.verdict,
+                "attainment": p.attainment,
+                "stopped_early": p.stopped_early,
+            }
+            for p in result.probes
+        ],
+    }
 
 
 def measure_probe(
@@ -759,7 +813,8 @@ def probe_line(p: Probe, search: SearchSpec) -> str:
         + (f" #{p.repeat}" if p.repeat > 1 else "   "),
         f"attainment {_pct(p.attainment):>6}",
         " ".join(f"{NAMES[m]} {k} {_ms((s.get(m) or {}).get(k))}" for m in search.slo),
-        f"{_num(s.get('output_token_throughput'))} tok/s",
+        f"{_num(s.get('output_token_throughput'))} tok/s"
+        + (f" {e['output_tokens_per_j']:.3g} tok/J" if (e := s.get("energy") or {}).get("output_tokens_per_j") else ""),
     ]
     errors = s.get("failed_in_window") or 0
     if errors:
