@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.emulator.conftest import start_emulator, stop
 from wattbench.warehouse import connect
@@ -174,6 +175,46 @@ def test_nvml_energy_on_the_gpus_named_through_the_fake_nvml(fast_server):
     tok_s = s["output_tokens_in_window"] / s["window_s"]
     assert e["usd_per_1m_output_tokens"] == pytest.approx(3 / (tok_s * 3600) * 1e6)
     assert e["energy_usd_per_1m_output_tokens"] is None and "no $ per kWh" in e["note"]
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    """The recorded dcgm-exporter page of two H200s, served on loopback with each energy counter advancing at the
+    board's recorded power (tests/telemetry/test_dcgm.py)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.telemetry.test_dcgm import _Exporter
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_dcgm_energy_on_the_gpu_named(fast_server, exporter):
+    """`--telemetry dcgm=URL --gpus UUID`: the window's energy is that GPU's counter on the exporter's page, which
+    advances at its recorded 77.5 W; the other board on the page is not counted. Prices from a plan (`--prices-from`),
+    the flags winning over it."""
+    from tests.telemetry.test_dcgm import GPU1
+
+    p = load(
+        "--url", fast_server, "--model", "m", "--api", "completions", "--concurrency", "2", "--duration", "1.5",
+        "--output-tokens", "8", "--telemetry", f"dcgm={exporter}", "--gpus", GPU1, "--json",
+        "--prices-from", str(ROOT / "plans" / "default.yaml"), "--pue", "1.1",
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(p.stdout)
+    e = s["energy"]
+    assert (e["telemetry"], e["source"], e["n_gpus"], e["gpu_name"]) == ("dcgm", "measured", 1, "NVIDIA H200")
+    assert e["mean_power_w"] == pytest.approx(77.512, rel=0.1)
+    plan = yaml.safe_load((ROOT / "plans" / "default.yaml").read_text())["prices"]
+    assert e["prices"] == {"gpu_hour_usd": plan["gpu_hour_usd"], "energy_kwh_usd": plan["energy_kwh_usd"], "pue": 1.1}
+    assert e["energy_usd_per_1m_output_tokens"] == pytest.approx(
+        e["energy_j"] / s["output_tokens_in_window"] * 1e6 / 3.6e6 * plan["energy_kwh_usd"] * 1.1
+    )
+    assert e["output_tokens_per_j"] == pytest.approx(s["output_tokens_in_window"] / e["energy_j"])
 
 
 @pytest.mark.parametrize(
