@@ -211,8 +211,9 @@ CREATE TABLE IF NOT EXISTS requests (
 
 -- One row per SLO capacity search (agent/wattbench_agent/loadgen/search.py; docs/MEASUREMENT.md "SLO capacity"): per
 -- deployment and search workload, the highest load meeting the SLO with attainment, found by the agent from its
--- probes (load_runs rows with this search_id). capacity: the highest repeated load whose repeats, pooled, met the
--- SLO; capacity_lo/hi: the 95% interval of the load where attainment crosses the target; NULL where none met
+-- probes (load_runs rows with this search_id). capacity: the highest load every window of which met the SLO;
+-- capacity_lo/hi: its 95% interval, holding the search's step (up to the lowest load that missed above it) and the
+-- repeats' spread (where attainment's interval crosses the target; docs/MEASUREMENT.md); NULL where none met
 -- (status none) or the server failed (server_failed, refused); capacity_hi NULL when no load up to the search's
 -- bound missed (status at_least).
 CREATE TABLE IF NOT EXISTS searches (

@@ -19,6 +19,7 @@ from pathlib import Path
 from wattbench.queries import (  # noqa: F401 - the query interface, re-exported for readers
     SQL_DIR,
     WarehouseError,
+    default_columns,
     duckdb,
     execute_sql,
     query_rows,

@@ -34,6 +34,20 @@ def sql_text(name: str) -> str:
     return path.read_text()
 
 
+# A named query may name the columns `wattbench sql NAME` shows by default (`--all`: every one): a comment line
+# "-- shown by default: a, b, c" in its file, continued on comment lines that start with "--   ".
+_SHOWN = re.compile(r"^-- shown by default:(.*(?:\n--   .*)*)", re.MULTILINE)
+
+
+def default_columns(text: str) -> list[str] | None:
+    """The columns a named query shows by default, in its file's order (None: every column)."""
+    m = _SHOWN.search(text)
+    if not m:
+        return None
+    names = m.group(1).replace("\n--", " ").replace("\n", " ")
+    return [c.strip() for c in names.split(",") if c.strip()] or None
+
+
 def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
     """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
     text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql

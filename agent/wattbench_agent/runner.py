@@ -522,7 +522,7 @@ def run_search_point(
     """An SLO capacity search on one deployment (loadgen/search.py): every probe is a load run of its own (requests,
     window energy, a load_runs row marked with the search and its verdict), and the search's answer is a row of
     `searches`. The probes' seeds come from the point's, so every engine of a plan gets the same requests."""
-    from wattbench_agent.loadgen.search import SearchSpec, answer, run_search
+    from wattbench_agent.loadgen.search import SearchSpec, run_search, search_row
 
     search = SearchSpec.from_dict(dict(point.search or {}))
     mark = start_mark(point.server_start)  # a later start's search and probes carry it: ids unique over starts
@@ -584,60 +584,17 @@ def run_search_point(
     result = run_search(
         base, search, measure, server_ok=server_ok, log=lambda line: log(f"[{d.id}] {line}"), on_probe=judged
     )
-    verdicts = [
-        {
-            "load_point_id": p.load_point_id,
-            "verdict": p.verdict,
-            "attainment": p.attainment,
-            "stopped_early": p.stopped_early,
-        }
-        for p in result.probes
-    ]
-    cap = result.capacity()
-    text = answer(result)
     row = {
         "deployment_id": d.id,
         "search_id": search_id,
         "server_start": point.server_start,
-        "workload": point.workload,
-        "over": search.over,
-        "unit": result.unit,
-        "shape": result.shape,
-        # the search's arrivals are the base's shape, or poisson (its burstiness NULL, as a closed loop's)
-        "burstiness": base.param("burstiness") if result.shape == base.shape else None,
-        "slo_ttft_ms": search.slo.get("ttft_ms"),
-        "slo_tpot_ms": search.slo.get("tpot_ms"),
-        "slo_e2e_ms": search.slo.get("e2e_ms"),
-        "attainment": search.attainment,
-        "status": result.status,
-        "capacity": cap["value"],
-        "capacity_lo": cap["lo"],
-        "capacity_hi": cap["hi"],
-        "at_point_label": shapes.label(_at_spec(base, search.over, result.value).point()) if result.value else None,
-        "repeats_at_capacity": cap["repeats_at_capacity"],
-        "binding": result.binding,
-        "binding_share": result.binding_share,
-        "binding_load": result.binding_load,
-        "probes": cap["probes"],
-        "window_s": cap["window_s"],
-        "time_s": cap["time_s"],
-        "stopped_by": result.stopped_by,
-        "tolerance": search.tolerance,
-        "answer": text,
-        "note": result.note,
-        "search": search.to_dict(),
-        "probe_verdicts": verdicts,
+        **search_row(result, base, point.workload),
     }
+    cap, text = result.capacity(), row["answer"]
     writer.write("searches", [row])
     log(f"[{d.id}] {search_id}: {text}")
     report({"search_id": search_id, **{k: v for k, v in cap.items() if k in ("value", "lo", "hi", "binding")}})
     return row
-
-
-def _at_spec(base: LoadSpec, over: str, load: float) -> LoadSpec:
-    from wattbench_agent.loadgen.search import probe_spec
-
-    return probe_spec(base, over, load)
 
 
 def idle_windows(

@@ -309,3 +309,18 @@ def test_engine_contrasts_leave_out_a_search_probe_measured_once(tmp_path):
     assert not (c["workload"] == "cap").any()
     once = c[(c["workload"] == "steady") & (c["point_label"] == "c4")]
     assert len(once) and (once["finding"] == "one repeat: not tested").all()
+
+
+def test_the_runs_terminal_summary_shows_each_capacity(warehouse):
+    """Issue 39 item 4: `wattbench run`'s summary left the SLO capacity out. It prints, per engine config and search,
+    the capacity with its interval, the bound that binds and where, and tok/J and $ per 1M at it with intervals."""
+    from wattbench.report.rows import slo_capacity_text
+
+    with connect(warehouse, read_only=True) as con:
+        text = slo_capacity_text(con, "r1")
+    alpha = next(line for line in text.splitlines() if line.startswith("| alpha"))
+    tpj = _t_interval([n * 16 / e for e, n in zip(E_AT, N_AT)])
+    assert "| 8 [7, 9] streams" in alpha and "TTFT at 16 (90.0% met)" in alpha
+    assert f"{tpj[0]:.3g} [{tpj[1]:.3g}, {tpj[2]:.3g}]" in alpha
+    beta = next(line for line in text.splitlines() if line.startswith("| beta"))
+    assert "none (no load meets the SLO" in beta

@@ -33,6 +33,7 @@ from wattbench.report.pictures import (
     point_name,
     point_names,
     power_series,
+    workload_key,
 )
 
 WIDTH = 820
@@ -321,7 +322,8 @@ def throughput_latency_chart(
     points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None
 ) -> dict[str, Any] | None:
     """Output tok/s against E2E p50 with 95% intervals on both axes (rules), each config's Pareto frontier over
-    its fixed-concurrency points (open-loop points hollow, off the line), every repeat a small dot; drag pans, wheel
+    its fixed-concurrency points, one per workload (input and output lengths: pictures.workload_key), open-loop points
+    hollow, off the line; every repeat a small dot; drag pans, wheel
     zooms."""
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     if data.empty:
@@ -333,7 +335,8 @@ def throughput_latency_chart(
     df["e2e_text"] = [
         with_interval(r["e2e_p50_ms"], r.get("e2e_p50_ms_lo"), r.get("e2e_p50_ms_hi")) for _, r in df.iterrows()
     ]
-    front = pd.concat([pareto_frontier(g[g["closed"]]) for _, g in df.groupby("engine")], ignore_index=True)
+    df["frontier"] = df["engine"].astype(str) + " " + workload_key(df).astype(str)  # one line per config and workload
+    front = pd.concat([pareto_frontier(g[g["closed"]]) for _, g in df.groupby("frontier")], ignore_index=True)
     cols = [
         "engine",
         "point",
@@ -366,13 +369,13 @@ def throughput_latency_chart(
     layers = [
         alt.Chart(
             _data(
-                front[["engine", "e2e_p50_ms", "output_tok_s"]]
+                front[["engine", "frontier", "e2e_p50_ms", "output_tok_s"]]
                 if not front.empty
-                else pd.DataFrame(columns=["engine", "e2e_p50_ms", "output_tok_s"])
+                else pd.DataFrame(columns=["engine", "frontier", "e2e_p50_ms", "output_tok_s"])
             )
         )
         .mark_line(interpolate="step-after", opacity=0.55)
-        .encode(x=x, y=y, color=color, detail="engine:N"),
+        .encode(x=x, y=y, color=color, detail="frontier:N"),
         pts.mark_rule().encode(x=alt.X("e2e_p50_ms_lo:Q"), x2="e2e_p50_ms_hi:Q", y=y, color=color),
         pts.mark_rule().encode(x=x, y=alt.Y("output_tok_s_lo:Q"), y2="output_tok_s_hi:Q", color=color),
         pts.mark_point(size=70, strokeWidth=1.6, opacity=1, filled=True)

@@ -34,6 +34,13 @@ def points_path(requests: str | os.PathLike) -> Path:
     return p.with_name(stem + ".points.jsonl")
 
 
+def search_path(requests: str | os.PathLike) -> Path:
+    """The search document beside a per-request file of `wattbench load --search --out r.jsonl`: `r.search.json`."""
+    p = Path(requests)
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.name
+    return p.with_name(stem + ".search.json")
+
+
 def noted(sink: Any, result: Any) -> Any:
     """Append the point line of `result` to the points file of the sink's per-request file (if it wrote to one), and
     return `result`."""
