@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+
 from wattbench.plan import load_plan, plan_run_fields
 from wattbench.twin import evaluate
 from wattbench.warehouse import connect, ingest_bundle, set_run_fields
@@ -602,16 +604,39 @@ def criteria_markdown(scored: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The committed filings (folder, the plan its runs were measured with): `make bench` scores each again.
+FILINGS = [
+    ("results/h200-vllm-sweep", "plans/h200-vllm-sweep.yaml"),
+    ("results/h200-vllm-steps", "plans/h200-vllm-steps.yaml"),
+    ("results/h200-vllm-unit", "plans/h200-vllm-unit.yaml"),
+    ("results/h200-vllm-board", "plans/h200-vllm-board.yaml"),
+    ("results/h200-vllm-fp8ckpt", "plans/h200-vllm-fp8ckpt.yaml"),
+]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder", type=Path, help="holds predictions.json and the bundle-*.tar.xz the run wrote")
-    ap.add_argument("plan", type=Path, help="the plan the run was measured with")
+    ap.add_argument(
+        "folder",
+        type=Path,
+        nargs="?",
+        help="holds predictions.json and the bundle-*.tar.xz the run wrote (default: every committed filing, FILINGS)",
+    )
+    ap.add_argument("plan", type=Path, nargs="?", help="the plan the run was measured with")
     ap.add_argument(
         "--title",
         default="The twin's predictions filed before the run vs measured: vLLM 0.25.0, 1x H200, "
         "Llama-3.1-8B shape (random)",
     )
     args = ap.parse_args(argv)
+    if args.folder is None:  # `make bench`: every committed filing scored again from its bundles
+        rc = 0
+        for folder, plan in FILINGS:
+            print(f"== {folder}", flush=True)
+            rc |= main([str(ROOT / folder), str(ROOT / plan), "--title", args.title])
+        return rc
+    if args.plan is None:
+        ap.error("a folder needs the plan its run was measured with")
     try:
         result = compare(args.folder, args.plan)
         criteria = score_criteria(args.folder, args.plan)

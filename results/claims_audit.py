@@ -45,8 +45,20 @@ C16 = [
 ]
 
 
+# The warehouse's figures with the interval of the mean within the run's one server start (every committed run had
+# one: schema 12's point_figures gives each figure's interval for another start, and its within-start sd, from which
+# the within-start interval is m x exp(-+ t(0.975, k - 1) x w / sqrt(k))), the interval the claims quote.
+WITHIN_START_FIGURES = (
+    "SELECT run_id, engine, workload, point_label, metric, estimate, "
+    "CASE WHEN lo IS NOT NULL THEN estimate * exp(-t975(repeats - 1) * within_start_sd / sqrt(repeats)) END, "
+    "CASE WHEN hi IS NOT NULL THEN estimate * exp(t975(repeats - 1) * within_start_sd / sqrt(repeats)) END "
+    "FROM v_point_figures"
+)
+
+
 def t_log(values: list[float]) -> tuple[float, float | None, float | None]:
-    """The mean and its 95% t interval on the log scale (docs/MEASUREMENT.md: m x exp(-+ t s / (m sqrt n)))."""
+    """The mean and its 95% t interval on the log scale within the run's one server start (m x exp(-+ t s / (m sqrt
+    n)); docs/MEASUREMENT.md's one_start scope: it says nothing of another start)."""
     v = np.asarray(values, dtype=float)
     m = float(v.mean())
     if len(v) < 2:
@@ -143,7 +155,7 @@ class Data:
                     "v_engine_ttft_split v JOIN load_runs l USING (run_id, deployment_id, load_point_id)"
                 ).fetchall(),
                 "point_figures": con.execute(
-                    "SELECT run_id, engine, workload, point_label, metric, estimate, lo, hi FROM v_point_figures"
+                    WITHIN_START_FIGURES
                 ).fetchall(),
             }
         return cls(windows, idle, shapes, views)
