@@ -614,6 +614,47 @@ FROM (VALUES
     -- END between_start_prior (generated)
 ) AS p(engine_kind, gpu_name, metric, sd_log, df, basis);
 
+-- The between-start spread of a RATIO of two engines of one kind measured on the same machine (the contrasts'): sd of
+-- ln(engine / other) between runs, per engine kind and metric. The two engines share their board and host, so their
+-- ratio moves between starts far less than either figure (v_between_start_prior's two rows added would say). Written
+-- with the figures' prior by `python -m benchmarks.interval_coverage --write-prior`. Where none is written, a
+-- contrast adds the two figures' priors (their starts are separate; the conservative reading).
+CREATE OR REPLACE VIEW v_between_start_ratio_prior AS
+SELECT engine_kind::VARCHAR AS engine_kind, metric::VARCHAR AS metric, sd_log::DOUBLE AS sd_log, df::INTEGER AS df,
+       basis::VARCHAR AS basis
+FROM (VALUES
+    -- BEGIN between_start_ratio_prior (generated)
+    ('vllm', 'above_idle_power_w', 0.0392, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'counter_w_per_gpu', 0.0284, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p50_ms', 0.0383, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p90_ms', 0.0610, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p99_ms', 0.0713, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'energy_usd_per_1m_output_tokens', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'goodput_requests_s', 0.0432, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p50_ms', 0.0037, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p90_ms', 0.3384, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p99_ms', 0.1258, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_output_token', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_output_token_above_idle', 0.0062, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_request', 0.0173, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_request_above_idle', 0.0086, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'mean_power_w', 0.0284, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tok_s', 0.0434, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tokens_per_j', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tokens_per_j_above_idle', 0.0062, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'requests_s', 0.0432, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p50_ms', 0.0337, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p90_ms', 0.0519, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p99_ms', 0.0690, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p50_ms', 0.1316, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p90_ms', 0.0650, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p99_ms', 0.0445, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'usd_per_1m_output_tokens', 0.0434, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'vllm_output_throughput', 0.0468, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)')
+    -- END between_start_ratio_prior (generated)
+) AS p(engine_kind, metric, sd_log, df, basis)
+WHERE df > 0;
+
 -- The prior a point's figure borrows: the most specific row of v_between_start_prior for its engine kind (an
 -- emulator's profile reads 'emulator'), GPU and metric (a row with metric NULL holds for every metric).
 CREATE OR REPLACE VIEW v_point_prior AS
@@ -809,9 +850,11 @@ CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 -- geometric mean of the paired ratios, its 95% interval that of the mean log ratio over server starts (the model of
 -- v_point_figures_live: within-start spread of the pairs, between-start spread of the starts' means, pooled with both
 -- engines' priors where one applies, b^2 = b_engine^2 + b_other^2: their starts are separate), and the finding
--- survives the run's many comparisons: Holm's step-down over every tested figure x point x engine pair of the run
--- (p_holm, familywise 5%). A difference only where p_holm < 0.05; 'no significant difference' otherwise (its
--- per-comparison interval may still exclude 1: the finding says so). Not tested, said so: one pair of repeats; a
+-- survives the run's many comparisons: Benjamini-Hochberg over every tested figure x point x engine pair of the run
+-- (q_bh: the false discovery rate at which it is a finding; 5%). A difference only where q_bh < 0.05; 'no
+-- significant difference' otherwise (its per-comparison interval may still exclude 1: the finding says so). Chosen
+-- over Holm's familywise control: a run's ~150 comparisons are mostly the same few facts seen through correlated
+-- figures (tok/s, requests/s, goodput, $ per 1M), so familywise control would hide what every repeat shows. Not tested, said so: one pair of repeats; a
 -- latency percentile with too few requests beyond it in a repeat of either engine; and pairs where either value is
 -- <= 0 are left out and counted (excluded).
 CREATE OR REPLACE VIEW v_engine_contrasts AS
@@ -846,16 +889,24 @@ paired AS (
     FROM by_start GROUP BY ALL),
 with_prior AS (
     SELECT p.*, c.quantile, c.scale,
-           CASE WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL
+           CASE WHEN rp.sd_log IS NOT NULL THEN rp.sd_log * rp.sd_log
+                WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL
                 THEN pa.sd_log * pa.sd_log + pb.sd_log * pb.sd_log END AS prior_b2,
-           CASE WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL THEN least(pa.df, pb.df) ELSE 0 END AS pdf,
+           CASE WHEN rp.sd_log IS NOT NULL THEN rp.df
+                WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL THEN least(pa.df, pb.df) ELSE 0 END AS pdf,
            ssw / nullif(df_w, 0) AS w2,
            greatest(starts - 1, 0) AS df_b
     FROM paired p JOIN v_metric_catalog c USING (metric)
     LEFT JOIN v_point_prior pa ON pa.run_id = p.run_id AND pa.deployment_id = p.deployment_id
          AND pa.workload = p.workload AND pa.point_label = p.point_label AND pa.metric = p.metric
     LEFT JOIN v_point_prior pb ON pb.run_id = p.run_id AND pb.deployment_id = p.other_deployment_id
-         AND pb.workload = p.workload AND pb.point_label = p.point_label AND pb.metric = p.metric),
+         AND pb.workload = p.workload AND pb.point_label = p.point_label AND pb.metric = p.metric
+    LEFT JOIN (SELECT d.run_id, d.deployment_id, d.engine FROM deployments d) da
+           ON da.run_id = p.run_id AND da.deployment_id = p.deployment_id
+    LEFT JOIN (SELECT d.run_id, d.deployment_id, d.engine FROM deployments d) db
+           ON db.run_id = p.run_id AND db.deployment_id = p.other_deployment_id
+    LEFT JOIN v_between_start_ratio_prior rp
+           ON rp.engine_kind = da.engine AND da.engine = db.engine AND rp.metric = p.metric),
 judged AS (
     SELECT *,
            CASE WHEN coalesce(pairs, 0) < 2 THEN 'one repeat: not tested'
@@ -891,34 +942,34 @@ ranked AS (  -- the run's tested comparisons, each engine pair once (engine > ot
            row_number() OVER (PARTITION BY run_id ORDER BY p, workload, point_label, metric, engine, other) AS rk,
            count(*) OVER (PARTITION BY run_id) AS family
     FROM tested WHERE p IS NOT NULL AND engine > other),
-family AS (  -- Holm's step-down: p_(i) x (m - i + 1), made monotone
+family AS (  -- Benjamini-Hochberg: q_(i) = min over j >= i of p_(j) x m / j (the false discovery rate's q-value)
     SELECT run_id, workload, point_label, metric, engine, other, family,
-           max(least(1.0, (family - rk + 1) * p)) OVER (
-               PARTITION BY run_id ORDER BY rk ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS p_holm
+           min(least(1.0, p * family / rk)) OVER (
+               PARTITION BY run_id ORDER BY rk DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS q_bh
     FROM ranked),
 adjusted AS (
-    SELECT t.*, coalesce(f.p_holm, g.p_holm) AS p_holm, coalesce(f.family, g.family) AS family
+    SELECT t.*, coalesce(f.q_bh, g.q_bh) AS q_bh, coalesce(f.family, g.family) AS family
     FROM tested t
     LEFT JOIN family f USING (run_id, workload, point_label, metric, engine, other)
     LEFT JOIN family g ON g.run_id = t.run_id AND g.workload = t.workload AND g.point_label = t.point_label
          AND g.metric = t.metric AND g.engine = t.other AND g.other = t.engine)
 SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, exp(x.m) AS ratio, x.ratio_lo,
        x.ratio_hi,
-       coalesce(x.untested, CASE WHEN x.p_holm < 0.05 THEN 'significant' ELSE 'no significant difference' END)
+       coalesce(x.untested, CASE WHEN x.q_bh < 0.05 THEN 'significant' ELSE 'no significant difference' END)
            AS verdict,
        'paired within rounds, log ratio over ' || x.starts || ' server start(s) ('
-       || scope_text(x.interval_scope, x.starts, x.pairs, 'both engines'' between-start priors') || '); Holm over '
-       || coalesce(x.family, 0) || ' comparisons of the run' AS method,
+       || scope_text(x.interval_scope, x.starts, x.pairs, 'the two engines'' ratio between starts')
+       || '); Benjamini-Hochberg over ' || coalesce(x.family, 0) || ' comparisons of the run' AS method,
        c.label, c.unit, c.better, c.ord,
        CASE WHEN x.untested IS NOT NULL THEN x.untested
-            WHEN NOT (x.p_holm < 0.05) AND (x.ratio_lo > 1 OR x.ratio_hi < 1)
-            THEN 'no significant difference after Holm over ' || x.family || ' comparisons (p ' || printf('%.3g', x.p)
-                 || ', adjusted ' || printf('%.3g', x.p_holm) || ')'
-            WHEN NOT (x.p_holm < 0.05) THEN 'no significant difference'
+            WHEN NOT (x.q_bh < 0.05) AND (x.ratio_lo > 1 OR x.ratio_hi < 1)
+            THEN 'no significant difference at a 5% false discovery rate over ' || x.family || ' comparisons (p '
+                 || printf('%.3g', x.p) || ', q ' || printf('%.3g', x.q_bh) || ')'
+            WHEN NOT (x.q_bh < 0.05) THEN 'no significant difference'
             WHEN (x.m < 0) = (c.better = 'higher') THEN x.other || ' better'
             ELSE x.engine || ' better' END
        || CASE WHEN x.excluded > 0 THEN '; ' || x.excluded || ' pair(s) left out: a value <= 0' ELSE '' END AS finding,
-       x.p, x.p_holm, x.family, x.excluded, x.starts, x.interval_scope
+       x.p, x.q_bh, x.family, x.excluded, x.starts, x.interval_scope
 FROM adjusted x
 JOIN v_metric_catalog c USING (metric);
 

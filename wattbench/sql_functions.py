@@ -1,5 +1,5 @@
 """Scalar functions the warehouse's views call that DuckDB does not have: Student's t two-sided p-value, for the
-engine contrasts' multiple-comparison control (sql/views.sql v_engine_contrasts, Holm's step-down). Pure Python
+engine contrasts' multiple-comparison control (sql/views.sql v_engine_contrasts, Benjamini-Hochberg). Pure Python
 (math only), registered on a connection by `register` (wattbench/schema.apply_schema and the query runner when a
 query first needs it, as the token store's functions are)."""
 
