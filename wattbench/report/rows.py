@@ -179,7 +179,11 @@ def contrasts_text(con, run_id: str) -> str:
     if not rows:
         return ""
     table = tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
-    return table + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate (Benjamini-Hochberg) over the run's comparisons."
+    return (
+        table
+        + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate "
+        "(Benjamini-Hochberg) over the run's comparisons."
+    )
 
 
 def _ci(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
