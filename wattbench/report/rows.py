@@ -180,8 +180,7 @@ def contrasts_text(con, run_id: str) -> str:
         return ""
     table = tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
     return (
-        table
-        + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate "
+        table + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate "
         "(Benjamini-Hochberg) over the run's comparisons."
     )
 
