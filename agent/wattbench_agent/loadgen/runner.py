@@ -275,6 +275,9 @@ class Prepared:
     duration_s: float
     worker: int = 0  # this worker's index: its requests are the global ones local * n_workers + worker
     n_workers: int = 1
+    # open loop over a duration, its schedule cut by neither max_requests nor an end of its own (a trace): the window
+    # is the scheduled span, whenever the last arrival fell in it (sending waits for the window's end)
+    fills_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -449,6 +452,18 @@ class _LoadRun:
             t = self._track(self.loop.create_task(self.one(i, target)))
             if cap is not None:
                 t.add_done_callback(lambda _t: cap.release())
+        else:
+            if self.ctx.prepared.fills_window:
+                await self._until_send_end()
+
+    async def _until_send_end(self) -> None:
+        """Open loop: the schedule ran out before the window's end (no arrival fell after the last one): sending
+        lasts to the window's end, so the window is the span scheduled, not the span to the last answer."""
+        while not self.stop:
+            d = self.send_end - _perf_ns()
+            if d <= 0 or (self.ctx.stop_event is not None and self.ctx.stop_event.is_set()):
+                return
+            await asyncio.sleep(min(d / 1e9, 0.1))
 
     # ------------------------------------------------------------------ watchers
     async def show_progress(self) -> None:
@@ -586,6 +601,12 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
     # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
     until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
     offsets = None if shape.closed_loop else shape.offsets(spec.point(), until_sent, spec.seed)
+    fills = (
+        offsets is not None
+        and math.isfinite(until_sent)
+        and not shape.ends_by_itself
+        and (spec.max_requests is None or len(offsets) < spec.max_requests)
+    )
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
@@ -606,7 +627,7 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
         items.append((body, it.input_tokens, it.output_tokens, it.prompt if tok is not None else None))
         if nbytes > PREFETCH_BYTES:
             break
-    return Prepared(spec, shape, items, workload, offsets, lp, tok, duration_s, wk, nw)
+    return Prepared(spec, shape, items, workload, offsets, lp, tok, duration_s, wk, nw, fills)
 
 
 class _PipeSink:
