@@ -130,6 +130,15 @@ def test_spec_bench_and_speed_bench_send_their_first_turns(capsys):
     assert {b["max_tokens"] for b in speed} == {4096}  # SPEED-Bench's default output length
 
 
+def test_num_prompts_minus_one_sends_every_entry_once(capsys):
+    """vLLM's docs run spec_bench and speed_bench with --num-prompts -1: every question of the file, once."""
+    with recording_server() as (url, rec):
+        rc, out, err = run(capsys, "--url", url, "--dataset-name", "spec_bench", "--dataset-path",
+                           str(D / "spec_bench_question.jsonl"), "--num-prompts", "-1", "--json")  # fmt: skip
+    assert rc == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["sent"] == 6 and len({prompt(b) for b in measured(rec, 6)}) == 6
+
+
 def test_prefix_repetition_shares_each_prefix_among_its_group(capsys):
     with recording_server() as (url, rec):
         rc, _, err = run(capsys, "--url", url, "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len",

@@ -192,6 +192,8 @@ def summary(spec: Any, records: list[dict]) -> dict:
     got = sum(int(r["prompt_tokens"]) for r in counted) / len(counted) if counted else None
     cal = of(spec)
     method = cal.method if synthetic(spec) or spec.tokenizer else "dataset"
+    if method == "dataset":  # the dataset's text is its length: what was asked is only an estimate of it
+        req = None
     out = {
         "method": method,
         "requested_mean_tokens": req,

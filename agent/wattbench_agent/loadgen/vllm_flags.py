@@ -186,6 +186,8 @@ def prepare(a) -> None:
         a.no_progress = True
     if a.dataset_name:
         datasets.get(a.dataset_name)  # a dataset that is not text: one line, before anything else is asked
+    if a.max_requests is not None and a.max_requests <= 0:  # vLLM's --num-prompts -1: every entry of the file
+        a.max_requests, a.no_oversample = _dataset_size(a), True
     if a.self_timed is not None and a.dataset_name != "timed_trace":
         raise ValueError("--self-timed / --no-self-timed is only for --dataset-name timed_trace (as vLLM's)")
     if a.dataset_name == "timed_trace" and a.self_timed is not False:
@@ -200,6 +202,23 @@ def prepare(a) -> None:
         if a.ramp_up_start_rps is None or a.ramp_up_end_rps is None or a.ramp_up_strategy is None:
             raise ValueError("--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps (as vLLM's)")
         a.shape = "ramp"
+
+
+def _dataset_size(a) -> int:
+    """How many entries the dataset the flags name has (vLLM's --num-prompts 0 or less: all of them)."""
+    from types import SimpleNamespace
+
+    from . import datasets
+
+    name = a.dataset_name or ("sharegpt" if a.dataset else "random")
+    if not datasets.get(name).reader:
+        raise ValueError(f"--num-prompts {a.max_requests}: every entry of a dataset file, but {name} has no file")
+    if a.dataset and not Path(a.dataset).expanduser().exists() and name != "hf":
+        raise ValueError(f"--dataset-path {a.dataset}: no such file or folder (--dataset-name {name})")
+    ds = datasets.get(name)
+    opts = {k: getattr(a, k) for k in (ds.options or {}) if getattr(a, k, None) is not None}
+    spec = SimpleNamespace(dataset_name=name, dataset_path=a.dataset, dataset_options=opts, seed=a.seed)
+    return len(datasets.load(spec) or [])
 
 
 def _lengths(a, name: str, ds) -> dict[str, Any]:

@@ -202,6 +202,7 @@ def result_json(
             "total_token_throughput": s.get("total_token_throughput"),
             "max_output_tokens_per_s": peak_tok_s,
             "max_concurrent_requests": peak_conc,
+            "rtfx": None,  # vLLM's inverse real-time factor of audio runs: none for text (vLLM writes 0.0)
         }
     )
     if detailed:
