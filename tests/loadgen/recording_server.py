@@ -97,15 +97,51 @@ def _handler(rec: Recorder):
     return H
 
 
+def _self_signed(folder) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 signed by itself (no authority trusts it) and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = f"{folder}/cert.pem", f"{folder}/key.pem"
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
 @contextmanager
-def recording_server(fail_first: int = 0) -> Iterator[tuple[str, Recorder]]:
+def recording_server(fail_first: int = 0, tls_folder=None) -> Iterator[tuple[str, Recorder]]:
+    """`tls_folder`: serve https with a self-signed certificate written there."""
     rec = Recorder(fail_first)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
+    if tls_folder is not None:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*_self_signed(tls_folder))
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}", rec
+        yield f"{'https' if tls_folder is not None else 'http'}://127.0.0.1:{srv.server_address[1]}", rec
     finally:
         srv.shutdown()
         srv.server_close()

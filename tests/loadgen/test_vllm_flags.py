@@ -195,6 +195,18 @@ def test_flags_wattbench_needs_nothing_for_are_accepted(capsys):
                            "--random-batch-size", "1", "--insecure", "--seed", "4", "--json")  # fmt: skip
         bad_rc, _, bad = run(capsys, "--url", url, "--tokenizer-mode", "mistral", "--num-prompts", "1")
         batch_rc, _, batch = run(capsys, "--url", url, "--random-batch-size", "4", "--num-prompts", "1")
-    assert rc == 0, err and json.loads(out.strip().splitlines()[-1])["completed"] == 2
+    assert rc == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["completed"] == 2
     assert bad_rc == 2 and "--tokenizer-mode is not supported: mistral" in bad
     assert batch_rc == 2 and "--random-batch-size is not supported" in batch
+
+
+def test_insecure_takes_a_self_signed_certificate(capsys, tmp_path):
+    """vLLM's --insecure: no TLS verification. Without it a server whose certificate no authority signed is refused."""
+    with recording_server(tls_folder=tmp_path) as (url, rec):
+        rc, out, err = run(capsys, "--url", url, "--model", "m", "--insecure", "--num-prompts", "2", "--output-len",
+                           "2", "--json")  # fmt: skip
+        assert rc == 0, err
+        assert json.loads(out.strip().splitlines()[-1])["completed"] == 2
+        rc, out, err = run(capsys, "--url", url, "--model", "m", "--num-prompts", "2", "--output-len", "2", "--json")
+    assert rc == 1 and "CERTIFICATE_VERIFY_FAILED" in err + out

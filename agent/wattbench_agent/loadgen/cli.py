@@ -403,6 +403,14 @@ def summary_table(s: dict) -> str:
     ]
     if s.get("errors"):
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))
+    pl = s.get("prompt_length") or {}
+    if pl.get("achieved_mean_tokens") is not None:  # how prompt lengths were met, and what the server counted
+        asked = pl.get("requested_mean_tokens")
+        rows.append(
+            f"  prompt tokens (server's count) mean {pl['achieved_mean_tokens']:.1f}"
+            + (f", asked {asked:.1f} ({pl['error_pct']:+.2f}%)" if asked else "")
+            + f"   lengths: {pl['method']}"
+        )
     from .steps import describe  # numpy: not for `wattbench load --help`
 
     if describe(s.get("steps")):
