@@ -45,10 +45,11 @@ def endpoint_url(url: str, api: str) -> str:
     return u + path if u.endswith("/v1") else u + "/v1" + path
 
 
-def build_body(spec: Any, prompt: str, max_tokens: int) -> dict:
+def build_body(spec: Any, prompt: str, max_tokens: int, messages: list[dict] | None = None) -> dict:
+    """The request body; `messages` (a conversation's history and its next user turn) instead of the one prompt."""
     body: dict[str, Any] = {"model": spec.model}
     if spec.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     body.update(max_tokens=int(max_tokens), stream=True, stream_options={"include_usage": True})
@@ -349,8 +350,8 @@ class RequestRunner:
 
         self.fast = tr if isinstance(tr, FastTransport) else None
 
-    def encode(self, prompt: str, max_tokens: int) -> bytes:
-        return json.dumps(build_body(self.spec, prompt, max_tokens), separators=(",", ":")).encode()
+    def encode(self, prompt: str, max_tokens: int, messages: list[dict] | None = None) -> bytes:
+        return json.dumps(build_body(self.spec, prompt, max_tokens, messages), separators=(",", ":")).encode()
 
     async def run(
         self,
@@ -361,8 +362,17 @@ class RequestRunner:
         scheduled_ns: int,
         prompt: str | None = None,
         on_status: Callable[[int, float | None], None] | None = None,
+        number: int | None = None,
+        text_out: list[str] | None = None,
     ) -> dict:
-        p = SSEParser(self.is_chat, keep_text=self.tok is not None)
+        """One request. `number`: the request's number in its load point (x-request-id = the spec's
+        request_id_prefix + it, as vllm bench serve's); `text_out`: the streamed text is appended to it (a
+        conversation's next turn resends it)."""
+        p = SSEParser(self.is_chat, keep_text=self.tok is not None or text_out is not None)
+        headers = self.headers
+        if self.spec.request_id_prefix is not None and number is not None:
+            headers = headers.copy()
+            headers["x-request-id"] = f"{self.spec.request_id_prefix}{number}"
         status = None
         sent_ns = None
         retry_after = None
@@ -370,7 +380,7 @@ class RequestRunner:
         try:
             async with asyncio.timeout(self.spec.timeout_s):
                 req = httpx.Request(
-                    "POST", self.url, content=body, headers=self.headers, extensions={"timeout": self.timeout_ext}
+                    "POST", self.url, content=body, headers=headers, extensions={"timeout": self.timeout_ext}
                 )
                 sent_ns = _perf_ns()
                 if self.fast is not None:
@@ -453,6 +463,8 @@ class RequestRunner:
                 p.err, p.errtxt = "no_content", "the stream ended without a content event"
         if p.err is not None and fail_ns is None:
             fail_ns = _perf_ns()
+        if text_out is not None:
+            text_out.append("".join(p.raw))
         return self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
 
     def _record(
