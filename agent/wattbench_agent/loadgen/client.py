@@ -10,7 +10,10 @@ timeout (the request's overall timeout_s), connect_error, disconnected (connecti
 ended), malformed_sse (a data line that is not JSON; the rest of the stream is still read and timed),
 stream_error (the server sent an error object in the stream), sse_event_too_long (an SSE event grew past
 MAX_SSE_EVENT_BYTES without ending: the request is stopped there), http_3xx (a redirect, with where to: POSTs are
-not re-sent elsewhere, give the URL it names), empty_choices (the stream ended with no content, having sent chunks
+not re-sent elsewhere, give the URL it names), protocol_error (the answer breaks HTTP/1.1 framing: a negative or
+non-numeric Content-Length, a chunk size that is not hex, over 1 GiB or on a line past 4 KiB; FastTransport, whose
+checks are in transport.py; with transport="httpx" h11's own refusal is `disconnected`), empty_choices (the stream
+ended with no content, having sent chunks
 whose `choices` was empty), no_content (the stream ended with no content event), cancelled (the run was
 interrupted or the drain bound hit), client_error (anything else, with its type).
 
@@ -31,7 +34,7 @@ import httpx
 from wattbench_agent.safety import redact_url
 
 from .metrics import distribute_tokens, tpot_ms
-from .transport import timed_stream
+from .transport import ProtocolViolation, timed_stream
 
 _perf_ns = time.perf_counter_ns
 _loads = json.loads
@@ -429,6 +432,9 @@ class RequestRunner:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "connect_error", f"{type(exc).__name__}: {exc}"
+        except ProtocolViolation as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "protocol_error", f"the response breaks HTTP/1.1 framing: {exc}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "disconnected", f"{type(exc).__name__}: {exc}"
