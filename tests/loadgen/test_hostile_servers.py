@@ -9,8 +9,11 @@ the request's whole timeout_s (the httpx transport). Each server here is a real 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -18,6 +21,8 @@ import pytest
 
 from wattbench_agent.loadgen import LoadSpec, run_load
 from wattbench_agent.loadgen.client import MAX_SSE_EVENT_BYTES, SSEParser
+
+from .conftest import ROOT
 
 
 @contextmanager
@@ -257,3 +262,104 @@ def test_two_content_lengths_that_disagree_are_a_protocol_error():
         res = run_load(spec(url))
     (rec,) = res.records
     assert rec["error_kind"] == "protocol_error" and "two Content-Lengths" in rec["error_text"], rec
+
+
+# --- Model discovery (`wattbench load` without --model: GET /v1/models; wattbench_agent/fetch.py). Probed on the old
+# client: a gzip body that unpacks to 1 GiB was decoded whole (6 MB -> 6 GB in the report: MemoryError), a body sent
+# a byte at a time never ended (the timeout was per read), JSON nested 200,000 deep was a RecursionError traceback.
+
+
+def _json_answer(body: bytes, encoding: str | None = None) -> Callable[[socket.socket, dict], None]:
+    def answer(conn: socket.socket, stats: dict) -> None:
+        enc = b"Content-Encoding: %s\r\n" % encoding.encode() if encoding else b""
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n" % (enc, len(body))
+        )
+        conn.sendall(body)
+
+    return answer
+
+
+def gzip_bomb(unpacked: int) -> bytes:
+    """A gzip body of `unpacked` zero bytes (1 GiB packs to 4.5 MB)."""
+    import zlib
+
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = b"\0" * (16 << 20)
+    return b"".join([c.compress(zeros) for _ in range(unpacked // len(zeros))] + [c.flush()])
+
+
+def load_without_model(url: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`wattbench load` asking the server for its model; (the finished process, wall seconds)."""
+    started = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "load", "--url", url, "--num-prompts", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    return p, time.monotonic() - started
+
+
+@pytest.mark.timeout(120)
+def test_a_compressed_model_list_is_refused_past_its_decoded_bound():
+    with raw_server(_json_answer(gzip_bomb(1 << 30), "gzip")) as (url, _):
+        p, took = load_without_model(url)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()  # one line, no traceback
+    assert "the answer is over 4,194,304 bytes once decompressed; expected a small document" in line
+    assert "/v1/models" in line and "give --model" in line
+    assert took < 30, took
+
+
+def test_model_discovery_holds_little_memory_against_a_gzip_bomb():
+    from wattbench_agent.loadgen.endpoint import EndpointError, server_models
+
+    with raw_server(_json_answer(gzip_bomb(1 << 30), "gzip")) as (url, _):
+        tracemalloc.start()
+        try:
+            with pytest.raises(EndpointError, match="over 4,194,304 bytes once decompressed"):
+                server_models(url)
+            _now, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak / 2**20:.0f} MiB held to refuse a 1 GiB body"
+
+
+def test_a_model_list_sent_a_byte_at_a_time_ends_at_its_total_timeout():
+    from wattbench_agent.loadgen.endpoint import EndpointError, server_models
+
+    body = b'{"data": [{"id": "m"}]}' + b" " * 100
+
+    def slow(conn: socket.socket, stats: dict) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for b in body:
+            conn.sendall(bytes([b]))
+            time.sleep(0.25)
+
+    with raw_server(slow) as (url, _):
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match=r"no complete answer within 2 s; check --url, or give --model"):
+            server_models(url, timeout_s=2)
+        took = time.monotonic() - started
+    assert took < 4, took  # each read came within the timeout: a per-read timeout never ended it (31 s here)
+
+
+def test_a_model_list_nested_past_the_recursion_limit_is_one_line():
+    depth = 200_000
+    with raw_server(_json_answer(b'{"data": ' + b"[" * depth + b"]" * depth + b"}")) as (url, _):
+        p, _took = load_without_model(url)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "answered JSON nested deeper than" in line and "give --model" in line, line
+
+
+def test_a_model_list_in_an_encoding_not_asked_for_is_one_line():
+    from wattbench_agent.loadgen.endpoint import EndpointError, server_models
+
+    with (
+        raw_server(_json_answer(b"\x00" * 64, "br")) as (url, _),
+        pytest.raises(EndpointError, match=r"Content-Encoding 'br'; expected identity, gzip or deflate"),
+    ):
+        server_models(url)
