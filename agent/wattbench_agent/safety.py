@@ -3,6 +3,7 @@
 - `file_name(name, suffix)`: a deployment id or config name as one file name inside a folder: a name with a path
   in it (`../../x`, `/abs`) must not write outside the bundle. Plain names (letters, digits, '.', '_', '-') stay
   as they are; anything else is replaced, and a short hash of the original keeps two names apart.
+- `plain_name_problem(name)`: why a name that must be a file name as it is (a plan's name, a run id) is not one.
 - `redact_url(url)`: a URL with its `user:password@` and secret-looking query values replaced, for what is stored
   or shown (the deployments row, error texts); the request itself still uses the URL as given.
 - `is_secret_name(name)`, `is_secret(name, value)`, `mask_value(name, value)`, `mask_env(env)`, `redact_text(text)`,
@@ -29,7 +30,7 @@ import hashlib
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MASK = "***"
 _SECRET_WORD = re.compile(
@@ -63,9 +64,22 @@ _PAIR_IN_TEXT = re.compile(
 _FLAG_IN_TEXT = re.compile(r"""(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)(?!-)("[^"\n]*"|'[^'\n]*'|[^\s'"]+)""")
 
 
-def is_plain_name(name: str) -> bool:
-    """Letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64 characters."""
-    return isinstance(name, str) and _PLAIN.fullmatch(name) is not None
+def is_plain_name(name: str, max_len: int = 64) -> bool:
+    """Letters, digits, '.', '_' and '-', starting with a letter or digit, at most `max_len` characters."""
+    return isinstance(name, str) and len(name) <= max_len and _PLAIN.fullmatch(name) is not None
+
+
+def plain_name_problem(name: object, max_len: int = 64) -> str | None:
+    """Why `name` cannot stand as a file name of its own (one line, the name cut to 80 characters), or None. A plan's
+    name or a run id becomes a folder (`bundle-RUN`): `../../x` would be written outside it, and 5,000 characters is
+    past what a file system takes."""
+    if is_plain_name(name, max_len):  # type: ignore[arg-type]
+        return None
+    shown = repr(name)[:80] + (f"... ({len(name):,} characters)" if isinstance(name, str) and len(name) > 78 else "")
+    return (
+        f"{shown} is not a plain name; expected letters, digits, '.', '_' or '-', starting with a letter or digit, at "
+        f"most {max_len} characters (it names files and folders)"
+    )
 
 
 def file_name(name: str, suffix: str = "") -> str:
