@@ -741,6 +741,7 @@ def run_spec(
     spec = AgentSpec.from_dict(spec)
     log = _redacting(log)
     out = Path(spec.out)
+    procs.run_token()  # the run's mark: every engine started from here carries it, for the stale-run reaper
     with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
         if writer.set_aside is not None:
             log(
