@@ -58,8 +58,11 @@ _HEADER_IN_TEXT = re.compile(r"(?im)\b((?:proxy-)?(?:authorization|cookie|set-co
 _URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>]+")
 _ASSIGNMENT = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_.-]*)=([^\s&'\"]+)")
 # `NAME: value`, `"NAME": "value"`, `'NAME': 'value'` (YAML, JSON, a printed dict) and `--name value` / `--name=value`
+# (a quoted name may meet its colon and value without a space, as JSON writes it; a bare one is followed by a space,
+# as YAML writes it, so that `expected KEY:MILLISECONDS` in a message is left alone)
 _PAIR_IN_TEXT = re.compile(
-    r"""(?<![\w-])(["']?)([A-Za-z_][A-Za-z0-9_.-]*)\1(\s*:[ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,;}\]]+)"""
+    r"""(?<![\w-])(?:(["'])([A-Za-z_][A-Za-z0-9_.-]*)\1(\s*:\s*)|()([A-Za-z_][A-Za-z0-9_.-]*)(\s*:[ \t]+))"""
+    r"""("[^"\n]*"|'[^'\n]*'|[^\s,;{}\[\]]+)"""
 )
 _FLAG_IN_TEXT = re.compile(r"""(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)(=|[ \t]+)(?!-)("[^"\n]*"|'[^'\n]*'|[^\s'"]+)""")
 
@@ -147,9 +150,15 @@ def _unquoted(value: str) -> str:
     return value[1:-1] if value[:1] in ("'", '"') and len(value) > 1 else value
 
 
-def _pair_is_secret(name: str, value: str) -> bool:
+def _masked_pair(m: re.Match) -> str:
+    quote, name, colon = (m.group(1), m.group(2), m.group(3)) if m.group(2) else ("", m.group(5), m.group(6))
+    value = m.group(7)
     # `KeyError: 'choices'` names an exception, not a key
-    return value != MASK and not name.endswith(("Error", "Exception", "Warning")) and is_secret(name, value)
+    if _unquoted(value) == MASK or name.endswith(("Error", "Exception", "Warning")):
+        return m.group(0)
+    if not is_secret(name, _unquoted(value)):
+        return m.group(0)
+    return quote + name + quote + colon + _masked_quoted(value)
 
 
 def redact_text(text: str | None) -> str | None:
@@ -163,14 +172,7 @@ def redact_text(text: str | None) -> str | None:
     out = _HEADER_IN_TEXT.sub(lambda m: m.group(1) + MASK, out)
     out = _BEARER_IN_TEXT.sub(lambda m: m.group(1) + MASK, out)
     out = _TOKEN_VALUE.sub(MASK, out)
-    out = _PAIR_IN_TEXT.sub(
-        lambda m: (
-            m.group(1) + m.group(2) + m.group(1) + m.group(3) + _masked_quoted(m.group(4))
-            if _pair_is_secret(m.group(2), _unquoted(m.group(4)))
-            else m.group(0)
-        ),
-        out,
-    )
+    out = _PAIR_IN_TEXT.sub(_masked_pair, out)
     out = _FLAG_IN_TEXT.sub(
         lambda m: (
             m.group(1) + m.group(2) + _masked_quoted(m.group(3))

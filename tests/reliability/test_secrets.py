@@ -308,6 +308,8 @@ def test_a_spec_holding_secrets_is_not_printed_and_is_written_for_its_owner_only
         ),
         ("API_TOKENS=s3cr3t DB_PWD=s3cr3t GITHUB_PAT=s3cr3t MAX_TOKENS=64", "MAX_TOKENS=64"),
         ("KeyError: 'choices'", "KeyError: 'choices'"),  # an exception's name, not a key
+        ("--goodput: expected KEY:MILLISECONDS", "expected KEY:MILLISECONDS"),  # a message's placeholder
+        ('{"tokens": [1, 2], "api_key": "s3cr3t"}', '"tokens": [1, 2]'),
     ],
 )
 def test_redact_text_masks_secrets_in_the_forms_they_are_written(text, kept):
