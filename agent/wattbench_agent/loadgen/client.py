@@ -10,8 +10,13 @@ timeout (the request's overall timeout_s), connect_error, disconnected (connecti
 ended), malformed_sse (a data line that is not JSON; the rest of the stream is still read and timed),
 stream_error (the server sent an error object in the stream), sse_event_too_long (an SSE event grew past
 MAX_SSE_EVENT_BYTES without ending: the request is stopped there), http_3xx (a redirect, with where to: POSTs are
-not re-sent elsewhere, give the URL it names), empty_choices (the stream ended with no content, having sent chunks
-whose `choices` was empty), no_content (the stream ended with no content event), cancelled (the run was
+not re-sent elsewhere, give the URL it names), protocol_error (the answer breaks HTTP/1.1 framing: a negative or
+non-numeric Content-Length, a chunk size that is not hex, over 1 GiB or on a line past 4 KiB; FastTransport, whose
+checks are in transport.py; with transport="httpx" h11's own refusal is `disconnected`), empty_choices (the stream
+ended with no content, having sent chunks
+whose `choices` was empty), no_content (the stream ended with no content event), bad_usage (the usage the server
+reported is not a count: negative, not an integer, past 2^31 - 1, not an object; the figure is named in error_text,
+the request's token counts are NULL), cancelled (the run was
 interrupted or the drain bound hit), client_error (anything else, with its type).
 
 Connecting (TCP, and TLS for https) may take CONNECT_TIMEOUT_S, not the request's whole timeout_s: an https URL
@@ -31,7 +36,7 @@ import httpx
 from wattbench_agent.safety import redact_url
 
 from .metrics import distribute_tokens, tpot_ms
-from .transport import timed_stream
+from .transport import ProtocolViolation, timed_stream
 
 _perf_ns = time.perf_counter_ns
 _loads = json.loads
@@ -93,6 +98,30 @@ MAX_SSE_EVENT_BYTES = 1 << 20
 # An error response's body is read this far (its first 500 characters are kept); the rest is not waited for.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 30.0
+# A token count the engine reports must be an integer the warehouse's INTEGER columns hold. Anything else (-7, 1e308,
+# "4", 3.5, a usage that is not an object) is not a count: the request is `bad_usage`, its counts NULL, and nothing is
+# built on them (a usage of 1e308 printed output_tok_s = -2.6e22 and made the bundle unloadable).
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def usage_problem(usage: object) -> str | None:
+    """Why the server's `usage` cannot be believed (one line naming the figure), or None."""
+    if not isinstance(usage, dict):
+        return (
+            f"the server's usage = {repr(usage)[:80]}; expected an object with integer prompt_tokens and "
+            "completion_tokens (this request's token counts are not kept)"
+        )
+    for name in ("completion_tokens", "prompt_tokens"):
+        v = usage.get(name)
+        if v is None:
+            continue
+        counts = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_TOKEN_COUNT
+        if not counts or (isinstance(v, float) and not v.is_integer()):
+            return (
+                f"the server's usage {name} = {repr(v)[:80]}; expected an integer from 0 to {MAX_TOKEN_COUNT:,} "
+                "(this request's token counts are not kept)"
+            )
+    return None
 
 
 class SSEParser:
@@ -439,6 +468,9 @@ class RequestRunner:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "connect_error", f"{type(exc).__name__}: {exc}"
+        except ProtocolViolation as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "protocol_error", f"the response breaks HTTP/1.1 framing: {exc}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "disconnected", f"{type(exc).__name__}: {exc}"
@@ -455,6 +487,10 @@ class RequestRunner:
             p.err, p.errtxt = "client_error", f"{type(exc).__name__}: {exc}"
         if on_status is not None and status is not None:
             on_status(status, retry_after)
+        if p.usage is not None and p.err is None:
+            problem = usage_problem(p.usage)
+            if problem:
+                p.err, p.errtxt = "bad_usage", problem
         if p.err is None and not p.chunk_ns:
             fail_ns = _perf_ns()
             if p.empty:
@@ -470,25 +506,32 @@ class RequestRunner:
     def _record(
         self, request_id, scheduled_ns, sent_ns, fail_ns, status, p: SSEParser, input_tokens, max_tokens, prompt
     ) -> dict:
-        usage = p.usage or {}
+        lied = p.usage is not None and usage_problem(p.usage) is not None
+        usage = {} if lied else (p.usage or {})
         chunk_ns = p.chunk_ns
         n_events = p.events()
         ct = usage.get("completion_tokens")
         pt = usage.get("prompt_tokens")
-        if ct is not None:
-            source = "usage"
+        if lied:  # not counted: no estimate stands in for a figure the server gave wrongly
+            ct = pt = source = None
+        elif ct is not None:
+            ct, source = int(ct), "usage"
         elif self.tok is not None and p.raw:
             ct = len(self.tok.encode("".join(p.raw)))
             source = "tokenizer"
         else:
             ct = n_events if n_events else None
             source = "estimate"
-        if pt is None:
+        if pt is not None:
+            pt = int(pt)
+        elif not lied:
             if self.tok is not None and prompt is not None:
                 pt = len(self.tok.encode(prompt))
             else:
                 pt = input_tokens
-        if source == "estimate":
+        if lied:
+            chunk_tokens = None
+        elif source == "estimate":
             chunk_tokens = [1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts
         else:
             events = ([1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts) if p.tail_counts else None
