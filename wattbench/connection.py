@@ -88,10 +88,9 @@ def connect(
 
             apply_schema(con)  # registers the token store's functions too
         elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
-            from wattbench import sql_functions, token_store
+            from wattbench import token_store
 
             token_store.register(con)
-            sql_functions.register(con)
         # a sandboxed connection (`wattbench sql`, `report`) registers them when a query first needs them
         # (execute_sql): registering a Python function imports numpy, a third of a command that reads no token times
         yield con
