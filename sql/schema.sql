@@ -285,7 +285,12 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     metric          VARCHAR NOT NULL,       -- the sample's name (histograms: <name>_bucket, _sum, _count)
     labels          MAP(VARCHAR, VARCHAR),  -- the sample's labels (le for histogram buckets)
     value           DOUBLE,
-    scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
+    scrape          VARCHAR,                -- window_start | window_end (scraped at a load point's window edge) | NULL
+    -- labels as text in one order ('' for none), written by ingest: the unique key server_metrics_key is
+    -- (run_id, deployment_id, t_ns, metric, labels_key), plain columns (wattbench/ingest_checks.py LABELS_KEY: the
+    -- same expression; version 12 made it a column, an index on the expression crashed DuckDB at checkpoint)
+    labels_key      VARCHAR NOT NULL,
+    CHECK (labels_key = coalesce(list_sort(map_entries(labels))::VARCHAR, ''))
 );
 
 -- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
@@ -574,3 +579,5 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
 -- every run by warehouse.apply_schema (wattbench/warehouse.fill_shape_traits)
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;
+-- version 12: server_metrics.labels_key (its NOT NULL and CHECK need the table made again: wattbench/schema.py
+-- rebuilds server_metrics of an older warehouse, filling the column, and the unique key is made on it)

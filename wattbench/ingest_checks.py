@@ -167,13 +167,16 @@ NATURAL_KEYS = {
     "server_metrics": ("deployment_id", "t_ns", "metric", "labels"),
     "searches": ("search_id",),
 }
-# Unique indexes of the tables the schema gives no primary key (a MAP cannot be an index key: its sorted entries can).
+# A /metrics sample's labels as text, the same whatever order they came in ('' for none): server_metrics.labels_key,
+# which ingest writes beside the MAP (a MAP cannot be an index key) and the table's CHECK holds equal to it
+# (sql/schema.sql spells the same expression). The key is a stored column, not an index on this expression: DuckDB
+# 2.0.1 evaluates an index's expression when its checkpoint on close moves rows, after the connection that bound it
+# is gone, and list_sort then reads freed memory (SIGSEGV on re-ingest; docs/RELIABILITY.md section 11).
+LABELS_KEY = "coalesce(list_sort(map_entries({col}))::VARCHAR, '')"
+# Unique indexes of the tables the schema gives no primary key: on plain columns only (see LABELS_KEY).
 UNIQUE_INDEXES = {
     "gpu_samples_key": ("gpu_samples", "run_id, deployment_id, gpu_uuid, t_ns"),
-    "server_metrics_key": (
-        "server_metrics",
-        "run_id, deployment_id, t_ns, metric, (list_sort(map_entries(labels))::VARCHAR)",
-    ),
+    "server_metrics_key": ("server_metrics", "run_id, deployment_id, t_ns, metric, labels_key"),
     "validation_results_key": ("validation_results", "run_id, check_name, table_name, expectation"),
 }
 

@@ -4,7 +4,7 @@ this version (their kept figures filled for the columns a version added), and th
 
 from __future__ import annotations
 
-from wattbench.ingest_checks import ensure_natural_keys
+from wattbench.ingest_checks import LABELS_KEY, ensure_natural_keys
 from wattbench.point_stats import (
     AFTER_RUN_FIELDS,
     fill_shape_traits,
@@ -17,8 +17,9 @@ from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
 # 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
-# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits)
-SCHEMA_VERSION = 11
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits);
+# 12: server_metrics.labels_key, the unique key's plain column (an index on an expression crashed DuckDB at checkpoint)
+SCHEMA_VERSION = 12
 
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 LABELS_TEXT_TO_MAP = (
@@ -42,6 +43,8 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         )
     if table_columns(con, "point_stats").get("longest_context_tokens") == "INTEGER":  # a sum past 2^31 overflowed
         con.execute("ALTER TABLE point_stats ALTER longest_context_tokens SET DATA TYPE BIGINT")
+    if "labels_key" not in table_columns(con, "server_metrics"):  # before version 12
+        _rebuild_server_metrics(con)
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
@@ -64,3 +67,26 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
             f"warehouse schema version {current} is newer than this wattbench's {SCHEMA_VERSION}; upgrade wattbench"
         )
     return SCHEMA_VERSION
+
+
+def _rebuild_server_metrics(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 12: server_metrics made again as sql/schema.sql declares it (labels_key NOT NULL, held to its labels by a
+    CHECK, which DuckDB adds to a new table only), its rows copied with their key, in one transaction. The old unique
+    index on an expression goes with the old table; ensure_natural_keys makes the new one on plain columns (keeping
+    one copy of a sample with no labels stored twice, which the old index let through)."""
+    statements = con.extract_statements((SQL_DIR / "schema.sql").read_text())
+    create = next(s.query for s in statements if "CREATE TABLE IF NOT EXISTS server_metrics (" in s.query)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("DROP INDEX IF EXISTS server_metrics_key")
+        con.execute("ALTER TABLE server_metrics RENAME TO server_metrics_before_12")
+        con.execute(create)
+        con.execute(
+            "INSERT INTO server_metrics BY NAME SELECT *, "
+            f"{LABELS_KEY.format(col='labels')} AS labels_key FROM server_metrics_before_12"
+        )
+        con.execute("DROP TABLE server_metrics_before_12")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise

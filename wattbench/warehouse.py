@@ -27,6 +27,7 @@ from wattbench.connection import (  # noqa: F401 - the connection and query inte
     table_columns,
 )
 from wattbench.ingest_checks import (
+    LABELS_KEY,
     check_table_file,
     csv_header,
     mark_run,
@@ -131,7 +132,12 @@ def ingest_bundle(
 
 # Columns ingest computes, never read from a bundle (a row that names one is refused as naming an unknown column);
 # events_at / events_n come from a version-3 bundle's requests.csv (or version 2's `chunks`) only.
-_COMPUTED = {"requests": {"chunk_tokens_each", "events_file", "counts_file", "events_at", "events_n"}}
+_COMPUTED = {
+    "requests": {"chunk_tokens_each", "events_file", "counts_file", "events_at", "events_n"},
+    "server_metrics": {"labels_key"},
+}
+# Computed columns made from the row's own values as it is read: {table: {column: SQL}}.
+_DERIVED = {"server_metrics": {"labels_key": LABELS_KEY.format(col="labels")}}
 # A request whose events all carried one token count keeps that count, not the list (sql/views.sql event_tokens).
 _UNIFORM_TOKENS = (
     "chunk_tokens IS NOT NULL AND len(chunk_tokens) > 0 AND len(chunk_tokens) = len(chunk_ns) "
@@ -406,6 +412,8 @@ def _load_table(
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
         select = _read_csv_select(table, cols, path, allowed) if _is_csv(path) else _read_json_select(table, cols, None)
+        if table in _DERIVED:
+            select = f"SELECT *, {', '.join(f'{e} AS {c}' for c, e in _DERIVED[table].items())} FROM ({select})"
         _checked(
             con,
             table,

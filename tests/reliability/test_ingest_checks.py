@@ -18,6 +18,7 @@ import pytest
 from pipelines.cli import main as wattbench
 from tests.bundle_files import as_json_lines, line_of, table_file
 from tests.test_warehouse import make_bundle
+from wattbench.ingest_checks import LABELS_KEY
 from wattbench.validation import table_frame, validate_table
 from wattbench.warehouse import connect
 
@@ -114,12 +115,25 @@ def test_the_warehouse_itself_refuses_a_sample_twice(tmp_path):
             con.execute(
                 f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}"
             )
-        metric = "('r', 'emulated', 'd', 100, 'vllm:x_bucket', MAP {'le': '0.1'}, 1.0)"
-        sql = "INSERT INTO server_metrics (run_id, source, deployment_id, t_ns, metric, labels, value) VALUES "
-        con.execute(sql + metric)
-        con.execute(sql + metric.replace("'0.1'", "'0.5'"))  # another bucket of the same scrape: a row of its own
-        with pytest.raises(duckdb.ConstraintException):
-            con.execute(sql + metric)
+        # a /metrics sample's key holds its labels as text (server_metrics.labels_key, which the table holds equal to
+        # its labels: a row whose key is missing or is not its labels' is refused too)
+        cols = "run_id, source, deployment_id, t_ns, metric, value, labels"
+
+        def sample(labels: str, key: str | None = LABELS_KEY.format(col="m")) -> None:
+            values = f"'r', 'emulated', 'd', 100, 'vllm:x_bucket', 1.0, m{', ' + key if key else ''}"
+            con.execute(
+                f"INSERT INTO server_metrics ({cols}{', labels_key' if key else ''}) "
+                f"SELECT {values} FROM (SELECT MAP {{{labels}}} AS m)"
+            )
+
+        sample("'le': '0.1', 'a': 'b'")
+        sample("'le': '0.5', 'a': 'b'")  # another bucket of the same scrape: a row of its own
+        with pytest.raises(duckdb.ConstraintException, match="Duplicate key"):  # the same labels, another order
+            sample("'a': 'b', 'le': '0.1'")
+        with pytest.raises(duckdb.ConstraintException, match="CHECK"):
+            sample("'le': '0.9'", key="'le=0.9'")
+        with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):
+            sample("'le': '0.9'", key=None)
 
 
 def test_a_warehouse_that_already_holds_a_row_twice_keeps_one(tmp_path):
@@ -276,8 +290,8 @@ def test_gx_suites_name_non_finite_values_of_every_table(tmp_path):
             "power_w",
         ),
         "server_metrics": (
-            "(run_id, source, deployment_id, t_ns, metric, labels, value)",
-            "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE)",
+            "(run_id, source, deployment_id, t_ns, metric, labels, value, labels_key)",
+            "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE, '[]')",
             "value",
         ),
     }
