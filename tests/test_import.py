@@ -324,3 +324,30 @@ def test_imported_token_times_that_go_backwards_are_refused(db, capsys, tmp_path
     assert main(["import", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "request 0000001: chunk_ns[3] = " in err and "expected token times that never go backwards" in err
+
+
+def test_an_import_never_replaces_a_measured_run(db, capsys, tmp_path):
+    """Before: `wattbench import FILE --run-id R`, R a measured and ingested run, replaced it (its requests became the
+    file's) and left its GPU samples and its token file behind, named by no row. Now it is refused with one line
+    naming the run and how to pick another id, and nothing changes; an import still replaces an import."""
+    from tests.reports.synth import Deployment, simple_point, write_run
+
+    write_run(db, tmp_path, "r", [Deployment("d", points=[simple_point("c1", 2.0)])], source="measured")
+    tables = ("runs", "deployments", "load_runs", "requests", "gpu_samples", "point_stats")
+
+    def state():
+        with connect(db, read_only=True) as con:
+            rows = {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = 'r'").fetchone()[0] for t in tables}
+            source = con.execute("SELECT source FROM requests WHERE run_id = 'r' LIMIT 1").fetchone()
+        return rows, source, sorted(p.name for p in Path(f"{db}.tokens").iterdir())
+
+    before = state()
+    assert before[0]["requests"] == 20 and before[1] == ("measured",) and len(before[2]) == 1
+    assert main(["import", str(VLLM_REAL), "--run-id", "r"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "run r is already in the warehouse as a measured run (status complete); an import never replaces it" in err
+    assert "give another --run-id, or none" in err and "imported-vllm-" in err
+    assert state() == before
+    assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0
+    assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0  # the same import again replaces itself
