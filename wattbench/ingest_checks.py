@@ -297,6 +297,39 @@ def row_problem(
                         f"{column}[{i}] = {b} is before {column}[{i - 1}] = {a}; expected token times that never go "
                         "backwards (a negative inter-token gap)"
                     )
+    return _token_problem(row) if table == "requests" else None
+
+
+def _token_problem(row: dict[str, Any]) -> str | None:
+    """A request's token times and counts against the row's own figures (wattbench/token_pass.py checks the same of
+    times in a bundle's chunk files): every time within the request's span, from its send (and >= 0: times that
+    never go backwards from there have gaps that cannot wrap) to its last token, and, for a request that succeeded,
+    its events' tokens summing to its completion_tokens (a failed one keeps what arrived; error_kind says why)."""
+    times, counts = row.get("chunk_ns"), row.get("chunk_tokens")
+    if isinstance(times, list) and times and all(_number(t) for t in times):
+        sent, last = row.get("sent_ns"), row.get("last_token_ns")
+        lo = max(sent, 0) if _number(sent) else 0
+        for i, t in enumerate(times):
+            if t < lo or (_number(last) and t > last):
+                return (
+                    f"chunk_ns[{i}] = {t} is outside the request's own span (sent_ns = {sent}, last_token_ns = {last})"
+                    "; expected token times from its send (and >= 0) to its last token"
+                )
+    tokens = row.get("completion_tokens")
+    if (
+        row.get("error_kind") is None
+        and _number(tokens)
+        and isinstance(times, list)
+        and times
+        and isinstance(counts, list)
+        and counts
+        and all(_number(c) for c in counts)
+        and sum(counts) != tokens
+    ):
+        return (
+            f"chunk_tokens sum to {sum(counts)}, while completion_tokens = {tokens}; expected the tokens of its events "
+            "to sum to its completion_tokens (a request that failed, error_kind set, keeps what arrived)"
+        )
     return None
 
 
@@ -564,7 +597,17 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
     for c in LIST_ORDERED.get(table, ()):
         if c in columns:
             terms.append(f"list_bool_or(list_transform(range(1, len({c})), lambda i: {c}[i + 1] < {c}[i]))")
+    if table == "requests" and {"chunk_ns", "sent_ns", "last_token_ns", "completion_tokens"} <= set(columns):
+        terms += _TOKEN_TERMS  # _token_problem, in SQL (a uniform count is kept as chunk_tokens_each)
     return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
+
+
+_TOKEN_TERMS = [
+    "list_min(chunk_ns) < greatest(coalesce(sent_ns, 0), 0)",
+    "list_max(chunk_ns) > last_token_ns",
+    "error_kind IS NULL AND len(chunk_ns) > 0 AND coalesce(list_sum(chunk_tokens), "
+    "chunk_tokens_each::BIGINT * len(chunk_ns)) <> completion_tokens",
+]
 
 
 _JSON_NUMBER = "'BIGINT', 'UBIGINT', 'DOUBLE'"

@@ -3,8 +3,10 @@
 The token times stay in the files the agent wrote (wattbench/token_store.py keeps them beside the warehouse); a load
 point's requests point into them (first event, events). `point_pass` walks those events once, request by request, in
 the requests' order, and gives:
-- per request: whether its times go backwards or a count is negative (the ingest checks), and the one token count all
-  its events carried (requests.chunk_tokens_each), if they did;
+- per request: whether its times go backwards, a count is negative, a time lies outside the request's own span (before
+  its send or 0, after its last token: another request's events, or times past the clock's range, whose gaps would
+  wrap), or its counts do not sum to its completion tokens (a request that succeeded; the ingest checks), and the one
+  token count all its events carried (requests.chunk_tokens_each), if they did;
 - per load point: the figures of point_stats that read token times (sql/views.sql v_itl_stats_live,
   v_window_steadiness_live, the client's ITL of v_client_stats_live; warehouse._TOKEN_FIGURES is the same in SQL),
   and the step decomposition (wattbench_agent.loadgen.steps: decode step, stalled share, mean stall).
@@ -29,8 +31,9 @@ STALL_FACTOR = 1.5  # wattbench_agent.loadgen.steps.STALL_FACTOR (a test keeps t
 SHIFT = 44  # a bin: a non-negative double's bits >> 44 (sign, exponent, 8 bits of mantissa)
 BINS = 1 << 19
 
-# per-request status codes
-OK, BACKWARDS, NEGATIVE = 0, 1, 2
+# per-request status codes (OUTSIDE: `where` is the event; TOKENS: `where` is the events' token sum)
+OK, BACKWARDS, NEGATIVE, OUTSIDE, TOKENS = 0, 1, 2, 3, 4
+NO_BOUND = np.iinfo(np.int64).max  # a request's last_token_ns not given
 
 # indexes of point_pass's float results
 F_ITL_Q = 0  # 5 values
@@ -113,12 +116,34 @@ def _neumaier(vals, m):
 
 @njit(cache=True, nogil=True)
 def point_pass(
-    ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run, status, where, each, gap, ptok, pw, hist, mark
+    ns,
+    cnt,
+    at,
+    n,
+    exact,
+    ok,
+    inw,
+    first_ok,
+    last_ok,
+    tokens,
+    ws,
+    we,
+    has_window,
+    has_load_run,
+    status,
+    where,
+    each,
+    gap,
+    ptok,
+    pw,
+    hist,
+    mark,
 ):
     """One load point (or any set of requests): status/where/each per request (filled), and (floats, ints) of the
     point's figures. ns/cnt: the times and counts files as arrays; at, n, exact: each request's first event, events
-    and exact events; ok: succeeded; inw: sent in the window. gap, ptok, pw: work arrays of at least the point's
-    events; hist: BINS counts."""
+    and exact events; ok: succeeded; inw: sent in the window; first_ok, last_ok: the span its times must lie in (its
+    send, never below 0, and its last token); tokens: its completion tokens (-1: not given). gap, ptok, pw: work
+    arrays of at least the point's events; hist: BINS counts."""
     f = np.full(10, np.nan)
     iv = np.zeros(10, np.int64)
     mid = (ws + we) / 2.0
@@ -137,6 +162,7 @@ def point_pass(
             c0 = cnt[a]
             same = True
             prev_t = ns[a]
+            total = 0
             for k in range(k_n):
                 c = cnt[a + k]
                 t = ns[a + k]
@@ -148,8 +174,16 @@ def point_pass(
                     status[r] = BACKWARDS
                     where[r] = k
                     break
+                if t < first_ok[r] or t > last_ok[r]:  # times that never go backwards, from >= 0: gaps cannot wrap
+                    status[r] = OUTSIDE
+                    where[r] = k
+                    break
                 same = same and c == c0
+                total += c
                 prev_t = t
+            if status[r] == OK and ok[r] and tokens[r] >= 0 and total != tokens[r]:
+                status[r] = TOKENS
+                where[r] = total
             if status[r] == OK and same:
                 each[r] = c0
         if status[r] != OK or not ok[r]:
@@ -255,7 +289,8 @@ class Workspace:
 
 
 def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) -> tuple[dict, dict]:
-    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window), as Python values:
+    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window, first_ok, last_ok,
+    tokens), as Python values:
     (per-request arrays status, where, each), (the point's figures, as warehouse.point_token_figures names them, and
     the step decomposition's raw parts)."""
     at = np.ascontiguousarray(refs["at"], dtype=np.int64)
@@ -275,6 +310,9 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
         np.ascontiguousarray(refs["exact"], dtype=np.int64),
         np.ascontiguousarray(refs["ok"], dtype=np.bool_),
         np.ascontiguousarray(refs["in_window"], dtype=np.bool_),
+        np.ascontiguousarray(refs["first_ok"], dtype=np.int64),
+        np.ascontiguousarray(refs["last_ok"], dtype=np.int64),
+        np.ascontiguousarray(refs["tokens"], dtype=np.int64),
         int(ws) if has_window else 0,
         int(we) if has_window else 0,
         has_window,
