@@ -274,11 +274,13 @@ def synthesize(
         con.execute(f"COPY ({run.requests_sql(ordered=True)}) TO '{folder / 'requests.jsonl'}' (FORMAT json)")
     else:
         _write_chunked_requests(con, folder, run, csv=bundle_version >= 3)
+    written = {"requests": con.execute(f"SELECT count(*) FROM ({run.requests_sql()})").fetchone()[0]}
     for table, sql in (
         ("gpu_samples", run.gpu_samples_sql()),
         ("energy_windows", run.energy_windows_sql()),
         ("server_metrics", run.server_metrics_sql()),
     ):
+        written[table] = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
         if bundle_version >= 3 and table in CSV_TABLES:  # as the agent writes it: its columns, strings quoted
             have = {d[0] for d in con.execute(f"DESCRIBE {sql}").fetchall()}
             cols = ", ".join(c if c in have else f"NULL AS {c}" for c, _ in CSV_TABLES[table])
@@ -292,6 +294,7 @@ def synthesize(
     con.close()
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["complete"] = True
+    manifest["tables"].update(written)  # the rows of each table, as the agent counts them (ingest holds files to it)
     manifest["bundle_version"] = bundle_version  # a version-1 bundle says so: older code reads only that
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {

@@ -674,6 +674,26 @@ def ensure_natural_keys(con) -> int:
     return dropped
 
 
+def counts_problem(folder: Path, manifest: dict[str, Any], files: dict[str, Path], found: dict[str, int]) -> str | None:
+    """The rows loaded of each table against the rows the manifest counts (`tables`, rewritten by the agent after
+    every write): a file with fewer rows lost some (cut at a row boundary, which no other check sees), and a complete
+    bundle's file with more has rows the agent did not write. An incomplete bundle's file may be ahead of its manifest
+    (rows written just before the agent was killed). Only the tables the manifest counts are held to it (a writer
+    before the counts counts none). None when they agree."""
+    stated = manifest.get("tables")
+    if not isinstance(stated, dict):
+        return None
+    for table, expected in stated.items():
+        rows = found.get(table, 0)
+        if rows < expected or (rows > expected and manifest.get("complete")):
+            where = files.get(table, folder / f"{table}.*")
+            return (
+                f"{where}: {rows} row(s) of table {table}, while manifest.json counts {expected} (tables.{table}); "
+                "expected the rows the agent wrote (a file cut short, or rows added to it?); nothing was loaded"
+            )
+    return None
+
+
 def run_status(manifest: dict[str, Any]) -> str:
     """A run's status from its bundle alone: 'ingested' (complete) or 'incomplete' (the agent stopped early)."""
     return "ingested" if manifest.get("complete") else "incomplete"

@@ -29,6 +29,7 @@ from wattbench.connection import (  # noqa: F401 - the connection and query inte
 from wattbench.ingest_checks import (
     LABELS_KEY,
     check_table_file,
+    counts_problem,
     csv_header,
     mark_run,
     numeric_columns,
@@ -284,6 +285,8 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             )
             if staged and table == "load_runs":  # the windows are in
                 chunks.start_pass(run_id)
+        if problem := counts_problem(folder, manifest, files, counts):
+            raise BundleError(problem)
         fill_shape_traits(con, run_id)
         if staged:  # before the rows are compared with a complete run's: a bundle loads to the same rows each time
             _fill_steps(con, run_id, chunks)

@@ -514,6 +514,14 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
     if not isinstance(manifest.get("errors", []), list):
         raise BundleError(f"{manifest_path}: field 'errors' is {manifest['errors']!r:.80}; expected a list")
+    tables = manifest.get("tables", {})  # rows per table: ingest holds the files to them
+    if not isinstance(tables, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63 for n in tables.values()
+    ):
+        raise BundleError(
+            f"{manifest_path}: field 'tables' is {tables!r:.80}; expected an object of table names and their rows "
+            "(integers >= 0)"
+        )
     # the fields ingest stores (runs.host, runs.clock_anchor_*): of their types, or absent
     host = manifest.get("host")
     if host is not None and not isinstance(host, str):

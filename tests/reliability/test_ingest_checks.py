@@ -444,3 +444,32 @@ def test_a_committed_version1_bundle_loads_within_the_ingest_memory(tmp_path):
         counts = ingest_bundle(con, folder)
         assert counts["requests"] == 13_598
         assert con.execute("SELECT count(*) FROM requests WHERE chunk_ns IS NOT NULL").fetchone()[0] > 13_000
+
+
+def test_a_bundle_cut_at_a_row_boundary_is_refused_naming_the_table(tmp_path, capsys):
+    """Before: a bundle whose requests file was cut at a row boundary (60 of 166 rows) while its manifest still
+    counted 166 loaded as 'ingested', 106 requests short. The manifest's count of each table's rows (rewritten by the
+    agent after every write) holds the files to it: one line naming the table, the count expected and found."""
+    bundle, db = make_bundle(tmp_path / "b", n_requests=166), tmp_path / "w.duckdb"
+    path = table_file(bundle, "requests")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: line_of(bundle, "requests", 60) - 1]))  # the header and 60 whole rows
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"{path}: 60 row(s) of table requests, while manifest.json counts 166 (tables.requests); expected the rows "
+        "the agent wrote (a file cut short, or rows added to it?); nothing was loaded"
+    ) in err
+    assert nothing_loaded(db)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "tables": {**manifest["tables"], "requests": 50}}))
+    rc, _, err = ingest(bundle, db, capsys)  # a complete bundle with rows its manifest does not count
+    assert rc == 2 and "60 row(s) of table requests, while manifest.json counts 50" in err and nothing_loaded(db)
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "complete": False, "tables": {"requests": 50}}))
+    rc, _, err = ingest(bundle, db, capsys)  # an agent killed after writing rows, before counting them: loaded
+    assert rc == 0, err
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 60
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "tables": {"requests": "166"}}))
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and "field 'tables' is {'requests': '166'}; expected an object of table names and their rows" in err
