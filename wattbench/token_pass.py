@@ -115,6 +115,32 @@ def _neumaier(vals, m):
 
 
 @njit(cache=True, nogil=True)
+def _check_request(ns, cnt, a, k_n, ok, first_ok, last_ok, tokens):
+    """One request's events (k_n of them from a): (status, where, the one count they all carried or -1)."""
+    if k_n == 0:
+        return OK, 0, -1
+    c0 = cnt[a]
+    same = True
+    prev_t = ns[a]
+    total = 0
+    for k in range(k_n):
+        c = cnt[a + k]
+        t = ns[a + k]
+        if c < 0:
+            return NEGATIVE, k, -1
+        if t < prev_t:
+            return BACKWARDS, k, -1
+        if t < first_ok or t > last_ok:  # times that never go backwards, from >= 0: their gaps cannot wrap
+            return OUTSIDE, k, -1
+        same = same and c == c0
+        total += c
+        prev_t = t
+    if ok and tokens >= 0 and total != tokens:
+        return TOKENS, total, -1
+    return OK, 0, c0 if same else -1
+
+
+@njit(cache=True, nogil=True)
 def point_pass(
     ns,
     cnt,
@@ -155,37 +181,7 @@ def point_pass(
     for r in range(len(at)):
         a = at[r]
         k_n = n[r]
-        status[r] = OK
-        where[r] = 0
-        each[r] = -1
-        if k_n > 0:
-            c0 = cnt[a]
-            same = True
-            prev_t = ns[a]
-            total = 0
-            for k in range(k_n):
-                c = cnt[a + k]
-                t = ns[a + k]
-                if c < 0:
-                    status[r] = NEGATIVE
-                    where[r] = k
-                    break
-                if t < prev_t:
-                    status[r] = BACKWARDS
-                    where[r] = k
-                    break
-                if t < first_ok[r] or t > last_ok[r]:  # times that never go backwards, from >= 0: gaps cannot wrap
-                    status[r] = OUTSIDE
-                    where[r] = k
-                    break
-                same = same and c == c0
-                total += c
-                prev_t = t
-            if status[r] == OK and ok[r] and tokens[r] >= 0 and total != tokens[r]:
-                status[r] = TOKENS
-                where[r] = total
-            if status[r] == OK and same:
-                each[r] = c0
+        status[r], where[r], each[r] = _check_request(ns, cnt, a, k_n, ok[r], first_ok[r], last_ok[r], tokens[r])
         if status[r] != OK or not ok[r]:
             continue
         ex = exact[r]
