@@ -261,6 +261,9 @@ def _query_error(exc: Exception) -> str:
     import duckdb
 
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    udf = "Python exception occurred while executing the UDF: "
+    if udf in first:  # the token store's functions: their own message (a damaged or missing file, what to do)
+        first = first.split(udf, 1)[1].split(": ", 1)[-1]
     if "configuration has been locked" in first or "while database is running" in first:
         return f"query refused, the configuration is locked: {first}; {_READ_ONLY_HINT}"
     if (

@@ -439,3 +439,34 @@ def test_rows_all_naming_one_range_are_refused_before_any_work_is_sized(tmp_path
     assert "requests.csv:3: events_at, events_n = 0, 2000000; its events overlap those of line 2" in p.stderr
     assert time.monotonic() - start < 60
 
+
+@pytest.mark.parametrize("again", [["--replace"], []])
+def test_a_damaged_token_file_is_named_at_query_time_and_written_whole_by_ingesting_again(tmp_path, capsys, again):
+    """Before: a store file cut short made every query of token times fail with numpy's 'could not broadcast', and
+    ingesting the bundle again (--replace too) kept the damaged file, trusted by its name. Now a query names the file
+    and what to do, and ingesting the bundle again checks the file it would reuse (size, then hash) and writes it
+    whole."""
+    from pipelines.cli import main
+
+    folder, _ = _two_deployments(tmp_path / "b")
+    db = tmp_path / "w.duckdb"
+    assert main(["ingest", str(folder), "--db", str(db)]) == 0
+    capsys.readouterr()
+    query = ["sql", "SELECT count(*), round(median(itl_ms), 3) FROM v_itl", "--db", str(db), "--format", "csv"]
+    assert main(query) == 0
+    good = capsys.readouterr().out
+    (stored,) = (tmp_path / "w.duckdb.tokens").glob("*.bin")
+    whole = stored.read_bytes()
+    stored.write_bytes(whole[: len(whole) // 2])
+    assert main(query) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (
+        f"{stored}: 640 values, while a request names values 640 to 671 of it; the token store's file is damaged "
+        "(cut short?): ingesting the bundle of its run again (wattbench ingest BUNDLE, or with --replace) writes it "
+        "whole again"
+    ) in err
+    assert main(["ingest", str(folder), "--db", str(db), *again]) == 0
+    assert stored.read_bytes() == whole
+    capsys.readouterr()
+    assert main(query) == 0 and capsys.readouterr().out == good
