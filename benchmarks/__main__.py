@@ -24,6 +24,8 @@ def main() -> int:
                     rc = int(fn([]) or 0)
                 except TypeError:
                     rc = int(fn() or 0)
+            except SystemExit as exc:  # argparse's exit: reported like a non-zero return
+                rc = exc.code if isinstance(exc.code, int) else 1
             except Exception:  # noqa: BLE001 - reported, and the other benchmarks still run
                 traceback.print_exc()
                 rc = 1

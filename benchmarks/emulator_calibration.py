@@ -2,9 +2,9 @@
 
 Everything is computed with the pure-Python simulate() API (virtual time; a few minutes with the claims'
 convergence and the sensitivity runs). Writes results/emulator_calibration.json and results/emulator_calibration.md.
-The fitted factors come from the twin's calibration (wattbench/twin/: real H200 vLLM runs, with held-out
-points); its results are the "Real hardware" section here. The TensorRT-LLM-like factors are assumptions
-(TRT_ASSUMPTIONS, each with its source) and every seed claim is checked against each of them +-20%.
+The fitted factors come from the twin's calibration (wattbench/twin/: real H200 vLLM runs, cross-validated and
+tested on held-out runs); its results are the "Real hardware" section here. The TensorRT-LLM-like factors are
+assumptions (TRT_ASSUMPTIONS, each with its source) and every seed claim is checked against each of them +-20%.
 
 Public figures:
 - ML.ENERGY Leaderboard v3.0 (Dec 2025; vLLM 0.11.1, H100 SXM, GPU energy, steady state, Text Conversation task):
@@ -423,21 +423,23 @@ def default_plan_rows(duration_s: float = 60.0, warmup_s: float = 15.0) -> list[
 
 
 def real_hardware_md() -> list[str]:
-    """The real-hardware section, from the twin's calibration (wattbench/twin/: results/twin/held_out.json)."""
+    """The real-hardware section, from the twin's calibration (wattbench/twin/: results/twin/cross_validation.json)."""
     from wattbench.twin import report
 
     if not report.ROWS.exists():
-        return ["## Real hardware", "", "(results/twin/held_out.json missing: run python -m wattbench.twin)", ""]
+        missing = "(results/twin/cross_validation.json missing: run python -m wattbench.twin)"
+        return ["## Real hardware", "", missing, ""]
     rows = json.loads(report.ROWS.read_text())["rows"]
     return [
-        "## Real hardware (emulated vs measured, held out)",
+        "## Real hardware (emulated vs measured: cross-validated, held-out runs, held-out model)",
         "",
-        "Measured (source measured): real vLLM 0.25.0 on H200s, every committed bundle of results/h200-vllm*/ (the "
-        "8B-shaped random model on ten boards; a 14.5B model held out). Predicted (source emulated): the twin on the "
-        'step composition (docs/EMULATOR.md, "The step composition"), calibrated by `python -m wattbench.twin` on '
-        "points other than the one predicted: by workload, by board, and the held-out model; 'before' is the twin it "
-        "replaced (a speed and a power factor per board). Goal: tok/s, TPOT p50, W, tok/J within 10%, TTFT p50 "
-        "within 25%. Every point and the calibration itself: results/twin/README.md.",
+        "Measured (source measured): real vLLM 0.25.0 on H200s, the committed bundles of results/h200-vllm*/. "
+        'Predicted (source emulated): the twin on the step composition (docs/EMULATOR.md, "The step composition"), '
+        "calibrated by `python -m wattbench.twin` on the bundles not on results/twin/held_out.txt and tested on points "
+        "each calibration never saw: cross-validated by board and by workload, and on the held-out runs (the sweep) "
+        "and the held-out model (14.5B), which no calibration fits on. Goal: tok/s, TPOT p50, W, tok/J within 10%, "
+        "TTFT p50 within 25%; inside: the measured value inside the 90% prediction interval (sized without that "
+        "point's fold). Every point and the calibration itself: results/twin/README.md.",
         "",
         *report.errors_table(rows),
         "",

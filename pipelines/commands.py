@@ -33,13 +33,17 @@ def _json_value(value):
     return str(value)
 
 
+FORMATS = ("table", "csv", "json", "jsonl")
+
+
 def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
-    """A query result (column names, row tuples) as a table, CSV or JSON lines; NULL and NaN print as NULL in a
-    table, empty in CSV, null in JSON (which has no Infinity either: null, where a table and CSV say inf)."""
+    """A query result (column names, row tuples) as a table, CSV, a JSON array of objects (`json`: one document,
+    as json.load reads it) or JSON lines (`jsonl`: one object a line); NULL and NaN print as NULL in a table, empty in
+    CSV, null in JSON (which has no Infinity either: null, where a table and CSV say inf)."""
     import math
 
     def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and (math.isnan(v) or fmt == "json" and math.isinf(v)))
+        return v is None or (isinstance(v, float) and (math.isnan(v) or fmt.startswith("json") and math.isinf(v)))
 
     rows = [[None if missing(v) else v for v in row] for row in rows]
     if fmt == "csv":
@@ -48,11 +52,18 @@ def print_rows(columns: list[str], rows, fmt: str = "table") -> None:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows(rows)
-    elif fmt == "json":
+    elif fmt in ("json", "jsonl"):
         import json
 
-        for row in rows:
-            print(json.dumps(dict(zip(columns, row)), default=_json_value, allow_nan=False, separators=(",", ":")))
+        lines = [
+            json.dumps(dict(zip(columns, row)), default=_json_value, allow_nan=False, separators=(",", ":"))
+            for row in rows
+        ]
+        if fmt == "jsonl":
+            if lines:
+                print("\n".join(lines))
+        else:  # one array, one object a line inside it: json.load reads it, a pager still shows a row a line
+            print("[" + ",\n".join(lines) + "]")
     else:
         from tabulate import tabulate
 
@@ -206,27 +217,11 @@ def _run(args: argparse.Namespace) -> int:
             db, run_id, "failed", "; ".join(why)[:20000] or "run failed", BENCHMARK_JOB, str(partition), say
         )
     from assets.benchmark_run import benchmarks_of_dagster_run
-    from wattbench.report.rows import checks_lines, contrasts_text, head_to_head_text
 
     with connect(db, read_only=True) as con:
         run_id = (benchmarks_of_dagster_run(con, run_id) or [run_id])[0]
         status = (con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone() or ["none"])[0]
-        print()
-        print(
-            f"Head to head (run {run_id}, {plan.name}"
-            + (", EMULATED" if plan.is_emulated else "")
-            + "; 95% intervals in brackets):"
-        )
-        print(head_to_head_text(con, run_id))
-
-        contrasts = contrasts_text(con, run_id)
-        if contrasts:
-            print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
-            print(contrasts)
-        checks = checks_lines(con, run_id)
-        if checks:
-            print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
-            print("\n".join("  " + line for line in checks))
+        _print_run_tables(con, run_id, plan)
     # the report's path as the html_report asset recorded it (none when validation blocked the reports)
     reports = [
         e.materialization.metadata["path"].value
@@ -248,6 +243,33 @@ def _run(args: argparse.Namespace) -> int:
         print(f"HTML report: {report}")
     print(f"Warehouse: {db}   (try: wattbench sql load_points)   run {run_id} is {status}; took {elapsed:.0f} s")
     return 0 if result.success and not failed_checks else 1
+
+
+def _print_run_tables(con, run_id: str, plan) -> None:
+    """`wattbench run`'s terminal summary of a benchmark: the head-to-head, the engines compared point by point, each
+    SLO capacity search's answer with the figures at it, and the checks that failed or warned."""
+    from wattbench.report.rows import checks_lines, contrasts_text, head_to_head_text, slo_capacity_text
+
+    print()
+    print(
+        f"Head to head (run {run_id}, {plan.name}"
+        + (", EMULATED" if plan.is_emulated else "")
+        + "; 95% intervals in brackets):"
+    )
+    print(head_to_head_text(con, run_id))
+
+    contrasts = contrasts_text(con, run_id)
+    if contrasts:
+        print("\nEngines compared at each point (ratio of the first to the second, 95% interval):")
+        print(contrasts)
+    capacity = slo_capacity_text(con, run_id)
+    if capacity:
+        print("\nSLO capacity (the highest load meeting the search's SLO in every window; 95% intervals):")
+        print(capacity)
+    checks = checks_lines(con, run_id)
+    if checks:
+        print(f"\nValidation: {len(checks)} check(s) failed or warned (docs/RELIABILITY.md says what each means):")
+        print("\n".join("  " + line for line in checks))
 
 
 _READ_ONLY_HINT = (
@@ -309,6 +331,7 @@ def _sql(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 return _fail(str(exc))
             columns, rows = query_rows(con, text, params)
+            columns, rows = _shown_columns(text, columns, rows, args.all)
     except WarehouseError as exc:
         return _fail(str(exc))
     except Exception as exc:  # duckdb errors: show the message, not a traceback
@@ -317,11 +340,30 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown_columns(text: str, columns: list[str], rows: list, every: bool) -> tuple[list[str], list]:
+    """A named query that names its default columns (wattbench.queries.default_columns) shows those, and says on
+    stderr how many it left out; `--all` (every) shows every one."""
+    from wattbench.connection import default_columns
+
+    shown = None if every else default_columns(text)
+    if not shown:
+        return columns, rows
+    keep = [i for i, c in enumerate(columns) if c in shown]
+    if len(keep) == len(columns):
+        return columns, rows
+    print(f"-- {len(keep)} of {len(columns)} columns; --all shows every one", file=sys.stderr)
+    return [columns[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def _runs(args: argparse.Namespace) -> int:
     from pipelines.runs import main_runs
 
     return main_runs(
-        args.clean is not None, args.limit, args.clean or [], log=lambda m: print(m, file=sys.stderr, flush=True)
+        args.clean is not None,
+        args.limit,
+        args.clean or [],
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        db=args.db,
     )
 
 
@@ -421,13 +463,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "not record its process)",
     )
     p.add_argument("--limit", type=int, default=20, help="how many runs to list")
+    p.add_argument("--db", help=settings.DB_HELP)
     p.set_defaults(func=_runs)
 
     p = sub.add_parser("sql", help="run SQL (or a named query from sql/) on the warehouse, read-only")
     p.add_argument("query", help="SQL text, or the name of a query in sql/ (e.g. load_points, head_to_head)")
     p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument("--run", help="run id for queries that use $run_id (default: the latest run)")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table, csv, json (one array of objects) or jsonl (one object a line)",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every column of a named query (load_points shows its main figures by default)",
+    )
     p.add_argument(
         "--param",
         action="append",

@@ -8,19 +8,22 @@ import argparse
 import sys
 
 from wattbench import settings
+from wattbench.importers import IMPORTER_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
-        help="load other tools' results (vllm bench serve, AIPerf, guidellm) as runs",
+        help="load other tools' results (vllm bench serve, AIPerf, guidellm) and wattbench load's own as runs",
         description="Load result files of vllm bench serve (--save-result JSON, with per-request rows when saved "
         "with --save-detailed), NVIDIA AIPerf (profile_export_aiperf.json with profile_export.jsonl, or "
-        "the artifact folder) and guidellm (benchmarks JSON) into the warehouse, one run per file with "
-        "source 'imported:<tool>'. Importing the same file again replaces its run.",
+        "the artifact folder; its GPU telemetry is the run's energy), guidellm (benchmarks JSON) and wattbench load "
+        "(--json output, a search's --save-result file, or the --out per-request file; with --telemetry, its energy) "
+        "into the warehouse, one run per file with source 'imported:<tool>'. Importing the same file again replaces "
+        "its run.",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="result files (or AIPerf artifact folders)")
-    p.add_argument("--tool", choices=("vllm", "aiperf", "guidellm"), help="the format (default: recognised)")
+    p.add_argument("--tool", choices=IMPORTER_NAMES, help="the format (default: recognised)")
     p.add_argument("--db", help=settings.DB_HELP)
     p.add_argument(
         "--run-id",

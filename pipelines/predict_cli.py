@@ -1,6 +1,6 @@
-"""`wattbench predict --plan PLAN`: the digital twin's figures for a configuration never measured, each with the band
-the measured spread gives it, labelled predicted; filed as a run with source 'predicted' (the capacity plan and every
-report can use it, marked as such).
+"""`wattbench predict --plan PLAN`: the digital twin's figures for a configuration never measured, each with its
+prediction interval (sized from the twin's cross-validated errors), labelled predicted; filed as a run with source
+'predicted' (the capacity plan and every report can use it, marked as such), with the calibration that made it.
 
 The prediction itself (the twin, its bands, the bundle it files) is wattbench/twin/predict.py; this module parses
 the command and prints.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from wattbench import settings
 
-# the held-out errors' figures, as the summary after the table names them
+# the errors' figures, as the summary after the table names them
 FIGURE_LABELS = {
     "output_tok_s": "tok/s",
     "tpot_p50_ms": "TPOT p50",
@@ -27,27 +27,54 @@ FIGURE_LABELS = {
 
 
 def table(by: dict[tuple[str, str], dict], notes: list[dict]) -> str:
-    """The predicted figures, one row per engine and point, each with its band (±n/a: none measured)."""
+    """The predicted figures, one row per engine and point, each with its interval as percentages of it ([-9%,
+    +12%]; ±n/a: none, the profile's factors are assumed)."""
     from tabulate import tabulate
 
-    from wattbench.twin.predict import FIGURES, band_of
+    from wattbench.twin.predict import FIGURES, range_of
 
     out = []
     for (engine, point), figs in by.items():
         row = {"engine": engine, "point": point}
         for f, label, fmt in FIGURES:
             v = figs.get(f)
-            band = band_of(engine, point, f, notes)
-            band = " ±n/a" if band is None else f" ±{100 * band:.0f}%"
+            mult = range_of(engine, point, f, notes)
+            band = " ±n/a" if mult is None else f" [{100 * (mult[0] - 1):+.0f}%, {100 * (mult[1] - 1):+.0f}%]"
             row[f"{label} (predicted)"] = "NULL" if v is None else fmt.format(v) + band
         out.append(row)
     return tabulate(out, headers="keys", tablefmt="github")
+
+
+def states_lines(by: dict[tuple[str, str], dict], notes: list[dict]) -> list[str]:
+    """One line per point that can lock into either phase state: both states' tok/s and their measured shares."""
+    from wattbench.twin.predict import states_json
+
+    lines = []
+    for (engine, point), figs in by.items():
+        st = states_json(engine, point, figs, notes)
+        if not st:
+            continue
+        parts = []
+        for name, s in st.items():
+            if not isinstance(s, dict) or "figures" not in s:
+                continue
+            tok = s["figures"].get("output_tok_s")
+            share = "share not measured" if s["share"] is None else f"{100 * s['share']:.0f}% of windows"
+            tok_s = "NULL" if tok is None else f"{tok:,.0f}"
+            parts.append(f"{name} ({s['prompts_a_step']} a step) {tok_s} tok/s, {share}")
+        covers = "the interval spans both" if st["band_covers_both"] else "the interval spans the first only"
+        lines.append(
+            f"{engine} {point}: two phase states: " + "; ".join(parts) + f" ({st['committed_windows']} committed "
+            f"windows at these streams; {covers})"
+        )
+    return lines
 
 
 def main(args: argparse.Namespace) -> int:
     from wattbench.plan import PlanError, load_plan
     from wattbench.twin.predict import (
         NothingToPredict,
+        calibration_identity,
         file_prediction,
         held_out_errors,
         model_note,
@@ -64,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now(dt.UTC)
     run_id = args.run_id or f"predicted-{plan.name}-{stamp:%Y%m%dT%H%M%SZ}"
     held_out = held_out_errors()
+    ident = calibration_identity()
     print(
         f"wattbench predict: plan {plan.name} ({plan.model} on {plan.gpu}); every figure is PREDICTED by the twin "
         f"(the emulator in virtual time), not measured",
@@ -94,8 +122,12 @@ def main(args: argparse.Namespace) -> int:
                     "source": "predicted",
                     "notes": notes,
                     "points": points_json(by, notes),
-                    # the twin's errors on real points its calibration never saw (calibration.json's held_out)
+                    # the twin's errors on real points its calibration never saw (calibration.json's held_out:
+                    # cross-validated by board and by workload, the held-out runs and model)
                     "held_out_errors": held_out,
+                    # the calibration that made these figures: its sha256, the bundles it was fitted on, what the
+                    # held-out list kept out
+                    "calibration": ident,
                 },
                 indent=1,
             )
@@ -103,17 +135,22 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(table(by, notes))
     print("", file=sys.stderr)
-    print(
-        "± = the band: how far the figure moves across the measured spread of the host's launch time of a prefill "
-        "step and of the decode step (5th to 95th percentile over real H200 windows; agent/wattbench_agent/emulator/"
-        "calibration.json)",
-        file=sys.stderr,
-    )
-    for proto in ("by board", "by workload"):
+    for line in states_lines(by, notes):
+        print(line, file=sys.stderr)
+    level = next((n["level"] for n in notes if n.get("level")), None)
+    if level:
+        print(
+            f"[low, high] = the {100 * level:.0f}% prediction interval, as percentages of the figure: the twin's own "
+            "errors on real H200 points its calibration never saw (cross-validation by board; coverage in "
+            "results/twin/coverage.md)",
+            file=sys.stderr,
+        )
+    for proto in ("by board", "by workload", "held-out runs"):
         errs = held_out.get(proto)
         if errs:
+            what = "held-out runs" if proto == "held-out runs" else f"cross-validated {proto}"
             print(
-                f"the twin's error on real points its calibration never saw ({proto}): "
+                f"the twin's error on real points its calibration never saw ({what}): "
                 + ", ".join(
                     f"{FIGURE_LABELS.get(f, f)} within the goal at {v['within_goal']}/{v['n']} (median "
                     f"{100 * v['median_abs_error']:.0f}%, largest {100 * v['max_abs_error']:.0f}%)"
@@ -121,6 +158,11 @@ def main(args: argparse.Namespace) -> int:
                 ),
                 file=sys.stderr,
             )
+    print(
+        f"calibration: {ident.get('file')} sha256 {ident.get('sha256')} (fitted on {len(ident.get('fitted_on') or [])}"
+        f" bundles; never fitted on: {', '.join((ident.get('excluded') or {}).get('globs') or []) or 'none listed'})",
+        file=sys.stderr,
+    )
     for n in notes:
         if n.get("skipped"):
             continue

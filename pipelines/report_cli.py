@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.commands import _fail, _print_table, _query_error, latest_run_id
+from pipelines.commands import FORMATS, _fail, _print_table, _query_error, latest_run_id
 from wattbench import settings
 from wattbench.report.rows import contrasts_text, head_to_head_text
 from wattbench.report.specs import REPORTS, ReportSpec
@@ -303,9 +303,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when something regressed (for CI)")
     p.add_argument(
         "--format",
-        choices=["table", "csv", "json"],
+        choices=FORMATS,
         default="table",
-        help="output format of the tables (--capacity, --buy, --regressions and the registry's table reports)",
+        help="output format of the tables (--capacity, --buy, --regressions and the registry's table reports): "
+        "table, csv, json (one array) or jsonl (one object a line)",
     )
     g = p.add_argument_group(
         "traffic profile for --capacity and --buy (default: the `capacity:` section of the run's plan)"

@@ -378,24 +378,53 @@ def runs_table(instance: Any, limit: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
-def main_runs(clean: bool, limit: int, named: list[str] = (), log: Log = print) -> int:
-    """`wattbench runs [--clean [RUN_ID ...]]`."""
-    from pipelines.instance import open_instance
+def warehouse_runs(db: str | None, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest runs of the warehouse, whatever made them (a Dagster run, `wattbench import`, `predict` or
+    `ingest`): id, source, status, start, plan or file, load points. [] when there is no warehouse yet."""
+    from wattbench import settings
+    from wattbench.warehouse import WarehouseError, connect
 
-    if not os.environ.get("DAGSTER_HOME"):
-        log("wattbench: DAGSTER_HOME is not set: runs are not kept between commands, so none can be left behind")
-        return 0
-    instance = open_instance()
-    if clean:
-        reaped = reap_stale_runs(instance, log, named)
-        if not reaped:
-            log("wattbench: no run was left behind by a process that is gone")
-    rows = runs_table(instance, limit)
-    if not rows:
-        log("(no runs)")
-        return 0
+    path = settings.db_path(db)
+    if not path.exists():
+        return []
+    try:
+        with connect(path, read_only=True, wait_s=2.0) as con:
+            rows = con.execute(
+                "SELECT r.run_id, r.source, r.status, r.started_at, r.plan_name, "
+                "(SELECT count(*) FROM load_runs l WHERE l.run_id = r.run_id) AS load_runs "
+                "FROM runs r ORDER BY r.started_at DESC NULLS LAST, r.run_id DESC LIMIT ?",
+                [limit],
+            ).fetchall()
+    except WarehouseError:
+        return []
+    keys = ("run_id", "source", "status", "started_at", "plan or file", "load runs")
+    return [dict(zip(keys, r)) for r in rows]
+
+
+def main_runs(clean: bool, limit: int, named: list[str] = (), log: Log = print, db: str | None = None) -> int:
+    """`wattbench runs [--clean [RUN_ID ...]]`: the Dagster runs of the instance with their process, then the runs
+    of the warehouse (imported, predicted and ingested ones have no Dagster run)."""
     from tabulate import tabulate
 
-    shown = [{**r, "stale": "STALE (wattbench runs --clean)" if r["stale"] else ""} for r in rows]
-    print(tabulate(shown, headers="keys", tablefmt="github"))
+    from pipelines.instance import open_instance
+
+    stored = warehouse_runs(db, limit)
+    if not os.environ.get("DAGSTER_HOME"):
+        log("wattbench: DAGSTER_HOME is not set: runs are not kept between commands, so none can be left behind")
+        rows = []
+    else:
+        instance = open_instance()
+        if clean:
+            reaped = reap_stale_runs(instance, log, named)
+            if not reaped:
+                log("wattbench: no run was left behind by a process that is gone")
+        rows = runs_table(instance, limit)
+    if rows:
+        shown = [{**r, "stale": "STALE (wattbench runs --clean)" if r["stale"] else ""} for r in rows]
+        print(tabulate(shown, headers="keys", tablefmt="github"))
+    if stored:
+        print(("\n" if rows else "") + "In the warehouse (see one: wattbench sql load_points --run RUN_ID):")
+        print(tabulate(stored, headers="keys", tablefmt="github"))
+    if not rows and not stored:
+        log("(no runs)")
     return 0

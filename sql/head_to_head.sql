@@ -11,7 +11,7 @@
 WITH eng AS (
     SELECT d.config_name AS engine, d.engine AS engine_kind, d.engine_version, d.precision, d.tp, d.gpu_name,
            coalesce(d.n_gpus, d.tp) AS n_gpus, d.status AS dstatus, d.error_kind AS derror, d.error_text AS dtext,
-           d.startup_s, b.status AS bstatus, b.build_s, b.error_kind AS berror, b.hardware_lock
+           d.startup_s, d.source AS dsource, b.status AS bstatus, b.build_s, b.error_kind AS berror, b.hardware_lock
     FROM deployments d LEFT JOIN engine_builds b ON b.run_id = d.run_id AND b.build_id = d.build_id
     WHERE d.run_id = $run_id),
 -- each point's shape traits (written at ingest from the shape registry): SQL asks these, never a shape's name
@@ -133,7 +133,9 @@ rows AS (
                             || coalesce(', driver ' || (e.hardware_lock->>'driver'), '') END,
          'load_point_id': NULL, 'note': CASE WHEN e.bstatus IS NULL THEN 'no build recorded' END},
         {'ord': 12, 'figure': 'startup to healthy', 'unit': 's', 'value': round(e.startup_s, 2)::VARCHAR,
-         'load_point_id': NULL, 'note': CASE WHEN e.startup_s IS NULL THEN 'did not become healthy' END},
+         'load_point_id': NULL,
+         'note': CASE WHEN e.startup_s IS NULL AND e.dsource LIKE 'imported%' THEN 'imported: the tool did not measure startup'
+                      WHEN e.startup_s IS NULL THEN 'did not become healthy' END},
         {'ord': 13, 'figure': 'longest context served', 'unit': 'tokens', 'value': r.ctx_v::VARCHAR,
          'load_point_id': r.ctx_lp, 'note': CASE WHEN r.ctx_v IS NULL THEN 'no successful request' END},
         {'ord': 14, 'figure': 'behaviour on failure', 'unit': '',

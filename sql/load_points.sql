@@ -8,6 +8,10 @@
 -- phase states (bunched | spread: docs/MEASUREMENT.md, "Step decomposition"); `mixed_phase` is true when the repeats
 -- fell in both: the point's mean is then a mixture of two states, not a typical figure (NULL: no phase verdict).
 -- $run_id: the run (wattbench sql fills in the latest run when omitted).
+-- shown by default: engine, workload, point_label, shape, concurrency, rate, repeats, window_s, output_tok_s,
+--   output_tok_s_lo, output_tok_s_hi, requests_s, goodput_requests_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms,
+--   tpot_p99_ms, e2e_p50_ms, output_tokens_per_j, output_tokens_per_j_lo, output_tokens_per_j_hi, j_per_request,
+--   usd_per_1m_output_tokens, source
 WITH per_metric AS (  -- one row per metric of a point (max: should two deployments of a run share an engine name)
     SELECT engine, workload, point_label, metric, max(estimate) AS estimate, max(lo) AS lo, max(hi) AS hi,
            any_value(shape) AS shape, any_value(concurrency) AS concurrency, any_value(rate) AS rate,

@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS deployments (
     engine_version_source VARCHAR,          -- where engine_version was read: /version | log | unknown
     version_checked     BOOLEAN,            -- the adapter was checked against this version (false: validation warns)
     status              VARCHAR NOT NULL,   -- healthy | failed
-    startup_s           DOUBLE,             -- process start -> health OK
+    startup_s           DOUBLE,             -- process start -> health OK (the first server start's; each start's in config.starts)
+    server_starts       INTEGER,            -- how many times the agent started the engine (NULL: one, before schema 12)
     hbm_used_mib        DOUBLE,             -- after load, before traffic, summed over the deployment's GPUs
     hbm_total_mib       DOUBLE,
     idle_power_w_before DOUBLE,             -- engine loaded, no traffic; summed over GPUs
@@ -113,6 +114,7 @@ CREATE TABLE IF NOT EXISTS load_runs (
     load_point_id           VARCHAR NOT NULL,   -- <deployment>:<workload>:<point_label>[#<repeat>]
     point_label             VARCHAR,            -- c32, gamma-r6-b0.25, ...: the same for every repeat and engine
     repeat                  INTEGER,            -- 1-based; repeats of a point run interleaved across engines
+    server_start            INTEGER,            -- which start of the engine ran it, 1-based (NULL before schema 12: 1)
     workload                VARCHAR NOT NULL,
     shape                   VARCHAR NOT NULL,   -- concurrency | poisson | gamma | surge | trace
     api                     VARCHAR,            -- chat | completions
@@ -146,10 +148,20 @@ CREATE TABLE IF NOT EXISTS load_runs (
     summary                 JSON,               -- the load generator's summary (percentiles etc.)
     step_gaps               BIGINT,             -- gaps between tokens the step decomposition read (per token)
     decode_step_ms          DOUBLE,             -- the median gap between consecutive tokens of a request, pooled
-    stalled_gap_fraction    DOUBLE,             -- share of those gaps longer than 1.5 decode steps (stalls)
-    stall_ms_mean           DOUBLE,             -- their mean length; NULL without a stall
+    stalled_gap_fraction    DOUBLE,             -- share of those gaps that are GPU stalls (longer than 1.5 decode steps, no delivery burst)
+    stall_ms_mean           DOUBLE,             -- the GPU stalls' mean length; NULL without one
+    gpu_stalls              BIGINT,             -- gaps that are GPU stalls (per token)
+    delivery_stalls         BIGINT,             -- gaps that are delivery stalls: a stall ended by a burst of tokens within 0.5 ms, no prefill in it
+    delivery_stalled_fraction DOUBLE,           -- their share of the gaps
+    delivery_stall_ms_mean  DOUBLE,             -- their mean length; NULL without one
+    prefills                BIGINT,             -- the window's requests with a first token (one prefill each)
+    prefill_steps           BIGINT,             -- the prefill steps they ran in: first tokens within 0.5 ms of the next form one
+    prefills_per_step       DOUBLE,             -- mean prefills a prefill step (every request of the load point counted in it)
+    prefills_per_step_se    DOUBLE,             -- its standard error over the steps (a lower bound: a closed loop's groups persist)
+    shared_prefill_fraction DOUBLE,             -- share of the window's prefills that shared their step with another
     expected_stalled_fraction DOUBLE,           -- closed loop of c streams, o tokens each: (c - 1) / (o - 1); NULL where undefined
-    phase_state             VARCHAR,            -- bunched | spread (docs/MEASUREMENT.md); NULL where undefined
+    phase_state             VARCHAR,            -- bunched | spread, from prefills_per_step (docs/MEASUREMENT.md); NULL: phase_note says why
+    phase_note              VARCHAR,            -- why phase_state is NULL (or what the decomposition could not read)
     host_load_1m            DOUBLE,             -- the host's 1-minute load average at the window's end
     host_busy_cpus          DOUBLE,             -- mean busy logical CPUs of the host over the window (/proc/stat)
     host_steal_share        DOUBLE,             -- share of the host's CPU time its hypervisor gave to others over the window
@@ -199,15 +211,17 @@ CREATE TABLE IF NOT EXISTS requests (
 
 -- One row per SLO capacity search (agent/wattbench_agent/loadgen/search.py; docs/MEASUREMENT.md "SLO capacity"): per
 -- deployment and search workload, the highest load meeting the SLO with attainment, found by the agent from its
--- probes (load_runs rows with this search_id). capacity: the highest repeated load whose repeats, pooled, met the
--- SLO; capacity_lo/hi: the 95% interval of the load where attainment crosses the target; NULL where none met
+-- probes (load_runs rows with this search_id). capacity: the highest load every window of which met the SLO;
+-- capacity_lo/hi: its 95% interval, holding the search's step (up to the lowest load that missed above it) and the
+-- repeats' spread (where attainment's interval crosses the target; docs/MEASUREMENT.md); NULL where none met
 -- (status none) or the server failed (server_failed, refused); capacity_hi NULL when no load up to the search's
 -- bound missed (status at_least).
 CREATE TABLE IF NOT EXISTS searches (
     run_id              VARCHAR NOT NULL,
     source              VARCHAR NOT NULL,
     deployment_id       VARCHAR NOT NULL,
-    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>
+    search_id           VARCHAR NOT NULL,   -- <deployment>:<workload>[@s<start>]
+    server_start        INTEGER,            -- which start of the engine ran the search, 1-based
     workload            VARCHAR NOT NULL,
     over                VARCHAR NOT NULL,   -- rate | concurrency
     unit                VARCHAR,            -- req/s | streams
@@ -288,7 +302,7 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     scrape          VARCHAR,                -- window_start | window_end (scraped at a load point's window edge) | NULL
     -- labels as text in one order ('' for none), written by ingest: the unique key server_metrics_key is
     -- (run_id, deployment_id, t_ns, metric, labels_key), plain columns (wattbench/ingest_checks.py LABELS_KEY: the
-    -- same expression; version 12 made it a column, an index on the expression crashed DuckDB at checkpoint)
+    -- same expression; version 14 made it a column, an index on the expression crashed DuckDB at checkpoint)
     labels_key      VARCHAR NOT NULL,
     CHECK (labels_key = coalesce(list_sort(map_entries(labels))::VARCHAR, ''))
 );
@@ -399,7 +413,8 @@ CREATE TABLE IF NOT EXISTS request_tallies (
 CREATE TABLE IF NOT EXISTS load_points_core (
     run_id VARCHAR NOT NULL, source VARCHAR, engine VARCHAR, engine_kind VARCHAR, engine_version VARCHAR,
     model VARCHAR, precision VARCHAR, tp INTEGER, gpu_name VARCHAR, n_gpus INTEGER, deployment_id VARCHAR NOT NULL,
-    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, run_at TIMESTAMP, workload VARCHAR,
+    load_point_id VARCHAR NOT NULL, point_label VARCHAR, repeat INTEGER, server_start INTEGER, run_at TIMESTAMP,
+    workload VARCHAR,
     shape VARCHAR, concurrency INTEGER, rate DOUBLE, burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER,
     warmup_s DOUBLE, window_s DOUBLE, achieved_rate DOUBLE, achieved_concurrency DOUBLE, completed INTEGER,
     failed INTEGER, failed_requests BIGINT, requests_in_window BIGINT, completed_in_window BIGINT,
@@ -432,7 +447,7 @@ CREATE TABLE IF NOT EXISTS point_figures (
     burstiness DOUBLE, input_tokens INTEGER, output_tokens INTEGER, run_at TIMESTAMP, repeats BIGINT,
     min_window_s DOUBLE, metric VARCHAR NOT NULL, label VARCHAR, unit VARCHAR, better VARCHAR, ord INTEGER,
     estimate DOUBLE, lo DOUBLE, hi DOUBLE, stdev DOUBLE, n BIGINT, per_repeat DOUBLE[], method VARCHAR,
-    rel_half_width DOUBLE,
+    rel_half_width DOUBLE, starts BIGINT, interval_scope VARCHAR, between_start_sd DOUBLE, within_start_sd DOUBLE,
     PRIMARY KEY (run_id, deployment_id, workload, point_label, metric)
 );
 
@@ -455,7 +470,8 @@ CREATE TABLE IF NOT EXISTS slo_capacity (
     usd_per_1m_output_tokens DOUBLE, usd_per_1m_output_tokens_lo DOUBLE, usd_per_1m_output_tokens_hi DOUBLE,
     mean_power_w DOUBLE, mean_power_w_lo DOUBLE, mean_power_w_hi DOUBLE,
     ttft_p99_ms DOUBLE, tpot_p99_ms DOUBLE, e2e_p99_ms DOUBLE,
-    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, note VARCHAR,
+    probes INTEGER, window_s DOUBLE, time_s DOUBLE, stopped_by VARCHAR, answer VARCHAR, server_start INTEGER,
+    interval_scope VARCHAR, note VARCHAR,
     PRIMARY KEY (run_id, search_id)
 );
 
@@ -579,5 +595,30 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS counts_file VARCHAR;
 -- every run by warehouse.apply_schema (wattbench/warehouse.fill_shape_traits)
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS closed_loop BOOLEAN;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS bursty BOOLEAN;
--- version 12: server_metrics.labels_key (its NOT NULL and CHECK need the table made again: wattbench/schema.py
+-- version 12: server starts (wattbench/plan.py server_starts): which start of the engine ran each load run and search,
+-- how many starts a deployment had; runs before it had one (NULL reads as 1)
+ALTER TABLE deployments ADD COLUMN IF NOT EXISTS server_starts INTEGER;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE searches ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE load_points_core ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS starts BIGINT;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS server_start INTEGER;
+ALTER TABLE slo_capacity ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS interval_scope VARCHAR;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS between_start_sd DOUBLE;
+ALTER TABLE point_figures ADD COLUMN IF NOT EXISTS within_start_sd DOUBLE;
+-- version 13: the step decomposition reads prefills from the first tokens' clusters and tells delivery stalls from GPU
+-- stalls (stalled_gap_fraction and stall_ms_mean: GPU stalls only; phase_state from prefills_per_step); rows of older
+-- versions are made again from their requests' token times by wattbench/schema.apply_schema (wattbench/step_fill.py)
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS gpu_stalls BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stalls BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stalled_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS delivery_stall_ms_mean DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefill_steps BIGINT;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step_se DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS shared_prefill_fraction DOUBLE;
+ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS phase_note VARCHAR;
+-- version 14: server_metrics.labels_key (its NOT NULL and CHECK need the table made again: wattbench/schema.py
 -- rebuilds server_metrics of an older warehouse, filling the column, and the unique key is made on it)

@@ -1,5 +1,6 @@
--- SLO capacity: per engine config and capacity search of one run, the highest load meeting the SLO with its 95%
--- interval, the bound that binds just above it, and what the capacity costs: tokens/s, tokens per joule, joules per
+-- SLO capacity: per engine config and capacity search of one run, the highest load meeting the SLO in every one of
+-- its windows with its 95% interval (the search's step up to the lowest load that missed, and the repeats' spread:
+-- agent/wattbench_agent/loadgen/search.py load_meets, _decide), the bound that binds just above it, and what the capacity costs: tokens/s, tokens per joule, joules per
 -- request, $ per 1M output tokens and W, each with its 95% interval over the repeats at the capacity, plus the probes
 -- and seconds of windows the search used (docs/MEASUREMENT.md, "SLO capacity"; v_slo_capacity_live in sql/views.sql).
 -- NULL with a `note` where no load met the SLO or the server failed. $run_id: the run.

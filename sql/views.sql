@@ -355,6 +355,7 @@ SELECT l.run_id, l.source, d.config_name AS engine, d.engine AS engine_kind, d.e
        d.tp, d.gpu_name, coalesce(d.n_gpus, d.tp) AS n_gpus, l.deployment_id, l.load_point_id,
        point_label_of(l.point_label, l.load_point_id)                  AS point_label,
        coalesce(l.repeat, 1)                                           AS repeat,
+       coalesce(l.server_start, 1)                                     AS server_start,
        run_at_of(r.started_at, r.clock_anchor_unix_ns)                 AS run_at,
        l.workload, l.shape, l.concurrency, l.rate,
        l.burstiness, l.input_tokens, l.output_tokens, l.warmup_s, l.window_s, l.achieved_rate, l.achieved_concurrency,
@@ -432,6 +433,8 @@ SELECT c.* EXCLUDE (usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens, m
        g.trace_mean_w_per_gpu, g.trace_peak_w_per_gpu, g.peak_hbm_mib_per_gpu, g.capped_share,
        g.power_capped_share, g.thermal_capped_share, g.mean_sm_clock_mhz,
        l.decode_step_ms, l.stalled_gap_fraction, l.stall_ms_mean, l.expected_stalled_fraction, l.phase_state,
+       l.delivery_stalled_fraction, l.delivery_stall_ms_mean, l.prefills_per_step, l.prefills_per_step_se,
+       l.shared_prefill_fraction, l.phase_note,
        f.host_saturated, f.gpu_throttled,
        c.usd_per_1m_output_tokens, c.energy_usd_per_1m_output_tokens, c.meets_slo_p99, c.slo_ttft_ms, c.slo_tpot_ms,
        c.slo_e2e_ms, c.longest_context_tokens, l.search_id, l.probe, l.probe_phase, l.probe_verdict
@@ -501,6 +504,18 @@ CREATE OR REPLACE MACRO log_mean_bound(m, s, k, side) AS
     CASE WHEN k IS NULL OR k < 2 OR m IS NULL OR NOT (m > 0) OR s IS NULL THEN NULL
          ELSE m * exp(side * t975(k - 1) * s / (m * sqrt(k))) END;
 
+-- What an interval describes, in words (v_point_figures_live's interval_scope, with its starts, repeats and the
+-- prior's basis): every table, JSON and HTML figure prints it beside the interval.
+CREATE OR REPLACE MACRO scope_text(scope, starts, k, basis) AS
+    CASE scope
+        WHEN 'starts' THEN 'another server start on this machine: 95% interval over ' || starts || ' starts, '
+                           || k || ' repeats'
+        WHEN 'starts+prior' THEN 'another server start or machine: 95% interval over ' || starts || ' starts, '
+                                 || k || ' repeats, between-start spread pooled with the prior of ' || basis
+        WHEN 'prior' THEN 'another server start or machine: 95% interval over ' || k || ' repeats of one start, '
+                          || 'between-start spread from the prior of ' || basis
+        ELSE 'within one server start: 95% interval over ' || k || ' repeats (says nothing of another start)' END;
+
 -- A latency percentile's interval over repeats needs at least this many requests (gaps for ITL) beyond the
 -- percentile in every repeat: n x (1 - q) >= 10, i.e. 20 a repeat for p50, 100 for p90, 1,000 for p99. Fewer, and
 -- a repeat's sample percentile is biased towards its middle, so an interval around it covers far less than 95%
@@ -512,11 +527,12 @@ CREATE OR REPLACE MACRO percentile_samples_needed(q) AS ceil(MIN_BEYOND_PERCENTI
 -- (v_point_figures) and paired engine contrasts (v_engine_contrasts) are computed from. Latency percentiles are each
 -- repeat's own (over its requests); samples: the requests (TPOT: requests with a TPOT; ITL: gaps) each rests on.
 CREATE OR REPLACE VIEW v_repeat_figures AS
-SELECT run_id, deployment_id, engine, workload, point_label, repeat, metric, value,
+SELECT run_id, deployment_id, load_point_id, engine, workload, point_label, repeat, server_start, metric, value,
        CASE WHEN metric LIKE 'tpot_%' THEN tpot_samples WHEN metric LIKE 'itl_%' THEN itl_samples
             WHEN metric LIKE 'ttft_%' OR metric LIKE 'e2e_%' THEN latency_samples END AS samples
 FROM (
-    UNPIVOT (SELECT run_id, deployment_id, engine, workload, point_label, repeat, latency_samples, tpot_samples,
+    UNPIVOT (SELECT run_id, deployment_id, load_point_id, engine, workload, point_label, repeat, server_start,
+                    latency_samples, tpot_samples,
                     itl_samples, output_tok_s, vllm_output_throughput, requests_s, goodput_requests_s,
                     output_tokens_per_j, output_tokens_per_j_above_idle, mean_power_w, counter_w_per_gpu,
                     above_idle_power_w, usd_per_1m_output_tokens, energy_usd_per_1m_output_tokens,
@@ -556,11 +572,135 @@ CREATE OR REPLACE VIEW v_point_attrs AS
     WHERE l.status = 'ok'
     GROUP BY ALL;
 
+-- The between-start spread a figure's interval borrows where a run's own server starts cannot give it (one start, or
+-- too few): sd of ln(figure) between whole runs sharing a protocol, per engine kind (and GPU, NULL: any) and metric,
+-- with its degrees of freedom and the rows it came from (basis). The rows between the markers are written by
+-- `python -m benchmarks.interval_coverage --write-prior` from the committed real bundles (results/interval_coverage.md
+-- says how, and how well intervals built with it cover other runs); the emulator's row is its own model (emulator
+-- profiles.START_SPEED_SD, docs/EMULATOR.md), not a measurement. docs/MEASUREMENT.md, "Server starts".
+CREATE OR REPLACE VIEW v_between_start_prior AS
+SELECT engine_kind::VARCHAR AS engine_kind, gpu_name::VARCHAR AS gpu_name, metric::VARCHAR AS metric,
+       sd_log::DOUBLE AS sd_log, df::INTEGER AS df, basis::VARCHAR AS basis
+FROM (VALUES
+    -- BEGIN between_start_prior (generated)
+    ('vllm', NULL, 'above_idle_power_w', 0.0870, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'counter_w_per_gpu', 0.0667, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p50_ms', 0.0725, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p90_ms', 0.0987, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'e2e_p99_ms', 0.1105, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'energy_usd_per_1m_output_tokens', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'goodput_requests_s', 0.0770, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p50_ms', 0.0178, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p90_ms', 0.2868, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'itl_p99_ms', 0.2583, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_output_token', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_output_token_above_idle', 0.0393, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_request', 0.0325, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'j_per_request_above_idle', 0.0396, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'mean_power_w', 0.0667, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tok_s', 0.0758, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tokens_per_j', 0.0316, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'output_tokens_per_j_above_idle', 0.0393, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'requests_s', 0.0770, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p50_ms', 0.0689, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p90_ms', 0.0923, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'tpot_p99_ms', 0.1054, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p50_ms', 0.1595, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p90_ms', 0.2055, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'ttft_p99_ms', 0.2222, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'usd_per_1m_output_tokens', 0.0758, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('vllm', NULL, 'vllm_output_throughput', 0.0709, 8, 'vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, bf16 and fp8, 6 runs on 6 H200 boards (results/interval_coverage.md)'),
+    ('emulator', NULL, NULL, 0.03, 1000, 'the emulator''s own between-start speed spread (START_SPEED_SD), by construction')
+    -- END between_start_prior (generated)
+) AS p(engine_kind, gpu_name, metric, sd_log, df, basis);
+
+-- The between-start spread of a RATIO of two engines of one kind measured on the same machine (the contrasts'): sd of
+-- ln(engine / other) between runs, per engine kind and metric. The two engines share their board and host, so their
+-- ratio moves between starts far less than either figure (v_between_start_prior's two rows added would say). Written
+-- with the figures' prior by `python -m benchmarks.interval_coverage --write-prior`. Where none is written, a
+-- contrast adds the two figures' priors (their starts are separate; the conservative reading).
+CREATE OR REPLACE VIEW v_between_start_ratio_prior AS
+SELECT engine_kind::VARCHAR AS engine_kind, metric::VARCHAR AS metric, sd_log::DOUBLE AS sd_log, df::INTEGER AS df,
+       basis::VARCHAR AS basis
+FROM (VALUES
+    -- BEGIN between_start_ratio_prior (generated)
+    ('vllm', 'above_idle_power_w', 0.0392, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'counter_w_per_gpu', 0.0284, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p50_ms', 0.0383, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p90_ms', 0.0610, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'e2e_p99_ms', 0.0713, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'energy_usd_per_1m_output_tokens', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'goodput_requests_s', 0.0432, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p50_ms', 0.0037, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p90_ms', 0.3384, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'itl_p99_ms', 0.1258, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_output_token', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_output_token_above_idle', 0.0062, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_request', 0.0173, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'j_per_request_above_idle', 0.0086, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'mean_power_w', 0.0284, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tok_s', 0.0434, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tokens_per_j', 0.0164, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'output_tokens_per_j_above_idle', 0.0062, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'requests_s', 0.0432, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p50_ms', 0.0337, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p90_ms', 0.0519, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'tpot_p99_ms', 0.0690, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p50_ms', 0.1316, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p90_ms', 0.0650, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'ttft_p99_ms', 0.0445, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'usd_per_1m_output_tokens', 0.0434, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)'),
+    ('vllm', 'vllm_output_throughput', 0.0468, 3, 'the fp8 / bf16 ratio of vLLM 0.25, Llama-3.1-8B shape, 16 streams 512/128, over 4 runs that measured both on one H200 (results/interval_coverage.md)')
+    -- END between_start_ratio_prior (generated)
+) AS p(engine_kind, metric, sd_log, df, basis)
+WHERE df > 0;
+
+-- The prior a point's figure borrows: the most specific row of v_between_start_prior for its engine kind (an
+-- emulator's profile reads 'emulator'), GPU and metric (a row with metric NULL holds for every metric).
+CREATE OR REPLACE VIEW v_point_prior AS
+SELECT a.run_id, a.deployment_id, a.workload, a.point_label, c.metric, p.sd_log, p.df, p.basis
+FROM v_point_attrs a
+CROSS JOIN v_metric_catalog c
+JOIN v_between_start_prior p
+  ON (p.engine_kind = a.engine_kind OR (p.engine_kind = 'emulator' AND a.engine_kind LIKE 'emulator:%'))
+ AND (p.gpu_name IS NULL OR p.gpu_name = a.gpu_name)
+ AND (p.metric IS NULL OR p.metric = c.metric)
+WHERE c.scale <> 'linear'
+QUALIFY row_number() OVER (PARTITION BY a.run_id, a.deployment_id, a.workload, a.point_label, c.metric
+                           ORDER BY (p.gpu_name IS NULL), (p.metric IS NULL)) = 1;
+
+-- Every figure's estimate and its 95% interval for what ANOTHER server start of the same engine gives (docs/
+-- MEASUREMENT.md, "Repeats and intervals" and "Server starts"). The estimate is the mean of the repeats' values (a
+-- latency percentile: the mean of each repeat's percentile; a cost per token, 'reciprocal', the price over the mean of
+-- its denominator). The model, on the log scale (the delta method, as x/m): a repeat's value = the mean + its server
+-- start's offset (between-start sd b) + the repeat's own noise (within-start sd w). w pools the spread of repeats
+-- inside each start; b comes from the spread of the starts' means (less what w explains), pooled with the prior of
+-- v_point_prior where one applies (its df added to the starts' own S - 1). The interval holds another start's mean of
+-- as many repeats: m x exp(+- t x sqrt(b^2 (1 + 1/S) + w^2 (1/N + 1/n))), N the repeats, n those per start, t at the
+-- Welch-Satterthwaite degrees of freedom. interval_scope says what it describes:
+--   starts         another start of the engine on this machine, from this run's S >= 2 starts alone
+--   starts+prior   another start or machine: this run's starts pooled with the prior (its basis in `method`)
+--   prior          another start or machine: one start here, the between-start spread from the prior alone
+--   one_start      within one server start only (one start, no prior): the interval of the mean of its repeats, as
+--                  before schema 12; it says nothing of another start, and no sizing or buying verdict uses it
+-- 'linear' figures (differences that may be negative) take no prior. No interval from one repeat in one start, nor for
+-- a latency percentile whose repeats have too few requests beyond it (the method says how many it had and needs).
+-- Long form: pivot for reading (sql/point_figures.sql, sql/load_points.sql). v_point_attrs: each point's attributes
+-- and repeats, read from the tables themselves.
 CREATE OR REPLACE VIEW v_point_figures_live AS
 WITH per_repeat AS (
     SELECT f.*, c.scale, c.quantile,
            CASE WHEN c.scale = 'reciprocal' THEN 1 / nullif(f.value, 0) ELSE f.value END AS x  -- what is averaged
     FROM v_repeat_figures f JOIN v_metric_catalog c USING (metric)),
+by_start AS (  -- each server start's repeats: how many, their mean, their sum of squares about it
+    SELECT run_id, deployment_id, workload, point_label, metric, server_start, count(x) AS n_s, avg(x) AS xbar,
+           coalesce(var_samp(x), 0) * (count(x) - 1) AS ssw
+    FROM per_repeat WHERE x IS NOT NULL GROUP BY ALL),
+levels AS (
+    SELECT run_id, deployment_id, workload, point_label, metric, count(*) AS starts, sum(ssw) AS ssw,
+           sum(n_s - 1) AS df_w, coalesce(var_samp(xbar), 0) AS var_means, avg(1.0 / n_s) AS inv_n,
+           avg(n_s) AS n_bar
+    FROM by_start WHERE n_s > 0 GROUP BY ALL),
 summed AS (
     SELECT run_id, deployment_id, workload, point_label, metric, any_value(scale) AS scale,
            any_value(quantile) AS quantile, avg(x) AS m, stddev_samp(x) AS s, count(x) AS k,
@@ -576,33 +716,67 @@ why AS (  -- a reason there is no interval, NULL where there is one
                 WHEN scale <> 'linear' AND m = 0 AND s = 0 THEN NULL
                 WHEN scale <> 'linear' AND NOT (m > 0) THEN 'no interval: the mean over repeats is not positive'
            END AS no_interval
-    FROM summed),
+    FROM summed LEFT JOIN levels lv USING (run_id, deployment_id, workload, point_label, metric)),
+parts AS (  -- the variance components, relative to m on the log scale (absolute for linear figures)
+    SELECT w.*, pr.sd_log AS prior_sd, coalesce(pr.df, 0) AS prior_df, pr.basis AS prior_basis,
+           CASE WHEN scale = 'linear' THEN 1.0 ELSE 1.0 / nullif(m * m, 0) END AS rel,
+           ssw / nullif(df_w, 0) AS w2_raw,
+           CASE WHEN scale = 'linear' OR pr.sd_log IS NULL THEN 0 ELSE pr.df END AS pdf
+    FROM why w
+    LEFT JOIN v_point_prior pr USING (run_id, deployment_id, workload, point_label, metric)),
+comp AS (
+    SELECT *,
+           coalesce(w2_raw, 0) * rel AS w2,
+           greatest(var_means - coalesce(w2_raw, 0) * inv_n, 0) * rel AS b2_own,
+           greatest(starts - 1, 0) AS df_b
+    FROM parts),
+pooled AS (
+    SELECT *,
+           CASE WHEN df_b + pdf > 0
+                THEN (df_b * b2_own + pdf * coalesce(prior_sd * prior_sd, 0)) / (df_b + pdf) END AS b2,
+           CASE WHEN df_b > 0 AND pdf > 0 THEN 'starts+prior' WHEN df_b > 0 THEN 'starts'
+                WHEN pdf > 0 THEN 'prior' ELSE 'one_start' END AS interval_scope
+    FROM comp),
+se AS (
+    SELECT *,
+           CASE WHEN interval_scope = 'one_start' THEN w2 / k
+                ELSE b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar) END AS se2,
+           -- Welch-Satterthwaite: the between part has df_b + pdf, the within part df_w
+           CASE WHEN interval_scope = 'one_start' THEN k - 1
+                WHEN b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar) = 0 THEN 1000
+                ELSE floor(power(b2 * (1 + 1.0 / starts) + w2 * (1.0 / k + 1.0 / n_bar), 2)
+                           / nullif(power(b2 * (1 + 1.0 / starts), 2) / nullif(df_b + pdf, 0)
+                                    + CASE WHEN df_w > 0 THEN power(w2 * (1.0 / k + 1.0 / n_bar), 2) / df_w
+                                           ELSE 0 END, 0)) END AS df_t
+    FROM pooled),
 over_repeats AS (
-    SELECT run_id, deployment_id, workload, point_label, metric,
+    SELECT run_id, deployment_id, workload, point_label, metric, starts, interval_scope,
            CASE WHEN scale = 'reciprocal' THEN 1 / nullif(m, 0) ELSE m END AS estimate,
            CASE WHEN no_interval IS NOT NULL THEN NULL
-                WHEN scale = 'linear' THEN m - t975(k - 1) * s / sqrt(k)
+                WHEN scale = 'linear' THEN m - t975(least(df_t, 1000)::INTEGER) * sqrt(se2)
                 WHEN m = 0 THEN 0.0
-                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, 1)
-                ELSE log_mean_bound(m, s, k, -1) END AS lo,
+                WHEN scale = 'reciprocal' THEN 1 / (m * exp(t975(least(df_t, 1000)::INTEGER) * sqrt(se2)))
+                ELSE m * exp(-t975(least(df_t, 1000)::INTEGER) * sqrt(se2)) END AS lo,
            CASE WHEN no_interval IS NOT NULL THEN NULL
-                WHEN scale = 'linear' THEN m + t975(k - 1) * s / sqrt(k)
+                WHEN scale = 'linear' THEN m + t975(least(df_t, 1000)::INTEGER) * sqrt(se2)
                 WHEN m = 0 THEN 0.0
-                WHEN scale = 'reciprocal' THEN 1 / log_mean_bound(m, s, k, -1)
-                ELSE log_mean_bound(m, s, k, 1) END AS hi,
+                WHEN scale = 'reciprocal' THEN 1 / (m * exp(-t975(least(df_t, 1000)::INTEGER) * sqrt(se2)))
+                ELSE m * exp(t975(least(df_t, 1000)::INTEGER) * sqrt(se2)) END AS hi,
            stdev, coalesce(samples, k)::BIGINT AS n, per_repeat,
+           sqrt(b2) AS between_start_sd,
+           sqrt(w2) AS within_start_sd,
            coalesce(no_interval,
                     CASE WHEN scale <> 'linear' AND m = 0 THEN 'every one of ' || k || ' repeats is 0' END,
-                    CASE scale WHEN 'linear' THEN 't interval over ' || k || ' repeats'
-                               WHEN 'reciprocal' THEN 'price over the mean of its denominator; t interval on the log '
-                                                      || 'scale over ' || k || ' repeats'
-                               ELSE 't interval on the log scale over ' || k || ' repeats' END) AS method
-    FROM why)
+                    scope_text(interval_scope, starts, k, prior_basis)
+                    || CASE WHEN scale = 'reciprocal' THEN '; price over the mean of its denominator' ELSE '' END)
+               AS method
+    FROM se)
 SELECT a.run_id, a.source, a.engine, a.engine_kind, a.engine_version, a.model, a.precision, a.tp, a.gpu_name,
        a.n_gpus, a.deployment_id, a.workload, a.point_label, a.shape, a.concurrency, a.rate, a.burstiness,
        a.input_tokens, a.output_tokens, a.run_at, a.repeats, a.min_window_s,
        f.metric, c.label, c.unit, c.better, c.ord, f.estimate, f.lo, f.hi, f.stdev, f.n, f.per_repeat, f.method,
-       (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width
+       (f.hi - f.lo) / 2 / nullif(abs(f.estimate), 0) AS rel_half_width,
+       f.starts, f.interval_scope, f.between_start_sd, f.within_start_sd
 FROM v_point_attrs a
 JOIN over_repeats f USING (run_id, deployment_id, workload, point_label)
 JOIN v_metric_catalog c USING (metric);
@@ -620,7 +794,8 @@ CREATE OR REPLACE VIEW v_slo_capacity_live AS
 WITH f AS (
     SELECT run_id, deployment_id, workload, point_label,
            any_value(input_tokens) AS input_tokens, any_value(output_tokens) AS output_tokens,
-           map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m
+           map_from_entries(list((metric, struct_pack(estimate := estimate, lo := lo, hi := hi)))) AS m,
+           any_value(interval_scope) FILTER (WHERE metric = 'goodput_requests_s') AS interval_scope
     FROM point_figures
     WHERE metric IN ('output_tok_s', 'goodput_requests_s', 'output_tokens_per_j', 'j_per_request',
                      'j_per_request_above_idle', 'usd_per_1m_output_tokens', 'mean_power_w', 'ttft_p99_ms',
@@ -649,7 +824,8 @@ SELECT s.run_id, s.source, d.config_name AS engine, d.engine AS engine_kind, d.m
        f.m['mean_power_w'].hi AS mean_power_w_hi,
        f.m['ttft_p99_ms'].estimate AS ttft_p99_ms, f.m['tpot_p99_ms'].estimate AS tpot_p99_ms,
        f.m['e2e_p99_ms'].estimate AS e2e_p99_ms,
-       s.probes, s.window_s, s.time_s, s.stopped_by, s.answer,
+       s.probes, s.window_s, s.time_s, s.stopped_by, s.answer, coalesce(s.server_start, 1) AS server_start,
+       f.interval_scope,
        nullif(concat_ws('; ',
            CASE s.status WHEN 'none' THEN 'no load meets the SLO: no capacity, no figures at it'
                          WHEN 'server_failed' THEN 'the server stopped answering: the search ended'
@@ -668,47 +844,133 @@ LEFT JOIN f ON f.run_id = s.run_id AND f.deployment_id = s.deployment_id AND f.w
 CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 
 -- Engines of one run compared point by point: every pair (engine, other engine) measured at the same workload and
--- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats are
--- paired (the same repeat number ran back to back, on the same requests and arrivals), so the ratio engine / other
--- is the geometric mean of the per-repeat ratios with a 95% t interval on their logs, and the verdict follows from
--- that interval alone: a difference only when it excludes 1, else 'no significant difference'. Not tested (no
--- interval, said so): one pair of repeats; a latency percentile with too few requests beyond it in a repeat of
--- either engine (percentile_samples_needed).
+-- point label, on every figure of v_repeat_figures (latency percentiles included: each repeat's own). Repeats pair only
+-- within a round: the same server start and repeat number of a plan's point (run back to back, on the same requests
+-- and arrivals); a capacity search's probes are no round and are not paired. The ratio engine / other is the
+-- geometric mean of the paired ratios, its 95% interval that of the mean log ratio over server starts (the model of
+-- v_point_figures_live: within-start spread of the pairs, between-start spread of the starts' means, pooled with both
+-- engines' priors where one applies, b^2 = b_engine^2 + b_other^2: their starts are separate), and the finding
+-- survives the run's many comparisons: Benjamini-Hochberg over every tested figure x point x engine pair of the run
+-- (q_bh: the false discovery rate at which it is a finding; 5%). A difference only where q_bh < 0.05; 'no
+-- significant difference' otherwise (its per-comparison interval may still exclude 1: the finding says so). Chosen
+-- over Holm's familywise control: a run's ~150 comparisons are mostly the same few facts seen through correlated
+-- figures (tok/s, requests/s, goodput, $ per 1M), so familywise control would hide what every repeat shows. Not tested, said so: one pair of repeats; a
+-- latency percentile with too few requests beyond it in a repeat of either engine; and pairs where either value is
+-- <= 0 are left out and counted (excluded).
 CREATE OR REPLACE VIEW v_engine_contrasts AS
-WITH pr AS (SELECT * FROM v_repeat_figures),
-paired AS (
-    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other,
-           count(*) AS pairs, avg(ln(a.value / b.value)) AS m, stddev_samp(ln(a.value / b.value)) AS s,
-           min(least(a.samples, b.samples)) AS min_samples
+WITH pr AS (
+    SELECT f.*, l.search_id IS NOT NULL AS probe
+    FROM v_repeat_figures f LEFT JOIN load_runs l USING (run_id, load_point_id)),
+pairs_all AS (
+    SELECT a.run_id, a.workload, a.point_label, a.metric, a.engine, b.engine AS other, a.deployment_id,
+           b.deployment_id AS other_deployment_id, a.server_start, a.value AS va, b.value AS vb,
+           least(a.samples, b.samples) AS samples
     FROM pr a JOIN pr b
       ON b.run_id = a.run_id AND b.workload = a.workload AND b.point_label = a.point_label
-     AND b.metric = a.metric AND b.repeat = a.repeat AND b.engine <> a.engine
-    WHERE a.value > 0 AND b.value > 0
-    GROUP BY ALL),
+     AND b.metric = a.metric AND b.repeat = a.repeat AND b.server_start = a.server_start AND b.engine <> a.engine
+    WHERE NOT a.probe AND NOT b.probe),
+by_start AS (
+    SELECT run_id, workload, point_label, metric, engine, other, any_value(deployment_id) AS deployment_id,
+           any_value(other_deployment_id) AS other_deployment_id, server_start,
+           count(*) FILTER (WHERE va > 0 AND vb > 0) AS n_s,
+           count(*) FILTER (WHERE NOT (va > 0 AND vb > 0)) AS excluded,
+           avg(ln(va / vb)) FILTER (WHERE va > 0 AND vb > 0) AS dbar,
+           coalesce(var_samp(ln(va / vb)) FILTER (WHERE va > 0 AND vb > 0), 0)
+             * greatest(count(*) FILTER (WHERE va > 0 AND vb > 0) - 1, 0) AS ssw,
+           min(samples) AS min_samples
+    FROM pairs_all GROUP BY ALL),
+paired AS (
+    SELECT run_id, workload, point_label, metric, engine, other, any_value(deployment_id) AS deployment_id,
+           any_value(other_deployment_id) AS other_deployment_id,
+           sum(n_s) AS pairs, sum(excluded) AS excluded, count(*) FILTER (WHERE n_s > 0) AS starts,
+           sum(n_s * dbar) / nullif(sum(n_s), 0) AS m, sum(ssw) AS ssw,
+           sum(greatest(n_s - 1, 0)) AS df_w, coalesce(var_samp(dbar) FILTER (WHERE n_s > 0), 0) AS var_means,
+           avg(1.0 / n_s) FILTER (WHERE n_s > 0) AS inv_n, min(min_samples) AS min_samples
+    FROM by_start GROUP BY ALL),
+with_prior AS (
+    SELECT p.*, c.quantile, c.scale,
+           CASE WHEN rp.sd_log IS NOT NULL THEN rp.sd_log * rp.sd_log
+                WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL
+                THEN pa.sd_log * pa.sd_log + pb.sd_log * pb.sd_log END AS prior_b2,
+           CASE WHEN rp.sd_log IS NOT NULL THEN rp.df
+                WHEN pa.sd_log IS NOT NULL AND pb.sd_log IS NOT NULL THEN least(pa.df, pb.df) ELSE 0 END AS pdf,
+           ssw / nullif(df_w, 0) AS w2,
+           greatest(starts - 1, 0) AS df_b
+    FROM paired p JOIN v_metric_catalog c USING (metric)
+    LEFT JOIN v_point_prior pa ON pa.run_id = p.run_id AND pa.deployment_id = p.deployment_id
+         AND pa.workload = p.workload AND pa.point_label = p.point_label AND pa.metric = p.metric
+    LEFT JOIN v_point_prior pb ON pb.run_id = p.run_id AND pb.deployment_id = p.other_deployment_id
+         AND pb.workload = p.workload AND pb.point_label = p.point_label AND pb.metric = p.metric
+    LEFT JOIN (SELECT d.run_id, d.deployment_id, d.engine FROM deployments d) da
+           ON da.run_id = p.run_id AND da.deployment_id = p.deployment_id
+    LEFT JOIN (SELECT d.run_id, d.deployment_id, d.engine FROM deployments d) db
+           ON db.run_id = p.run_id AND db.deployment_id = p.other_deployment_id
+    LEFT JOIN v_between_start_ratio_prior rp
+           ON rp.engine_kind = da.engine AND da.engine = db.engine AND rp.metric = p.metric),
 judged AS (
-    SELECT p.*, c.quantile,
-           CASE WHEN p.pairs < 2 THEN 'one repeat: not tested'
-                WHEN c.quantile IS NOT NULL AND coalesce(p.min_samples, 0) < percentile_samples_needed(c.quantile)
-                THEN 'too few requests per repeat for the p' || round(100 * c.quantile)::INTEGER || ': not tested'
-           END AS untested
-    FROM paired p JOIN v_metric_catalog c USING (metric)),
-repeat_level AS (
-    SELECT run_id, workload, point_label, metric, engine, other, pairs,
-           exp(m) AS ratio,
-           CASE WHEN untested IS NULL THEN exp(m - t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_lo,
-           CASE WHEN untested IS NULL THEN exp(m + t975(pairs - 1) * s / sqrt(pairs)) END AS ratio_hi,
-           untested,
-           'paired repeats, t interval of the log ratio' AS method
-    FROM judged)
-SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, x.ratio, x.ratio_lo, x.ratio_hi,
-       coalesce(x.untested, CASE WHEN x.ratio_lo > 1 OR x.ratio_hi < 1 THEN 'significant'
-                                 ELSE 'no significant difference' END) AS verdict,
-       x.method, c.label, c.unit, c.better, c.ord,
+    SELECT *,
+           CASE WHEN coalesce(pairs, 0) < 2 THEN 'one repeat: not tested'
+                WHEN quantile IS NOT NULL AND coalesce(min_samples, 0) < percentile_samples_needed(quantile)
+                THEN 'too few requests per repeat for the p' || round(100 * quantile)::INTEGER || ': not tested'
+           END AS untested,
+           CASE WHEN df_b + pdf > 0
+                THEN (df_b * greatest(var_means - coalesce(w2, 0) * inv_n, 0) + pdf * coalesce(prior_b2, 0))
+                     / (df_b + pdf) END AS b2,
+           CASE WHEN df_b > 0 AND pdf > 0 THEN 'starts+prior' WHEN df_b > 0 THEN 'starts'
+                WHEN pdf > 0 THEN 'prior' ELSE 'one_start' END AS interval_scope
+    FROM with_prior),
+se AS (  -- the mean log ratio's standard error over starts; one start and no prior: over its pairs alone
+    SELECT *,
+           CASE WHEN interval_scope = 'one_start' THEN coalesce(w2, 0) / pairs
+                ELSE b2 / starts + coalesce(w2, 0) / pairs END AS se2,
+           CASE WHEN interval_scope = 'one_start' THEN pairs - 1
+                WHEN b2 / starts + coalesce(w2, 0) / pairs = 0 THEN 1000
+                ELSE power(b2 / starts + coalesce(w2, 0) / pairs, 2)
+                     / (power(b2 / starts, 2) / (df_b + pdf)
+                        + CASE WHEN df_w > 0 THEN power(coalesce(w2, 0) / pairs, 2) / df_w ELSE 0 END) END AS df_t
+    FROM judged),
+tested AS (
+    SELECT *,
+           CASE WHEN untested IS NULL THEN exp(m - t975(least(floor(df_t), 1000)::INTEGER) * sqrt(se2)) END AS ratio_lo,
+           CASE WHEN untested IS NULL THEN exp(m + t975(least(floor(df_t), 1000)::INTEGER) * sqrt(se2)) END AS ratio_hi,
+           CASE WHEN untested IS NULL AND se2 > 0 THEN t_two_sided_p(m / sqrt(se2), df_t)
+                WHEN untested IS NULL AND m <> 0 THEN 0.0
+                WHEN untested IS NULL THEN 1.0 END AS p
+    FROM se),
+ranked AS (  -- the run's tested comparisons, each engine pair once (engine > other), by p
+    SELECT run_id, workload, point_label, metric, engine, other, p,
+           row_number() OVER (PARTITION BY run_id ORDER BY p, workload, point_label, metric, engine, other) AS rk,
+           count(*) OVER (PARTITION BY run_id) AS family
+    FROM tested WHERE p IS NOT NULL AND engine > other),
+family AS (  -- Benjamini-Hochberg: q_(i) = min over j >= i of p_(j) x m / j (the false discovery rate's q-value)
+    SELECT run_id, workload, point_label, metric, engine, other, family,
+           min(least(1.0, p * family / rk)) OVER (
+               PARTITION BY run_id ORDER BY rk DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS q_bh
+    FROM ranked),
+adjusted AS (
+    SELECT t.*, coalesce(f.q_bh, g.q_bh) AS q_bh, coalesce(f.family, g.family) AS family
+    FROM tested t
+    LEFT JOIN family f USING (run_id, workload, point_label, metric, engine, other)
+    LEFT JOIN family g ON g.run_id = t.run_id AND g.workload = t.workload AND g.point_label = t.point_label
+         AND g.metric = t.metric AND g.engine = t.other AND g.other = t.engine)
+SELECT x.run_id, x.workload, x.point_label, x.metric, x.engine, x.other, x.pairs, exp(x.m) AS ratio, x.ratio_lo,
+       x.ratio_hi,
+       coalesce(x.untested, CASE WHEN x.q_bh < 0.05 THEN 'significant' ELSE 'no significant difference' END)
+           AS verdict,
+       'paired within rounds, log ratio over ' || x.starts || ' server start(s) ('
+       || scope_text(x.interval_scope, x.starts, x.pairs, 'the two engines'' ratio between starts')
+       || '); Benjamini-Hochberg over ' || coalesce(x.family, 0) || ' comparisons of the run' AS method,
+       c.label, c.unit, c.better, c.ord,
        CASE WHEN x.untested IS NOT NULL THEN x.untested
-            WHEN NOT (x.ratio_lo > 1 OR x.ratio_hi < 1) THEN 'no significant difference'
-            WHEN (x.ratio_hi < 1) = (c.better = 'higher') THEN x.other || ' better'
-            ELSE x.engine || ' better' END AS finding
-FROM repeat_level x
+            WHEN NOT (x.q_bh < 0.05) AND (x.ratio_lo > 1 OR x.ratio_hi < 1)
+            THEN 'no significant difference at a 5% false discovery rate over ' || x.family || ' comparisons (p '
+                 || printf('%.3g', x.p) || ', q ' || printf('%.3g', x.q_bh) || ')'
+            WHEN NOT (x.q_bh < 0.05) THEN 'no significant difference'
+            WHEN (x.m < 0) = (c.better = 'higher') THEN x.other || ' better'
+            ELSE x.engine || ' better' END
+       || CASE WHEN x.excluded > 0 THEN '; ' || x.excluded || ' pair(s) left out: a value <= 0' ELSE '' END AS finding,
+       x.p, x.q_bh, x.family, x.excluded, x.starts, x.interval_scope
+FROM adjusted x
 JOIN v_metric_catalog c USING (metric);
 
 -- Whether a point meets the run's SLO, judged on the conservative end of each SLO percentile (p99 TTFT, TPOT, E2E):
@@ -774,7 +1036,9 @@ pts AS (
            any_value(f.output_tokens) AS output_tokens, any_value(f.repeats) AS repeats,
            any_value(f.estimate) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput,
            any_value(f.lo) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_lo,
+           any_value(f.hi) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_hi,
            any_value(f.method) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_method,
+           any_value(f.interval_scope) FILTER (WHERE f.metric = 'goodput_requests_s') AS goodput_scope,
            any_value(f.estimate) FILTER (WHERE f.metric = 'mean_power_w') AS mean_power_w
     FROM v_point_figures f
     LEFT JOIN (SELECT deployment_id, workload, point_label_of(point_label, load_point_id) AS point_label,
@@ -785,7 +1049,12 @@ pts AS (
 lp AS (
     SELECT p.*, s.meets_slo, s.slo_judged_on, s.ttft_p99_bound_ms, s.tpot_p99_bound_ms,
            p.engine || ':' || p.workload || ':' || p.point_label AS point,
-           coalesce(p.goodput_lo, p.goodput) AS capacity,
+           -- a figure of one server start (no second start, no prior) says nothing of another: it sizes nothing
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN coalesce(p.goodput_lo, p.goodput) END AS capacity,
+           p.goodput_scope = 'one_start' AS one_start,
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN p.goodput END AS capacity_mean,
+           CASE WHEN p.goodput_scope IS DISTINCT FROM 'one_start' THEN coalesce(p.goodput_hi, p.goodput) END
+               AS capacity_hi,
            CASE WHEN p.goodput_lo IS NOT NULL
                 THEN 'goodput 95% lower bound ' || round(p.goodput_lo, 2) || ' req/s (mean ' || round(p.goodput, 2)
                      || ' over ' || p.repeats || ' repeats)'
@@ -800,7 +1069,10 @@ pts_cap AS (
     SELECT engine,
            count(*)                                                   AS points_at_lengths,
            count(*) FILTER (WHERE meets_slo)                          AS points_meeting_slo,
+           count(*) FILTER (WHERE meets_slo AND one_start)            AS points_one_start,
            max(capacity) FILTER (WHERE meets_slo)                     AS goodput_per_replica,
+           arg_max(capacity_mean, capacity) FILTER (WHERE meets_slo)  AS goodput_mean_per_replica,
+           arg_max(capacity_hi, capacity) FILTER (WHERE meets_slo)    AS goodput_hi_per_replica,
            arg_max(point, capacity) FILTER (WHERE meets_slo)          AS sized_on,
            arg_max(bound_text, capacity) FILTER (WHERE meets_slo)     AS sized_bound,
            arg_max(mean_power_w, capacity) FILTER (WHERE meets_slo)   AS power_w_per_replica,
@@ -817,18 +1089,24 @@ srch AS (
                       + coalesce(abs(ln(s.output_tokens / p_output_tokens::DOUBLE)), 0) AS len_distance
           FROM slo_capacity s JOIN runs r USING (run_id)
           WHERE s.run_id = p_run_id AND s.capacity IS NOT NULL AND s.goodput_requests_s > 0 AND s.attainment >= 0.99
+            AND s.interval_scope IS DISTINCT FROM 'one_start'  -- one start and no prior: it sizes nothing
             -- searched under an SLO at least as tight as the run's: the load found meets the run's too
             AND (r.slo_ttft_ms IS NULL OR s.slo_ttft_ms <= r.slo_ttft_ms)
             AND (r.slo_tpot_ms IS NULL OR s.slo_tpot_ms <= r.slo_tpot_ms)
             AND (r.slo_e2e_ms IS NULL OR s.slo_e2e_ms <= r.slo_e2e_ms))
-    QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, capacity_lo DESC NULLS LAST) = 1),
+    -- one search a server start: the lowest start's conservative figure sizes (another start may be that one)
+    QUALIFY row_number() OVER (PARTITION BY engine ORDER BY len_distance, search_rps ASC NULLS LAST) = 1),
 srch_near AS (  -- a search sizes only at lengths as near the profile's as the nearest points'
     SELECT s.* FROM srch s LEFT JOIN pts_cap p USING (engine)
     WHERE s.len_distance <= coalesce(p.len_distance, 'infinity'::DOUBLE) + 1e-9),
 cap AS (  -- a capacity search of the config sizes where there is one; else the best point on its conservative bounds
-    SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo,
+    SELECT coalesce(p.engine, s.engine) AS engine, p.points_at_lengths, p.points_meeting_slo, p.points_one_start,
            s.engine IS NOT NULL AS sized_by_search,
            CASE WHEN s.engine IS NOT NULL THEN s.search_rps ELSE p.goodput_per_replica END AS goodput_per_replica,
+           CASE WHEN s.engine IS NOT NULL THEN s.goodput_requests_s ELSE p.goodput_mean_per_replica END
+               AS goodput_mean_per_replica,
+           CASE WHEN s.engine IS NOT NULL THEN coalesce(s.goodput_requests_s_hi, s.goodput_requests_s)
+                ELSE p.goodput_hi_per_replica END AS goodput_hi_per_replica,
            CASE WHEN s.engine IS NOT NULL
                 THEN 'SLO capacity search ' || s.search_id || ': ' || printf('%.4g', s.capacity) || ' ' || s.unit
                      || coalesce(' [' || printf('%.4g', s.capacity_lo) || ', ' || printf('%.4g', s.capacity_hi) || ']',
@@ -859,7 +1137,11 @@ sized AS (
            p_steady_qps::DOUBLE AS steady_qps, p_peak_qps::DOUBLE AS peak_qps,
            p_input_tokens::INTEGER AS profile_input_tokens, p_output_tokens::INTEGER AS profile_output_tokens,
            ceil(p_steady_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER AS steady_replicas,
-           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_per_replica, 0))::INTEGER   AS peak_replicas,
+           -- the fleet at the capacity's estimate and at its upper bound: the cost's interval runs from the fewest
+           -- GPUs the interval allows (upper bound) to the conservative fleet above (lower bound)
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_mean_per_replica, 0))::INTEGER AS peak_replicas_mean,
+           ceil(p_peak_qps::DOUBLE / nullif(cap.goodput_hi_per_replica, 0))::INTEGER AS peak_replicas_fewest
     FROM cfg c LEFT JOIN cap USING (engine) LEFT JOIN burst b USING (engine))
 SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_replica,
        steady_qps, peak_qps, profile_input_tokens, profile_output_tokens,
@@ -869,6 +1151,9 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
        steady_replicas, steady_replicas * gpus_per_replica AS steady_gpus,
        peak_replicas, peak_replicas * gpus_per_replica AS peak_gpus,
        peak_replicas * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd,
+       peak_replicas_mean * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd_mean,
+       peak_replicas_fewest * gpus_per_replica * gpu_price_per_hour * 730 AS monthly_gpu_usd_fewest,
+       goodput_mean_per_replica, goodput_hi_per_replica,
        peak_replicas * power_w_per_replica / 1000 * 730 * energy_price_per_kwh * pue AS monthly_energy_usd,
        power_w_per_replica, gpu_price_per_hour, energy_price_per_kwh, pue,
        burst_point, burst_ttft_p99_ms, burst_meets_slo,
@@ -879,6 +1164,11 @@ SELECT run_id, source, engine, engine_kind, model, precision, tp, gpus_per_repli
                 || ': no capacity claimed'
          WHEN coalesce(points_at_lengths, 0) = 0 AND NOT coalesce(sized_by_search, false)
            THEN 'no load point measured for this engine config'
+         WHEN NOT coalesce(sized_by_search, false) AND coalesce(points_one_start, 0) > 0
+              AND coalesce(goodput_per_replica, 0) = 0
+           THEN points_one_start || ' point(s) meet the SLO, every one within one server start only (one start, '
+                || 'no between-start prior for ' || engine_kind || '): what another start gives is unknown, so no '
+                || 'fleet is sized on it; run the plan with server_starts: 2 or more'
          WHEN NOT coalesce(sized_by_search, false)
               AND (coalesce(points_meeting_slo, 0) = 0 OR coalesce(goodput_per_replica, 0) = 0)
            THEN 'no load point meets the p99 SLO (' || concat_ws(', ', 'TTFT <= ' || slo_ttft_ms || ' ms',

@@ -112,35 +112,36 @@ def test_the_sql_sandbox_reaches_the_token_times_and_no_other_file(bundle, tmp_p
 
 def test_the_step_decomposition_is_made_from_the_token_times_as_the_agent_makes_it(bundle, tmp_path):
     """Synthetic load_runs rows carry no step decomposition: ingest fills it from the compiled pass, equal to
-    wattbench_agent.loadgen.steps.decompose over the same requests."""
+    wattbench_agent.loadgen.steps.decompose over the same requests (every column of it; tests/test_step_fill.py
+    has timelines with shared prefills and delivery stalls)."""
     import numpy as np
 
     from wattbench_agent.bundle import CHUNK_FILES
     from wattbench_agent.loadgen import steps
 
+    cols = list(steps.COLUMNS)
     with connect(tmp_path / "w.duckdb") as con:
         ingest_bundle(con, bundle)
         stored = {
             r[0]: r[1:]
             for r in con.execute(
-                "SELECT load_point_id, step_gaps, decode_step_ms, stalled_gap_fraction, stall_ms_mean, "
-                "expected_stalled_fraction, phase_state, shape, concurrency FROM load_runs"
+                f"SELECT load_point_id, shape, concurrency, {', '.join(cols)} FROM load_runs"
             ).fetchall()
         }
     ns = np.fromfile(bundle / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
     tok = np.fromfile(bundle / CHUNK_FILES["chunk_tokens"][0], dtype="<i4")
     by_point: dict[str, list] = {}
     for _, row in read_rows(bundle / "requests.csv"):
-        if row["error_kind"] is None and row["in_window"]:
-            a, n = row["events_at"], row["events_n"]
+        a, n = row["events_at"], row["events_n"]
+        if a is not None:
             row["chunk_ns"], row["chunk_tokens"] = ns[a : a + n].tolist(), tok[a : a + n].tolist()
-            by_point.setdefault(row["load_point_id"], []).append(row)
+        by_point.setdefault(row["load_point_id"], []).append(row)
     assert stored and set(stored) == set(by_point)
     for lp, recs in by_point.items():
-        *got, shape, concurrency = stored[lp]
-        want = steps.decompose(recs, closed_loop=shape == "concurrency", concurrency=concurrency)
-        expected = [want[k] for k in ("gaps", "decode_step_ms", "stalled_gap_fraction", "stall_ms_mean")]
-        expected += [want["expected_stalled_fraction"], want["phase_state"]]
+        shape, concurrency, *got = stored[lp]
+        pool = [r for r in recs if r["error_kind"] is None and r["in_window"]]
+        want = steps.decompose(pool, closed_loop=shape == "concurrency", concurrency=concurrency, all_records=recs)
+        expected = list(steps.load_run_columns(want).values())
         for a, b in zip(got, expected, strict=True):
             assert (a == b) or (isinstance(a, float) and math.isclose(a, b, rel_tol=1e-12)), (lp, got, expected)
 

@@ -351,3 +351,106 @@ def test_an_import_never_replaces_a_measured_run(db, capsys, tmp_path):
     assert state() == before
     assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0
     assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0  # the same import again replaces itself
+
+
+def test_imported_runs_read_plainly(db, capsys, tmp_path, monkeypatch):
+    """Issue 39 item 7: `wattbench runs` said "(no runs)" beside imported runs; `sql load_points` printed every one of
+    its ~90 columns, most NULL for an imported run; `--format json` printed JSON lines that json.load cannot read;
+    the head-to-head said an imported run's startup "did not become healthy"."""
+    ids = imported(capsys, str(AIPERF_C4)) + imported(capsys, str(GUIDELLM))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert "(no runs)" not in out and all(i in out for i in ids) and "imported:aiperf" in out
+
+    assert main(["sql", "load_points", "--run", ids[0]]) == 0
+    captured = capsys.readouterr()
+    header = captured.out.splitlines()[0]
+    assert "output_tok_s" in header and "ttft_p99_ms" in header and "itl_p50_ms_hi" not in header
+    assert "--all shows every one" in captured.err
+    assert main(["sql", "load_points", "--run", ids[0], "--all"]) == 0
+    assert "itl_p50_ms_hi" in capsys.readouterr().out.splitlines()[0]
+
+    assert main(["sql", "load_points", "--run", ids[1], "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and len(rows) == 2 and rows[0]["engine"] == "guidellm"
+    assert main(["sql", "load_points", "--run", ids[1], "--format", "jsonl", "--all"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and "itl_p50_ms_hi" in lines[0]
+
+    assert main(["sql", "head_to_head", "--run", ids[0], "--format", "json"]) == 0
+    [startup] = [r for r in json.loads(capsys.readouterr().out) if r["figure"] == "startup to healthy"]
+    assert startup["note"] == "imported: the tool did not measure startup"
+
+
+def _aiperf_with_gpu_telemetry(tmp_path: Path, watts=(300.0, 250.0), scrapes: bool = True) -> tuple[Path, float]:
+    """The real c4 export with AIPerf's GPU telemetry added (CONSTRUCTED: two GPUs scraped every 100 ms in the layout
+    of AIPerf's gpu_telemetry_export.jsonl, their energy counters (MJ) rising at constant power, so the energy over any
+    span is known), or, without the scrapes, the export's telemetry summary (each counter's rise over the phase)."""
+    import shutil
+
+    folder = tmp_path / "aiperf-gpu"
+    shutil.copytree(AIPERF_C4, folder)
+    recs = [json.loads(line) for line in (folder / "profile_export.jsonl").read_text().splitlines() if line.strip()]
+    start = min(r["metadata"]["request_start_ns"] for r in recs if r["metadata"]["benchmark_phase"] == "profiling")
+    agg = json.loads((folder / "profile_export_aiperf.json").read_text())
+    duration = agg["benchmark_duration"]["avg"]
+    if scrapes:
+        lines = []
+        for k in range(-20, int(duration * 10) + 20):
+            t = start + k * 100_000_000 + 3_000_000  # scrapes off the window's edges: the counter is interpolated
+            for i, w in enumerate(watts):
+                energy_mj = (5.0e6 + w * (t - start) / 1e9) / 1e6  # counter since the driver loaded, MJ
+                lines.append(
+                    {
+                        "timestamp_ns": t,
+                        "dcgm_url": "http://127.0.0.1:9401/metrics",
+                        "gpu_index": i,
+                        "gpu_uuid": f"GPU-{i}",
+                        "gpu_model_name": "NVIDIA H100 80GB HBM3",
+                        "hostname": "node",
+                        "telemetry_data": {"gpu_power_usage": w, "energy_consumption": energy_mj},
+                    }
+                )
+        (folder / "gpu_telemetry_export.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return folder, sum(watts) * duration
+    phase_s = 2.0  # AIPerf's phase, longer than benchmark_duration
+    agg["telemetry_data"]["endpoints"] = {
+        "http://127.0.0.1:9401/metrics": {
+            "gpus": {
+                f"gpu_{i}": {
+                    "gpu_index": i,
+                    "gpu_name": "NVIDIA H100 80GB HBM3",
+                    "gpu_uuid": f"GPU-{i}",
+                    "hostname": "node",
+                    "metrics": {
+                        "gpu_power_usage": {"unit": "W", "avg": w},
+                        "energy_consumption": {"unit": "MJ", "avg": w * phase_s / 1e6},
+                    },
+                }
+                for i, w in enumerate(watts)
+            }
+        }
+    }
+    (folder / "profile_export_aiperf.json").write_text(json.dumps(agg))
+    return folder, sum(watts) * phase_s
+
+
+@pytest.mark.parametrize("scrapes", [True, False])
+def test_aiperf_gpu_telemetry_is_the_runs_energy(db, capsys, tmp_path, scrapes):
+    """Issue 39 item 8: AIPerf's --gpu-telemetry export was dropped; it is now the run's energy (J over the window,
+    summed over the GPUs), its deployment's telemetry source says it was imported from AIPerf's DCGM scrapes, and
+    every energy figure follows from it."""
+    folder, joules = _aiperf_with_gpu_telemetry(tmp_path, scrapes=scrapes)
+    assert main(["import", str(folder)]) == 0
+    out = capsys.readouterr().out
+    run_id = out.split(" as run ")[1].split()[0]
+    [p] = points(db, run_id)
+    assert p["energy_j"] == pytest.approx(joules, rel=1e-6)
+    assert p["output_tokens_per_j"] == pytest.approx(p["output_tok_s"] * p["window_s"] / joules, rel=1e-6)
+    assert p["j_per_request"] == pytest.approx(joules / p["completed"], rel=1e-6)
+    assert p["n_gpus"] == 2 and p["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    with connect(db, read_only=True) as con:
+        tel = con.execute("SELECT telemetry_source FROM deployments WHERE run_id = ?", [run_id]).fetchone()[0]
+    assert tel == "imported:aiperf-dcgm"
+    assert ("AIPerf's GPU telemetry" if scrapes else "profiling phase") in out

@@ -169,16 +169,23 @@ def test_default_plan_spreads_lengths_as_real_traffic(tmp_path):
         load_plan(_write(tmp_path, GOOD.replace("random_range_ratio: 0.5", "random_range_ratio: 1.5", 1)))
 
 
-def test_a_search_workload_is_one_point_per_engine_run_once(tmp_path):
-    """A workload with `search:` becomes one load point per deployment, after every repeat of the plan's points, whose
-    load is the search's first probe and whose search carries the SLO (its own, else the plan's)."""
+def test_a_search_workload_is_one_point_per_engine_and_server_start(tmp_path):
+    """A workload with `search:` becomes one load point per deployment and server start, after that start's repeats
+    of the plan's points, whose load is the search's first probe and whose search carries the SLO (its own, else the
+    plan's); a later start's search id carries its start."""
     from wattbench.plan import agent_spec
 
     plan, _ = load_plan(DEFAULT_PLAN)
     spec = agent_spec(plan, "r", tmp_path, {})
     for dep in spec.deployments:
         searches = [p for p in dep.load_points if p.search is not None]
-        assert len(searches) == 1 and dep.load_points[-1] is searches[0]  # once, not once per repeat, and last
+        starts = plan.starts_of(plan.engines[0])
+        assert [p.server_start for p in searches] == list(range(1, starts + 1))  # once a start, not once a repeat
+        assert dep.load_points[-1] is searches[-1]
+        for s in searches:  # each after its own start's points
+            before = dep.load_points[: dep.load_points.index(s)]
+            assert all(p.server_start <= s.server_start for p in before)
+        assert searches[-1].load_point_id == f"{dep.deployment_id}:interactive:search-concurrency@s{starts}"
         point = searches[0]
         assert point.load_point_id == f"{dep.deployment_id}:interactive:search-concurrency"
         assert point.load["shape"] == "concurrency" and point.load["concurrency"] == 16
@@ -218,3 +225,29 @@ def test_a_bad_search_is_one_message_naming_the_workload(tmp_path, mutate, expec
     with pytest.raises(PlanError, match="workloads\\[2\\]") as err:
         load_plan(_write(tmp_path, mutate(GOOD)))
     assert expected in str(err.value)
+
+
+def test_server_starts_default_and_bounds(tmp_path):
+    """Engines the agent starts are started twice unless the plan says otherwise; each start runs the plan's repeats
+    (their numbers run on over starts, so ids and seeds stay distinct); an external URL is measured once, and a plan
+    asking it for more starts is refused naming the field."""
+    from wattbench.plan import agent_spec
+
+    plan, _ = load_plan(DEFAULT_PLAN)
+    dep = agent_spec(plan, "r", tmp_path, {}).deployments[0]
+    plain = [p for p in dep.load_points if p.search is None]
+    per_start = {s: sorted({p.repeat for p in plain if p.server_start == s}) for s in (1, 2)}
+    assert plan.server_starts is None and plan.starts_of(plan.engines[0]) == 2
+    assert per_start[1] == list(range(1, plan.repeats + 1))
+    assert per_start[2] == list(range(plan.repeats + 1, 2 * plan.repeats + 1))
+    assert len({p.load_point_id for p in dep.load_points}) == len(dep.load_points)
+    one = load_plan(_write(tmp_path, GOOD.replace("repeats: 3 ", "server_starts: 1\nrepeats: 3 ", 1)))[0]
+    assert {p.server_start for p in agent_spec(one, "r", tmp_path, {}).deployments[0].load_points} == {1}
+    external = (
+        "name: ext\nmodel: m\nengines:\n  - {name: e, engine: external, url: 'http://127.0.0.1:9'}\n"
+        "workloads:\n  - {name: w, points: [{shape: concurrency, concurrency: 1}]}\nprices: {gpu_hour_usd: 1}\n"
+    )
+    ext = load_plan(_write(tmp_path, external))[0]
+    assert ext.starts_of(ext.engines[0]) == 1
+    with pytest.raises(PlanError, match="server_starts: 2 needs engines the agent starts"):
+        load_plan(_write(tmp_path, external + "server_starts: 2\n"))

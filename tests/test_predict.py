@@ -5,6 +5,7 @@ with the band the measured spread gives it, filed as a run with source 'predicte
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -82,48 +83,57 @@ def test_predict_files_a_predicted_run_the_capacity_plan_reads(plan, tmp_path, c
     assert set(cap["source"]) == {"predicted"} and (cap["peak_gpus"] > 0).all()
 
 
-def _spread(host_us: tuple[float, float, float], decode: tuple[float, float]) -> dict:
-    p05, p50, p95 = (x * 1e-6 for x in host_us)
-    return {
-        "eager_layer_s": {"p05": p05, "p50": p50, "p95": p95},
-        "decode_step_ratio": {"p05": decode[0], "p50": 1.0, "p95": decode[1]},
-    }
-
-
 def _predict_json(plan, capsys) -> dict:
     assert main(["predict", "--plan", str(plan), "--no-store", "--format", "json"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
-def test_predict_band_is_the_measured_spread(plan, tmp_path, capsys, monkeypatch):
-    """A vLLM figure's band is how far it moves when the host's launch time of a prefill step and the decode step sit at
-    the ends of their measured spread (the emulator's calibration.json): no spread, no band width; a wider spread, a
-    wider band; a slower host moves a closed loop of 16 streams more than one of 4. TensorRT-LLM rows: no band."""
+def _intervals(lo: float, hi: float) -> dict:
+    from wattbench.twin.model import PREDICTED
+
+    figs = {f: {"log_lo": lo, "log_hi": hi, "n": 40} for f in PREDICTED}
+    return {"level": 0.9, "basis": "cross-validation by board", "figures": figs}
+
+
+def test_predict_interval_is_the_calibrations(plan, capsys, monkeypatch):
+    """A vLLM figure's interval is the calibration's (its ends as log ratios, its level); with no phase state to
+    cover, the range is exactly [v exp(lo), v exp(hi)] and the band its larger relative side. A closed loop of equal
+    lengths with no committed window at its stream count gives both phase states, and the interval spans both.
+    TensorRT-LLM rows: no interval."""
     from wattbench_agent.emulator import calibration
 
-    def bands(doc, engine, figure):
-        return {p["point"]: p["figures"][figure]["band"] for p in doc["points"] if p["engine"] == engine}
-
-    from wattbench_agent.emulator import FACTORS
-
-    median = FACTORS["vllm-like"].eager_layer_s * 1e6  # the twin runs at the spread's median
-    monkeypatch.setattr(calibration, "spread", lambda profile: _spread((median,) * 3, (1.0, 1.0)))
-    flat = _predict_json(plan, capsys)
-    assert set(bands(flat, "vllm-fp8-tp4", "output_tok_s").values()) == {0.0}
-    assert set(bands(flat, "trt-fp8-tp4", "output_tok_s").values()) == {None}
-    monkeypatch.setattr(calibration, "spread", lambda profile: _spread((300, median, 900), (0.97, 1.03)))
-    wide = _predict_json(plan, capsys)
-    tok = bands(wide, "vllm-fp8-tp4", "output_tok_s")
-    assert all(b > 0 for b in tok.values()) and tok["steady:c16"] > tok["steady:c4"]
-    row = next(p for p in wide["points"] if p["engine"] == "vllm-fp8-tp4" and p["point"] == "steady:c16")
-    fig = row["figures"]["output_tok_s"]
-    assert fig["range"] == pytest.approx([fig["predicted"] * (1 - fig["band"]), fig["predicted"] * (1 + fig["band"])])
+    monkeypatch.setattr(calibration, "intervals", lambda profile: _intervals(-0.1, 0.2))
+    every_window_spread = {"short": {"4": {"spread": 12}, "16": {"spread": 30}}}
+    monkeypatch.setattr(calibration, "phase_states", lambda profile: every_window_spread)
+    doc = _predict_json(plan, capsys)
+    rows = {(p["engine"], p["point"]): p for p in doc["points"]}
+    for point in ("steady:c4", "steady:c16"):
+        fig = rows[("vllm-fp8-tp4", point)]["figures"]["output_tok_s"]
+        v = fig["predicted"]
+        assert fig["range"] == pytest.approx([v * math.exp(-0.1), v * math.exp(0.2)])
+        assert fig["band"] == pytest.approx(math.exp(0.2) - 1) and fig["level"] == 0.9
+        trt = rows[("trt-fp8-tp4", point)]["figures"]["output_tok_s"]
+        assert trt["band"] is None and trt["range"] is None
+    c16 = rows[("vllm-fp8-tp4", "steady:c16")]["phase_states"]
+    assert c16["spread"]["share"] == 1.0 and c16["shared"]["share"] == 0.0 and not c16["band_covers_both"]
+    assert c16["committed_windows"] == 30 and c16["spread"]["how"] == "the twin's simulation"
     assert main(["predict", "--plan", str(plan), "--no-store"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     vllm_rows = [line for line in out.splitlines() if line.startswith("| vllm-fp8-tp4")]
     trt_rows = [line for line in out.splitlines() if line.startswith("| trt-fp8-tp4")]
-    assert vllm_rows and all("±n/a" not in r and "%" in r for r in vllm_rows)
-    assert trt_rows and all("±n/a" in r for r in trt_rows)  # assumed factors: no band
+    assert vllm_rows and all("[-10%, +22%]" in r for r in vllm_rows)
+    assert trt_rows and all("±n/a" in r for r in trt_rows)  # assumed factors: no interval
+    assert "90% prediction interval" in err and "steady:c16: two phase states" in err
+    # no committed window at these streams: the share is unknown and the interval spans both states
+    monkeypatch.setattr(calibration, "phase_states", lambda profile: {})
+    unknown = {(p["engine"], p["point"]): p for p in _predict_json(plan, capsys)["points"]}
+    st = unknown[("vllm-fp8-tp4", "steady:c16")]["phase_states"]
+    assert st["shared"]["share"] is None and st["band_covers_both"]
+    fig = unknown[("vllm-fp8-tp4", "steady:c16")]["figures"]["tpot_p50_ms"]
+    other = st["shared"]["figures"]["tpot_p50_ms"]
+    assert other != pytest.approx(fig["predicted"])
+    lo, hi = min(fig["predicted"], other), max(fig["predicted"], other)
+    assert fig["range"] == pytest.approx([lo * math.exp(-0.1), hi * math.exp(0.2)])
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513) == []
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513, "online") == []
     assert extrapolation("vllm-like", "llama-3.1-8b", "h200", 1, "fp8", 513, "checkpoint") == []
@@ -135,25 +145,42 @@ def test_predict_band_is_the_measured_spread(plan, tmp_path, capsys, monkeypatch
     ]
 
 
-def test_shipped_spread_and_held_out_errors_come_from_the_calibration(plan, capsys):
-    """The spread a prediction carries and the held-out errors it prints are the calibration's (wattbench/twin/,
-    written into calibration.json from the committed bundles), not written by hand: the launch time's quantiles are
-    those of the measured windows it lists (results/twin/), and predict prints the held-out errors by board."""
-    import numpy as np
+def test_a_filing_records_the_calibration_it_came_from(plan, tmp_path, capsys):
+    """The JSON, the filed run's deployments and the bundle's manifest name the calibration: the sha256 of
+    calibration.json, the bundles it was fitted on and what the held-out list kept out; the shipped intervals and
+    errors by protocol come with it."""
+    import hashlib
 
     from wattbench_agent.emulator import calibration
 
-    root = Path(__file__).resolve().parents[1]
-    cal = json.loads(calibration.PATH.read_text())
-    host = cal["spread"]["vllm-like"]["eager_layer_s"]
-    rows = json.loads((root / "results" / "twin" / "calibration.json").read_text())["host_windows"]
-    per_layer = [w["eager_layer_s"] for w in rows]
-    assert host["n"] == len(per_layer) and host["p50"] == pytest.approx(float(np.median(per_layer)), rel=1e-5)
-    assert host["p05"] == pytest.approx(float(np.percentile(per_layer, 5)), rel=1e-5)
-    assert cal["profiles"]["vllm-like"]["eager_layer_s"] == pytest.approx(host["p50"], rel=1e-5)
+    sha = hashlib.sha256(calibration.PATH.read_bytes()).hexdigest()
+    doc = _predict_json(plan, capsys)
+    cal = doc["calibration"]
+    assert cal["sha256"] == sha and cal["content_sha256"] == calibration.load()["content_sha256"]
+    assert cal["fitted_on"] and not set(cal["fitted_on"]) & set(cal["excluded"]["bundles"])
+    assert "gpu-choice/bundle-*.tar.xz" in cal["excluded"]["globs"]
+    assert set(doc) >= {"run_id", "plan", "predicted_at", "source", "notes", "points", "held_out_errors"}
+    assert set(doc["held_out_errors"]) >= {"by board", "by workload", "held-out runs", "held-out model"}
+    note = next(n for n in doc["notes"] if n["engine"] == "vllm-fp8-tp4")
+    assert note["level"] == 0.9 and "extrapolates" in note["interval_scope"]  # 70B on four GPUs
+    db = tmp_path / "wh.duckdb"
+    assert main(["predict", "--plan", str(plan), "--db", str(db), "--run-id", "pred-cal"]) == 0
+    assert f"sha256 {sha}" in capsys.readouterr().err
+    with connect(db, read_only=True) as con:
+        filed = con.execute(
+            "SELECT DISTINCT json_extract_string(config, '$.calibration.sha256') FROM deployments "
+            "WHERE run_id = 'pred-cal'"
+        ).fetchall()
+    assert filed == [(sha,)]
+
+
+def test_predict_prints_the_errors_by_protocol(plan, capsys):
+    """The errors it prints are the calibration's (wattbench/twin/, written into calibration.json from the committed
+    bundles), cross-validated by board and by workload and on the held-out runs, not written by hand."""
     assert main(["predict", "--plan", str(plan), "--no-store"]) == 0
     err = capsys.readouterr().err
-    assert "never saw (by board)" in err and "never saw (by workload)" in err
+    assert "never saw (cross-validated by board)" in err and "never saw (cross-validated by workload)" in err
+    assert "never saw (held-out runs)" in err
 
 
 def test_predict_refuses_a_plan_without_any_twin_and_files_nothing(tmp_path, capsys):
@@ -231,7 +258,9 @@ def test_predict_sends_each_repeat_the_requests_the_agent_will_send(tmp_path, ca
     ]
     path = tmp_path / "plan.yaml"
     path.write_text(
-        yaml.safe_dump({**PLAN, "model": "llama-3.1-8b", "engines": engines, "workloads": workloads, "repeats": 2})
+        yaml.safe_dump(
+            {**PLAN, "model": "llama-3.1-8b", "engines": engines, "workloads": workloads, "repeats": 2, "server_starts": 1}
+        )
     )
     db = tmp_path / "wh.duckdb"
     assert main(["predict", "--plan", str(path), "--db", str(db), "--run-id", "pred-seed"]) == 0

@@ -270,17 +270,17 @@ def test_a_version_10_warehouse_gains_the_shapes_traits(tmp_path):
     ]
 
 
-def test_a_version_11_warehouse_keys_its_metrics_on_a_column(tmp_path):
-    """Version 12 keys server_metrics on a stored column (labels_key, its labels as text in one order) instead of a
+def test_a_version_13_warehouse_keys_its_metrics_on_a_column(tmp_path):
+    """Version 14 keys server_metrics on a stored column (labels_key, its labels as text in one order) instead of a
     unique index on that expression, which crashed DuckDB at the checkpoint of a re-ingest
     (tests/reliability/test_reingest.py): a warehouse from before keeps its samples, each with its key, and one copy of
     a sample without labels stored twice (the old index let those through); the new index refuses a sample twice."""
     import duckdb
 
-    db = tmp_path / "v11.duckdb"
+    db = tmp_path / "v13.duckdb"
     with connect(db):
         pass
-    old = duckdb.connect(str(db))  # server_metrics as version 11 made it
+    old = duckdb.connect(str(db))  # server_metrics as version 13 made it
     old.execute("DROP TABLE server_metrics")
     old.execute(
         "CREATE TABLE server_metrics (run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT "
@@ -297,10 +297,10 @@ def test_a_version_11_warehouse_keys_its_metrics_on_a_column(tmp_path):
         "('r', 'measured', 'd', NULL, 2, 'up', NULL, 1.0, NULL)"
     )
     old.execute("DELETE FROM schema_version")
-    old.execute("INSERT INTO schema_version (version) VALUES (11)")
+    old.execute("INSERT INTO schema_version (version) VALUES (13)")
     old.close()
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 12
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 14
         rows = con.execute("SELECT t_ns, labels, value, scrape, labels_key FROM server_metrics ORDER BY 1").fetchall()
         assert rows == [
             (1, {"le": "0.1", "a": "b"}, 3.0, "window_start", "[{'key': a, 'value': b}, {'key': le, 'value': 0.1}]"),
@@ -337,7 +337,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 12
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 14
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

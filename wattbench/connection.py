@@ -19,6 +19,7 @@ from pathlib import Path
 from wattbench.queries import (  # noqa: F401 - the query interface, re-exported for readers
     SQL_DIR,
     WarehouseError,
+    default_columns,
     duckdb,
     execute_sql,
     query_rows,
@@ -87,9 +88,10 @@ def connect(
 
             apply_schema(con)  # registers the token store's functions too
         elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
-            from wattbench import token_store
+            from wattbench import sql_functions, token_store
 
             token_store.register(con)
+            sql_functions.register(con)
         # a sandboxed connection (`wattbench sql`, `report`) registers them when a query first needs them
         # (execute_sql): registering a Python function imports numpy, a third of a command that reads no token times
         yield con

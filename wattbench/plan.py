@@ -33,10 +33,12 @@ from wattbench_agent.wire import (
     MAX_IDLE_BASELINE_S,
     MAX_IDLE_QUIET_S,
     MAX_SAMPLER_HZ,
+    MAX_SERVER_STARTS,
     MAX_WARMUP_REQUESTS,
     AgentSpec,
     DeploymentSpec,
     LoadPointSpec,
+    start_mark,
 )
 
 
@@ -48,6 +50,9 @@ class PlanError(ValueError):
 # hung the load generator with nothing sent). Those of load points and agent settings are the agent's own
 # (wattbench_agent.loadgen.spec, wattbench_agent.wire), which it applies to a spec written by hand too.
 MAX_USD_PER_HOUR = 10_000.0
+# Engines the agent starts are started this many times unless the plan says server_starts: one start's repeats say
+# nothing of what the next start gives (docs/MEASUREMENT.md, "Server starts").
+DEFAULT_SERVER_STARTS = 2
 
 
 class _Strict(BaseModel):
@@ -385,8 +390,17 @@ class Plan(_Strict):
         1,
         ge=1,
         le=100,
-        description="run every load point this many times, interleaved across "
+        description="run every load point this many times in every server start, interleaved across "
         "engines (A B A B), for 95% intervals on every figure",
+    )
+    server_starts: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SERVER_STARTS,
+        description="start each engine this many times, one after another, each start running `repeats` of every "
+        "point (and the capacity search once), so that every interval holds what another start of the same engine "
+        "gives (docs/MEASUREMENT.md, 'Server starts'). Default: 2 for engines the agent starts (the emulator "
+        "included: it reseeds per start), 1 for an external URL (it cannot be restarted)",
     )
     telemetry: Literal["auto", "nvml", "dcgm", "emulated", "none"] = "auto"  # dcgm: WATTBENCH_DCGM_URL on the agent
     sampler_hz: float = Field(10.0, gt=0, le=MAX_SAMPLER_HZ)
@@ -415,6 +429,22 @@ class Plan(_Strict):
         if dupes:
             raise ValueError(f"engine names must be unique; repeated: {', '.join(dupes)}")
         return engines
+
+    @model_validator(mode="after")
+    def _starts_of_external(self) -> Plan:
+        if (self.server_starts or 1) > 1 and any(e.engine == "external" for e in self.engines):
+            raise ValueError(
+                f"server_starts: {self.server_starts} needs engines the agent starts; an external engine (a URL "
+                "measured as it is) cannot be restarted: leave server_starts out (1 for it) or give it its own plan"
+            )
+        return self
+
+    def starts_of(self, spec: EngineSpec) -> int:
+        """How many times the agent starts this engine: the plan's server_starts, or its default (2 for an engine
+        the agent starts, 1 for an external URL)."""
+        if spec.engine == "external":
+            return 1
+        return self.server_starts if self.server_starts is not None else DEFAULT_SERVER_STARTS
 
     def engine_configs(self) -> list[tuple[EngineSpec, EngineConfig]]:
         return [
@@ -602,33 +632,37 @@ def agent_spec(plan: Plan, run_id: str, out: Path, builds: dict[str, dict[str, A
     deployments = []
     for spec, cfg in plan.engine_configs():
         points = []
-        for repeat in range(1, plan.repeats + 1):
-            for workload in plan.workloads:
-                for load in workload.load_specs() if workload.search is None else ():
-                    label = point_label(load)
-                    suffix = f"#{repeat}" if plan.repeats > 1 else ""
+        starts = plan.starts_of(spec)
+        for start in range(1, starts + 1):
+            for repeat in range((start - 1) * plan.repeats + 1, start * plan.repeats + 1):
+                for workload in plan.workloads:
+                    for load in workload.load_specs() if workload.search is None else ():
+                        label = point_label(load)
+                        suffix = f"#{repeat}" if starts * plan.repeats > 1 else ""
+                        points.append(
+                            LoadPointSpec(
+                                load_point_id=f"{spec.name}:{workload.name}:{label}{suffix}",
+                                workload=workload.name,
+                                point_label=label,
+                                load=load,
+                                repeat=repeat,
+                                server_start=start,
+                            )
+                        )
+            for workload in plan.workloads:  # a search repeats its own windows: once a start, after its points
+                if workload.search is not None:
+                    load = workload.search_load()
+                    label = f"search-{workload.search.over}"
                     points.append(
                         LoadPointSpec(
-                            load_point_id=f"{spec.name}:{workload.name}:{label}{suffix}",
+                            load_point_id=f"{spec.name}:{workload.name}:{label}{start_mark(start)}",
                             workload=workload.name,
                             point_label=label,
                             load=load,
-                            repeat=repeat,
+                            search=workload.search.search_spec(plan.slo.model_dump()),
+                            server_start=start,
                         )
                     )
-        for workload in plan.workloads:  # a search repeats its own windows: once, after every repeat of the points
-            if workload.search is not None:
-                load = workload.search_load()
-                label = f"search-{workload.search.over}"
-                points.append(
-                    LoadPointSpec(
-                        load_point_id=f"{spec.name}:{workload.name}:{label}",
-                        workload=workload.name,
-                        point_label=label,
-                        load=load,
-                        search=workload.search.search_spec(plan.slo.model_dump()),
-                    )
-                )
         build = builds.get(cfg.build_id(), {})
         deployments.append(
             DeploymentSpec(

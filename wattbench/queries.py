@@ -14,6 +14,7 @@ except ImportError:  # an older duckdb, whose engine is not a top-level module: 
     import duckdb
 
 from wattbench.settings import REPO_ROOT
+from wattbench.sql_functions import NAMES as SQL_FUNCTIONS
 
 SQL_DIR = REPO_ROOT / "sql"
 
@@ -33,6 +34,20 @@ def sql_text(name: str) -> str:
     return path.read_text()
 
 
+# A named query may name the columns `wattbench sql NAME` shows by default (`--all`: every one): a comment line
+# "-- shown by default: a, b, c" in its file, continued on comment lines that start with "--   ".
+_SHOWN = re.compile(r"^-- shown by default:(.*(?:\n--   .*)*)", re.MULTILINE)
+
+
+def default_columns(text: str) -> list[str] | None:
+    """The columns a named query shows by default, in its file's order (None: every column)."""
+    m = _SHOWN.search(text)
+    if not m:
+        return None
+    names = m.group(1).replace("\n--", " ").replace("\n", " ")
+    return [c.strip() for c in names.split(",") if c.strip()] or None
+
+
 def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[str, Any] | None = None):
     """Run a named query from sql/ (or literal SQL); returns the connection with its result pending."""
     text = sql_text(name_or_sql) if re.fullmatch(r"[\w\-]+(\.sql)?", name_or_sql.strip()) else name_or_sql
@@ -41,11 +56,14 @@ def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[s
     try:
         return con.execute(text, used) if used else con.execute(text)
     except duckdb.CatalogException as exc:
-        if "token_times" not in str(exc) and "token_counts" not in str(exc):
+        missing = str(exc)
+        if not any(name in missing for name in ("token_times", "token_counts", *SQL_FUNCTIONS)):
             raise
-    from wattbench import token_store  # a query that reads token times, on a connection without the functions yet
+    # a query that reads token times or calls wattbench's functions, on a connection without them yet
+    from wattbench import sql_functions, token_store
 
     token_store.register(con)
+    sql_functions.register(con)
     return con.execute(text, used) if used else con.execute(text)
 
 

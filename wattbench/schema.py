@@ -12,14 +12,17 @@ from wattbench.point_stats import (
     refresh_point_stats,
 )
 from wattbench.queries import SQL_DIR, WarehouseError, duckdb, table_columns
+from wattbench.step_fill import clear_old_labels, fill_steps
 
 # 7: step decomposition, host facts, GPU clocks per window (sql/schema.sql migration block); 8: point figures over
 # repeats on the log scale, latency intervals from them (sql/views.sql), the idle windows' wait for quiet GPUs;
 # 9: SLO capacity searches, energy per request (sql/schema.sql migration block);
 # 10: per-token times in the token store beside the warehouse (requests.events_file, ...; wattbench/token_store.py);
-# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits);
-# 12: server_metrics.labels_key, the unique key's plain column (an index on an expression crashed DuckDB at checkpoint)
-SCHEMA_VERSION = 12
+# 11: the load shape's traits in load_runs (closed_loop, bursty: fill_shape_traits); 12: server starts (load_runs,
+# searches, deployments) and intervals over them (sql/views.sql), refilled for every run; 13: the step
+# decomposition's prefills from first tokens and delivery stalls apart, every load run's made again (step_fill.py);
+# 14: server_metrics.labels_key, the unique key's plain column (an index on an expression crashed DuckDB at checkpoint)
+SCHEMA_VERSION = 14
 
 # Prometheus label text ({a="b",le="0.1"}) -> MAP: how version-1 warehouses and bundles stored labels.
 LABELS_TEXT_TO_MAP = (
@@ -32,9 +35,10 @@ LABELS_TEXT_TO_MAP = (
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection (it also gives
     the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
-    from wattbench import token_store
+    from wattbench import sql_functions, token_store
 
     token_store.register(con)
+    sql_functions.register(con)
     con.execute((SQL_DIR / "schema.sql").read_text())
     if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
         con.execute(
@@ -43,7 +47,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         )
     if table_columns(con, "point_stats").get("longest_context_tokens") == "INTEGER":  # a sum past 2^31 overflowed
         con.execute("ALTER TABLE point_stats ALTER longest_context_tokens SET DATA TYPE BIGINT")
-    if "labels_key" not in table_columns(con, "server_metrics"):  # before version 12
+    if "labels_key" not in table_columns(con, "server_metrics"):  # before version 14
         _rebuild_server_metrics(con)
     con.execute((SQL_DIR / "views.sql").read_text())
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
@@ -60,6 +64,11 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is not None and current < 11:  # 11: the shape's traits in load_runs, for every run
         fill_shape_traits(con, None)
+    if current is not None and current < 13:  # 13: every load run's step decomposition by this version's definitions
+        fill_steps(con, None)
+        clear_old_labels(con)
+    if current is not None and 9 <= current < 12:  # 12: intervals over server starts (every run had one start)
+        refresh_kept_views(con, None, AFTER_RUN_FIELDS)
     if current is None or current < SCHEMA_VERSION:  # new, or migrated by schema.sql's migration block
         con.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
     elif current > SCHEMA_VERSION:
@@ -70,7 +79,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def _rebuild_server_metrics(con: duckdb.DuckDBPyConnection) -> None:
-    """Version 12: server_metrics made again as sql/schema.sql declares it (labels_key NOT NULL, held to its labels by a
+    """Version 14: server_metrics made again as sql/schema.sql declares it (labels_key NOT NULL, held to its labels by a
     CHECK, which DuckDB adds to a new table only), its rows copied with their key, in one transaction. The old unique
     index on an expression goes with the old table; ensure_natural_keys makes the new one on plain columns (keeping
     one copy of a sample with no labels stored twice, which the old index let through)."""
@@ -79,13 +88,13 @@ def _rebuild_server_metrics(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute("DROP INDEX IF EXISTS server_metrics_key")
-        con.execute("ALTER TABLE server_metrics RENAME TO server_metrics_before_12")
+        con.execute("ALTER TABLE server_metrics RENAME TO server_metrics_before_14")
         con.execute(create)
         con.execute(
             "INSERT INTO server_metrics BY NAME SELECT *, "
-            f"{LABELS_KEY.format(col='labels')} AS labels_key FROM server_metrics_before_12"
+            f"{LABELS_KEY.format(col='labels')} AS labels_key FROM server_metrics_before_14"
         )
-        con.execute("DROP TABLE server_metrics_before_12")
+        con.execute("DROP TABLE server_metrics_before_14")
         con.execute("COMMIT")
     except Exception:
         con.execute("ROLLBACK")

@@ -9,7 +9,8 @@ the requests' order, and gives:
   token count all its events carried (requests.chunk_tokens_each), if they did;
 - per load point: the figures of point_stats that read token times (sql/views.sql v_itl_stats_live,
   v_window_steadiness_live, the client's ITL of v_client_stats_live; warehouse._TOKEN_FIGURES is the same in SQL),
-  and the step decomposition (wattbench_agent.loadgen.steps: decode step, stalled share, mean stall).
+  and the step decomposition (wattbench_agent.loadgen.steps: decode step, the stalls of each kind, the prefills
+  sharing a step from the first tokens' clusters).
 Exact percentiles without a sort: the values are binned on their leading bits (a bin is 1/256 of an octave wide),
 the bins holding each wanted rank are found from the counts, and only their values are sorted. Percentiles and counts
 are DuckDB's quantile_cont to the bit; means and deviations use compensated sums (equal to DuckDB's to its summation
@@ -23,11 +24,14 @@ point; compiled, one pass reads each event once (results/ingest_profile.md). The
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
 LEVELS = np.array([0.50, 0.90, 0.95, 0.99, 0.999])  # v_itl_stats_live's percentiles
 STALL_FACTOR = 1.5  # wattbench_agent.loadgen.steps.STALL_FACTOR (a test keeps them equal)
+BURST_NS = 500_000  # wattbench_agent.loadgen.steps.BURST_MS, in ns (a test keeps them equal)
 SHIFT = 44  # a bin: a non-negative double's bits >> 44 (sign, exponent, 8 bits of mantissa)
 BINS = 1 << 19
 
@@ -37,10 +41,10 @@ NO_BOUND = np.iinfo(np.int64).max  # a request's last_token_ns not given
 
 # indexes of point_pass's float results
 F_ITL_Q = 0  # 5 values
-F_ITL_MEAN, F_ITL_STDEV, F_CLIENT_SUM, F_STEP, F_STALL_MEAN = 5, 6, 7, 8, 9
-# indexes of its integer results
+F_ITL_MEAN, F_ITL_STDEV, F_CLIENT_SUM, F_STEP, F_STALL_MEAN, F_DELIVERY_MEAN = 5, 6, 7, 8, 9, 10
+# indexes of its integer results (I_STALLED: the GPU stalls)
 I_ITL_N, I_STEADY, I_FIRST, I_SECOND, I_FIRST_ANY, I_SECOND_ANY, I_CLIENT_N, I_STEP_GAPS, I_STALLED = range(9)
-I_MULTI = 9
+I_MULTI, I_DELIVERY, I_PREFILLS, I_PREFILL_STEPS, I_SIZE_SUM, I_SIZE_SQUARES, I_SHARED = range(9, 16)
 
 
 @njit(cache=True, nogil=True)
@@ -170,8 +174,9 @@ def point_pass(
     and exact events; ok: succeeded; inw: sent in the window; first_ok, last_ok: the span its times must lie in (its
     send, never below 0, and its last token); tokens: its completion tokens (-1: not given). gap, ptok, pw: work
     arrays of at least the point's events; hist: BINS counts."""
-    f = np.full(10, np.nan)
-    iv = np.zeros(10, np.int64)
+    f = np.full(11, np.nan)
+    iv = np.zeros(16, np.int64)
+    firsts = np.full(len(at), -1, np.int64)  # each request's first token (ns), -1: none
     mid = (ws + we) / 2.0
     windowed = has_window and we > ws
     m = 0  # ITL gaps
@@ -182,9 +187,14 @@ def point_pass(
         a = at[r]
         k_n = n[r]
         status[r], where[r], each[r] = _check_request(ns, cnt, a, k_n, ok[r], first_ok[r], last_ok[r], tokens[r])
+        ex = exact[r]
+        if status[r] == OK:  # every request's first token marks a prefill, in the window or not, failed or not
+            for k in range(min(k_n, ex)):
+                if cnt[a + k] > 0:
+                    firsts[r] = ns[a + k]
+                    break
         if status[r] != OK or not ok[r]:
             continue
-        ex = exact[r]
         last_kept = -1  # the step decomposition's previous token-carrying event (exact part only)
         for k in range(k_n):
             t = ns[a + k]
@@ -249,21 +259,90 @@ def point_pass(
         _select(ptok, pw, q, total, two, hist, mark, med)
         step = med[0] if total % 2 == 1 else (med[0] + med[1]) / 2.0
         f[F_STEP] = step
-        threshold = STALL_FACTOR * step
-        stalled = 0
-        s = 0.0
-        cc = 0.0
-        for i in range(q):
-            if ptok[i] > threshold:
-                stalled += pw[i]
-                y = ptok[i] * pw[i] - cc
-                t2 = s + y
-                cc = (t2 - s) - y
-                s = t2
-        iv[I_STALLED] = stalled
-        if stalled > 0:
-            f[F_STALL_MEAN] = s / stalled
+        every = np.sort(firsts[firsts >= 0])
+        _stall_kinds(ns, cnt, at, n, exact, ok, inw, status, firsts, every, STALL_FACTOR * step, f, iv)
+    _prefill_figures(firsts, ok, inw, status, iv)
     return f, iv
+
+
+@njit(cache=True, nogil=True)
+def _stall_kinds(ns, cnt, at, n, exact, ok, inw, status, firsts, every, threshold, f, iv):
+    """The pool's stalls (gaps per token above `threshold`) split into GPU and delivery stalls as
+    wattbench_agent.loadgen.steps.classify_stalls splits them: iv[I_STALLED], f[F_STALL_MEAN] (GPU), iv[I_DELIVERY],
+    f[F_DELIVERY_MEAN]. every: the point's first tokens, sorted."""
+    sums = np.zeros(2)
+    comp = np.zeros(2)
+    counts = np.zeros(2, np.int64)
+    for r in range(len(at)):
+        if status[r] != OK or not ok[r] or not inw[r]:
+            continue
+        a = at[r]
+        lim = min(n[r], exact[r])
+        last_kept = -1
+        for k in range(lim):
+            c = cnt[a + k]
+            if c <= 0:
+                continue
+            t = ns[a + k]
+            if last_kept >= 0:
+                per_token = ((t - ns[a + last_kept]) / 1e6) / c
+                if per_token > threshold:
+                    last = t
+                    events = 1
+                    for j in range(k + 1, lim):  # the burst: events within BURST_NS of this one
+                        if cnt[a + j] <= 0:
+                            continue
+                        if ns[a + j] - t > BURST_NS:
+                            break
+                        last = ns[a + j]
+                        events += 1
+                    others = np.searchsorted(every, last + BURST_NS, side="right") - np.searchsorted(
+                        every, t - BURST_NS
+                    )
+                    if t - BURST_NS <= firsts[r] <= last + BURST_NS:
+                        others -= 1  # its own first token is no other's prefill
+                    kind = 1 if events >= 2 and others == 0 else 0
+                    counts[kind] += c
+                    y = per_token * c - comp[kind]  # Kahan
+                    s2 = sums[kind] + y
+                    comp[kind] = (s2 - sums[kind]) - y
+                    sums[kind] = s2
+            last_kept = k
+    iv[I_STALLED] = counts[0]
+    iv[I_DELIVERY] = counts[1]
+    if counts[0] > 0:
+        f[F_STALL_MEAN] = sums[0] / counts[0]
+    if counts[1] > 0:
+        f[F_DELIVERY_MEAN] = sums[1] / counts[1]
+
+
+@njit(cache=True, nogil=True)
+def _prefill_figures(firsts, ok, inw, status, iv):
+    """The pool's prefills among the clusters of every first token (wattbench_agent.loadgen.steps.prefill_clusters):
+    iv[I_PREFILLS], iv[I_PREFILL_STEPS], the held clusters' sizes summed (I_SIZE_SUM) and squared (I_SIZE_SQUARES),
+    the pool's prefills in a cluster of two or more (I_SHARED)."""
+    every = np.sort(firsts[firsts >= 0])
+    if len(every) == 0:
+        return
+    cluster = np.zeros(len(every), np.int64)
+    for i in range(1, len(every)):
+        cluster[i] = cluster[i - 1] + (1 if every[i] - every[i - 1] > BURST_NS else 0)
+    sizes = np.zeros(cluster[-1] + 1, np.int64)
+    for i in range(len(every)):
+        sizes[cluster[i]] += 1
+    held = np.zeros(len(sizes), np.bool_)
+    for r in range(len(firsts)):
+        if status[r] != OK or not ok[r] or not inw[r] or firsts[r] < 0:
+            continue
+        c = cluster[np.searchsorted(every, firsts[r])]
+        iv[I_PREFILLS] += 1
+        if sizes[c] > 1:
+            iv[I_SHARED] += 1
+        if not held[c]:
+            held[c] = True
+            iv[I_PREFILL_STEPS] += 1
+            iv[I_SIZE_SUM] += sizes[c]
+            iv[I_SIZE_SQUARES] += sizes[c] * sizes[c]
 
 
 class Workspace:
@@ -285,8 +364,8 @@ class Workspace:
 
 
 def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) -> tuple[dict, dict]:
-    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window, first_ok, last_ok,
-    tokens), as Python values:
+    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window, and where its rows are
+    checked, first_ok, last_ok, tokens), as Python values:
     (per-request arrays status, where, each), (the point's figures, as warehouse.point_token_figures names them, and
     the step decomposition's raw parts)."""
     at = np.ascontiguousarray(refs["at"], dtype=np.int64)
@@ -306,9 +385,10 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
         np.ascontiguousarray(refs["exact"], dtype=np.int64),
         np.ascontiguousarray(refs["ok"], dtype=np.bool_),
         np.ascontiguousarray(refs["in_window"], dtype=np.bool_),
-        np.ascontiguousarray(refs["first_ok"], dtype=np.int64),
-        np.ascontiguousarray(refs["last_ok"], dtype=np.int64),
-        np.ascontiguousarray(refs["tokens"], dtype=np.int64),
+        # a request's span and completion tokens: not held to them where not given (rows the warehouse keeps)
+        np.ascontiguousarray(refs.get("first_ok", np.full(rows, np.iinfo(np.int64).min)), dtype=np.int64),
+        np.ascontiguousarray(refs.get("last_ok", np.full(rows, NO_BOUND)), dtype=np.int64),
+        np.ascontiguousarray(refs.get("tokens", np.full(rows, -1)), dtype=np.int64),
         int(ws) if has_window else 0,
         int(we) if has_window else 0,
         has_window,
@@ -340,6 +420,25 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
         "decode_step_ms": float(f[F_STEP]) if iv[I_STEP_GAPS] else None,
         "stalled_gap_fraction": int(iv[I_STALLED]) / int(iv[I_STEP_GAPS]) if iv[I_STEP_GAPS] else None,
         "stall_ms_mean": float(f[F_STALL_MEAN]) if iv[I_STALLED] else None,
+        "gpu_stalls": int(iv[I_STALLED]) if iv[I_STEP_GAPS] else None,
+        "delivery_stalls": int(iv[I_DELIVERY]) if iv[I_STEP_GAPS] else None,
+        "delivery_stalled_fraction": int(iv[I_DELIVERY]) / int(iv[I_STEP_GAPS]) if iv[I_STEP_GAPS] else None,
+        "delivery_stall_ms_mean": float(f[F_DELIVERY_MEAN]) if iv[I_DELIVERY] else None,
         "multi_token_gap_fraction": int(iv[I_MULTI]) / int(iv[I_STEP_GAPS]) if iv[I_STEP_GAPS] else None,
+        **prefill_figures(int(iv[I_PREFILLS]), int(iv[I_PREFILL_STEPS]), int(iv[I_SIZE_SUM]), int(iv[I_SIZE_SQUARES])),
+        "shared_prefill_fraction": int(iv[I_SHARED]) / int(iv[I_PREFILLS]) if iv[I_PREFILLS] else None,
     }
     return {"status": status, "where": where, "each": each}, {"figures": figures, "steps": steps}
+
+
+def prefill_figures(prefills: int, steps: int, size_sum: int, size_squares: int) -> dict:
+    """prefills, prefill_steps, prefills_per_step and its standard error from the held clusters' sizes summed and
+    squared (integers: exact)."""
+    out = {"prefills": prefills, "prefill_steps": steps, "prefills_per_step": None, "prefills_per_step_se": None}
+    if steps:
+        out["prefills_per_step"] = size_sum / steps
+    if steps > 1:
+        out["prefills_per_step_se"] = math.sqrt(
+            max(0.0, (size_squares - size_sum * size_sum / steps) / (steps - 1)) / steps
+        )
+    return out

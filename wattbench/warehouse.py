@@ -47,6 +47,7 @@ from wattbench.point_stats import (  # noqa: F401 - re-exported: the kept figure
     set_run_fields,
 )
 from wattbench.schema import LABELS_TEXT_TO_MAP, SCHEMA_VERSION, apply_schema  # noqa: F401 - apply_schema re-exported
+from wattbench.step_fill import fill_steps
 from wattbench_agent.bundle import BUNDLE_TABLES, BundleError, read_manifest, regular_file
 
 if TYPE_CHECKING:  # it imports numpy: loaded where a bundle is read, not by `wattbench sql` or `report`
@@ -288,8 +289,8 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
         if problem := counts_problem(folder, manifest, files, counts):
             raise BundleError(problem)
         fill_shape_traits(con, run_id)
-        if staged:  # before the rows are compared with a complete run's: a bundle loads to the same rows each time
-            _fill_steps(con, run_id, chunks)
+        # before the rows are compared with a complete run's: a bundle loads to the same rows each time
+        fill_steps(con, run_id, flat)
         _derive_deployment_hbm(con, run_id)
         if before is not None:
             after = _fingerprint(con, run_id, kept)
@@ -314,45 +315,6 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
         con.execute("ROLLBACK")
         raise
     return counts
-
-
-def _fill_steps(con, run_id: str, chunks: ChunkFiles) -> int:
-    """The step decomposition of each load point (load_runs.step_gaps ... phase_state), from the compiled pass over
-    its token times, where the bundle's row has none (a bundle from before the agent computed it); where it has one,
-    the agent's stays (the same definition over the same requests: wattbench_agent.loadgen.steps). Rows filled."""
-    from wattbench_agent.loadgen import shapes, steps
-
-    parts = chunks.point_steps()
-    if not parts:
-        return 0
-    rows = con.execute(
-        """SELECT l.deployment_id, l.load_point_id, l.shape, l.concurrency,
-                  (SELECT list(DISTINCT q.completion_tokens) FROM _rq q WHERE q.deployment_id = l.deployment_id
-                     AND q.load_point_id = l.load_point_id AND q.error_kind IS NULL AND coalesce(q.in_window, false)),
-                  (SELECT count(*) FILTER (WHERE q.completion_tokens IS NULL) FROM _rq q
-                    WHERE q.deployment_id = l.deployment_id AND q.load_point_id = l.load_point_id
-                      AND q.error_kind IS NULL AND coalesce(q.in_window, false))
-           FROM load_runs l WHERE l.run_id = ? AND l.step_gaps IS NULL AND l.phase_state IS NULL""",
-        [run_id],
-    ).fetchall()
-    filled = 0
-    for dep, lp, shape, concurrency, lengths, unknown in rows:
-        part = parts.get((dep, lp))
-        if part is None or not part["gaps"]:
-            continue
-        closed = shape in shapes.names() and shapes.get(shape).closed_loop
-        found = set(lengths or []) | ({None} if unknown else set())
-        out = {**part, "stall_threshold_ms": None, "phase_state": None, "note": None}
-        expected, note = steps.expected_for_lengths(found, closed, concurrency)
-        out = steps.verdict(out, expected, note)
-        cols = steps.load_run_columns(out)
-        con.execute(
-            f"UPDATE load_runs SET {', '.join(f'{c} = ?' for c in cols)} "
-            "WHERE run_id = ? AND deployment_id = ? AND load_point_id = ?",
-            [*cols.values(), run_id, dep, lp],
-        )
-        filled += 1
-    return filled
 
 
 def table_files(folder: Path) -> dict[str, Path]:

@@ -40,7 +40,7 @@ from wattbench_agent.loadgen import LoadSpec, run_load, shapes
 from wattbench_agent.metrics_scrape import MetricsScraper
 from wattbench_agent.safety import file_name, mask_env, mask_map, redact_argv, redact_text, redact_url
 from wattbench_agent.telemetry import open_sampler
-from wattbench_agent.wire import AgentSpec, DeploymentSpec, LoadPointSpec
+from wattbench_agent.wire import SERVER_START_ENV, AgentSpec, DeploymentSpec, LoadPointSpec, start_mark
 
 Log = Callable[[str], None]
 
@@ -208,10 +208,13 @@ def start_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
     await_deployment(d, log)
 
 
-def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
+def launch_deployment(d: Deployment, writer: BundleWriter, log: Log, start: int = 1) -> None:
     """Attach to an external engine, or start a local one's process (without waiting for it). Call from the main
-    thread: engines die with the thread that started them (PR_SET_PDEATHSIG), so that a killed agent leaves none."""
+    thread: engines die with the thread that started them (PR_SET_PDEATHSIG), so that a killed agent leaves none.
+    `start`: which server start this is (its log is its own; the engine sees WATTBENCH_SERVER_START, which the
+    emulator reseeds from)."""
     dep, cfg, adapter = d.spec, d.spec.engine_config, d.adapter
+    d.server, d.url = None, None
     try:
         if dep.target == "external":
             url = (dep.url or "").rstrip("/")
@@ -234,8 +237,9 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             d.row["startup_s"] = None  # attached, not started: startup not measured
             d.url, d.row["url"] = url, redact_url(url)  # the row never holds a URL's user:password@
         else:
-            log_path = Path(writer.path) / "logs" / file_name(d.id, ".log")  # an id like ../x stays in the bundle
-            env = dict(dep.env)
+            # an id like ../x stays in the bundle; a later start's log beside the first's
+            log_path = Path(writer.path) / "logs" / file_name(d.id + start_mark(start), ".log")
+            env = {**dep.env, SERVER_START_ENV: str(start)}
             if d.gpus:
                 env.update(visible_devices_env(d.gpus))
             server = LocalProcess(
@@ -245,7 +249,8 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log) -> None:
             d.server = server
             d.row["log_path"] = str(log_path)
             pinned = f" on GPU(s) {env['CUDA_VISIBLE_DEVICES']}" if d.gpus else ""
-            log(f"[{d.id}] starting{pinned}: {' '.join(redact_argv(server.command))}")
+            which = f" (server start {start})" if start > 1 else ""
+            log(f"[{d.id}] starting{pinned}{which}: {' '.join(redact_argv(server.command))}")
             server.start()
             procs.record(writer, f"engine:{d.id}", server.proc.pid)  # for the reaper, should this agent die
     except (DeployError, httpx.HTTPError, OSError) as exc:
@@ -409,6 +414,7 @@ def run_load_point(
         "status": "failed",
         "point_label": point.point_label,
         "repeat": point.repeat,
+        "server_start": point.server_start,
     }
     cross, sampler, scraper = d.crosscheck, d.sampler, d.scraper
     # the engine's processes: a server this agent started (an attached engine's are not ours to read)
@@ -449,7 +455,15 @@ def run_load_point(
         if any(truncations.values()):
             lr["summary"] = {**(lr.get("summary") or {}), "truncations": truncations}
             log(f"[{d.id}] {lp_id}: silent truncation found: {truncations}")
-        lr.update({**ids, "workload": point.workload, "point_label": point.point_label, "repeat": point.repeat})
+        lr.update(
+            {
+                **ids,
+                "workload": point.workload,
+                "point_label": point.point_label,
+                "repeat": point.repeat,
+                "server_start": point.server_start,
+            }
+        )
         lr.update(extra or {})
         lr["energy_j"] = window.get("total_j")
         lr.update(window.get("host") or {})
@@ -508,10 +522,11 @@ def run_search_point(
     """An SLO capacity search on one deployment (loadgen/search.py): every probe is a load run of its own (requests,
     window energy, a load_runs row marked with the search and its verdict), and the search's answer is a row of
     `searches`. The probes' seeds come from the point's, so every engine of a plan gets the same requests."""
-    from wattbench_agent.loadgen.search import SearchSpec, answer, run_search
+    from wattbench_agent.loadgen.search import SearchSpec, run_search, search_row
 
     search = SearchSpec.from_dict(dict(point.search or {}))
-    search_id = f"{d.id}:{point.workload}"
+    mark = start_mark(point.server_start)  # a later start's search and probes carry it: ids unique over starts
+    search_id = f"{d.id}:{point.workload}{mark}"
     base = point.load_spec.replace(
         url=d.url, model=d.adapter.served_model_name(d.spec.engine_config), seed=point_seed(point)
     )
@@ -529,11 +544,12 @@ def run_search_point(
         suffix = f"#{probe.repeat}" if probe.repeat > 1 else ""
         load = {k: v for k, v in spec.to_dict().items() if k not in ("url", "model", "load_point_id")}
         probe_point = LoadPointSpec(
-            load_point_id=f"{d.id}:{point.workload}:{label}{suffix}",
+            load_point_id=f"{d.id}:{point.workload}:{label}{mark}{suffix}",
             workload=point.workload,
             point_label=label,
             load=load,
             repeat=probe.repeat,
+            server_start=point.server_start,
         )
         extra = {"search_id": search_id, "probe": probe.index, "probe_phase": probe.phase}
         lr = run_load_point(
@@ -568,68 +584,34 @@ def run_search_point(
     result = run_search(
         base, search, measure, server_ok=server_ok, log=lambda line: log(f"[{d.id}] {line}"), on_probe=judged
     )
-    verdicts = [
-        {
-            "load_point_id": p.load_point_id,
-            "verdict": p.verdict,
-            "attainment": p.attainment,
-            "stopped_early": p.stopped_early,
-        }
-        for p in result.probes
-    ]
-    cap = result.capacity()
-    text = answer(result)
     row = {
         "deployment_id": d.id,
         "search_id": search_id,
-        "workload": point.workload,
-        "over": search.over,
-        "unit": result.unit,
-        "shape": result.shape,
-        # the search's arrivals are the base's shape, or poisson (its burstiness NULL, as a closed loop's)
-        "burstiness": base.param("burstiness") if result.shape == base.shape else None,
-        "slo_ttft_ms": search.slo.get("ttft_ms"),
-        "slo_tpot_ms": search.slo.get("tpot_ms"),
-        "slo_e2e_ms": search.slo.get("e2e_ms"),
-        "attainment": search.attainment,
-        "status": result.status,
-        "capacity": cap["value"],
-        "capacity_lo": cap["lo"],
-        "capacity_hi": cap["hi"],
-        "at_point_label": shapes.label(_at_spec(base, search.over, result.value).point()) if result.value else None,
-        "repeats_at_capacity": cap["repeats_at_capacity"],
-        "binding": result.binding,
-        "binding_share": result.binding_share,
-        "binding_load": result.binding_load,
-        "probes": cap["probes"],
-        "window_s": cap["window_s"],
-        "time_s": cap["time_s"],
-        "stopped_by": result.stopped_by,
-        "tolerance": search.tolerance,
-        "answer": text,
-        "note": result.note,
-        "search": search.to_dict(),
-        "probe_verdicts": verdicts,
+        "server_start": point.server_start,
+        **search_row(result, base, point.workload),
     }
+    cap, text = result.capacity(), row["answer"]
     writer.write("searches", [row])
     log(f"[{d.id}] {search_id}: {text}")
     report({"search_id": search_id, **{k: v for k, v in cap.items() if k in ("value", "lo", "hi", "binding")}})
     return row
 
 
-def _at_spec(base: LoadSpec, over: str, load: float) -> LoadSpec:
-    from wattbench_agent.loadgen.search import probe_spec
-
-    return probe_spec(base, over, load)
-
-
 def idle_windows(
-    deps: list[Deployment], name: str, seconds: float, quiet_s: float = 0.0, timeout_s: float = 0.0, log: Log = print
+    deps: list[Deployment],
+    name: str,
+    seconds: float,
+    quiet_s: float = 0.0,
+    timeout_s: float = 0.0,
+    log: Log = print,
+    start: int = 1,
 ) -> None:
     """One idle window on every running deployment's GPUs at once (engines loaded, no traffic), taken once their GPUs
     are quiet: utilisation 0 and power steady for `quiet_s` (telemetry.sampler.wait_until_quiet), at most `timeout_s`.
     How long that took and whether they went quiet are the deployment's idle_settle_s_* and idle_settled_* (a window
-    that never settled is flagged by validation, deployments.idle_*_settled)."""
+    that never settled is flagged by validation, deployments.idle_*_settled). A later server start's window is named
+    with its start (`idle_before@s2`) and its figures go to that start's entry of the row's config.starts; the row's
+    own idle_power_w_* are the mean over starts (finish_starts)."""
     live = [d for d in deps if d.alive and d.sampler is not None]
     if seconds <= 0 or not live:
         return
@@ -640,84 +622,62 @@ def idle_windows(
         for d, (waited, settled) in zip(live, wait_until_quiet([d.sampler for d in live], quiet_s, timeout_s)):
             if settled is None:  # its telemetry cannot tell (no utilisation or power read)
                 continue
-            d.row[f"idle_settle_s_{suffix}"] = round(waited, 3)
-            d.row[f"idle_settled_{suffix}"] = settled
+            _start_facts(d, start)[f"idle_settle_s_{suffix}"] = round(waited, 3)
+            _start_facts(d, start)[f"idle_settled_{suffix}"] = settled
             if not settled:
                 log(
                     f"[{d.id}] GPUs not quiet after {waited:.1f} s (utilisation above 0 or power still moving over "
                     f"{quiet_s:g} s): {name} taken anyway and flagged"
                 )
+    window = name + start_mark(start)
     for d in live:
-        d.sampler.begin_window(name)
+        d.sampler.begin_window(window)
     time.sleep(seconds)
     for d in live:
-        d.row[f"idle_power_w_{name.split('_', 1)[1]}"] = _mean_power_w(d.sampler.end_window(name))
+        _start_facts(d, start)[f"idle_power_w_{suffix}"] = _mean_power_w(d.sampler.end_window(window))
+
+
+def _start_facts(d: Deployment, start: int) -> dict[str, Any]:
+    """What one server start of the deployment measured of itself (startup, idle power): config.starts[start - 1]."""
+    starts = d.row["config"].setdefault("starts", [])
+    while len(starts) < start:
+        starts.append({"server_start": len(starts) + 1})
+    return starts[start - 1]
+
+
+def finish_starts(d: Deployment) -> None:
+    """The row's own startup and idle figures from its starts: startup_s and the idle settling of the first start
+    (what a first start costs), idle_power_w_before / _after the mean over the starts that read one (the above-idle
+    figures subtract one baseline a deployment); server_starts how many starts ran."""
+    starts = d.row["config"].get("starts") or []
+    d.row["server_starts"] = len(starts) or None
+    if not starts:
+        return
+    first = starts[0]
+    firsts = ("startup_s", "idle_settle_s_before", "idle_settled_before", "idle_settle_s_after", "idle_settled_after")
+    for key in firsts:
+        if key in first:
+            d.row[key] = first[key]
+    for key in ("idle_power_w_before", "idle_power_w_after"):
+        seen = [s[key] for s in starts if s.get(key) is not None]
+        d.row[key] = sum(seen) / len(seen) if seen else None
+    if len(starts) == 1:  # one start: the row says it all
+        del d.row["config"]["starts"]
+
+
+def point_starts(deps: list[Deployment]) -> list[int]:
+    """The server starts the round's load points ask for, in order (1 when none says)."""
+    return sorted({p.server_start for d in deps for p in d.spec.load_points}) or [1]
 
 
 def run_round(
     deps: list[Deployment], spec: AgentSpec, writer: BundleWriter, log: Log, report: Callable[[dict], None]
 ) -> None:
+    """Run the round's deployments once per server start: each start launches every engine afresh, runs the points
+    of that start (interleaved across engines, as ever) and stops them (docs/MEASUREMENT.md, "Server starts")."""
     try:
-        with ExitStack() as stack:
-            _check_stop("starting the round's engines")
-            if spec.start_together and sum(d.alive for d in deps) > 1:
-                # Engines start side by side (each waits for its own health); their startup_s overlap, and the
-                # rows say so. Engines that size memory by profiling free GPU memory must not share a GPU this way.
-                for d in deps:
-                    d.row["config"]["started_together"] = True
-                    if d.alive:
-                        launch_deployment(d, writer, log)
-                waiters = [
-                    threading.Thread(target=await_deployment, args=(d, log), name=f"await-{d.id}")
-                    for d in deps
-                    if d.alive
-                ]
-                for th in waiters:
-                    th.start()
-                for th in waiters:
-                    th.join()
-            else:
-                for d in deps:
-                    if d.alive:
-                        start_deployment(d, writer, log)
-            for d in deps:
-                if d.alive:
-                    open_watchers(d, spec, writer, stack, log)
-                    warm_up_engine(d, spec.warmup_requests, log)
-            idle_windows(deps, "idle_before", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
-            slots = max((len(d.spec.load_points) for d in deps if d.alive), default=0)
-            total = sum(len(d.spec.load_points) for d in deps if d.alive)
-            done = 0
-            for k in range(slots):
-                for d in deps:
-                    if not d.alive or k >= len(d.spec.load_points):
-                        continue
-                    point = d.spec.load_points[k]
-                    _check_stop(f"load point {point.load_point_id}")
-                    done += 1
-                    log(f"[{d.id}] load point {done}/{total}: {point.load_point_id}")
-                    if point.search is not None:  # its searches row (a search ends itself when the server goes)
-                        lr = run_search_point(point, d, writer, log, report)
-                    else:
-                        lr = run_load_point(point, d, writer, log, report)
-                    left = len(d.spec.load_points) - k - 1
-                    if d.server is not None and not d.server.alive():
-                        d.fail("server_crash", d.server.log_tail(1500))
-                        log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
-                    elif lr.get("error_kind") == "server_gone":  # it stopped answering (an external one, a pod)
-                        d.fail(
-                            "server_gone",
-                            f"stopped answering during {point.load_point_id}; its {left} later load point(s) were "
-                            f"not run\n{lr.get('error_text') or ''}",
-                        )
-                        log(
-                            f"[{d.id}] server stopped answering during {point.load_point_id}; not running its {left} "
-                            "later point(s)"
-                        )
-            idle_windows(deps, "idle_after", spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s, log)
-            for d in deps:  # stop engines while the samplers still run, so their columns are complete
-                if d.server is not None:
-                    d.server.stop()
+        for start in point_starts(deps):
+            run_start(deps, start, spec, writer, log, report)
     except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT/SIGTERM: stop the engines, say so in the rows, re-raise
         for d in deps:
             if d.row.get("error_kind") is None:
@@ -726,7 +686,94 @@ def run_round(
         raise
     finally:
         for d in deps:
+            finish_starts(d)
             stop_deployment(d, writer)
+
+
+def _launch_all(deps: list[Deployment], start: int, spec: AgentSpec, writer: BundleWriter, log: Log) -> None:
+    if spec.start_together and sum(d.alive for d in deps) > 1:
+        # Engines start side by side (each waits for its own health); their startup_s overlap, and the
+        # rows say so. Engines that size memory by profiling free GPU memory must not share a GPU this way.
+        for d in deps:
+            d.row["config"]["started_together"] = True
+            if d.alive:
+                launch_deployment(d, writer, log, start)
+        waiters = [
+            threading.Thread(target=await_deployment, args=(d, log), name=f"await-{d.id}") for d in deps if d.alive
+        ]
+        for th in waiters:
+            th.start()
+        for th in waiters:
+            th.join()
+    else:
+        for d in deps:
+            if d.alive:
+                launch_deployment(d, writer, log, start)
+                await_deployment(d, log)
+    for d in deps:
+        if d.alive:
+            _start_facts(d, start)["startup_s"] = d.row.get("startup_s")
+
+
+def run_start(
+    deps: list[Deployment],
+    start: int,
+    spec: AgentSpec,
+    writer: BundleWriter,
+    log: Log,
+    report: Callable[[dict], None],
+) -> None:
+    """One server start of the round's deployments: start them, idle baseline, their points of this start, idle
+    baseline, stop them."""
+    deps = [d for d in deps if any(p.server_start == start for p in d.spec.load_points) or start == 1]
+    with ExitStack() as stack:
+        _check_stop(f"starting the round's engines (server start {start})")
+        _launch_all(deps, start, spec, writer, log)
+        for d in deps:
+            if d.alive:
+                open_watchers(d, spec, writer, stack, log)
+                warm_up_engine(d, spec.warmup_requests, log)
+        idle = (spec.idle_baseline_s, spec.idle_quiet_s, spec.idle_quiet_timeout_s)
+        idle_windows(deps, "idle_before", *idle, log, start)
+        todo = {d.id: [p for p in d.spec.load_points if p.server_start == start] for d in deps}
+        slots = max((len(todo[d.id]) for d in deps if d.alive), default=0)
+        total = sum(len(todo[d.id]) for d in deps if d.alive)
+        done = 0
+        for k in range(slots):
+            for d in deps:
+                if not d.alive or k >= len(todo[d.id]):
+                    continue
+                point = todo[d.id][k]
+                _check_stop(f"load point {point.load_point_id}")
+                done += 1
+                log(f"[{d.id}] load point {done}/{total}{_start_note(start)}: {point.load_point_id}")
+                if point.search is not None:  # its searches row (a search ends itself when the server goes)
+                    lr = run_search_point(point, d, writer, log, report)
+                else:
+                    lr = run_load_point(point, d, writer, log, report)
+                _after_point(d, point, lr, len(todo[d.id]) - k - 1, log)
+        idle_windows(deps, "idle_after", *idle, log, start)
+        for d in deps:  # stop engines while the samplers still run, so their columns are complete
+            if d.server is not None:
+                d.server.stop()
+
+
+def _start_note(start: int) -> str:
+    return f" (server start {start})" if start > 1 else ""
+
+
+def _after_point(d: Deployment, point: LoadPointSpec, lr: dict[str, Any], left: int, log: Log) -> None:
+    """A server that died or stopped answering ends the deployment: its later points (later starts' too) do not run."""
+    if d.server is not None and not d.server.alive():
+        d.fail("server_crash", d.server.log_tail(1500))
+        log(f"[{d.id}] server died during {point.load_point_id}; skipping its remaining points")
+    elif lr.get("error_kind") == "server_gone":  # it stopped answering (an external one, a pod)
+        d.fail(
+            "server_gone",
+            f"stopped answering during {point.load_point_id}; its {left} later load point(s) were "
+            f"not run\n{lr.get('error_text') or ''}",
+        )
+        log(f"[{d.id}] server stopped answering during {point.load_point_id}; not running its {left} later point(s)")
 
 
 def _redacting(log: Log) -> Log:

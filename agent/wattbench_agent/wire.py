@@ -34,6 +34,18 @@ MAX_IDLE_QUIET_S = 600.0  # the quiet time waited for before an idle window
 MAX_WARMUP_REQUESTS = 100_000
 MAX_HEALTH_TIMEOUT_S = 86400.0
 MAX_REPEAT = 1000
+MAX_SERVER_STARTS = 20  # a plan's server_starts (wattbench/plan.py): each start is a whole engine start
+
+
+SERVER_START_ENV = "WATTBENCH_SERVER_START"  # set in an engine's environment: which start of it this is (1-based)
+
+
+def start_mark(start: int) -> str:
+    """What a load point's or a search probe's id carries after its label when it ran in a later server start
+    (`@s2`): ids stay unique over starts, and a run of one start keeps the ids it always had."""
+    return f"@s{start}" if start > 1 else ""
+
+
 MAX_TP = 64
 SOURCES = ("measured", "emulated")
 TELEMETRY = ("auto", "nvml", "dcgm", "emulated", "none")
@@ -103,7 +115,10 @@ class LoadPointSpec:
     workload: str
     point_label: str  # c32, gamma-r6-b0.25, ...: the same for every repeat and every engine
     load: dict[str, Any]  # LoadSpec fields, less url and model (the deployment supplies them)
-    repeat: int = 1  # 1-based
+    repeat: int = 1  # 1-based, unique over the point's server starts (start 2 of 2 x 3 repeats holds 4, 5, 6)
+    # which start of the deployment's engine runs it (1-based): the agent starts the engine once per start, runs that
+    # start's points, and stops it (docs/MEASUREMENT.md, "Server starts"); load_runs.server_start
+    server_start: int = 1
     # an SLO capacity search from this load (loadgen/search.py SearchSpec fields): its probes are the point's load
     # runs, each with its own id (<deployment>:<workload>:<label>[#<n>]); None: the load point itself
     search: dict[str, Any] | None = None
@@ -118,6 +133,7 @@ class LoadPointSpec:
                 "point_label": _text(),
                 "load": _mapping,
                 "repeat": _integer(1, MAX_REPEAT),
+                "server_start": _integer(1, MAX_SERVER_STARTS),
             },
             where,
         )

@@ -100,3 +100,22 @@ def test_cli_progress_in_a_log_has_no_carriage_return(fast_server):
     assert "\r" not in p.stderr
     progress = [line for line in p.stderr.splitlines() if line.startswith("wattbench load: ")]
     assert progress and "done" in progress[-1]
+
+
+@dataclass
+class Recorded(Counts):
+    records: list | None = None
+
+
+def test_the_line_shows_live_ttft_tpot_and_the_achieved_rate():
+    """Issue 39 item 7: as guidellm's progress does, each update shows the median TTFT and TPOT of the latest answers
+    (failed ones left out) and the achieved rate: requests sent per second so far (answered + in flight)."""
+    out = io.StringIO()
+    p = Progress(10.0, True, stream=out, line_every_s=0)
+    recs = [{"error_kind": None, "ttft_ms": t, "tpot_ms": t / 10} for t in (10.0, 20.0, 30.0)]
+    recs.append({"error_kind": "timeout", "ttft_ms": None, "tpot_ms": None})
+    p.show(2.0, Recorded(done=3, failed=1, records=recs), 4, "steady")
+    line = out.getvalue().splitlines()[0]
+    assert "TTFT p50 20 ms" in line and "TPOT p50 2 ms" in line and "rate 4 req/s" in line  # (3 + 1 + 4) / 2 s
+    p.show(3.0, Recorded(done=0, failed=0, records=[]), 0, "warmup")
+    assert "TTFT p50 - TPOT p50 - rate 0 req/s" in out.getvalue().splitlines()[1]

@@ -225,9 +225,12 @@ def test_bisection_stops_at_the_tolerance_and_repeats_reach_their_count():
     assert result.lo <= result.value <= result.hi <= fail
 
 
-def test_the_interval_comes_from_the_repeats_spread():
-    """Repeats that disagree at the capacity (1.0, 0.985, 1.0: pooled 0.995 meets 0.99) widen its interval: the
-    attainment curve at the lower and upper ends of each load's t interval over its windows, crossed in log-load."""
+def test_a_load_meets_only_when_every_window_does_and_the_interval_holds_the_spread():
+    """Issue 39 item 5: windows that disagree at a load (1.0, 0.985, 1.0) pooled to 0.995 and counted as met against
+    0.99, though one window in three missed. Now a load meets only when every window does (load_meets): 8.72 misses,
+    the capacity is 8 (three windows at 1.0), the binding bound is read from the window that missed, and the interval
+    reaches from 8 to where the upper end of attainment's t interval over 8.72's windows crosses the target (between
+    8.72 and 9.51, the next load measured), in log-load."""
 
     def curve(x, r):
         if x <= 8.5:
@@ -236,13 +239,30 @@ def test_the_interval_comes_from_the_repeats_spread():
 
     search = SearchSpec(over="rate", slo={"ttft_ms": 500}, start=8, tolerance=0.1, repeats=3, early_stop=False)
     result = run_search(_base(), search, _curve(curve))
-    assert result.status == "found" and result.value == 8.72
+    assert [p.verdict for p in result.at_probes(8.72)] == ["meets", "misses", "meets"]
+    assert result.status == "found" and result.value == 8.0 and result.missed_load == 8.72
     half = 4.303 * math.sqrt(((1 - 0.995) ** 2 * 2 + (0.985 - 0.995) ** 2) / 2) / math.sqrt(3)
-    a_lo, a_hi = 0.995 - half, 0.995 + half
-    lo = math.exp(math.log(8) + (1 - 0.99) / (1 - a_lo) * math.log(8.72 / 8))  # between 8 (1.0) and 8.72
+    a_hi = 0.995 + half
     hi = math.exp(math.log(8.72) + (a_hi - 0.99) / (a_hi - 0.9) * math.log(9.51 / 8.72))  # between 8.72 and 9.51
-    assert result.lo == pytest.approx(lo) and result.hi == pytest.approx(hi)
-    assert result.lo < result.value < result.hi
+    assert result.lo == 8.0 and result.hi == pytest.approx(hi) and 8.72 < result.hi < 9.51
+    assert result.binding == "ttft_ms" and result.binding_load == 8.72 and result.binding_share == 0.985
+    text = answer(result)
+    assert text.startswith(f"capacity 8 req/s [8, {hi:.3g}]")
+    assert "the search's step, 8.72 req/s missed" in text and "met in every one of its 3 windows" in text
+    assert "1 of its 3 windows missed" in text
+    assert result.capacity()["met_rule"] == "every window at the load met the attainment"
+
+
+def test_the_interval_holds_the_searchs_step():
+    """Issue 39 item 5: "16 [16, 16] streams" hid the search's step. Every window meets up to 16 streams and misses
+    above: the search brackets 4, 8, 16, 32, bisects 23 and 19 (within the 0.25 tolerance of 16) and repeats 16 and
+    13; the capacity is only known to lie below 19, the lowest load that missed, so the interval reaches 18."""
+    search = SearchSpec(over="concurrency", slo={"ttft_ms": 500}, start=4, tolerance=0.25, repeats=3)
+    result = run_search(_base(), search, _curve(lambda x, r: 1.0 if x <= 16 else 0.5))
+    assert [p.load for p in result.probes[:6]] == [4, 8, 16, 32, 23, 19]
+    assert result.value == 16 and result.missed_load == 19
+    assert (result.lo, result.hi) == (16, 18)
+    assert answer(result).startswith("capacity 16 streams [16, 18] (95% interval: the repeats' spread and the search's")
 
 
 def test_first_crossing_interpolates_in_log_load():

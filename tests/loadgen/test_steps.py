@@ -15,6 +15,7 @@ from wattbench_agent.loadgen.steps import COLUMNS, decompose
 from wattbench_agent.loadgen.testserver import server_process
 
 from .conftest import ROOT, table_columns
+from .timelines import closed_loop, hold
 
 MS = 1_000_000
 
@@ -43,24 +44,70 @@ def closed_loop_requests(n: int, stalls_per_request: int, gaps: int = 8) -> list
 
 
 def test_spread_closed_loop_exact_figures():
-    """4 streams, 9 tokens a request: each request sees c - 1 = 3 of its 8 gaps stalled when every prefill has a step
-    of its own; 40 such requests are exactly the spread phase."""
-    s = decompose(closed_loop_requests(40, 3), closed_loop=True, concurrency=4)
-    assert s["gaps"] == 320
+    """4 streams, 41 tokens a request, every prefill in a step of its own: each request sees c - 1 = 3 of its 40 gaps
+    stalled, as expected; 48 prefills in 48 steps, none shared: the spread phase."""
+    s = decompose(closed_loop(4, 41), closed_loop=True, concurrency=4)
+    assert s["gaps"] == 48 * 40
     assert s["decode_step_ms"] == 5.0 and s["stall_threshold_ms"] == 7.5
-    assert s["stalled_gap_fraction"] == 3 / 8 and s["stall_ms_mean"] == 15.0
-    assert s["expected_stalled_fraction"] == 3 / 8
+    assert s["stalled_gap_fraction"] == 3 / 40 and s["stall_ms_mean"] == 15.0
+    assert s["gpu_stalls"] == 48 * 3 and s["delivery_stalls"] == 0 and s["delivery_stall_ms_mean"] is None
+    assert s["expected_stalled_fraction"] == 3 / 40
+    assert s["prefills"] == 48 and s["prefill_steps"] == 48 and s["prefills_per_step"] == 1.0
+    assert s["prefills_per_step_se"] == 0.0 and s["shared_prefill_fraction"] == 0.0
+    assert s["prefill_step_sizes"] == {"1": 48}
     assert s["phase_state"] == "spread" and s["note"] is None
     assert s["multi_token_gap_fraction"] == 0.0
 
 
-def test_bunched_closed_loop():
-    """The same load with one stalled gap a request (three prefills sharing each stalled step): 1/8 < (3/8) / 1.5."""
-    s = decompose(closed_loop_requests(40, 1), closed_loop=True, concurrency=4)
-    assert s["stalled_gap_fraction"] == 1 / 8 and s["expected_stalled_fraction"] == 3 / 8
+@pytest.mark.parametrize("k", [2, 4])
+def test_prefills_sharing_a_step_are_counted_from_the_first_tokens(k):
+    """The same 4 streams in groups of k whose prefills share a step: k prefills a prefill step, every prefill shared,
+    and the stalled share falls to (4 / k - 1) / 40: bunched."""
+    s = decompose(closed_loop(4, 41, k, periods=24), closed_loop=True, concurrency=4)
+    assert s["prefills"] == 96 and s["prefill_steps"] == 96 // k and s["prefills_per_step"] == k
+    assert s["shared_prefill_fraction"] == 1.0 and s["prefill_step_sizes"] == {str(k): 96 // k}
+    assert s["stalled_gap_fraction"] == (4 // k - 1) / 40
     assert s["phase_state"] == "bunched"
-    # at the boundary: 2 stalls of 8 is 0.25, exactly expected / 1.5, which is not below it
-    assert decompose(closed_loop_requests(40, 2), closed_loop=True, concurrency=4)["phase_state"] == "spread"
+
+
+def test_a_paired_prefill_over_two_steps_is_bunched_whatever_the_stalled_share():
+    """Pairs of streams whose prefills run over two long steps (a chunked prefill) before their first tokens come out
+    together: two prefills a step, although the stalled share, 2 x (3 - 1) / 40 = 10%, is within 1.5 of the
+    expected 5 / 40 (which a phase read from the stalled share took for spread)."""
+    s = decompose(closed_loop(6, 41, 2, periods=24, prefill_steps=2), closed_loop=True, concurrency=6)
+    assert s["stalled_gap_fraction"] == 4 / 40 and s["expected_stalled_fraction"] == 5 / 40
+    assert s["phase_state"] == "bunched"
+    assert s["prefills_per_step"] == 2.0 and s["shared_prefill_fraction"] == 1.0
+
+
+def test_a_delivery_stall_is_counted_apart_from_the_gpu_stalls():
+    """One request's 4 tokens held by the host and delivered at once, where no prefill came out: its gap of 4 steps
+    (20 ms) is a delivery stall, not a GPU stall: the GPU stalls' share and mean length stay those of the prefill
+    steps (3 of 40 gaps, 15 ms)."""
+    recs = closed_loop(4, 41)
+    recs[5] = hold(recs[5], 22, 4)  # its tokens 22-25: the steps they came out of carried no prefill (20 and 30 did)
+    s = decompose(recs, closed_loop=True, concurrency=4)
+    assert s["stall_ms_mean"] == 15.0 and s["stalled_gap_fraction"] == 3 / 40
+    assert s["delivery_stalls"] == 1 and s["delivery_stall_ms_mean"] == pytest.approx(20.0 - 0.3)
+    assert s["delivery_stalled_fraction"] == 1 / (48 * 40) and s["gpu_stalls"] == 48 * 3
+    assert s["phase_state"] == "spread"
+
+
+def test_a_burst_carrying_a_prefill_is_a_gpu_stall():
+    """The host holds a request's tokens over a step that carried another stream's prefill, and that prefill's first
+    token comes out in the same burst: a GPU stall (a prefill step, delivered late), not a delivery stall."""
+    recs = closed_loop(4, 41)
+    victim = recs[0]  # group 0's first request; group 1's first prefill comes out 10 steps after group 0's
+    other = next(r for r in recs if r["request_id"] == "1.0.0")
+    at = next(i for i, t in enumerate(victim["chunk_ns"]) if t > other["chunk_ns"][0]) - 1  # the stalled token
+    held = hold(victim, at, 3)
+    release = held["chunk_ns"][at]
+    other["chunk_ns"] = [release + 150_000] + other["chunk_ns"][1:]  # its first token delivered in that burst
+    recs[0] = held
+    s = decompose(recs, closed_loop=True, concurrency=4)
+    assert s["delivery_stalls"] == 0
+    assert s["gpu_stalls"] == 48 * 3  # the held gap replaces the stall that step made
+    assert s["stall_ms_mean"] > 15.0  # it lasted the held steps, not one
 
 
 def test_tokens_not_events_count():
@@ -83,30 +130,56 @@ def test_tokens_not_events_count():
 @pytest.mark.parametrize(
     "records, kw, note",
     [
-        (closed_loop_requests(40, 3), {"closed_loop": False, "concurrency": 4}, "open loop"),
+        (closed_loop(4, 41), {"closed_loop": False, "concurrency": 4}, "open loop"),
         (
-            closed_loop_requests(20, 3) + [request([5.0] * 4)],
+            closed_loop(4, 41) + [request([5.0] * 4)],
             {"closed_loop": True, "concurrency": 4},
-            "output lengths vary (5-9 tokens)",
+            "output lengths vary (5-41 tokens)",
         ),
-        (closed_loop_requests(40, 0), {"closed_loop": True, "concurrency": 1}, "one stream"),
-        (closed_loop_requests(40, 1), {"closed_loop": True, "concurrency": 9}, "every step carries a prefill"),
-        (closed_loop_requests(2, 3), {"closed_loop": True, "concurrency": 4}, "too few gaps for a phase: 6.0 stalls"),
-        (closed_loop_requests(40, 0), {"closed_loop": True, "concurrency": 4}, "no stall found"),
+        (closed_loop(1, 41), {"closed_loop": True, "concurrency": 1}, "one stream"),
+        (closed_loop(4, 41, periods=4), {"closed_loop": True, "concurrency": 4}, "too few prefill steps"),
+        # expected stalled share (16 - 1) / 40 = 0.375: no verdict, however spread the prefills are
+        (closed_loop(16, 41), {"closed_loop": True, "concurrency": 16}, "expected stalled share 0.38, above 0.3"),
+        (closed_loop(4, 41, 1, periods=12) + closed_loop(4, 41, 2, periods=6), {}, "open loop"),
     ],
 )
 def test_no_phase_where_it_is_not_defined(records, kw, note):
     s = decompose(records, **kw)
     assert s["phase_state"] is None and note in s["note"]
     assert (s["expected_stalled_fraction"] is None) == (note.startswith(("open loop", "output lengths")))
+    assert s["prefills_per_step"] >= 1.0  # measured, verdict or not
 
 
-def test_stalls_too_short_to_count_give_no_phase():
-    """Stalls of 8 ms on 5 ms steps (1.6 steps, as the emulator's 256-token prefills): counted, no phase verdict."""
-    recs = [request([8.0] + [5.0] * 7) for _ in range(40)]
+def test_no_phase_where_the_prefills_a_step_are_not_clear_of_one_and_a_half():
+    """Half the streams' prefills in pairs, half alone (4 / 3 prefills a step, 0.47 standard error on 24 steps): too
+    near 1.5 for either verdict."""
+    recs = closed_loop(4, 41, 2, periods=6) + [
+        {**r, "chunk_ns": [t + 3 * MS for t in r["chunk_ns"]], "request_id": "x" + r["request_id"]}
+        for r in closed_loop(4, 41, 1, periods=3)
+    ]
     s = decompose(recs, closed_loop=True, concurrency=4)
-    assert s["stalled_gap_fraction"] == 1 / 8 and s["stall_ms_mean"] == 8.0
-    assert s["phase_state"] is None and "1.60 decode steps" in s["note"]
+    assert s["prefill_steps"] == 24 and s["prefills_per_step"] == pytest.approx(36 / 24)
+    assert s["phase_state"] is None and "not clear of 1.5" in s["note"]
+
+
+def test_short_stalls_do_not_hide_the_phase():
+    """Stalls of 8 ms on 5 ms steps (1.6 steps, as the emulator's 256-token prefills): the phase reads the prefills'
+    first tokens, not the stall count."""
+    s = decompose(closed_loop(4, 41, s=8.0), closed_loop=True, concurrency=4)
+    assert s["stalled_gap_fraction"] == 3 / 40 and s["stall_ms_mean"] == 8.0
+    assert s["phase_state"] == "spread"
+
+
+def test_first_tokens_of_other_requests_mark_the_prefills():
+    """A pool's prefill whose partner was sent outside the window still shared its step: every request of the point
+    gives its first token (all_records), only the pool's are counted."""
+    recs = closed_loop(4, 41, 2, periods=12)
+    pool = [r for r in recs if r["request_id"].split(".")[1] == "0"]  # one stream of each pair
+    alone = decompose(pool, closed_loop=True, concurrency=4)
+    assert alone["prefills_per_step"] == 1.0 and alone["shared_prefill_fraction"] == 0.0
+    s = decompose(pool, closed_loop=True, concurrency=4, all_records=recs)
+    assert s["prefills"] == 24 and s["prefill_steps"] == 24 and s["prefills_per_step"] == 2.0
+    assert s["shared_prefill_fraction"] == 1.0
 
 
 def test_no_gaps():
@@ -136,12 +209,30 @@ def test_live_run_finds_the_injected_stalls(stalling_server, tmp_path):
     assert s["stalled_gap_fraction"] == pytest.approx(4 / 20, abs=0.03)
     assert s["stall_ms_mean"] == pytest.approx(80.0, abs=6.0)
     assert s["expected_stalled_fraction"] == 3 / 20  # (c - 1) / (o - 1): the server's stalls are its own
-    assert s["phase_state"] == "spread"
+    assert s["delivery_stalls"] == 0  # one event at a time: no burst
+    ok = [r for r in res.records if r.get("error_kind") is None and r.get("in_window")]
+    assert s["prefills"] == len(ok) and 1 <= s["prefills_per_step"] <= 4
+    # about 15 prefill steps in 2.5 s: too few for a phase verdict
+    assert s["phase_state"] is None and "too few prefill steps" in s["note"]
     row = res.load_run_row()
-    assert row["decode_step_ms"] == s["decode_step_ms"] and row["phase_state"] == "spread"
-    assert row["step_gaps"] == s["gaps"]
+    assert row["decode_step_ms"] == s["decode_step_ms"] and row["phase_note"] == s["note"]
+    assert row["step_gaps"] == s["gaps"] and row["prefills_per_step"] == s["prefills_per_step"]
     # recomputed from the saved file: the very same summary
     assert summaries(out) == [res.summary]
+
+
+def test_live_delivery_stalls_are_counted_apart(tmp_path):
+    """A server that holds 3 of every 7 content events and writes them at once (a host delivering late, over real
+    HTTP): each hold is a gap of 3 steps followed by a burst, 2 of a 17-token request's 16 gaps (events 4-6 and
+    11-13, away from its ends, where another stream's first token could come out in the burst); counted as delivery
+    stalls, none as a GPU stall, and the decode step stays the server's ITL."""
+    with server_process(ttft_ms=5, itl_ms=20, tokens=17, hold_every=7, hold_events=3) as url:
+        spec = LoadSpec(url=url, model="m", concurrency=4, output_tokens=17, warmup_s=0.3, duration_s=2.5)
+        s = run_load(spec).summary["steps"]
+    assert s["decode_step_ms"] == pytest.approx(20.0, abs=2.0)
+    assert s["stalled_gap_fraction"] < 0.02 and s["gpu_stalls"] <= 0.1 * s["delivery_stalls"]
+    assert s["delivery_stalled_fraction"] == pytest.approx(2 / 16, abs=0.03)
+    assert s["delivery_stall_ms_mean"] == pytest.approx(60.0, abs=6.0)
 
 
 def load_cli(*args: str) -> subprocess.CompletedProcess:

@@ -427,7 +427,7 @@ def test_sql_json_output_says_null_for_a_non_finite_value(tmp_path, capsys):
         )
         == 0
     )
-    assert json.loads(capsys.readouterr().out) == {"x": None, "y": None, "z": 1.5}
+    assert json.loads(capsys.readouterr().out) == [{"x": None, "y": None, "z": 1.5}]
 
 
 def test_a_committed_version1_bundle_loads_within_the_ingest_memory(tmp_path):

@@ -15,6 +15,9 @@ from wattbench.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import BundleWriter
 
 S = 1_000_000_000  # ns per second
+# The between-start prior sql/views.sql gives emulated engines (v_between_start_prior: the emulator's own spread,
+# START_SPEED_SD, df 1000): a synthetic run of one server start is widened by it (scope 'prior').
+EMULATOR_PRIOR_DF = 1000
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 
 
@@ -153,6 +156,9 @@ def write_run(
                     "point_label": p.label,
                     "repeat": p.repeat,
                     "phase_state": p.phase_state,
+                    # a chosen phase comes with the figures an agent reads it from (else ingest makes them)
+                    "prefill_steps": n if p.phase_state else None,
+                    "prefills_per_step": {"bunched": 2.0, "spread": 1.0}.get(p.phase_state),
                     **p.extra,
                 }
             )
@@ -294,3 +300,13 @@ def two_engine_sweep(folder: Path) -> Path:
     db = folder / "w.duckdb"
     write_run(db, folder, "run", deps)
     return db
+
+
+def emulated_interval(values: list[float], scale: str = "log") -> tuple[float, float | None, float | None]:
+    """(estimate, lo, hi) of a figure whose repeats are `values`, one server start of an emulated engine, as the
+    warehouse gives it (wattbench/intervals.py, the arithmetic of sql/views.sql v_point_figures_live)."""
+    from wattbench.intervals import interval
+    from wattbench_agent.emulator.profiles import START_SPEED_SD
+
+    iv = interval([list(values)], scale=scale, prior_sd=START_SPEED_SD, prior_df=EMULATOR_PRIOR_DF)
+    return iv.estimate, iv.lo, iv.hi

@@ -1,7 +1,6 @@
 """The report assets on a synthetic warehouse (invoked directly, no bench agent): tables with 95% intervals, the
 pictures, Dagster table metadata, and the offline HTML report with its interactive charts."""
 
-import math
 import re
 from pathlib import Path
 
@@ -28,10 +27,9 @@ from wattbench.report import charts, pictures, render
 from wattbench.report.specs import REPORTS
 from wattbench.warehouse import connect, run_sql
 
-from .synth import Deployment, Point, simple_point, started, ttfts, write_run
+from .synth import Deployment, Point, emulated_interval, simple_point, started, ttfts, write_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
-T975_2 = 4.303  # Student t, 0.975 quantile, 2 degrees of freedom
 ALPHA_C8_RPS = (1.0, 1.05, 1.1)  # alpha's c8 throughput per repeat, as a share of the run's rps
 
 
@@ -135,18 +133,14 @@ def test_load_point_summary_is_a_dagster_table_with_intervals(env):
         ("beta", "steady:c32"),
     }
     per_repeat = np.array([round(7.0 * s * 10) * 16 / 10.0 for s in ALPHA_C8_RPS])  # tokens in the window / 10 s
-    half = T975_2 * per_repeat.std(ddof=1) / (per_repeat.mean() * math.sqrt(3))  # t on the log scale
+    want = emulated_interval(list(per_repeat))  # one server start, the emulator's between-start prior
     cell = rows[("alpha", "steady:c8")]["output tok/s (window)"]
     est, lo, hi = map(float, re.fullmatch(r"(\S+) \[(\S+), (\S+)\]", cell).groups())
-    assert (est, lo, hi) == (
-        pytest.approx(per_repeat.mean(), rel=1e-3),
-        pytest.approx(per_repeat.mean() * math.exp(-half), rel=1e-3),
-        pytest.approx(per_repeat.mean() * math.exp(half), rel=1e-3),
-    )
+    assert (est, lo, hi) == tuple(pytest.approx(x, rel=1e-3) for x in want)
     assert rows[("alpha", "steady:c8")]["repeats"] == 3
     assert rows[("beta", "steady:c8")]["tokens per joule, above idle (tok/J)"] == "NULL"  # beta has no idle baseline
     assert re.fullmatch(r"\S+ \[\S+, \S+\]", rows[("alpha", "steady:c8")]["tokens per joule, above idle (tok/J)"])
-    assert "t interval on the log scale over 3 repeats" in lp.metadata["intervals"].value
+    assert "another server start or machine: 95% interval over 3 repeats of one start" in lp.metadata["intervals"].value
 
 
 def test_head_to_head_is_a_dagster_table_too(env):

@@ -10,7 +10,7 @@ import pytest
 
 from wattbench.warehouse import connect, run_sql
 
-from .synth import Deployment, Point, write_run
+from .synth import Deployment, Point, emulated_interval, write_run
 
 T975_2 = 4.303  # Student t, 0.975 quantile, 2 degrees of freedom
 PRICE = 2.0  # $ per GPU-hour (write_run's default), one GPU per deployment
@@ -70,11 +70,9 @@ def _fig(con, engine, label, metric):
 
 
 def _log_t(values):
-    """The definition: mean m, 95% interval m x exp(-+ t s / (m sqrt(k)))."""
-    v = np.asarray(values, dtype=float)
-    m, k = v.mean(), len(v)
-    half = T975_2 * v.std(ddof=1) / (m * math.sqrt(k))
-    return m, m * math.exp(-half), m * math.exp(half)
+    """The definition for one server start of an emulated engine: mean m, 95% interval m x exp(-+ t x sqrt(2 b^2 +
+    2 w^2 / k)), w = s / m the repeats' spread, b the emulator's between-start prior (synth.emulated_interval)."""
+    return emulated_interval([float(v) for v in values])
 
 
 def test_repeat_level_figures_get_a_t_interval_on_the_log_scale(wh):
@@ -83,7 +81,7 @@ def test_repeat_level_figures_get_a_t_interval_on_the_log_scale(wh):
         one = _fig(con, "fast", "c32", "output_tok_s")
     m, want_lo, want_hi = _log_t(np.array([20_000, 21_000, 22_000]) / 10.0)
     assert (est, lo, hi, n) == (pytest.approx(m), pytest.approx(want_lo), pytest.approx(want_hi), 3)
-    assert method == "t interval on the log scale over 3 repeats"
+    assert method.startswith("another server start or machine: 95% interval over 3 repeats of one start")
     assert one[0] == pytest.approx(4000.0) and one[1] is None and one[2] is None and one[4] == "one repeat: no interval"
 
 
@@ -114,7 +112,7 @@ def test_cost_per_token_comes_from_price_over_mean_throughput(wh):
     assert est == pytest.approx(cost(per_repeat.mean()))
     assert est != pytest.approx(np.mean([cost(x) for x in per_repeat]), rel=1e-3)  # the mean of reciprocals
     assert (lo, hi) == (pytest.approx(cost(tok_hi)), pytest.approx(cost(tok_lo)))
-    assert method.startswith("price over the mean of its denominator")
+    assert method.endswith("price over the mean of its denominator")
 
 
 def test_latency_percentiles_summarise_each_repeats_own_percentile(wh):
@@ -131,7 +129,7 @@ def test_latency_percentiles_summarise_each_repeats_own_percentile(wh):
         ]
     assert (est, lo, hi) == tuple(pytest.approx(x) for x in _log_t(medians))
     assert lo < 60 and hi > 140, (lo, hi)
-    assert method == "t interval on the log scale over 3 repeats"
+    assert method.startswith("another server start or machine: 95% interval over 3 repeats of one start")
 
 
 def test_a_percentile_with_too_few_requests_per_repeat_gets_no_interval_and_says_why(wh):

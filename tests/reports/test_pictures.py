@@ -70,7 +70,7 @@ def test_open_loop_points_are_hollow_and_off_the_pareto_line(frames):
     ax = fig.axes[0]
     gamma = points[points["shape"] == "gamma"]
     for engine in ("trtllm-like", "vllm-like"):
-        (front,) = [ln for ln in ax.lines if ln.get_gid() == f"frontier:{engine}"]
+        (front,) = [ln for ln in ax.lines if (ln.get_gid() or "").startswith(f"frontier:{engine}:")]
         g = gamma[gamma["engine"] == engine].iloc[0]
         assert g["e2e_p50_ms"] not in list(front.get_xdata())
         assert len(set(front.get_xdata())) == 3  # the three fixed-concurrency points
@@ -178,6 +178,76 @@ def test_eight_engines_get_eight_colours_and_labels_never_overlap():
     fig2 = pictures.fig_tokens_per_joule(crowd, "emulated")
     overlaps, _ = _labels_overlap(fig2, "point-label")
     assert not overlaps
+
+
+def _two_workloads() -> pd.DataFrame:
+    """One engine config, the default plan's two closed-loop workloads: 512/32 interactive (c1, c4, c16) and 512/128
+    steady (c8, c32), whose points interleave on every axis."""
+    rows = []
+    for workload, n_out, points in (
+        ("interactive", 32, ((1, 400.0, 30.0), (4, 1300.0, 45.0), (16, 3600.0, 90.0))),
+        ("steady", 128, ((8, 1500.0, 700.0), (32, 4200.0, 900.0))),
+    ):
+        for c, tok, e2e in points:
+            rows.append(
+                {
+                    "engine": "vllm-like",
+                    "workload": workload,
+                    "point_label": f"c{c}",
+                    "shape": "concurrency",
+                    "concurrency": c,
+                    "rate": np.nan,
+                    "repeats": 1,
+                    "input_tokens": 512,
+                    "output_tokens": n_out,
+                    "achieved_concurrency": float(c),
+                    "n_gpus": 1,
+                    "output_tok_s": tok,
+                    "output_tok_s_lo": np.nan,
+                    "output_tok_s_hi": np.nan,
+                    "e2e_p50_ms": e2e,
+                    "e2e_p50_ms_lo": np.nan,
+                    "e2e_p50_ms_hi": np.nan,
+                    "ttft_p99_ms": 20.0 + c,
+                    "tpot_p99_ms": 5.0 + c / 4,
+                    "output_tokens_per_j": tok / 2000,
+                    "precision": "fp8",
+                    "tp": 1,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_frontier_joins_one_workloads_points_never_two():
+    """Issue 39 item 8: the frontiers joined the 512/32 interactive and 512/128 steady points into one line. Now each
+    workload (input and output lengths) has its own line, in every panel of both pictures and in the HTML chart."""
+    df = _two_workloads()
+    full = pictures.frontier_points(df)
+
+    def workloads_of(line, x, y) -> set:
+        pairs = set(zip(line.get_xdata(), line.get_ydata()))
+        return {r["workload"] for _, r in full.iterrows() if (r[x], r[y]) in pairs}
+
+    fig = pictures.fig_frontiers(df, None, "emulated")
+    for ax, (x, _, _, y, _, _) in zip(fig.axes, pictures.FRONTIER_PANELS):
+        lines = [ln for ln in ax.lines if (ln.get_gid() or "").startswith("frontier:vllm-like:")]
+        assert sorted(ln.get_gid() for ln in lines) == ["frontier:vllm-like:512/128", "frontier:vllm-like:512/32"]
+        for ln in lines:
+            assert workloads_of(ln, x, y) == {"interactive" if ln.get_gid().endswith("/32") else "steady"}, x
+    fig = pictures.fig_throughput_latency(df, "emulated")
+    lines = [ln for ln in fig.axes[0].lines if (ln.get_gid() or "").startswith("frontier:")]
+    assert len(lines) == 2
+    for ln in lines:
+        # a step line: its corners are the points' (x, y) pairs, and its steps mix a point's x with the next one's y
+        xs = set(ln.get_xdata())
+        assert len({r["workload"] for _, r in df.iterrows() if r["e2e_p50_ms"] in xs}) == 1, ln.get_gid()
+    from wattbench.report import charts
+
+    spec = charts.throughput_latency_chart(df, "emulated")
+    data = {k: v for k, v in spec["datasets"].items()}
+    front_name = spec["layer"][0]["data"]["name"]
+    assert {r["frontier"] for r in data[front_name]} == {"vllm-like 512/128", "vllm-like 512/32"}
+    assert spec["layer"][0]["encoding"]["detail"]["field"] == "frontier"
 
 
 def test_power_trace_sums_each_deployments_gpus_on_a_common_grid():

@@ -15,9 +15,8 @@ import yaml
 
 from wattbench.warehouse import connect, run_sql, set_run_fields
 
-from .synth import Deployment, Point, simple_point, write_run
+from .synth import Deployment, Point, emulated_interval, simple_point, write_run
 
-T975_2 = 4.303
 IDLE = (150.0, 170.0)  # alpha's idle power before and after: 160 W
 N_AT = (80, 84, 88)  # alpha's requests in each 10 s window at 8 streams (its three repeats)
 E_AT = (6000.0, 6300.0, 6100.0)  # and the energy of each window, J
@@ -96,11 +95,9 @@ def warehouse(tmp_path_factory):
 
 
 def _t_interval(values):
-    """The mean and its t interval on the log scale (sql/views.sql log_mean_bound)."""
-    m = sum(values) / len(values)
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-    half = T975_2 * sd / (m * math.sqrt(len(values)))
-    return m, m * math.exp(-half), m * math.exp(half)
+    """The mean and its interval for another server start (one start here, the emulator's prior: tests/reports/
+    synth.py emulated_interval, the arithmetic of sql/views.sql)."""
+    return emulated_interval(values)
 
 
 def test_slo_capacity_carries_the_figures_at_the_capacity_over_its_repeats(warehouse):
@@ -227,9 +224,13 @@ def test_a_plan_with_a_search_materializes_slo_capacity_through_dagster(tmp_path
     assert result.success
     events = {e.asset_key.to_user_string(): e for e in result.get_asset_materialization_events()}
     meta = events["slo_capacity"].materialization.metadata
-    assert meta["searches"].value == 1 and "frontiers" in meta and "answers" in meta
+    assert meta["searches"].value == 2 and "frontiers" in meta and "answers" in meta  # one a server start
     with connect(db, read_only=True) as con:
-        row = run_sql(con, "SELECT * FROM slo_capacity WHERE run_id = $r", {"r": result.run_id}).iloc[0]
+        row = run_sql(
+            con,
+            "SELECT * FROM slo_capacity WHERE run_id = $r AND search_id = 'trtllm-like:interactive'",
+            {"r": result.run_id},
+        ).iloc[0]
         probes = con.execute(
             "SELECT count(*), count(DISTINCT probe), min(probe_verdict IS NOT NULL) FROM load_runs "
             "WHERE run_id = ? AND search_id = 'trtllm-like:interactive'",
@@ -289,8 +290,9 @@ def test_a_search_at_other_lengths_than_the_profiles_nearest_points_does_not_siz
 
 def test_engine_contrasts_leave_out_a_search_probe_measured_once(tmp_path):
     """Two engines whose searches both probed c16 once: no contrast row for that chance pair (the search's own
-    comparison is slo_capacity), while a plan point measured once still says 'one repeat: not tested'; repeated
-    probes at the same load (the capacity's repeats) are compared like any repeated point."""
+    comparison is slo_capacity), while a plan point measured once still says 'one repeat: not tested'. Repeated
+    probes at the same load (the capacity's repeats) are no round either: each engine's search ran on its own, not
+    interleaved with the other's, so they are not paired."""
     deps = []
     for name, tok in (("alpha", 1.0), ("beta", 1.3)):
         probes = [_probe("c16", 100, 7000.0 * tok, None, 1, "bracket", "misses", 16, ttft=900.0)]
@@ -304,7 +306,21 @@ def test_engine_contrasts_leave_out_a_search_probe_measured_once(tmp_path):
     with connect(db, read_only=True) as con:
         c = run_sql(con, "engine_contrasts", {"run_id": "r1"})
     assert not ((c["workload"] == "cap") & (c["point_label"] == "c16")).any(), c[["workload", "point_label"]]
-    repeated = c[(c["workload"] == "cap") & (c["point_label"] == "c8")]
-    assert len(repeated) and (repeated["pairs"] == 3).all()
+    assert not (c["workload"] == "cap").any()
     once = c[(c["workload"] == "steady") & (c["point_label"] == "c4")]
     assert len(once) and (once["finding"] == "one repeat: not tested").all()
+
+
+def test_the_runs_terminal_summary_shows_each_capacity(warehouse):
+    """Issue 39 item 4: `wattbench run`'s summary left the SLO capacity out. It prints, per engine config and search,
+    the capacity with its interval, the bound that binds and where, and tok/J and $ per 1M at it with intervals."""
+    from wattbench.report.rows import slo_capacity_text
+
+    with connect(warehouse, read_only=True) as con:
+        text = slo_capacity_text(con, "r1")
+    alpha = next(line for line in text.splitlines() if line.startswith("| alpha"))
+    tpj = _t_interval([n * 16 / e for e, n in zip(E_AT, N_AT)])
+    assert "| 8 [7, 9] streams" in alpha and "TTFT at 16 (90.0% met)" in alpha
+    assert f"{tpj[0]:.3g} [{tpj[1]:.3g}, {tpj[2]:.3g}]" in alpha
+    beta = next(line for line in text.splitlines() if line.startswith("| beta"))
+    assert "none (no load meets the SLO" in beta

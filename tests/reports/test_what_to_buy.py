@@ -96,3 +96,35 @@ def test_report_capacity_cli_shares_the_profile_handling(wh, capsys):
         cli(["report", "--capacity", "--run", "r-h100", "--db", str(wh), "--steady-qps", "30", "--peak-qps", "20"]) == 2
     )
     assert "--peak-qps (20) must be >= --steady-qps (30)" in capsys.readouterr().err
+
+
+def _started(label: str, rates: dict[int, list[float]]):
+    """A point's repeats over server starts, each at its goodput (req/s)."""
+    pts, repeat = [], 0
+    for start, values in rates.items():
+        for rps in values:
+            repeat += 1
+            pts.append(simple_point(label, rps, repeat=repeat, extra={"server_start": start}))
+    return pts
+
+
+@pytest.mark.parametrize(
+    ("other", "verdict"),
+    [
+        ({1: [10.0, 10.2], 2: [9.8, 10.1]}, "cheapest: a clear winner"),  # half the capacity: intervals apart
+        ({1: [19.0, 19.6], 2: [20.4, 20.0]}, "no clear winner"),  # the same capacity at the same price: overlap
+    ],
+)
+def test_buy_says_when_there_is_no_clear_winner(tmp_path, other, verdict):
+    """Each cost carries the interval of the capacity it rests on; the cheapest wins clearly only where its interval
+    ends below every other's."""
+    db = tmp_path / "w.duckdb"
+    write_run(db, tmp_path, "a", [Deployment("e", points=_started("c8", {1: [20.0, 20.4], 2: [19.6, 20.2]}))])
+    write_run(db, tmp_path, "b", [Deployment("e", points=_started("c8", other))], gpu="other")
+    with connect(db, read_only=True) as con:
+        df = run_sql(con, "what_to_buy", {"runs": ["a", "b"], **PROFILE})
+    first = df.iloc[0]
+    assert first["run_id"] == "a" or verdict == "no clear winner"
+    assert first["verdict"].startswith(verdict)
+    for _, row in df.iterrows():
+        assert row["monthly_total_usd_lo"] <= row["monthly_total_usd_estimate"] <= row["monthly_total_usd"]

@@ -1,4 +1,4 @@
-"""Other tools' results as wattbench runs (`wattbench import FILE...`).
+"""Other tools' results (and `wattbench load`'s own) as wattbench runs (`wattbench import FILE...`).
 
 One module per tool turns its result file into an `ImportedRun` (tool-neutral: load points with the tool's own
 statistics, and per-request rows when the file has them); `store_run` writes that into the warehouse as a run
@@ -24,12 +24,12 @@ SUMMARY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
 def _importers():
-    from wattbench.importers import aiperf, guidellm, vllm_bench
+    from wattbench.importers import aiperf, guidellm, vllm_bench, wattbench_load
 
-    return (vllm_bench, aiperf, guidellm)
+    return (vllm_bench, aiperf, guidellm, wattbench_load)
 
 
-IMPORTER_NAMES = ("vllm", "aiperf", "guidellm")
+IMPORTER_NAMES = ("vllm", "aiperf", "guidellm", "wattbench")
 
 
 def read_file(path: str | Path, tool: str | None = None) -> ImportedRun:
@@ -73,7 +73,15 @@ def store_run(
     rid = run_id or run_id_of(run)
     source = f"imported:{run.tool}"
     dep_id = config_name or f"{run.tool}-import"
-    cfg_name = config_name or {"vllm": "vllm-bench-serve", "aiperf": "aiperf", "guidellm": "guidellm"}[run.tool]
+    cfg_name = (
+        config_name
+        or {
+            "vllm": "vllm-bench-serve",
+            "aiperf": "aiperf",
+            "guidellm": "guidellm",
+            "wattbench": "wattbench-load",
+        }[run.tool]
+    )
     try:
         from wattbench_agent import __version__ as wb_version
     except ImportError:  # pragma: no cover
@@ -93,7 +101,9 @@ def store_run(
         "slo_ttft_ms": slo.get("ttft_ms"),
         "slo_tpot_ms": slo.get("tpot_ms"),
         "slo_e2e_ms": slo.get("e2e_ms"),
+        **{k: run.prices.get(k) for k in ("gpu_price_per_hour", "energy_price_per_kwh", "pue") if k in run.prices},
     }
+    tel = run.telemetry
     dep_row = {
         "run_id": rid,
         "source": source,
@@ -103,12 +113,14 @@ def store_run(
         "config_name": cfg_name,
         "precision": precision,
         "tp": tp,
-        "gpu_name": gpu_name,
-        "n_gpus": tp,
+        "gpu_name": gpu_name or tel.get("gpu_name"),
+        "n_gpus": tp or tel.get("n_gpus"),
+        "gpu_uuids": tel.get("gpu_uuids"),
         "target": "external",
         "url": redact_url(run.url),
         "status": "healthy",
-        "telemetry_source": "none",
+        "telemetry_source": tel.get("telemetry_source") or "none",
+        "idle_power_w_before": tel.get("idle_power_w_before"),
         "config": {
             "imported_from": run.tool,
             "tool_version": run.tool_version,
@@ -118,9 +130,47 @@ def store_run(
             **run.config,
         },
     }
+    ids = {"run_id": rid, "source": source, "deployment_id": dep_id}
+    lr_rows, req_rows = _point_rows(run, ids, tel.get("idle_power_w_before"))
+    search_rows = [
+        {"run_id": rid, "source": source, "deployment_id": dep_id, **s, "search_id": f"{dep_id}:{s['workload']}"}
+        for s in run.searches
+    ]
+    check_rows(con, run, lr_rows, req_rows)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _refuse_a_measured_run(con, rid, run)
+        for table in ("requests", "load_runs", "searches", "deployments", "runs"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
+        _insert(con, "runs", [run_row])
+        _insert(con, "deployments", [dep_row])
+        _insert(con, "load_runs", [{**r, "search_id": _search_id(r, dep_id)} for r in lr_rows])
+        _insert(con, "searches", search_rows)
+        if req_rows:
+            _insert_json(con, "requests", req_rows)
+        from wattbench.warehouse import fill_shape_traits, refresh_point_stats
+
+        fill_shape_traits(con, rid)  # the shapes' traits, as for a bundle
+        refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return {
+        "run_id": rid,
+        "source": source,
+        "load_points": len(lr_rows),
+        "requests": len(req_rows),
+        "deployment_id": dep_id,
+    }
+
+
+def _point_rows(run: ImportedRun, ids: dict[str, Any], idle_power_w: float | None) -> tuple[list[dict], list[dict]]:
+    """The load_runs and requests rows of an ImportedRun's points (`ids`: run_id, source, deployment_id)."""
+    dep_id = ids["deployment_id"]
     lr_rows, req_rows = [], []
     for pt in run.points:
-        lp = f"{dep_id}:{pt.workload}:{pt.point_label}"
+        lp = f"{dep_id}:{pt.workload}:{pt.point_label}" + (f"#{pt.repeat}" if pt.repeat > 1 else "")
         summary: dict[str, Any] = {m: pt.stats.get(m) for m in SUMMARY_METRICS if pt.stats.get(m)}
         summary.update(
             sent=pt.sent,
@@ -133,12 +183,10 @@ def store_run(
         ok = bool(pt.completed)
         lr_rows.append(
             {
-                "run_id": rid,
-                "source": source,
-                "deployment_id": dep_id,
+                **ids,
                 "load_point_id": lp,
                 "point_label": pt.point_label,
-                "repeat": 1,
+                "repeat": pt.repeat,
                 "workload": pt.workload,
                 "shape": pt.shape,
                 "api": pt.api,
@@ -158,49 +206,24 @@ def store_run(
                 "completed": pt.completed,
                 "failed": pt.failed,
                 "output_tokens_in_window": pt.output_tokens_total,
+                "energy_j": pt.energy_j,
+                "energy_trace_j": pt.energy_trace_j,
+                "idle_power_w": idle_power_w,
                 "status": "ok" if ok else "failed",
                 "error_kind": None if ok else "no_success",
                 "error_text": None if ok else f"no successful request in {run.path.name}",
                 "summary": summary,
+                **pt.load_runs,
             }
         )
         for r in pt.requests:
-            req_rows.append(
-                {
-                    "run_id": rid,
-                    "source": source,
-                    "deployment_id": dep_id,
-                    "load_point_id": lp,
-                    "token_count_source": "imported",
-                    **r,
-                }
-            )
-    check_rows(con, run, lr_rows, req_rows)
-    con.execute("BEGIN TRANSACTION")
-    try:
-        _refuse_a_measured_run(con, rid, run)
-        for table in ("requests", "load_runs", "deployments", "runs"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
-        _insert(con, "runs", [run_row])
-        _insert(con, "deployments", [dep_row])
-        _insert(con, "load_runs", lr_rows)
-        if req_rows:
-            _insert_json(con, "requests", req_rows)
-        from wattbench.warehouse import fill_shape_traits, refresh_point_stats
+            req_rows.append({**ids, "load_point_id": lp, "token_count_source": "imported", **r})
+    return lr_rows, req_rows
 
-        fill_shape_traits(con, rid)  # the shapes' traits, as for a bundle
-        refresh_point_stats(con, rid)  # the kept per-load-point figures, as for a bundle
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    return {
-        "run_id": rid,
-        "source": source,
-        "load_points": len(lr_rows),
-        "requests": len(req_rows),
-        "deployment_id": dep_id,
-    }
+
+def _search_id(row: dict, dep_id: str) -> str | None:
+    """A probe's search id, as the warehouse names it: <deployment>:<workload> (the file's own id is dropped)."""
+    return f"{dep_id}:{row['workload']}" if row.get("search_id") else None
 
 
 def _refuse_a_measured_run(con, run_id: str, run: ImportedRun) -> None:

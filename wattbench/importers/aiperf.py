@@ -14,12 +14,25 @@ Records: metadata.request_start_ns (wall clock, ns), benchmark_phase (warmup | p
 are in the window), metrics.{time_to_first_token, request_latency, inter_token_latency, inter_chunk_latency (list),
 input_sequence_length, output_sequence_length}; chunk arrival times are rebuilt from the start, TTFT and the
 inter-chunk gaps, on AIPerf's clock.
+
+GPU telemetry (`aiperf profile --gpu-telemetry`, read from DCGM exporters or pynvml) becomes the run's energy, its
+deployment's telemetry_source `imported:aiperf-<dcgm|pynvml|...>`. AIPerf's layout (aiperf/common/models/
+telemetry_models.py TelemetryRecord, export_models.py TelemetryExportData): `gpu_telemetry_export.jsonl` beside the
+export, one line per GPU per scrape: {timestamp_ns (wall clock), dcgm_url, gpu_index, gpu_uuid, gpu_model_name,
+hostname, telemetry_data: {gpu_power_usage (W), energy_consumption (MJ, the counter since the driver loaded), ...}};
+and in the export, telemetry_data.endpoints.<url>.gpus.<gpu>.metrics.energy_consumption {unit: MJ, avg: the
+counter's rise over the profiling phase} (a counter summarised as a gauge, with min and max: max - min). The energy is
+the counter's rise over wattbench's window (first send to last answer, AIPerf's benchmark_duration), read from the
+scrapes, linearly between the two around each edge, summed over GPUs; without the scrapes, the export's rise over
+AIPerf's profiling phase (a little longer than the window: the note says so). A counter that went backwards, or
+scrapes that do not cover the window, leave the energy NULL with a note.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +51,8 @@ EXPECTED = (
 )
 AGGREGATE = "profile_export_aiperf.json"
 RECORDS = "profile_export.jsonl"
+TELEMETRY = "gpu_telemetry_export.jsonl"
+_ENERGY_UNITS = {"MJ": 1e6, "kJ": 1e3, "J": 1.0, "mJ": 1e-3}
 _MAP = {
     "time_to_first_token": "ttft_ms",
     "inter_token_latency": "tpot_ms",
@@ -169,6 +184,101 @@ def _requests(rec_path: Path) -> list[dict]:
     return rows
 
 
+def _telemetry_source(urls: set[str]) -> str:
+    kinds = sorted({(u.split("://", 1)[0] if "://" in u else u) for u in urls if u} or {"gpu"})
+    kinds = ["dcgm" if k in ("http", "https") else k for k in kinds]
+    return "imported:aiperf-" + "+".join(sorted(set(kinds)))
+
+
+def _counter_at(pts: list[tuple[int, float]], t: int) -> float | None:
+    """The energy counter at instant t, linearly between the scrapes around it; None outside them."""
+    if not pts or t < pts[0][0] or t > pts[-1][0]:
+        return None
+    for (t0, e0), (t1, e1) in zip(pts, pts[1:]):
+        if t0 <= t <= t1:
+            return e0 if t1 == t0 else e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+    return pts[-1][1]
+
+
+def _scraped_energy(tel_path: Path, start_ns: int, end_ns: int) -> tuple[float | None, dict, str | None]:
+    """(J over [start_ns, end_ns] summed over GPUs, deployments facts, a note) from AIPerf's GPU telemetry scrapes."""
+    data = read_json(tel_path)
+    rows = [data] if isinstance(data, dict) else data
+    series: dict[str, list[tuple[int, float]]] = {}
+    names, urls = {}, set()
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, dict) or not isinstance(r.get("telemetry_data"), dict):
+            raise ImportFileError(f"{tel_path}:{i}: no telemetry_data; expected AIPerf's GPU telemetry records")
+        uuid, t = r.get("gpu_uuid"), r.get("timestamp_ns")
+        e = r["telemetry_data"].get("energy_consumption")
+        urls.add(str(r.get("dcgm_url") or ""))
+        names[uuid] = r.get("gpu_model_name")
+        ok = isinstance(t, int) and isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e)
+        if uuid and ok:
+            series.setdefault(str(uuid), []).append((t, float(e)))
+    facts = {
+        "telemetry_source": _telemetry_source(urls),
+        "gpu_uuids": sorted(series) or None,
+        "n_gpus": len(series) or None,
+        "gpu_name": next((n for n in names.values() if n), None),
+    }
+    if not series:
+        return None, facts, f"{TELEMETRY} has no energy_consumption readings: no energy"
+    total = 0.0
+    for uuid, pts in series.items():
+        pts.sort()
+        if any(b[1] < a[1] for a, b in zip(pts, pts[1:])):
+            return None, facts, f"GPU {uuid}'s energy counter went backwards in {TELEMETRY}: no energy"
+        e0, e1 = _counter_at(pts, start_ns), _counter_at(pts, end_ns)
+        if e0 is None or e1 is None:
+            return None, facts, f"{TELEMETRY} does not cover the window for GPU {uuid}: no energy"
+        total += (e1 - e0) * _ENERGY_UNITS["MJ"]
+    return total, facts, None
+
+
+def _export_energy(d: dict) -> tuple[float | None, dict, str | None]:
+    """(J summed over GPUs, deployments facts, a note) from the export's telemetry summary: each GPU's energy counter's
+    rise over AIPerf's profiling phase."""
+    endpoints = ((d.get("telemetry_data") or {}).get("endpoints")) or {}
+    total, gpus, names = 0.0, [], []
+    for gpu_map in (ep.get("gpus") or {} for ep in endpoints.values() if isinstance(ep, dict)):
+        for g in gpu_map.values():
+            m = ((g or {}).get("metrics") or {}).get("energy_consumption")
+            if not isinstance(m, dict) or m.get("unit") not in _ENERGY_UNITS:
+                continue
+            rise = m["max"] - m["min"] if m.get("max") is not None and m.get("min") is not None else m.get("avg")
+            if not isinstance(rise, (int, float)) or not math.isfinite(rise) or rise < 0:
+                continue
+            total += rise * _ENERGY_UNITS[m["unit"]]
+            gpus.append(g.get("gpu_uuid"))
+            names.append(g.get("gpu_name"))
+    if not gpus:
+        return None, {}, None
+    facts = {
+        "telemetry_source": _telemetry_source(set(endpoints)),
+        "gpu_uuids": gpus,
+        "n_gpus": len(gpus),
+        "gpu_name": next((n for n in names if n), None),
+    }
+    note = (
+        f"energy: the GPUs' counters' rise over AIPerf's profiling phase (its telemetry summary; no {TELEMETRY} "
+        "beside it), a little longer than the window: tokens per joule read a little low"
+    )
+    return total, facts, note
+
+
+def _energy(agg_path: Path, d: dict, requests: list[dict], duration: float) -> tuple[float | None, dict, list[str]]:
+    """The run's GPU energy over its window and where it came from (module docstring)."""
+    tel = agg_path.with_name(TELEMETRY)
+    sends = [r["sent_ns"] for r in requests if r.get("in_window") and r.get("sent_ns") is not None]
+    if tel.exists() and sends:
+        start = min(sends)
+        energy, facts, note = _scraped_energy(tel, start, start + round(duration * 1e9))
+        return energy, facts, [note] if note else [f"energy: AIPerf's GPU telemetry ({TELEMETRY}), imported"]
+    energy, facts, note = _export_energy(d)
+    return energy, facts, [note] if note else []
+
+
 def read(path: Path, data: Any) -> ImportedRun:
     agg_path, rec_path = _files(path)
     d = read_json(agg_path) if agg_path != path or data is None else data
@@ -236,6 +346,7 @@ def read(path: Path, data: Any) -> ImportedRun:
         figures=figures,
         requests=requests,
     )
+    point.energy_j, telemetry, energy_notes = _energy(agg_path, d, requests, duration)
 
     def when(key: str) -> _dt.datetime | None:
         try:
@@ -243,7 +354,7 @@ def read(path: Path, data: Any) -> ImportedRun:
         except ValueError:
             return None
 
-    files = [agg_path] + ([rec_path] if rec_path else [])
+    files = [agg_path] + ([rec_path] if rec_path else []) + [p for p in [agg_path.with_name(TELEMETRY)] if p.exists()]
     return ImportedRun(
         tool=TOOL,
         tool_version=d.get("aiperf_version"),
@@ -260,5 +371,6 @@ def read(path: Path, data: Any) -> ImportedRun:
             "cli_command": (d.get("run_info") or {}).get("cli_command"),
             "records_file": str(rec_path) if rec_path else None,
         },
-        notes=[] if rec_path else [f"no {RECORDS} beside the export: every figure is AIPerf's own"],
+        notes=([] if rec_path else [f"no {RECORDS} beside the export: every figure is AIPerf's own"]) + energy_notes,
+        telemetry=telemetry,
     )

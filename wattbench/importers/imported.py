@@ -42,6 +42,12 @@ class ImportedPoint:
     # None: the whole run is the window
     window_start_ns: int | None = None
     window_end_ns: int | None = None
+    # the GPUs' energy over the window (J, summed over GPUs) where the file measured it (AIPerf's GPU telemetry,
+    # wattbench load --telemetry); None: not measured (the energy figures stay NULL and say so)
+    energy_j: float | None = None
+    energy_trace_j: float | None = None
+    repeat: int = 1
+    load_runs: dict[str, Any] = field(default_factory=dict)  # more load_runs columns, as the file has them
 
 
 @dataclass
@@ -58,6 +64,11 @@ class ImportedRun:
     config: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] = field(default_factory=dict)  # ttft_ms / tpot_ms / e2e_ms
     notes: list[str] = field(default_factory=list)
+    # where the file's energy came from: deployments columns (telemetry_source, gpu_name, n_gpus, gpu_uuids,
+    # idle_power_w_before); empty when it measured none (telemetry_source 'none')
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)  # runs' gpu_price_per_hour, energy_price_per_kwh, pue
+    searches: list[dict] = field(default_factory=list)  # `searches` rows (an SLO capacity search's answer)
 
 
 def file_sha256(paths: list[Path]) -> str:
@@ -103,3 +114,27 @@ def point_label(shape: str, concurrency: int | None, rate: float | None, burstin
     if concurrency and not shapes.get(shape).closed_loop:
         label += f"-max{concurrency}"
     return label
+
+
+def energy_facts(e: Any) -> tuple[dict[str, Any], dict[str, float]]:
+    """(deployments columns, runs columns) of an energy block that `wattbench load --telemetry` wrote
+    (wattbench_agent/loadgen/energy.py `figures`): where the energy came from and the prices; ({}, {}) for none."""
+    if not isinstance(e, dict):
+        return {}, {}
+    telemetry = {
+        "telemetry_source": e.get("telemetry") if e.get("telemetry") not in (None, "none") else None,
+        "gpu_name": e.get("gpu_name"),
+        "n_gpus": e.get("n_gpus"),
+        "idle_power_w_before": e.get("idle_power_w"),
+    }
+    pr = e.get("prices") or {}
+    prices = {
+        k: float(v)
+        for k, v in (
+            ("gpu_price_per_hour", pr.get("gpu_hour_usd")),
+            ("energy_price_per_kwh", pr.get("energy_kwh_usd")),
+            ("pue", (pr.get("pue") or 1.0) if pr.get("energy_kwh_usd") else None),
+        )
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    return {k: v for k, v in telemetry.items() if v is not None}, prices

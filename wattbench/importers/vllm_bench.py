@@ -22,7 +22,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from wattbench.importers.imported import ImportedPoint, ImportedRun, ImportFileError, file_sha256, point_label
+from wattbench.importers.imported import (
+    ImportedPoint,
+    ImportedRun,
+    ImportFileError,
+    energy_facts,
+    file_sha256,
+    point_label,
+)
 
 TOOL = "vllm"
 EXPECTED = "vllm bench serve: a JSON object with duration, completed, request_throughput and model_id (--save-result)"
@@ -183,7 +190,10 @@ def _point(d: dict, path: Path, i: int) -> ImportedPoint:
     wb = d.get("wattbench") if isinstance(d.get("wattbench"), dict) else {}
     window = _window_ns(d)
     sent = wb.get("sent") if isinstance(wb.get("sent"), int) and not isinstance(wb.get("sent"), bool) else None
+    energy = wb.get("energy") if isinstance(wb.get("energy"), dict) else {}  # wattbench load --telemetry's
     return ImportedPoint(
+        energy_j=energy.get("energy_j"),
+        energy_trace_j=energy.get("energy_trace_j"),
         point_label=point_label(shape, conc, rate_v, burst),
         workload=workload,
         shape=shape,
@@ -240,7 +250,10 @@ def read(path: Path, data: Any) -> ImportedRun:
         and k not in {"duration", "completed", "failed"}
         and not k.startswith(("mean_", "median_", "std_", "p"))
     }
+    telemetry, prices = energy_facts(wb.get("energy"))
     return ImportedRun(
+        telemetry=telemetry,
+        prices=prices,
         tool=TOOL,
         tool_version=first.get("vllm_version") or first.get("version"),
         path=path,

@@ -33,6 +33,7 @@ from wattbench.report.pictures import (
     point_name,
     point_names,
     power_series,
+    workload_key,
 )
 
 WIDTH = 820
@@ -295,13 +296,15 @@ _PHASE_SHAPE = alt.Shape(
 
 
 def _repeat_dots(repeats: pd.DataFrame | None, x: str, y: str, one: bool) -> pd.DataFrame:
-    """Every repeat with a figure on both axes: engine, point, repeat, its phase ('bunched' or 'spread or none')."""
-    cols = ["engine", "point", "repeat", "phase", x, y]
+    """Every repeat with a figure on both axes: engine, point, repeat, its phase ('bunched' or 'spread or none') and
+    the prefills a prefill step it was read from (docs/MEASUREMENT.md, "Step decomposition")."""
+    cols = ["engine", "point", "repeat", "phase", "prefills", x, y]
     if repeats is None or repeats.empty or x not in repeats or y not in repeats:
         return pd.DataFrame(columns=cols)
     r = repeats.dropna(subset=[x, y]).copy()
     r["point"] = [point_name(row, one) for _, row in r.iterrows()]
     r["phase"] = np.where(r.get("phase_state") == "bunched", "bunched", "spread or none")
+    r["prefills"] = r.get("prefills_per_step", np.nan)
     return r[cols]
 
 
@@ -311,6 +314,7 @@ def _dot_tooltip() -> list:
         alt.Tooltip("point:N", title="load point"),
         alt.Tooltip("repeat:Q", title="repeat"),
         alt.Tooltip("phase:N", title="phase"),
+        alt.Tooltip("prefills:Q", title="prefills a prefill step", format=".2f"),
     ]
 
 
@@ -318,7 +322,8 @@ def throughput_latency_chart(
     points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None
 ) -> dict[str, Any] | None:
     """Output tok/s against E2E p50 with 95% intervals on both axes (rules), each config's Pareto frontier over
-    its fixed-concurrency points (open-loop points hollow, off the line), every repeat a small dot; drag pans, wheel
+    its fixed-concurrency points, one per workload (input and output lengths: pictures.workload_key), open-loop points
+    hollow, off the line; every repeat a small dot; drag pans, wheel
     zooms."""
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
     if data.empty:
@@ -330,7 +335,8 @@ def throughput_latency_chart(
     df["e2e_text"] = [
         with_interval(r["e2e_p50_ms"], r.get("e2e_p50_ms_lo"), r.get("e2e_p50_ms_hi")) for _, r in df.iterrows()
     ]
-    front = pd.concat([pareto_frontier(g[g["closed"]]) for _, g in df.groupby("engine")], ignore_index=True)
+    df["frontier"] = df["engine"].astype(str) + " " + workload_key(df).astype(str)  # one line per config and workload
+    front = pd.concat([pareto_frontier(g[g["closed"]]) for _, g in df.groupby("frontier")], ignore_index=True)
     cols = [
         "engine",
         "point",
@@ -363,13 +369,13 @@ def throughput_latency_chart(
     layers = [
         alt.Chart(
             _data(
-                front[["engine", "e2e_p50_ms", "output_tok_s"]]
+                front[["engine", "frontier", "e2e_p50_ms", "output_tok_s"]]
                 if not front.empty
-                else pd.DataFrame(columns=["engine", "e2e_p50_ms", "output_tok_s"])
+                else pd.DataFrame(columns=["engine", "frontier", "e2e_p50_ms", "output_tok_s"])
             )
         )
         .mark_line(interpolate="step-after", opacity=0.55)
-        .encode(x=x, y=y, color=color, detail="engine:N"),
+        .encode(x=x, y=y, color=color, detail="frontier:N"),
         pts.mark_rule().encode(x=alt.X("e2e_p50_ms_lo:Q"), x2="e2e_p50_ms_hi:Q", y=y, color=color),
         pts.mark_rule().encode(x=x, y=alt.Y("output_tok_s_lo:Q"), y2="output_tok_s_hi:Q", color=color),
         pts.mark_point(size=70, strokeWidth=1.6, opacity=1, filled=True)
@@ -488,6 +494,7 @@ def tokens_per_joule_chart(
         "kind",
         "repeat",
         "phase",
+        "prefills",
     ]
     data = data.reindex(columns=cols)
     chart = (

@@ -328,6 +328,30 @@ def draw_repeats(ax, repeats: pd.DataFrame | None, engine: str, x: str, y: str, 
             )
 
 
+def workload_key(df: pd.DataFrame) -> pd.Series:
+    """Which frontier a point belongs to: its workload's input and output lengths ('512/32'), or the workload's name
+    where a dataset decides the lengths. Points of different lengths are different questions (a 512/32 interactive
+    point is not a faster 512/128 steady one): a frontier joins one workload's points, never two."""
+    if df.empty:
+        return pd.Series([], dtype=object, index=df.index)
+    n_in = pd.to_numeric(df["input_tokens"], errors="coerce") if "input_tokens" in df else None
+    n_out = pd.to_numeric(df["output_tokens"], errors="coerce") if "output_tokens" in df else None
+    names = df["workload"].astype(str) if "workload" in df else pd.Series("", index=df.index)
+    if n_in is None or n_out is None:
+        return names
+    lengths = n_in.map(lambda v: f"{v:g}" if v == v else "") + "/" + n_out.map(lambda v: f"{v:g}" if v == v else "")
+    return lengths.where(n_in.notna() & n_out.notna(), names)
+
+
+def frontier_groups(df: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(linestyle, workload key, its points) per workload of one config, in key order: one frontier each."""
+    if df.empty:
+        return []
+    keys = workload_key(df)
+    styles = ("-", "--", ":", "-.")
+    return [(styles[i % len(styles)], k, df[keys == k]) for i, k in enumerate(sorted(keys.unique()))]
+
+
 def pareto_frontier(df: pd.DataFrame, x: str = "e2e_p50_ms", y: str = "output_tok_s") -> pd.DataFrame:
     """The points of one config that no other of its points beats on both lower latency and higher throughput."""
     df = df.dropna(subset=[x, y]).sort_values([x, y], ascending=[True, False])
@@ -356,7 +380,8 @@ def _errorbars(ax, part: pd.DataFrame, x: str, y: str, xerr: bool, **kw) -> None
 
 def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFrame | None = None) -> Figure:
     """Output tokens/s against median E2E latency, one marker per point summary with its 95% intervals on both
-    axes; each config's Pareto frontier over its fixed-concurrency points (open-loop points hollow, not on it);
+    axes; each config's Pareto frontier over its fixed-concurrency points, one per workload (its input and output
+    lengths, a line style each: workload_key), open-loop points hollow, not on it;
     with `repeats` (render.report_frames), every repeat as a small dot (draw_repeats)."""
     fig, ax = plt.subplots(figsize=(7.0, 4.6))
     data = points.dropna(subset=["e2e_p50_ms", "output_tok_s"]) if not points.empty else points
@@ -370,17 +395,20 @@ def fig_throughput_latency(points: pd.DataFrame, label: str, repeats: pd.DataFra
         c = colors[engine]
         closed = df[is_closed(df["shape"])]
         open_ = df[~is_closed(df["shape"])]
-        front = pareto_frontier(closed)
-        if len(front) > 1:
-            ax.step(
-                front["e2e_p50_ms"],
-                front["output_tok_s"],
-                where="post",
-                color=c,
-                alpha=0.55,
-                lw=1.2,
-                gid=f"frontier:{engine}",
-            )
+        groups = frontier_groups(closed)
+        for style, key, part in groups:  # one frontier per workload (its lengths), never across two
+            front = pareto_frontier(part)
+            if len(front) > 1:
+                ax.step(
+                    front["e2e_p50_ms"],
+                    front["output_tok_s"],
+                    where="post",
+                    color=c,
+                    ls=style,
+                    alpha=0.55,
+                    lw=1.2,
+                    gid=f"frontier:{engine}:{key}",
+                )
         draw_repeats(ax, repeats, engine, "e2e_p50_ms", "output_tok_s", c)
         for part, filled in ((closed, True), (open_, False)):
             if part.empty:
@@ -735,8 +763,9 @@ def frontier_points(points: pd.DataFrame) -> pd.DataFrame:
 
 def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: str, slo: dict | None = None) -> Figure:
     """Per engine config (engine, precision, tp): tokens per joule against TTFT p99 and against TPOT p99, and output
-    tokens/s per GPU against tokens/s per user (vLLM's Pareto view); each config's frontier joined, every point a
-    marker (open loop hollow), the SLO's bound dashed and each config's SLO capacity ringed (slo_capacity)."""
+    tokens/s per GPU against tokens/s per user (vLLM's Pareto view); each config's frontier joined per workload (its
+    input and output lengths: workload_key; a line style each), every point a marker (open loop hollow), the SLO's
+    bound dashed and each config's SLO capacity ringed (slo_capacity)."""
     df = frontier_points(points)
     fig, axes = plt.subplots(1, 3, figsize=(15.0, 4.8))
     colors = engine_colors(points["engine"].unique() if not points.empty else [])
@@ -748,9 +777,21 @@ def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: st
             if part.empty:
                 continue
             c = colors[engine]
-            front = frontier(part, x, y, better)
-            if len(front) > 1:
-                ax.plot(front[x], front[y], color=c, lw=1.4, alpha=0.8, gid=f"frontier:{engine}")
+            groups = frontier_groups(part)
+            for style, key, rows in groups:  # one frontier per workload (its lengths), never across two
+                front = frontier(rows, x, y, better)
+                if len(front) > 1:
+                    ax.plot(front[x], front[y], color=c, ls=style, lw=1.4, alpha=0.8, gid=f"frontier:{engine}:{key}")
+                    if len(groups) > 1:  # say which workload each line is
+                        ax.annotate(
+                            f"{key} in/out" if "/" in key else key,
+                            (float(front[x].iloc[-1]), float(front[y].iloc[-1])),
+                            textcoords="offset points",
+                            xytext=(4, 4),
+                            fontsize=6,
+                            color=c,
+                            gid="frontier-workload",
+                        )
             for filled in (True, False):
                 sub = part[(is_closed(part["shape"])) == filled]
                 if sub.empty:
@@ -804,7 +845,8 @@ def fig_frontiers(points: pd.DataFrame, capacity: pd.DataFrame | None, label: st
     axes[1].set_title("tokens per joule against TPOT p99", fontsize=8)
     axes[2].set_title("tok/s per GPU against tok/s per user (vLLM's Pareto view)", fontsize=8)
     fig.suptitle(
-        f"Frontiers per engine config: lines join the points no other beats on both axes; ringed: the SLO capacity "
+        f"Frontiers per engine config and workload (input/output lengths, never joined across): lines join the points "
+        f"no other beats on both axes; ringed: the SLO capacity "
         f"({label})\none marker per point: its repeats' mean (tok/s, tok/J) or pooled percentile (latency)",
         fontsize=9,
     )

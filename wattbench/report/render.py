@@ -48,7 +48,7 @@ def report_frames(con, run_id: str) -> dict[str, pd.DataFrame]:
         "points": points,
         "repeats": con.execute(
             "SELECT engine, workload, point_label, shape, concurrency, rate, repeat, output_tok_s, e2e_p50_ms, "
-            "output_tokens_per_j, output_tokens_per_j_above_idle, achieved_concurrency, phase_state "
+            "output_tokens_per_j, output_tokens_per_j_above_idle, achieved_concurrency, phase_state, prefills_per_step "
             "FROM v_load_points WHERE run_id = ? ORDER BY engine, workload, point_label, repeat",
             [run_id],
         ).df(),

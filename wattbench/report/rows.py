@@ -128,7 +128,17 @@ def head_to_head_text(con, run_id: str) -> str:
     engines, rows = head_to_head_rows(records(*query_rows(con, "head_to_head", {"run_id": run_id})))
     if not rows:
         return "(no head-to-head rows for this run)"
-    return tabulate(rows, headers=["figure", *engines], tablefmt="github", missingval="NULL")
+    table = tabulate(rows, headers=["figure", *engines], tablefmt="github", missingval="NULL")
+    return table + "".join(f"\n{line}" for line in scope_lines(con, run_id))
+
+
+def scope_lines(con, run_id: str) -> list[str]:
+    """What the run's intervals describe, one line per engine and scope (sql/interval_scopes.sql)."""
+    from wattbench.connection import query_rows
+
+    cols, rows = query_rows(con, "interval_scopes", {"run_id": run_id})
+    at = cols.index("scope")
+    return [f"Intervals, {r[at]}" for r in rows]
 
 
 # The figures `wattbench report` compares engines on (sql/engine_contrasts.sql has every figure).
@@ -168,7 +178,47 @@ def contrasts_text(con, run_id: str) -> str:
     ]
     if not rows:
         return ""
-    return tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+    table = tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
+    return table + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate (Benjamini-Hochberg) over the run's comparisons."
+
+
+def _ci(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
+    """A figure with its 95% interval ('2.31 [2.2, 2.4]'); 'NULL' unmeasured; no interval: the bare value."""
+    if _missing(v):
+        return "NULL"
+    if _missing(lo) or _missing(hi):
+        return f"{v:.{digits}g} (no interval)"
+    return f"{v:.{digits}g} [{lo:.{digits}g}, {hi:.{digits}g}]"
+
+
+def slo_capacity_text(con, run_id: str) -> str:
+    """Each capacity search of a run, one row each (sql/slo_capacity.sql): the engine and workload, the capacity with
+    its interval, the bound that binds and where, and tok/J and $ per 1M output tokens at it with their intervals."""
+    from tabulate import tabulate
+
+    from wattbench.connection import query_rows
+
+    names = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "no_error": "errors"}
+    rows = []
+    for r in records(*query_rows(con, "slo_capacity", {"run_id": run_id})):
+        if _missing(r["capacity"]):
+            cap = f"none ({r['note']})" if r.get("note") else "none"
+        else:
+            hi = "" if _missing(r["capacity_hi"]) else f", {r['capacity_hi']:.4g}"
+            lo = r["capacity_lo"] if not _missing(r["capacity_lo"]) else r["capacity"]
+            cap = f"{r['capacity']:.4g} [{lo:.4g}{hi or ', -'}] {r['unit']}" + (" (at least)" if not hi else "")
+        bind = (
+            f"{names.get(r['binding'], r['binding'])} at {r['binding_load']:.4g} ({100 * r['binding_share']:.1f}% met)"
+            if isinstance(r.get("binding"), str) and not _missing(r["binding_load"])
+            else "-"
+        )
+        tpj = _ci(r["output_tokens_per_j"], r["output_tokens_per_j_lo"], r["output_tokens_per_j_hi"])
+        usd = _ci(r["usd_per_1m_output_tokens"], r["usd_per_1m_output_tokens_lo"], r["usd_per_1m_output_tokens_hi"])
+        rows.append([r["engine"], r["workload"], cap, bind, tpj, usd])
+    if not rows:
+        return ""
+    headers = ["engine", "workload", "capacity [95% interval]", "binding bound", "tok/J at it", "$ per 1M out at it"]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
 _CHECKS = """

@@ -18,6 +18,10 @@
    measured anchor (a dense 8K-token bf16 prefill step at full clock asks for at least 735 W: a matmul loop on this
    H200 was power capped at 686-691 W) raises k_cmp where needed.
 6. The decode step's spread: the measured / twin ratio over every window of step 1 (5th to 95th percentile).
+
+No step sees a point of a bundle on the held-out list (results/twin/held_out.txt): fitted_model() drops them, so a
+held-out run committed later never enters a calibration, and the calibration records the bundles it was fitted on
+(with their sha256) and what the list kept out.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from wattbench.twin import measured
 from wattbench.twin.measured import Point
 from wattbench.twin.model import BEFORE, Params, run, setup_for
 
@@ -62,31 +67,43 @@ def _mean_output(p: Point) -> float:
     return float(p.output_tokens)
 
 
-def decode_load(p: Point):
-    """A decode-only step of the point's streams at their mean context."""
+def decode_step_load(c: int, prompt_tokens: float, mean_output: float):
+    """A decode-only step of c streams at their mean context (prompt and half the output)."""
     from wattbench_agent.emulator.perf import StepLoad
 
-    c, ctx = int(p.concurrency), p.prompt_tokens + _mean_output(p) / 2
+    ctx = prompt_tokens + mean_output / 2
     return StepLoad(tokens=c, seqs=c, sampled=c, attn_work=c * (ctx + 1.0), kv_read=c * ctx)
+
+
+def prefill_step_load(c: int, prompt_tokens: float, mean_output: float, k: int = 1):
+    """A step of c streams in which k prompts are prefilled whole while the other c - k streams decode."""
+    from wattbench_agent.emulator.perf import StepLoad
+
+    ctx, n = prompt_tokens + mean_output / 2, int(round(prompt_tokens))
+    return StepLoad(
+        tokens=c - k + k * n,
+        seqs=c,
+        sampled=c,
+        attn_work=(c - k) * (ctx + 1.0) + k * n * (n + 1) / 2,
+        kv_read=(c - k) * ctx,
+        prefill_tokens=k * n,
+    )
+
+
+def decode_load(p: Point):
+    """A decode-only step of the point's streams at their mean context."""
+    return decode_step_load(int(p.concurrency), p.prompt_tokens, _mean_output(p))
 
 
 def stall_load(p: Point):
     """A step of the point's other streams decoding while one prompt is prefilled whole."""
-    from wattbench_agent.emulator.perf import StepLoad
-
-    c, ctx, n = int(p.concurrency), p.prompt_tokens + _mean_output(p) / 2, int(round(p.prompt_tokens))
-    return StepLoad(
-        tokens=c - 1 + n,
-        seqs=c,
-        sampled=c,
-        attn_work=(c - 1) * (ctx + 1.0) + n * (n + 1) / 2,
-        kv_read=(c - 1) * ctx,
-        prefill_tokens=n,
-    )
+    return prefill_step_load(int(p.concurrency), p.prompt_tokens, _mean_output(p))
 
 
 def fitted_model(points: list[Point]) -> list[Point]:
-    return [p for p in points if p.model_size == FITTED_MODEL]
+    """The points a calibration may fit on: the fitted model's, from bundles not on the held-out list."""
+    pats = measured.held_out_patterns()
+    return [p for p in points if p.model_size == FITTED_MODEL and not measured.held_out(p.rel, pats)]
 
 
 def _decode_points(points: list[Point]) -> list[tuple[Point, float]]:
@@ -312,9 +329,22 @@ def calibrate(points: list[Point], log=print) -> dict[str, Any]:
         f"{params.gpu['mem_power_scale']:.3f}"
     )
     speed = decode_spread(points)
-    return {
+    train = fitted_model(points)
+    out = {
         "params": params.as_dict(),
         "spread": {"eager_layer_s": host, "decode_step_ratio": speed},
+        "fitted_on": {rel: measured.bundle_sha(rel) for rel in sorted({p.rel for p in train})},
+        "excluded": measured.excluded(),
         "host_windows": windows,
-        "trained_on": sorted(p.key for p in fitted_model(points)),
+        "trained_on": sorted(p.key for p in train),
     }
+    out["content_sha256"] = content_sha256(out)
+    return out
+
+
+def content_sha256(cal: dict[str, Any]) -> str:
+    """What a calibration is: the sha256 of its fitted values, its measured spread and the bundles it was fitted on
+    (each with its sha256); the same bundles give the same hash, whatever else lies in results/."""
+    from wattbench_agent.emulator.calibration import sha256_of
+
+    return sha256_of({k: cal[k] for k in ("params", "spread", "fitted_on")})

@@ -18,6 +18,7 @@ steps cost.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import tempfile
@@ -28,14 +29,41 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"
 OUT = RESULTS / "twin"
 CACHE = OUT / "measured.json"
+HELD_OUT_LIST = OUT / "held_out.txt"  # bundles no calibration fits on (globs relative to results/, each with why)
 FIGURES = ("output_tok_s", "counter_w_per_gpu", "output_tokens_per_j", "ttft_p50_ms", "tpot_p50_ms")
 SPLIT = ("to_scheduled_ms", "prefill_ms")  # TTFT's two parts (v_engine_ttft_split) where vLLM's histograms gave them
 EXTRA = ("ttft_p99_ms", "mean_sm_clock_mhz", "power_capped_share")
 
 
 def bundles() -> list[Path]:
-    """Every committed real-hardware vLLM bundle (results/h200-vllm*/bundle-*.tar.xz), in name order."""
+    """Every committed real-hardware vLLM bundle the twin reads (results/h200-vllm*/bundle-*.tar.xz), in name order:
+    those it fits on and the held-out ones it is scored on (held_out())."""
     return sorted(RESULTS.glob("h200-vllm*/bundle-*.tar.xz"))
+
+
+def held_out_patterns(path: Path | None = None) -> list[str]:
+    """The held-out list (results/twin/held_out.txt): one glob a line, relative to results/, '#' starts the why."""
+    path = path or HELD_OUT_LIST
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def held_out(rel: str, patterns: list[str] | None = None) -> bool:
+    """Whether a bundle (its path relative to results/) is on the held-out list: no calibration may fit on it."""
+    return any(fnmatch.fnmatchcase(rel, pat) for pat in (held_out_patterns() if patterns is None else patterns))
+
+
+def excluded() -> dict[str, object]:
+    """What the calibration keeps out: the list's globs and the committed bundles they match now."""
+    pats = held_out_patterns()
+    found = sorted({str(p.relative_to(RESULTS)) for pat in pats for p in RESULTS.glob(pat)})
+    where = HELD_OUT_LIST.relative_to(ROOT) if HELD_OUT_LIST.is_relative_to(ROOT) else HELD_OUT_LIST
+    return {"list": str(where), "globs": pats, "bundles": found}
+
+
+def bundle_sha(rel: str) -> str:
+    """The sha256 of a committed bundle (path relative to results/)."""
+    return _sha(RESULTS / rel)
 
 
 def plan_for(bundle: Path) -> Path:
@@ -81,6 +109,11 @@ class Point:
     @property
     def key(self) -> str:
         return f"{self.folder}:{self.engine}:{self.workload}:{self.label}"
+
+    @property
+    def rel(self) -> str:
+        """Its bundle's path relative to results/ (what the held-out list names)."""
+        return f"{self.folder}/{self.bundle}"
 
     @property
     def fixed_closed_loop(self) -> bool:

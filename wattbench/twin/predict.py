@@ -1,17 +1,19 @@
 """The twin's prediction for a plan never measured (`wattbench predict`, pipelines/predict_cli.py): every engine x
-point x repeat simulated, each figure with the band the measured spread gives it, written as a bundle with source
-'predicted' and filed as a run (the capacity plan and every report can use it, marked as such).
+point x repeat simulated, each figure with its prediction interval, written as a bundle with source 'predicted' and
+filed as a run (the capacity plan and every report can use it, marked as such).
 
 The twin is the built-in emulator run in virtual time (wattbench_agent.emulator.simulate) with the profile that
 stands for each engine of the plan (wattbench_agent.emulator.twin), calibrated on real H200 vLLM runs (wattbench/twin/,
-the emulator's calibration.json). Two things move from window to window and machine to machine on real hardware: the
-host's time to launch a prefill-carrying step outside CUDA graphs and, by a few percent, the decode step. The figure
-printed is the twin at the median of both; the band beside it is how far the figure moves when both sit at the 5th or
-both at the 95th percentile measured (two more simulations per point): the spread the measurements need, no wider.
-The twin's own errors on real points its calibration never saw (by workload and by board) are printed after the table
-and filed in the JSON. TensorRT-LLM rows have no band (trtllm-like factors are assumptions, never measured); every row
-says where it leaves the validated domain (vLLM 0.25.0, Llama-3.1-8B shape, one H200, bf16 and fp8, 512- and
-2K-token prompts).
+the emulator's calibration.json). The figure printed is the twin at the median of the host's launch time and of the
+decode step; the interval beside it is the twin's own error as cross-validated on real points (wattbench/twin/
+intervals.py: the level, its ends per figure and how often it held are in calibration.json and results/twin/). Where a
+closed loop of equal lengths can lock into either phase state, the prediction gives both states with their measured
+shares (wattbench/twin/states.py), and the interval spans the other state where its share is at least 1 - level or
+unknown. The twin's errors by protocol are printed after the table and filed in the JSON, and every filing records
+which calibration made it (its sha256, the bundles it was fitted on, what the held-out list kept out). TensorRT-LLM
+rows have no interval (trtllm-like factors are assumptions, never measured); every row says where it leaves the
+validated domain (vLLM 0.25.0, Llama-3.1-8B shape, one H200, bf16 and fp8, 512- and 2K-token prompts), where the
+interval, sized inside it, is no longer a measured one.
 
 The model the twin runs is the plan's twin_model, else its model: a specs.json name, or a Hugging Face config.json
 (a local model folder holding one, or the file); a plan where no engine has a twin is refused and nothing is filed.
@@ -52,29 +54,45 @@ FIGURES = [(f, *_SHOWN[f]) for f in PREDICTED]
 
 
 def held_out_errors() -> dict[str, Any]:
-    """The twin's errors on real points its calibration never saw, by protocol and figure (calibration.json)."""
+    """The twin's errors on real points its calibration never saw, by protocol and figure (calibration.json):
+    cross-validated by board and by workload, and on the held-out runs and model."""
     from wattbench_agent.emulator import calibration
 
     return calibration.held_out()
 
 
-def spread_band(st, first, simulate_at) -> dict[str, float]:
-    """Each figure's band at one point: its largest relative move from the central run `first` (seed 0) when the
-    host's launch time and the decode step sit at the two ends of their measured spread (spread_corners); {} for a
-    profile without a measured spread. `simulate_at(setup)` runs the point's seed 0 on another setup."""
-    from wattbench.twin.model import sim_value
-    from wattbench_agent.emulator.twin import at_corner, spread_corners
+def calibration_identity() -> dict[str, Any]:
+    """Which calibration the twin runs with (calibration.identity): what every filing records."""
+    from wattbench_agent.emulator import calibration
 
-    if st.profile != "vllm-like":
-        return {}
-    band: dict[str, float] = {}
-    for corner in spread_corners().values():
-        moved = simulate_at(at_corner(st, corner))
-        for f in PREDICTED:
-            a, b = sim_value(first, f), sim_value(moved, f)
-            if a and b is not None:
-                band[f] = max(band.get(f, 0.0), abs(b / a - 1.0))
-    return band
+    return calibration.identity()
+
+
+def point_states(st, load: dict[str, Any], first, level: float) -> dict[str, Any] | None:
+    """At a closed loop of equal lengths that can lock into either phase state, both states (states.states) from the
+    twin's run `first`: the state it stands for, the other's figures as ratios to it, the shares; else None."""
+    from wattbench.twin import states
+    from wattbench.twin.model import sim_value
+    from wattbench_agent.emulator import calibration
+    from wattbench_agent.loadgen import shapes
+
+    fixed = not (load.get("input_tokens_dist") or load.get("output_tokens_dist") or load.get("random_range_ratio"))
+    c, o = load.get("concurrency"), int(load["output_tokens"])
+    if st.profile != "vllm-like" or not states.lockable(shapes.get(load["shape"]).closed_loop, fixed, c, o):
+        return None
+    figs = {f: v for f in PREDICTED if (v := sim_value(first, f)) is not None}
+    s = states.states(st, int(c), float(load["input_tokens"]), o, figs, calibration.phase_states(st.profile), level)
+    other = next(k for k in s["states"] if k != s["simulated"])
+    moved = s["states"][other]["figures"]
+    return {
+        "simulated": s["simulated"],
+        "other": other,
+        "ratio": {f: moved[f] / figs[f] for f in moved if figs.get(f)},
+        "share": {k: v["share"] for k, v in s["states"].items()},
+        "prompts_a_step": {k: v["prompts_a_step"] for k, v in s["states"].items()},
+        "windows": s["windows"],
+        "band_covers_both": s["band_covers_both"],
+    }
 
 
 def _shape(model: str) -> tuple:
@@ -222,7 +240,9 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
             + "); nothing predicted, nothing filed"
         )
     model = twin_model(plan)
-    with BundleWriter(out, run_id, "predicted", plan=plan.name, twin=f"emulator {EMULATOR_VERSION}") as bw:
+    ident = calibration_identity()
+    twin = f"emulator {EMULATOR_VERSION}"
+    with BundleWriter(out, run_id, "predicted", plan=plan.name, twin=twin, calibration=ident) as bw:
         for spec, profile, config, how, st in found:
             dep = st.dep
             mid = model_spec(model).id
@@ -247,11 +267,17 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                 "idle_power_w_after": dep.idle_power() * spec.tp,
                 "power_limit_w": dep.power_limit_w,
                 "telemetry_source": "emulated",
-                "config": {"profile": profile, "twin_config": config, "mapping": how, "emulator": st.summary()},
+                "config": {
+                    "profile": profile,
+                    "twin_config": config,
+                    "mapping": how,
+                    "emulator": st.summary(),
+                    "calibration": {k: ident.get(k) for k in ("file", "sha256", "content_sha256", "fitted_on_sha256")},
+                },
             }
             bw.write("deployments", [deployment])
             extra: list[str] = []
-            bands: dict[str, dict[str, float]] = {}
+            per_point: dict[str, dict[str, Any]] = {}
             for repeat in range(1, plan.repeats + 1):
                 for workload in plan.workloads:
                     for load in workload.load_specs():
@@ -276,9 +302,7 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                         seed = load_seed(workload.name, label, repeat, load)
                         r = at(point_setup, seed)
                         if repeat == 1:
-                            bands[f"{workload.name}:{label}"] = spread_band(
-                                point_setup, r, functools.partial(at, seed=seed, record=False)
-                            )
+                            per_point[f"{workload.name}:{label}"] = point_interval(point_setup, load, r)
                         suffix = f"#{repeat}" if plan.repeats > 1 else ""
                         lp = f"{spec.name}:{workload.name}:{label}{suffix}"
                         bw.write("load_runs", [_load_run(spec.name, lp, workload, load, label, repeat, r, dep)])
@@ -291,10 +315,53 @@ def predict_bundle(plan, out: Path, run_id: str, log=print) -> list[dict[str, An
                     "mapping": how,
                     "extrapolates": extra,
                     "twin_model": mid,
-                    "bands": bands,
+                    **interval_notes(profile, per_point, extra),
                 }
             )
     return notes
+
+
+def point_interval(st, load: dict[str, Any], first) -> dict[str, Any]:
+    """One point's interval per figure, as multipliers of the predicted value ([low, high]: the calibration's ends,
+    joined to the other phase state's where the band must cover it), and its phase states (point_states)."""
+    import math
+
+    from wattbench_agent.emulator import calibration
+
+    ints = calibration.intervals(st.profile)
+    info = point_states(st, load, first, ints.get("level", 0.9)) if ints else None
+    out: dict[str, Any] = {"range": {}, "states": info}
+    for f, e in (ints.get("figures") or {}).items():
+        lo, hi = math.exp(e["log_lo"]), math.exp(e["log_hi"])
+        r = (info or {}).get("ratio", {}).get(f)
+        if info and info["band_covers_both"] and r:
+            lo, hi = min(lo, r * lo), max(hi, r * hi)
+        out["range"][f] = [lo, hi]
+    return out
+
+
+def interval_notes(profile: str, per_point: dict[str, dict[str, Any]], extra: list[str]) -> dict[str, Any]:
+    """An engine's note on its intervals: per point and figure the band (the larger relative distance to either end,
+    for readers of a symmetric band) and the interval as multipliers, the level, the phase states, and where the
+    interval stops being a measured one (the configuration extrapolates)."""
+    from wattbench_agent.emulator import calibration
+
+    ints = calibration.intervals(profile)
+    bands = {k: {f: max(1.0 - lo, hi - 1.0) for f, (lo, hi) in v["range"].items()} for k, v in per_point.items()}
+    scope = (
+        "none: the profile's factors are assumed, never measured"
+        if not ints
+        else f"{100 * ints['level']:.0f}% prediction interval, sized on the twin's {ints['basis']} (H200, "
+        "vLLM 0.25.0, the 8B model)"
+        + (f"; this configuration extrapolates ({', '.join(extra)}): not a measured coverage" if extra else "")
+    )
+    return {
+        "bands": bands,
+        "intervals": {k: v["range"] for k, v in per_point.items()},
+        "level": ints.get("level"),
+        "interval_scope": scope,
+        "phase_states": {k: v["states"] for k, v in per_point.items() if v["states"]},
+    }
 
 
 def _ns(t: float) -> int:
@@ -391,26 +458,66 @@ def predicted_points(con, run_id: str) -> dict[tuple[str, str], dict[str, float 
     return by
 
 
+def _note(engine: str, notes: list[dict]) -> dict | None:
+    """An engine's note where its profile has intervals (not the TensorRT-LLM-like one: assumed factors)."""
+    return next((n for n in notes if n["engine"] == engine and n.get("profile") != "trtllm-like"), None)
+
+
 def band_of(engine: str, point: str, figure: str, notes: list[dict]) -> float | None:
-    """The band of one predicted figure: its move across the measured spread (spread_band); None for an engine whose
-    profile has no measured spread (the TensorRT-LLM-like profile: its factors are assumptions, docs/EMULATOR.md)."""
-    for n in notes:
-        if n["engine"] == engine and n.get("profile") != "trtllm-like":
-            return (n.get("bands") or {}).get(point, {}).get(figure)
-    return None
+    """The band of one predicted figure: the larger relative distance from it to either end of its interval; None
+    for an engine whose profile has no interval (the TensorRT-LLM-like profile: its factors are assumptions,
+    docs/EMULATOR.md)."""
+    n = _note(engine, notes)
+    return None if n is None else (n.get("bands") or {}).get(point, {}).get(figure)
+
+
+def range_of(engine: str, point: str, figure: str, notes: list[dict]) -> list[float] | None:
+    """The interval of one predicted figure as multipliers of it ([low, high]), None where there is none."""
+    n = _note(engine, notes)
+    return None if n is None else (n.get("intervals") or {}).get(point, {}).get(figure)
+
+
+def states_json(engine: str, point: str, figs: dict, notes: list[dict]) -> dict | None:
+    """Both phase states of a point that can lock into either: each state's figures and measured share."""
+    n = _note(engine, notes)
+    info = None if n is None else (n.get("phase_states") or {}).get(point)
+    if not info:
+        return None
+    other = {f: figs[f] * r for f, r in info["ratio"].items() if figs.get(f) is not None}
+    return {
+        info["simulated"]: {
+            "figures": {f: figs.get(f) for f in info["ratio"]},
+            "share": info["share"][info["simulated"]],
+            "prompts_a_step": info["prompts_a_step"][info["simulated"]],
+            "how": "the twin's simulation",
+        },
+        info["other"]: {
+            "figures": other,
+            "share": info["share"][info["other"]],
+            "prompts_a_step": info["prompts_a_step"][info["other"]],
+            "how": "the twin's step model (wattbench/twin/states.py), not validated against a measured window",
+        },
+        "committed_windows": info["windows"],
+        "band_covers_both": info["band_covers_both"],
+    }
 
 
 def points_json(by: dict[tuple[str, str], dict], notes: list[dict]) -> list[dict]:
-    """Every predicted figure with its band (a fraction; null where the engine's twin has no measured spread) and the
-    range that band spans."""
+    """Every predicted figure with its band (a fraction; null where the engine's twin has no interval), the range
+    its interval spans and the level; at a point that can lock into either phase state, both states."""
     out = []
     for (engine, point), figs in by.items():
         figures = {}
+        n = _note(engine, notes)
         for f, _l, _f in FIGURES:
-            v, band = figs.get(f), band_of(engine, point, f, notes)
-            span = None if v is None or band is None else [v * (1 - band), v * (1 + band)]
-            figures[f] = {"predicted": v, "band": band, "range": span}
-        out.append({"engine": engine, "point": point, "figures": figures})
+            v, band, mult = figs.get(f), band_of(engine, point, f, notes), range_of(engine, point, f, notes)
+            span = None if v is None or mult is None else [v * mult[0], v * mult[1]]
+            figures[f] = {"predicted": v, "band": band, "range": span, "level": (n or {}).get("level")}
+        row: dict[str, Any] = {"engine": engine, "point": point, "figures": figures}
+        st = states_json(engine, point, figs, notes)
+        if st:
+            row["phase_states"] = st
+        out.append(row)
     return out
 
 

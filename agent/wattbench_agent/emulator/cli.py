@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from wattbench_agent.argtypes import finite_float, port_number
-from wattbench_agent.emulator.profiles import PROFILES, ConfigError, EngineStartupError, parse_config_items, setup
+from wattbench_agent.emulator.profiles import (
+    PROFILES,
+    ConfigError,
+    EngineStartupError,
+    parse_config_items,
+    setup,
+    with_server_start,
+)
 from wattbench_agent.emulator.specs import SpecError
 from wattbench_agent.http_request import IDLE_TIMEOUT_S, REQUEST_TIMEOUT_S
 
@@ -54,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seeds token text and GPU uuids")
     p.add_argument(
+        "--server-start",
+        type=int,
+        default=None,
+        help="which start of this engine this is, 1-based (default: $WATTBENCH_SERVER_START, set by the bench agent, "
+        "or 1): a later start runs a few percent faster or slower, as a real engine's starts do (docs/EMULATOR.md)",
+    )
+    p.add_argument(
         "--request-timeout",
         type=finite_float(minimum=0, strict_minimum=True),
         default=REQUEST_TIMEOUT_S,
@@ -70,6 +85,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _env_start() -> int:
+    from wattbench_agent.wire import SERVER_START_ENV
+
+    text = os.environ.get(SERVER_START_ENV, "1")
+    return int(text) if text.isdigit() and 1 <= int(text) <= 1000 else 1
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         st = setup(args.profile, args.model, args.gpu, args.tp, args.precision, parse_config_items(args.config))
@@ -79,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     except EngineStartupError as e:
         print(f"wattbench emulate ({args.profile}, emulated): {e.kind}: {e.text}", file=sys.stderr)
         return 1
+    start = args.server_start if args.server_start is not None else _env_start()
+    st = with_server_start(st, start, args.seed)
     if args.check:
         import json
 

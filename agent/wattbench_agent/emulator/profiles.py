@@ -188,6 +188,7 @@ class EngineSetup:
     block_size: int
     hbm_used_bytes: float  # per GPU
     max_model_len: int
+    server_start: int = 1  # which start of the engine this is (with_server_start)
 
     @property
     def kv_tokens(self) -> int:
@@ -382,3 +383,30 @@ def setup(
             "`max_model_len` when initializing the engine.",
         )
     return EngineSetup(profile, dep, opts, blocks, bs, budget, mml)
+
+
+# A real engine's speed moves by a few percent from one server start to the next (CUDA-graph capture, memory layout,
+# clocks after warm-up): the committed H200 runs' means differ by 6-8% (CV; boards and hosts included, docs/
+# MEASUREMENT.md "Server starts"). The emulator draws each later start's speed from a log-normal of this spread (one
+# machine: no board or host effect), seeded by the start and the seed, so that a plan's starts differ as a real
+# engine's do and the intervals over starts have something to hold; the first start keeps the calibrated speed.
+START_SPEED_SD = 0.03  # sd of ln(speed) between starts
+
+
+def start_speed(start: int, seed: int = 0) -> float:
+    """The speed factor of server start `start` (1-based): 1 for the first, exp(START_SPEED_SD x z) for later ones,
+    z a standard normal drawn from (seed, start)."""
+    if start <= 1:
+        return 1.0
+    import random
+
+    return math.exp(START_SPEED_SD * random.Random(f"server-start:{seed}:{start}").gauss(0.0, 1.0))
+
+
+def with_server_start(st: EngineSetup, start: int, seed: int = 0) -> EngineSetup:
+    """The deployment as server start `start` runs it: every GPU step start_speed(start, seed) times as fast."""
+    factor = start_speed(start, seed)
+    if factor == 1.0:
+        return replace(st, server_start=start)
+    gpu = replace(st.dep.gpu, speed_scale=st.dep.gpu.speed_scale * factor)
+    return replace(st, dep=replace(st.dep, gpu=gpu), server_start=start)

@@ -269,7 +269,7 @@ class EmulatorServer:
         self.host = host
         self.port = port
         self.seed = seed
-        self.telemetry = Telemetry(st.dep, st.hbm_used_bytes, seed=str(seed))
+        self.telemetry = Telemetry(st.dep, st.hbm_used_bytes, seed=str(seed), server_start=st.server_start)
         self.model_names = {n.lower() for n in st.dep.model.names()}
         if st.options.get("served_model_name"):
             self.model_names.add(str(st.options["served_model_name"]).lower())

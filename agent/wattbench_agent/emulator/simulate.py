@@ -341,12 +341,12 @@ class _Run:
         token times of the requests sent in the window; None without recorded requests."""
         if not self.record:
             return None
-        sent = [q for q in self.records if self.t0 <= q["sent"] < self.t1]
-        recs = [
+        every = [
             {"chunk_ns": [round(x * 1e9) for x in q["tokens_at"]], "completion_tokens": q["completion_tokens"]}
-            for q in sent
+            for q in self.records
         ]
-        return decompose(recs, closed_loop=self.shape.closed_loop, concurrency=self.wl.concurrency)
+        recs = [r for r, q in zip(every, self.records) if self.t0 <= q["sent"] < self.t1]
+        return decompose(recs, closed_loop=self.shape.closed_loop, concurrency=self.wl.concurrency, all_records=every)
 
     def result(self, profile: str) -> SimResult:
         dep, st, stats, lat, win = self.dep, self.st, self.stats, self.lat, self.t1 - self.t0

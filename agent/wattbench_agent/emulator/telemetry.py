@@ -41,18 +41,26 @@ def gpu_uuids(dep: Deployment, seed: str = "") -> list[str]:
     return [f"GPU-emu-{h}-{i}" for i in range(dep.tp)]
 
 
+COUNTER_STEP_J = 1e9  # per server start: ~11.6 days of a 1 kW GPU, more than any start runs
+
+
 class Telemetry:
     """Per-GPU state of an emulated deployment. All TP ranks run the same kernels; each GPU gets a small fixed
     per-board offset (+-0.4%) so that sums over GPUs are not trivially n x one value."""
 
-    def __init__(self, dep: Deployment, hbm_used_bytes: float, seed: str = "", now_ns: int | None = None):
+    def __init__(
+        self, dep: Deployment, hbm_used_bytes: float, seed: str = "", now_ns: int | None = None, server_start: int = 1
+    ):
         self.dep = dep
         self.n = dep.tp
         self.uuids = gpu_uuids(dep, seed)
         self.board = [1.0 + 0.004 * math.sin(1.7 * i + 0.3) for i in range(self.n)]
         t = time.perf_counter_ns() if now_ns is None else now_ns
         self.t_ns = t
-        self.energy_j = 0.0  # per-GPU base energy (before board factor)
+        # per-GPU base energy (before board factor). A real GPU's counter keeps counting across server restarts; the
+        # emulator's process does not outlive its start, so a later start's counter begins far above where any
+        # earlier start's could have reached (a jump forward, as a restart's idle gap is): monotone per GPU
+        self.energy_j = COUNTER_STEP_J * (server_start - 1)
         self.power = dep.idle_power()
         self.avg_power = self.power
         self.util_gpu = 0.0

@@ -10,7 +10,6 @@ to itself. Other engines have no twin.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 # plan option (the real engine's) -> emulator knob of the profile; values pass through
@@ -75,32 +74,3 @@ def twin_engine(
         cfg = {k: options[k] for k in _TRT_KNOBS if k in options}
         return "trtllm-like", cfg, "trtllm-like: factors assumed, never measured against TensorRT-LLM"
     raise NoTwin(f"no emulator profile stands for engine {engine!r} (twins: vllm, trtllm, emulator)")
-
-
-def spread_corners(spread: dict[str, dict[str, float]] | None = None, profile: str = "vllm-like") -> dict[str, dict]:
-    """The two ends of the measured spread a prediction carries (the calibration's `spread`, default the shipped one,
-    calibration.json): 'slow', a window with the host's launch time at its 95th percentile and the decode step at its
-    95th, and 'fast', both at their 5th. {} where nothing was measured (trtllm-like: assumed factors)."""
-    from wattbench_agent.emulator import calibration
-
-    sp = calibration.spread(profile) if spread is None else spread
-    host, decode = sp.get("eager_layer_s"), sp.get("decode_step_ratio")
-    if not host or not decode:
-        return {}
-    return {
-        "slow": {"eager_layer_s": host["p95"], "gpu_time": decode["p95"]},
-        "fast": {"eager_layer_s": host["p05"], "gpu_time": decode["p05"]},
-    }
-
-
-def at_corner(st, corner: dict[str, float]):
-    """An EngineSetup moved to a corner of the spread: the host's launch time per layer set, every GPU step
-    `gpu_time` times as long (the same energy, as a slower board's would be)."""
-    dep = st.dep
-    st = replace(st)
-    st.dep = replace(
-        dep,
-        kf=replace(dep.kf, eager_layer_s=corner["eager_layer_s"]),
-        gpu=replace(dep.gpu, speed_scale=dep.gpu.speed_scale / corner["gpu_time"]),
-    )
-    return st

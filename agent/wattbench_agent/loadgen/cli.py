@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -61,6 +62,7 @@ def register(subparsers) -> None:
     _run_flags(p)
     _vllm_result_flags(p)
     search_cli.register(p)
+    _energy_flags(p)
     p.set_defaults(func=main)
 
 
@@ -234,6 +236,63 @@ def _vllm_result_flags(p) -> None:
     )
 
 
+def _energy_flags(p) -> None:
+    """Energy and cost with the load (loadgen/energy.py): a telemetry source and prices."""
+    e = p.add_argument_group(
+        "energy and cost",
+        "read the GPUs' energy counter at each window's edges and give tok/J, J per request and $ per 1M output "
+        "tokens with the load's figures (at a search's capacity: with 95% intervals over its windows)",
+    )
+    e.add_argument(
+        "--telemetry",
+        metavar="SOURCE",
+        help="nvml (this host's NVML, on --gpus), dcgm=URL (an NVIDIA dcgm-exporter's /metrics), emulator (the "
+        "emulator's own power figures, beside its API) or none (the default)",
+    )
+    e.add_argument(
+        "--gpus",
+        help="the server's GPUs, a comma list: NVML indices or UUIDs (nvml; default every GPU), UUIDs (dcgm, "
+        "emulator); their number is the GPU count of the $ per GPU-hour figure",
+    )
+    e.add_argument(
+        "--telemetry-hz",
+        type=finite_float(0, 1000, strict_minimum=True),
+        default=10.0,
+        help="telemetry samples per second (default 10); the window's energy is read at its edges either way",
+    )
+    e.add_argument(
+        "--idle",
+        type=finite_float(0, 3600),
+        default=0.0,
+        metavar="S",
+        help="seconds of idle power read before the first window (for the above-idle figures; default 0: none)",
+    )
+    e.add_argument("--gpu-hour-usd", type=finite_float(0, 1e4, strict_minimum=True), help="$ per GPU-hour")
+    e.add_argument("--energy-kwh-usd", type=finite_float(0, 1e3, strict_minimum=True), help="$ per kWh")
+    e.add_argument(
+        "--pue", type=finite_float(1, 10), help="the data centre's PUE for the energy cost (default 1: the GPUs alone)"
+    )
+    e.add_argument(
+        "--prices-from", metavar="PLAN", help="a wattbench plan whose prices: section gives them (the flags win)"
+    )
+
+
+def energy_meter(a, url: str):
+    """The Meter (loadgen/energy.py) the flags ask for, or None when they ask for no energy and no cost."""
+    from .energy import Meter, Prices, parse_telemetry, plan_prices
+
+    wanted = (a.telemetry, a.gpu_hour_usd, a.energy_kwh_usd, a.prices_from, a.gpus)
+    if all(v is None for v in wanted):
+        return None
+    kind, dcgm_url = parse_telemetry(a.telemetry or "none")
+    prices = plan_prices(a.prices_from) if a.prices_from else Prices()
+    for flag, key in (("gpu_hour_usd", "gpu_hour_usd"), ("energy_kwh_usd", "energy_kwh_usd"), ("pue", "pue")):
+        if getattr(a, flag) is not None:
+            setattr(prices, key, getattr(a, flag))
+    gpus = [g.strip() for g in (a.gpus or "").split(",") if g.strip()]
+    return Meter(kind, url, gpus, prices, hz=a.telemetry_hz, idle_s=a.idle, dcgm_url=dcgm_url)
+
+
 def _headers(a) -> dict:
     headers = {}
     for h in a.header:
@@ -405,6 +464,8 @@ def summary_table(s: dict) -> str:
     ]
     if s.get("errors"):
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))
+    if s.get("energy"):
+        rows.append(energy_row(s["energy"]))
     from .steps import describe  # numpy: not for `wattbench load --help`
 
     if describe(s.get("steps")):
@@ -412,19 +473,44 @@ def summary_table(s: dict) -> str:
     return "\n".join(rows)
 
 
+def energy_row(e: dict) -> str:
+    """The summary table's energy and cost line (loadgen/energy.py figures)."""
+    where = (
+        f" ({e.get('source')}: {e.get('telemetry')} telemetry, {e.get('n_gpus')} GPU(s))"
+        if e.get("telemetry") not in (None, "none")
+        else ""
+    )
+    usd, eusd = e.get("usd_per_1m_output_tokens"), e.get("energy_usd_per_1m_output_tokens")
+    return (
+        f"  energy {_fmt(e.get('energy_j'), 1)} J{where}   {_fmt(e.get('output_tokens_per_j'), 3)} tok/J   "
+        f"{_fmt(e.get('j_per_request'))} J per request   {_fmt(e.get('mean_power_w'), 1)} W   "
+        f"$ {_fmt(usd, 4)} per 1M output tokens (GPU-hours)   energy $ {_fmt(eusd, 4)}"
+        + (f"\n  ({e['note']})" if e.get("note") else "")
+    )
+
+
 def main(a) -> int:
-    from .runner import run_load
+    from .energy import EnergyError
 
     try:
         url, api = resolve_target(a)
         slo = parse_goodput(a.goodput) if a.goodput else None
+        meter = energy_meter(a, url)
         if a.search:
             model = a.model or default_model(url, _headers(a))
             if not a.model:
                 print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
-            return search_cli.main(
-                a, url, api, model, slo or {}, lambda **over: _spec(a, url, api, model, **over), _headers(a)
-            )
+            with meter or contextlib.nullcontext():
+                return search_cli.main(
+                    a,
+                    url,
+                    api,
+                    model,
+                    slo or {},
+                    lambda **over: _spec(a, url, api, model, **over),
+                    _headers(a),
+                    meter=meter,
+                )
         key, values = _points(a)
         pmetrics = parse_percentile_metrics(a.percentile_metrics)
         pcts = parse_percentiles(a.metric_percentiles)
@@ -453,8 +539,21 @@ def main(a) -> int:
         return 2
     if not a.model:
         print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
+    try:
+        with meter or contextlib.nullcontext():
+            return _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter)
+    except EnergyError as exc:
+        print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
+        return 2
+
+
+def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter) -> int:
+    """Every load point of a `wattbench load` (one, or a sweep), its summary printed and its files written."""
+    from .runner import run_load
+
     summaries = []
     for spec in specs:
+        start, end = meter.callbacks(spec.load_point_id or "load") if meter is not None else (None, None)
         try:
             res = run_load(
                 spec,
@@ -462,6 +561,8 @@ def main(a) -> int:
                 progress=not a.no_progress and sys.stderr.isatty() or (not a.no_progress and not a.json),
                 workers=a.workers,
                 slo=slo,
+                on_window_start=start,
+                on_window_end=end,
             )
         except (LoadSpecError, ValueError) as exc:
             print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)

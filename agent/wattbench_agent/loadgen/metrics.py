@@ -195,7 +195,7 @@ def summarize(
         "ttft_ms": stats(ttft),
         "tpot_ms": stats(tpot),
         "itl_ms": stats(itl_all),
-        "steps": steps.decompose(ok_win, closed_loop=closed_loop, concurrency=concurrency),
+        "steps": steps.decompose(ok_win, closed_loop=closed_loop, concurrency=concurrency, all_records=recs),
         "e2e_ms": stats(e2e),
         "request_throughput": per_s(len(done_win)),
         "output_token_throughput": per_s(out_tok_win),

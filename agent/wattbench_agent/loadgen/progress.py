@@ -11,6 +11,28 @@ from .result import UNTIL_SENT_S
 
 LINE_EVERY_S = 5.0  # without a terminal: the least time between two lines (a change of phase always gets one)
 BAR_WIDTH = 28
+LIVE_RECORDS = 256  # the live TTFT and TPOT medians are over the latest answers, as guidellm's display shows them
+
+
+def live_figures(elapsed_s: float, sink: Any, inflight: int) -> str:
+    """What the load looks like now, as guidellm's progress shows it: the median TTFT and TPOT of the latest
+    LIVE_RECORDS successful answers and the achieved rate, requests sent per second since the start (with worker
+    processes the parent sees no request in flight: answered per second)."""
+    from statistics import median
+
+    recent = [r for r in getattr(sink, "records", [])[-LIVE_RECORDS:] if r.get("error_kind") is None]
+    ttft = [r["ttft_ms"] for r in recent if r.get("ttft_ms") is not None]
+    tpot = [r["tpot_ms"] for r in recent if r.get("tpot_ms") is not None]
+    sent = sink.done + sink.failed + inflight
+    rate = sent / elapsed_s if elapsed_s > 0 else 0.0
+    return (
+        f"TTFT p50 {_ms(median(ttft) if ttft else None)} TPOT p50 {_ms(median(tpot) if tpot else None)} "
+        f"rate {rate:.3g} req/s"
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g} ms"
 
 
 class Progress:
@@ -52,7 +74,9 @@ class Progress:
         if not self.enabled:
             return
         _, frac, total = self._counts(elapsed_s, sink)
-        status = f"{phase:<7} done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5}"
+        status = f"{phase:<7} done {sink.done:>7} failed {sink.failed:>5} in flight {inflight:>5}  " + live_figures(
+            elapsed_s, sink, inflight
+        )
         self._last = (elapsed_s, frac, total, status)
         if self.terminal:
             self._show_bar(frac, total, status)

@@ -34,6 +34,13 @@ def points_path(requests: str | os.PathLike) -> Path:
     return p.with_name(stem + ".points.jsonl")
 
 
+def search_path(requests: str | os.PathLike) -> Path:
+    """The search document beside a per-request file of `wattbench load --search --out r.jsonl`: `r.search.json`."""
+    p = Path(requests)
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else p.name
+    return p.with_name(stem + ".search.json")
+
+
 def noted(sink: Any, result: Any) -> Any:
     """Append the point line of `result` to the points file of the sink's per-request file (if it wrote to one), and
     return `result`."""
@@ -208,9 +215,7 @@ def bundle_summaries(path: str | os.PathLike) -> list[dict[str, Any]]:
             events[column] = np.fromfile(f, dtype="<i8" if code == "q" else "<i4") if f.exists() else None
         by_point: dict[tuple, list[dict]] = {}
         requests = next((p for p in (folder / "requests.csv", folder / "requests.jsonl") if p.exists()), None)
-        for number, rec in read_rows(requests) if requests else ():
-            if rec.get("error_kind") is not None or not rec.get("in_window"):
-                continue
+        for number, rec in read_rows(requests) if requests else ():  # every request: first tokens mark prefills
             if rec.get("events_at") is not None:  # version 3
                 rec["chunks"] = [rec.pop("events_at"), rec.pop("events_n")]
             if "chunks" in rec:
@@ -226,10 +231,12 @@ def bundle_summaries(path: str | os.PathLike) -> list[dict[str, Any]]:
         s.setdefault("load_point_id", lr.get("load_point_id"))
         s["deployment_id"] = lr.get("deployment_id")
         closed = lr.get("shape") in shapes.names() and shapes.get(lr["shape"]).closed_loop
+        every = by_point.get((lr.get("deployment_id"), lr.get("load_point_id")), [])
         s["steps"] = steps.decompose(
-            by_point.get((lr.get("deployment_id"), lr.get("load_point_id")), []),
+            [r for r in every if r.get("error_kind") is None and r.get("in_window")],
             closed_loop=closed,
             concurrency=lr.get("concurrency"),
+            all_records=every,
         )
         s["inspect_note"] = "from a result bundle: the summary as stored, its steps made again from its requests"
         out.append(s)

@@ -159,6 +159,8 @@ def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dic
         status, ek, et = "failed", "server_gone", gone["message"]
     summary.update(
         load_point_id=lp,
+        model=spec.model,
+        url=redact_url(spec.url),
         workload=spec.workload or default_workload(spec),
         shape=spec.shape,
         api=spec.api,
@@ -177,6 +179,10 @@ def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dic
     )
     if res["edge_errors"]:
         summary["window_callback_errors"] = res["edge_errors"]
+    if isinstance(res.get("energy"), dict):  # the window's energy reading (wattbench load --telemetry)
+        from .energy import figures
+
+        summary["energy"] = figures(summary, res["energy"])
     return LoadResult(
         spec=spec,
         records=sink.records,

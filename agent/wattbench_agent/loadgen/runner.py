@@ -225,6 +225,7 @@ class _Edges(threading.Thread):
         self.abort = False
         self.called: dict[str, int] = {}
         self.errors: dict[str, str] = {}
+        self.values: dict[str, Any] = {}  # what each callback returned (on_window_end: the window's energy reading)
 
     def _wait_until(self, ns: int) -> None:
         while not self.now_evt.is_set():
@@ -246,9 +247,16 @@ class _Edges(threading.Thread):
             self.called[name] = _perf_ns()
             if cb is not None:
                 try:
-                    cb()
+                    self.values[name] = cb()
                 except Exception as exc:  # recorded, never fatal
                     self.errors[name] = f"{type(exc).__name__}: {exc}"
+
+
+def _energy(edges: _Edges) -> dict[str, Any]:
+    """The window's energy reading, where on_window_end returned one (a dict: loadgen/energy.py's Meter): kept with
+    the point (its summary's `energy`, its points line), so a saved run is summarised again with it."""
+    value = edges.values.get("end")
+    return {"energy": value} if isinstance(value, dict) else {}
 
 
 def _new_loop():
@@ -558,6 +566,7 @@ class _LoadRun:
             "drain_s": max(drain_end - drain_start, 0) / 1e9,
             "edges_called": dict(self.edges.called),
             "edge_errors": dict(self.edges.errors),
+            **_energy(self.edges),
         }
 
 
@@ -841,6 +850,7 @@ def _run_multi(
         "edges_called": dict(edges.called) if edges else {},
         "edge_errors": dict(edges.errors) if edges else {},
         "workers": nw,
+        **(_energy(edges) if edges else {}),
     }
     return point_result(spec, sink, lp, duration_s, res, slo)
 

@@ -17,10 +17,13 @@ it meets the SLO when its attainment reaches the target.
 3. Repeat: the load found and its neighbour one tolerance step below (a load that met within that step, where the
    search measured one) are measured until each has `repeats` windows (the search's own windows count),
    interleaved, so that the capacity and every figure at it carry an interval.
-   The capacity is the highest load whose windows, pooled, met the SLO; its 95% interval runs from where the lower
-   end of attainment's interval crosses the target to where its upper end does: at every load measured, the mean
-   attainment of its windows -+ t x their sample stdev / sqrt(windows) (one window: its own), joined linearly in
-   log-load; widened to hold the capacity, within the loads measured (a crossing below the lowest is not claimed).
+   A load meets the SLO when every one of its windows did (`load_meets`: one window that missed, or ended
+   oversaturated, and the load missed). The capacity is the highest load that met; its 95% interval holds both the
+   search's step and the repeats' spread: it reaches up to the lowest load above that missed (whole streams: one
+   fewer), the capacity being known only to lie below it, and from where the lower end of attainment's interval
+   crosses the target to where its upper end does (at every load measured, the mean attainment of its windows -+ t x
+   their sample stdev / sqrt(windows), one window: its own, joined linearly in log-load), within the loads measured
+   (a crossing below the lowest is not claimed).
 
 An open-loop probe whose queue grows without bound ends early (its verdict: oversaturated, a miss), as guidellm's
 over-saturation detection does (src/guidellm/scheduler/constraints/saturation.py): the requests in flight (sent by
@@ -44,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .energy import SCALES, at_capacity, capacity_line
+from .energy import t975 as _t975
 from .metrics import SLO_KEYS, request_end_ns
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 
@@ -61,6 +66,8 @@ LIMITS = {
 }
 NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E", "no_error": "errors"}
 SERVER_ERRORS = ("connect_error", "disconnected")
+# Which loads count as met (load_meets), as the answer and its JSON say it
+MET_RULE = "every window at the load met the attainment"
 
 
 class SearchError(ValueError):
@@ -215,9 +222,10 @@ class SearchResult:
     search: SearchSpec
     probes: list[Probe]
     status: str  # found | at_least | none | server_failed | refused
-    value: float | None = None  # the capacity: the highest repeated load whose pooled repeats met the SLO
-    lo: float | None = None  # its 95% interval
+    value: float | None = None  # the capacity: the highest load every window of which met the SLO (load_meets)
+    lo: float | None = None  # its 95% interval: the repeats' spread and the search's step (up to missed_load)
     hi: float | None = None
+    missed_load: float | None = None  # the lowest load above the capacity that missed
     binding: str | None = None  # ttft_ms | tpot_ms | e2e_ms | no_error: the bound most missed just above capacity
     binding_share: float | None = None  # the share meeting it there
     binding_load: float | None = None
@@ -242,7 +250,17 @@ class SearchResult:
     def at_probes(self, load: float | None) -> list[Probe]:
         return [p for p in self.probes if load is not None and p.load == load]
 
+    def at_capacity(self) -> dict[str, Any]:
+        """The energy and cost figures at the capacity over its windows, each with its 95% interval
+        (energy.at_capacity); {} without a capacity or without telemetry and prices."""
+        return at_capacity([p.summary for p in self.at_probes(self.value)]) if self.value is not None else {}
+
+    def figures_line(self) -> str | None:
+        """The figures at the capacity in words (None without a capacity)."""
+        return capacity_line(self.at_capacity()) if self.value is not None else None
+
     def capacity(self) -> dict[str, Any]:
+        figures = self.at_capacity()
         return {
             "value": self.value,
             "lo": self.lo,
@@ -254,11 +272,19 @@ class SearchResult:
             "binding": self.binding,
             "binding_share": self.binding_share,
             "binding_load": self.binding_load,
+            "missed_load": self.missed_load,
+            "met_rule": MET_RULE,
             "probes": len(self.probes),
             "window_s": round(self.window_s, 3),
             "time_s": round(self.time_s, 3),
             "repeats_at_capacity": len(self.at_probes(self.value)),
             "stopped_by": self.stopped_by,
+            # at the capacity, over its windows: {estimate, lo, hi, n, method, unit} each (energy.at_capacity)
+            **{k: figures.get(k) for k in SCALES},
+            "energy_source": figures.get("source"),  # measured | emulated; None: no telemetry
+            "telemetry": figures.get("telemetry"),
+            "n_gpus": figures.get("n_gpus"),
+            "figures_note": figures.get("note"),
         }
 
     def to_dict(self, detailed: bool = False) -> dict[str, Any]:
@@ -267,6 +293,7 @@ class SearchResult:
             "slo": dict(self.search.slo),
             "attainment": self.search.attainment,
             "answer": answer(self),
+            "at_capacity": self.figures_line(),
             "search": self.search.to_dict(),
             "probes": [p.brief(self.search) for p in self.probes],
         }
@@ -316,18 +343,6 @@ class _Slope:
         if b <= 0:
             return b, None
         return b, _t975(self.n - 2) * se / b
-
-
-def _t975(df: int) -> float:
-    """Student's t 0.975 quantile (the 95% two-sided interval), as sql/views.sql t975."""
-    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145]
-    table += [2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048]
-    table += [2.045, 2.042]
-    if df < 1:
-        return math.inf
-    if df <= 30:
-        return table[df - 1]
-    return 2.021 if df <= 40 else 2.000 if df <= 60 else 1.980 if df <= 120 else 1.960
 
 
 class Oversaturation:
@@ -535,6 +550,53 @@ def run_search(
     return result
 
 
+def search_row(result: SearchResult, base: LoadSpec, workload: str) -> dict[str, Any]:
+    """The search's answer as a row of `searches` (sql/schema.sql), less run_id, source, deployment_id and search_id:
+    what the bench agent writes to its bundle and `wattbench import` of a search's result file writes."""
+    from . import shapes
+
+    search, cap = result.search, result.capacity()
+    at = probe_spec(base, search.over, result.value).point() if result.value else None
+    return {
+        "workload": workload,
+        "over": search.over,
+        "unit": result.unit,
+        "shape": result.shape,
+        # the search's arrivals are the base's shape, or poisson (its burstiness NULL, as a closed loop's)
+        "burstiness": base.param("burstiness") if result.shape == base.shape else None,
+        "slo_ttft_ms": search.slo.get("ttft_ms"),
+        "slo_tpot_ms": search.slo.get("tpot_ms"),
+        "slo_e2e_ms": search.slo.get("e2e_ms"),
+        "attainment": search.attainment,
+        "status": result.status,
+        "capacity": cap["value"],
+        "capacity_lo": cap["lo"],
+        "capacity_hi": cap["hi"],
+        "at_point_label": shapes.label(at) if at else None,
+        "repeats_at_capacity": cap["repeats_at_capacity"],
+        "binding": result.binding,
+        "binding_share": result.binding_share,
+        "binding_load": result.binding_load,
+        "probes": cap["probes"],
+        "window_s": cap["window_s"],
+        "time_s": cap["time_s"],
+        "stopped_by": result.stopped_by,
+        "tolerance": search.tolerance,
+        "answer": answer(result),
+        "note": result.note,
+        "search": search.to_dict(),
+        "probe_verdicts": [
+            {
+                "load_point_id": p.load_point_id,
+                "verdict": p.verdict,
+                "attainment": p.attainment,
+                "stopped_early": p.stopped_early,
+            }
+            for p in result.probes
+        ],
+    }
+
+
 def measure_probe(
     base: LoadSpec,
     search: SearchSpec,
@@ -597,6 +659,13 @@ def _neighbour_below(
     return y if y < x and y >= lo_bound * (1 - 1e-9) else None
 
 
+def load_meets(probes: list[Probe]) -> bool:
+    """Whether a load meets the SLO: it was measured and every one of its windows met the attainment (none missed,
+    none ended oversaturated). Its windows' requests pooled are not enough: three windows at 1.0, 1.0 and 0.987
+    pool to 0.996, yet one window in three missed a 0.99 target."""
+    return bool(probes) and all(p.verdict == "meets" for p in probes)
+
+
 def _pooled(probes: list[Probe]) -> float | None:
     """Attainment over several windows at one load: the requests they sent, pooled."""
     good = total = 0.0
@@ -631,11 +700,7 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
     loads = sorted({p.load for p in probes})
 
     def meets(load: float) -> bool:
-        at = [p for p in probes if p.load == load]
-        if any(p.verdict == "oversaturated" for p in at):
-            return False
-        a = _pooled(at)
-        return a is not None and a >= target
+        return load_meets([p for p in probes if p.load == load])
 
     passing = [x for x in loads if meets(x)]
     if not passing:
@@ -643,14 +708,14 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
         lowest = loads[0]
         _bind(result, lowest)
         return
-    # the capacity: the highest load that met, its windows pooled (a repeated load that misses pooled does not count)
+    # the capacity: the highest load that met in every window (a repeated load with one window missing does not)
     value = max(passing)
     result.value = value
     windows = len(result.at_probes(value))
     if windows < search.repeats and result.stopped_by is None and result.status == "found":
         result.note = (
-            f"the capacity rests on {windows} window(s): the loads repeated above it missed the SLO pooled over "
-            "their repeats"
+            f"the capacity rests on {windows} window(s): the loads repeated above it missed the SLO in at least one "
+            "of their windows"
         )
     fail_above = min((y for y in loads if y > value and not meets(y)), default=None)
     if fail_above is None:
@@ -662,11 +727,15 @@ def _decide(result: SearchResult, lo_bound: float, hi_bound: float) -> None:
         _bind(result, None)
         return
     result.status = "found"
+    result.missed_load = fail_above
+    # the repeats' spread: where attainment's interval crosses the target at its lower and its upper end ...
     lo = _first_crossing(_attainment_curve(probes, loads, "lo"), target)
     hi = _first_crossing(_attainment_curve(probes, loads, "hi"), target)
-    lo, hi = min(lo, value), max(min(hi, fail_above), value)
+    # ... and the search's step: the capacity is only known to lie below the lowest load that missed
+    step = fail_above - 1 if search.over == "concurrency" else fail_above
+    lo, hi = min(lo, value), max(hi, step, value)
     if search.over == "concurrency":  # whole streams: the interval's ends are counts that can be run
-        lo, hi = float(max(1, math.floor(lo + 1e-9))), float(max(value, min(math.floor(hi + 1e-9), fail_above - 1)))
+        lo, hi = float(max(1, math.floor(lo + 1e-9))), float(max(value, step, math.floor(hi + 1e-9)))
     result.lo, result.hi = lo, hi
     _bind(result, fail_above)
 
@@ -706,11 +775,12 @@ def _first_crossing(pts: list[tuple[float, float]], target: float) -> float:
 
 
 def _bind(result: SearchResult, load: float | None) -> None:
-    """The bound most missed at `load` (the lowest load that missed above capacity, or the lowest probe)."""
+    """The bound most missed at `load` (the lowest load that missed above capacity, or the lowest probe), over the
+    windows there that missed (a load misses when one of its windows does)."""
     at = [p for p in result.probes if load is not None and p.load == load]
     if not at:
         return
-    met = _pooled_met(at)
+    met = _pooled_met([p for p in at if p.verdict != "meets"] or at)
     if not met:
         return
     key = min(met, key=lambda k: (met[k], list(LIMITS).index(k)))
@@ -743,7 +813,8 @@ def probe_line(p: Probe, search: SearchSpec) -> str:
         + (f" #{p.repeat}" if p.repeat > 1 else "   "),
         f"attainment {_pct(p.attainment):>6}",
         " ".join(f"{NAMES[m]} {k} {_ms((s.get(m) or {}).get(k))}" for m in search.slo),
-        f"{_num(s.get('output_token_throughput'))} tok/s",
+        f"{_num(s.get('output_token_throughput'))} tok/s"
+        + (f" {e['output_tokens_per_j']:.3g} tok/J" if (e := s.get("energy") or {}).get("output_tokens_per_j") else ""),
     ]
     errors = s.get("failed_in_window") or 0
     if errors:
@@ -780,7 +851,9 @@ def _at(result: SearchResult, load: float | None) -> str:
     err = met.get("no_error")
     errors = f", {_pct(1 - err)} failed" if err is not None and err < 1 else ""
     early = " (its queue grew without bound: stopped early)" if any(p.stopped_early for p in at) else ""
-    return f"{_pct(pooled)} of requests met the SLO; {figures}{errors}{early}"
+    missed = sum(1 for p in at if p.verdict != "meets")
+    windows = f", {missed} of its {len(at)} windows missed" if len(at) > 1 and missed else ""
+    return f"{_pct(pooled)} of requests met the SLO{windows}; {figures}{errors}{early}"
 
 
 def answer(result: SearchResult) -> str:
@@ -805,7 +878,10 @@ def answer(result: SearchResult) -> str:
         )
     interval = ""
     if result.status == "found" and result.lo is not None and result.hi is not None:
-        interval = f" [{_g(result.lo)}, {_g(result.hi)}] (95% interval)"
+        interval = (
+            f" [{_g(result.lo)}, {_g(result.hi)}] (95% interval: the repeats' spread and the search's step, "
+            f"{fmt_load(over, result.missed_load)} missed)"
+        )
     if result.status == "at_least":
         head = f"at least {fmt_load(over, result.value)} ({how}) meets the SLO ({search.slo_text()})"
         tail = (
@@ -815,9 +891,8 @@ def answer(result: SearchResult) -> str:
         )
         return f"{head}{tail}: at {fmt_load(over, result.value)} {_at(result, result.value)}. {cost}."
     n = len(result.at_probes(result.value))
-    text = (
-        f"capacity {fmt_load(over, result.value)}{interval} ({how}) meeting {search.slo_text()}, "
-        f"met pooled over {n} window{'s' if n != 1 else ''}"
+    text = f"capacity {fmt_load(over, result.value)}{interval} ({how}) meeting {search.slo_text()}, " + (
+        "met in its one window" if n == 1 else f"met in every one of its {n} windows"
     )
     if result.binding:
         text += (

@@ -114,8 +114,9 @@ def server_answers(url: str, headers: dict) -> bool:
         return False
 
 
-def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict) -> int:
-    """Run the search; the exit code (0 answered, 1 the search could not finish)."""
+def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict, meter=None) -> int:
+    """Run the search; the exit code (0 answered, 1 the search could not finish). `meter` (loadgen/energy.py, opened):
+    every probe's window energy, and the figures at the capacity with their intervals."""
     from .runner import run_load
     from .search import SearchError, answer, check_base, run_search
 
@@ -146,6 +147,7 @@ def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict)
         lp = spec.load_point_id or f"search-p{probe.index}-" + (
             f"c{int(probe.load)}" if a.search == "concurrency" else f"r{probe.load:g}"
         )
+        start, end = meter.callbacks(lp) if meter is not None else (None, None)
         return run_load(
             spec.replace(load_point_id=lp + (f"#{probe.repeat}" if probe.repeat > 1 else "")),
             out=out_path,
@@ -154,6 +156,8 @@ def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict)
             slo=search.slo,
             on_record=on_record,
             stop_event=stop_event,
+            on_window_start=start,
+            on_window_end=end,
         )
 
     began = time.strftime("%Y%m%d-%H%M%S")
@@ -166,24 +170,44 @@ def main(a, url: str, api: str, model: str, slo: dict, base_spec, headers: dict)
     )
     text = answer(result)
     print(text, file=say, flush=True)
+    if result.value is not None and meter is not None:
+        print(result.figures_line(), file=say, flush=True)
+    doc = search_document(result, base, url, api, model, began, a.label)
     if a.save_result or a.save_detailed:
-        doc = {
-            "wattbench": {
-                "what": "SLO capacity search (wattbench load --search); figures over each probe's window, "
-                "docs/MEASUREMENT.md",
-                "url": url,
-                "api": api,
-                "model": model,
-                "date": began,
-                "label": a.label,
-            },
-            **result.to_dict(detailed=True),
-        }
         name = a.result_filename or f"{a.label or 'wattbench'}-search-{a.search}-{model.split('/')[-1]}-{began}.json"
         path = Path(a.result_dir or ".") / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc) + "\n", encoding="utf-8")
         print(f"wattbench load: search written to {path} (every probe's summary)", file=sys.stderr)
+    if out_path is not None:  # beside the records: `wattbench import` of --out files the search's answer with them
+        from .replay import search_path
+
+        search_path(out_path).write_text(json.dumps(doc) + "\n", encoding="utf-8")
     if a.json:
-        print(json.dumps(result.to_dict(), separators=(",", ":")))
+        print(json.dumps(doc, separators=(",", ":")))
     return 1 if result.failed else 0
+
+
+def search_document(result, base, url: str, api: str, model: str, began: str, label: str | None) -> dict:
+    """The search as `--json` prints it and `--save-result` saves it: its answer (the capacity object, with the
+    figures at it), every probe in brief and in full (`probe_summaries`), and the searches row the warehouse keeps
+    (`wattbench import` of the document files it as a run)."""
+    from wattbench_agent.safety import redact_url
+
+    from .result import default_workload
+    from .search import search_row
+
+    workload = base.workload or default_workload(base)
+    return {
+        "wattbench": {
+            "what": "SLO capacity search (wattbench load --search); figures over each probe's window, "
+            "docs/MEASUREMENT.md",
+            "url": redact_url(url),
+            "api": api,
+            "model": model,
+            "date": began,
+            "label": label,
+        },
+        **result.to_dict(detailed=True),
+        "searches_row": search_row(result, base, workload),
+    }

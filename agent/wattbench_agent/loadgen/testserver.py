@@ -9,7 +9,9 @@ the instant the request was complete (recv_ns), the writes of the first and last
 `GET /stats` gives the server-observed TTFT and request time (recv -> last content write) and the pooled
 gaps between content writes. `POST /reset` clears them. `--stall-every K --stall-ms S`: every K-th content event
 (k = K, 2K, ...) comes S ms late and so do the ones after it (a step that carried another request's prefill, as
-the step decomposition sees it: loadgen/steps.py).
+the step decomposition sees it: loadgen/steps.py). `--hold-every K --hold-events H`: the last H content events of
+every K (k mod K >= K - H) are written together at the time of the last of them (a host that held the tokens the
+engine made and delivered them at once: a delivery stall to the step decomposition).
 
 Shape of a stream (like vLLM): a role chunk with empty content at once, then the content chunks, a final
 chunk with finish_reason, a usage chunk (choices: []), `data: [DONE]`.
@@ -75,7 +77,11 @@ class Server:
         stall_ms: float = 0,
         slots: int = 0,
         die_after: int = 0,
+        hold_every: int = 0,
+        hold_events: int = 0,
     ):
+        self.hold_every = int(hold_every)
+        self.hold_events = int(hold_events)
         self.slots = int(slots)  # 0: no limit
         self.die_after = int(die_after)
         self.active = 0
@@ -90,6 +96,12 @@ class Server:
         self.gaps_us: list[int] = []
         self.count = 0
         self._cache: dict = {}
+
+    def held_until(self, k: int) -> int:
+        """The event whose scheduled time content event k is written at: the last of its hold group, else itself."""
+        if self.hold_every and k % self.hold_every >= self.hold_every - self.hold_events:
+            return k - k % self.hold_every + self.hold_every - 1
+        return k
 
     def release(self) -> None:
         """A stream ended: its slot goes to the request that has waited longest."""
@@ -332,8 +344,9 @@ class Conn(asyncio.Protocol):
                 return self.finish(fr, 0, 0, False)
             if k + 1 >= n_events:
                 return self.finish(fr, prompt_tokens, n, mode not in ("no_usage", "empty_choices"))
-            stalls = (k + 1) // srv.stall_every if srv.stall_every else 0  # stalled events up to event k + 1
-            at = srv.ttft_ns + (k + 1) * srv.itl_ns + stalls * srv.stall_ns
+            j = srv.held_until(k + 1)
+            stalls = j // srv.stall_every if srv.stall_every else 0  # stalled events up to event j
+            at = srv.ttft_ns + j * srv.itl_ns + stalls * srv.stall_ns
             self.handles = [loop.call_at(lt0 + at / 1e9, emit)]
 
         self.handles = [loop.call_at(lt0 + srv.ttft_ns / 1e9, emit)]
@@ -374,6 +387,8 @@ def serve(
     stall_ms: float = 0.0,
     slots: int = 0,
     die_after: int = 0,
+    hold_every: int = 0,
+    hold_events: int = 0,
 ) -> None:
     try:
         import uvloop  # type: ignore
@@ -382,7 +397,7 @@ def serve(
     except ImportError:  # pragma: no cover
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    srv = Server(ttft_ms, itl_ms, tokens, mode, stall_every, stall_ms, slots, die_after)
+    srv = Server(ttft_ms, itl_ms, tokens, mode, stall_every, stall_ms, slots, die_after, hold_every, hold_events)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -412,6 +427,8 @@ def server_process(
     stall_ms: float = 0.0,
     slots: int = 0,
     die_after: int = 0,
+    hold_every: int = 0,
+    hold_events: int = 0,
 ):
     """Start the server in its own process; yields its base URL ('http://127.0.0.1:PORT')."""
     cmd = [
@@ -436,6 +453,10 @@ def server_process(
         str(slots),
         "--die-after",
         str(die_after),
+        "--hold-every",
+        str(hold_every),
+        "--hold-events",
+        str(hold_events),
     ]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -479,6 +500,8 @@ def main(argv=None) -> None:
     ap.add_argument("--stall-ms", type=float, default=0.0)
     ap.add_argument("--slots", type=int, default=0, help="streams generated at once; the rest wait (0: no limit)")
     ap.add_argument("--die-after", type=int, default=0, help="exit when request N + 1 arrives (0: never)")
+    ap.add_argument("--hold-every", type=int, default=0, help="of every K content events, hold the last --hold-events")
+    ap.add_argument("--hold-events", type=int, default=0, help="and write them at once, at the time of the last")
     a = ap.parse_args(argv)
     serve(
         a.host,
@@ -491,6 +514,8 @@ def main(argv=None) -> None:
         stall_ms=a.stall_ms,
         slots=a.slots,
         die_after=a.die_after,
+        hold_every=a.hold_every,
+        hold_events=a.hold_events,
     )
 
 

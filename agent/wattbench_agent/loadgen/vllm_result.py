@@ -238,6 +238,8 @@ def result_json(
         "errors": s.get("errors"),
         "slo": s.get("slo"),
         "fail_fast": s.get("fail_fast"),
+        # --telemetry / prices: the window's energy and cost figures (loadgen/energy.py); `wattbench import` reads them
+        "energy": s.get("energy"),
     }
     return _finite(out)
 
