@@ -6,6 +6,7 @@ a pod on Kubernetes), the agent writes a result bundle, and the step ingests the
 and materializes each stage table as its own asset, each gated by its own blocking check.
 """
 
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from assets.table_meta import table_metadata
 from resources.bench_plan import BenchPlan
 from wattbench.plan import agent_spec
 from wattbench.warehouse import apply_schema, ingest_bundle
+from wattbench_agent.procs import RUN_TOKEN_ENV
 
 STAGE_TABLES = {
     "deployments": (
@@ -186,6 +188,9 @@ def _run_and_ingest(
             command=[sys.executable, "-m", "wattbench_agent"],
             context=context,
             extras={"spec": spec.to_dict()},
+            # the run's mark on the agent (and, through it, on its engines): the stale-run reaper signals a process
+            # only if it carries it (wattbench_agent.procs)
+            env={RUN_TOKEN_ENV: secrets.token_hex(16)},
         )
         headlines = [m for m in invocation.get_custom_messages() if isinstance(m, dict) and "load_point_id" in m]
     results = []

@@ -25,12 +25,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from wattbench.plan import load_plan, plan_run_fields
 from wattbench.twin import evaluate
 from wattbench.warehouse import connect, ingest_bundle, set_run_fields
 from wattbench_agent.bundle import read_manifest, unpacked
+
+ROOT = Path(__file__).resolve().parents[1]
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 VERDICTS = ("holds", "fails", "not measured")

@@ -241,8 +241,9 @@ def write_prior(data: dict) -> int:
 
 def ratio_prior(data: dict) -> dict[str, tuple[float, int, int]]:
     """Per metric: the between-run sd of ln(fp8 / bf16) over the runs that measured both precisions in one server start
-    (each run's mean log ratio of its repeats paired by number), its df and the runs. Two engines on one machine share its board and host, so their ratio moves between starts far less than
-    either figure does: a contrast borrows this, not the two figures' priors added."""
+    (each run's mean log ratio of its repeats paired by number), its df and the runs. Two engines on one machine
+    share its board and host, so their ratio moves between starts far less than either figure does: a contrast
+    borrows this, not the two figures' priors added."""
     out = {}
     metrics = {m for (_, m) in data}
     for metric in sorted(metrics):

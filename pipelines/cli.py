@@ -9,6 +9,7 @@ import sys
 import threading
 
 from wattbench_agent import COMMAND_MODULES as AGENT_COMMAND_MODULES
+from wattbench_agent.argtypes import parse_command
 
 # Subcommands that only print: `wattbench sql ... | head` ends them quietly (SIGPIPE at its default). Everything
 # else (servers, the load generator, the agent) keeps Python's default, where a peer hanging up is an EPIPE error
@@ -69,7 +70,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
-    args = parser.parse_args(argv)
+    args = parse_command(parser, argv)  # an unknown flag: one line naming the subcommand
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -404,7 +404,8 @@ def _spec(args: argparse.Namespace) -> int:
     import uuid
 
     from wattbench.plan import PlanError, agent_spec, load_plan
-    from wattbench_agent.safety import secret_paths
+    from wattbench_agent.safety import plain_name_problem, secret_paths
+    from wattbench_agent.wire import MAX_RUN_ID_CHARS
 
     try:
         plan, _ = load_plan(args.plan)
@@ -417,6 +418,9 @@ def _spec(args: argparse.Namespace) -> int:
             return _fail(f"{args.plan}: no workload {', '.join(unknown)}; the plan has {', '.join(known)}")
         plan = plan.model_copy(update={"workloads": [w for w in plan.workloads if w.name in args.workload]})
     run_id = args.run_id or f"{plan.name}-{uuid.uuid4().hex[:8]}"
+    problem = plain_name_problem(run_id, MAX_RUN_ID_CHARS)  # it names the bundle's folder
+    if problem:
+        return _fail(f"--run-id {problem}")
     spec = agent_spec(plan, run_id, Path(args.out or f"bundle-{run_id}"), builds={})
     text = spec.to_json(indent=1)
     secrets = secret_paths(spec.to_dict())

@@ -154,9 +154,7 @@ class Data:
                     "SELECT v.run_id, l.concurrency, v.queue_ms, v.prefill_ms, v.to_scheduled_ms FROM "
                     "v_engine_ttft_split v JOIN load_runs l USING (run_id, deployment_id, load_point_id)"
                 ).fetchall(),
-                "point_figures": con.execute(
-                    WITHIN_START_FIGURES
-                ).fetchall(),
+                "point_figures": con.execute(WITHIN_START_FIGURES).fetchall(),
             }
         return cls(windows, idle, shapes, views)
 

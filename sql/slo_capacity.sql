@@ -26,7 +26,8 @@ SELECT engine, source, engine_kind, precision, tp, n_gpus, workload, over, shape
        round(mean_power_w, 1) AS mean_power_w, round(mean_power_w_lo, 1) AS mean_power_w_lo,
        round(mean_power_w_hi, 1) AS mean_power_w_hi,
        round(ttft_p99_ms, 1) AS ttft_p99_ms, round(tpot_p99_ms, 2) AS tpot_p99_ms,
-       probes, round(window_s, 1) AS window_s, round(time_s, 1) AS time_s, stopped_by, answer, note, search_id, run_id
+       probes, round(window_s, 1) AS window_s, round(time_s, 1) AS time_s, stopped_by, answer, note, server_start,
+       interval_scope, search_id, run_id
 FROM v_slo_capacity
 WHERE run_id = $run_id
-ORDER BY engine, workload;
+ORDER BY engine, workload, server_start;

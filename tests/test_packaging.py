@@ -32,6 +32,8 @@ DEV_ONLY = {"scipy": "the twin's calibration (wattbench/twin/calibrate.py): boun
 OPTIONAL_IMPORTS = {
     "torch": "telemetry record --load matmul, on a GPU host",
     "zeus": "the ZeusMonitor energy cross-check, where zeus-ml is installed",
+    # also the agent's `datasets` extra; listed here too until the installed metadata has the extra (make install)
+    "pyarrow": "wattbench load --dataset-name hf's local parquet and arrow files, where pyarrow is installed",
 }
 
 

@@ -56,7 +56,7 @@ GOOD = DEFAULT_PLAN.read_text()
             "engines[1]",
             "exactly tp",
         ),
-        (lambda t: t.replace("repeats: 3", "repeats: 0"), "repeats", "greater than or equal to 1"),
+        (lambda t: t.replace("repeats: 2 ", "repeats: 0 "), "repeats", "greater than or equal to 1"),
     ],
 )
 def test_bad_plan_names_file_field_and_expectation(tmp_path, mutate, field, expected):
@@ -190,9 +190,9 @@ def test_a_search_workload_is_one_point_per_engine_and_server_start(tmp_path):
         assert point.load_point_id == f"{dep.deployment_id}:interactive:search-concurrency"
         assert point.load["shape"] == "concurrency" and point.load["concurrency"] == 16
         assert point.load["output_tokens"] == 32 and point.load["ramp_s"] == 0.3
-        assert point.search["slo"] == {"ttft_ms": 250.0, "tpot_ms": 15.0} and point.search["repeats"] == 3
+        assert point.search["slo"] == {"ttft_ms": 250.0, "tpot_ms": 15.0} and point.search["repeats"] == 2
     text = GOOD.replace("             slo: {ttft_ms: 250, tpot_ms: 15}}", "             }")
-    plan, _ = load_plan(_write(tmp_path, text.replace("max_time_s: 60,\n", "max_time_s: 60")))
+    plan, _ = load_plan(_write(tmp_path, text.replace("max_time_s: 30,\n", "max_time_s: 30")))
     point = agent_spec(plan, "r", tmp_path, {}).deployments[0].load_points[-1]
     assert point.search["slo"] == {"ttft_ms": 2000.0, "tpot_ms": 200.0}  # the plan's SLO
 
@@ -217,7 +217,7 @@ PLAN_SLO = "slo:                       # MLPerf Llama-2-70B server limits\n  ttf
         (lambda t: t.replace("search: {over: concurrency", BOTH), "either points (and a sweep) or a search"),
         (lambda t: t.replace("search: {over: concurrency", "search: {over: streams"), "'rate' or 'concurrency'"),
         (lambda t: t.replace("start: 16, tolerance", "start: 16, min_load: 32, tolerance"), "start 16 is outside"),
-        (lambda t: t.replace("repeats: 3, max_probes", "repeats: 0, max_probes"), "greater than or equal to 1"),
+        (lambda t: t.replace("repeats: 2, max_probes", "repeats: 0, max_probes"), "greater than or equal to 1"),
         (lambda t: t.replace("slo: {ttft_ms: 250, tpot_ms: 15}}", "slo: {}}").replace(PLAN_SLO, ""), "needs an SLO"),
     ],
 )  # fmt: skip
@@ -241,7 +241,7 @@ def test_server_starts_default_and_bounds(tmp_path):
     assert per_start[1] == list(range(1, plan.repeats + 1))
     assert per_start[2] == list(range(plan.repeats + 1, 2 * plan.repeats + 1))
     assert len({p.load_point_id for p in dep.load_points}) == len(dep.load_points)
-    one = load_plan(_write(tmp_path, GOOD.replace("repeats: 3 ", "server_starts: 1\nrepeats: 3 ", 1)))[0]
+    one = load_plan(_write(tmp_path, GOOD.replace("repeats: 2 ", "server_starts: 1\nrepeats: 2 ", 1)))[0]
     assert {p.server_start for p in agent_spec(one, "r", tmp_path, {}).deployments[0].load_points} == {1}
     external = (
         "name: ext\nmodel: m\nengines:\n  - {name: e, engine: external, url: 'http://127.0.0.1:9'}\n"

@@ -259,7 +259,14 @@ def test_predict_sends_each_repeat_the_requests_the_agent_will_send(tmp_path, ca
     path = tmp_path / "plan.yaml"
     path.write_text(
         yaml.safe_dump(
-            {**PLAN, "model": "llama-3.1-8b", "engines": engines, "workloads": workloads, "repeats": 2, "server_starts": 1}
+            {
+                **PLAN,
+                "model": "llama-3.1-8b",
+                "engines": engines,
+                "workloads": workloads,
+                "repeats": 2,
+                "server_starts": 1,
+            }
         )
     )
     db = tmp_path / "wh.duckdb"

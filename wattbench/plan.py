@@ -28,7 +28,7 @@ from wattbench_agent.engines.registry import adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
 from wattbench_agent.loadgen.shapes import label as point_label  # noqa: F401 - the plan's name for it
 from wattbench_agent.loadgen.spec import MAX_CONCURRENCY, MAX_RATE, MAX_TOKENS, MAX_WARMUP_S, MAX_WINDOW_S
-from wattbench_agent.safety import is_plain_name
+from wattbench_agent.safety import is_plain_name, plain_name_problem
 from wattbench_agent.wire import (
     MAX_IDLE_BASELINE_S,
     MAX_IDLE_QUIET_S,
@@ -73,8 +73,9 @@ class EngineSpec(_Strict):
     env: dict[str, StrictStr] = Field(
         default_factory=dict,
         description="extra environment of this engine's process only (values are strings; secrets - by name "
-        "(TOKEN, KEY, SECRET, PASS, AUTH, CREDENTIAL, COOKIE) and by value (URL user:password@, Bearer/Basic "
-        "credentials) - are masked in rows and logs, and `wattbench spec` writes them to an owner-only file), "
+        "(TOKEN(S), KEY(S), SECRET, PASS, PWD, PAT, DSN, AUTH, CRED(ENTIAL)S, COOKIE) and by value (URL "
+        "user:password@, Bearer/Basic credentials, sk-/ghp_/hf_ tokens) - are masked in rows and logs, and "
+        "`wattbench spec` writes them to an owner-only file), "
         "e.g. VLLM_USE_FLASHINFER_SAMPLER: '0'",
     )
     checkpoint: str | None = Field(
@@ -369,7 +370,7 @@ class Validation(_Strict):
 
 
 class Plan(_Strict):
-    name: str
+    name: str = Field(description="the plan's name: plain (letters, digits, '.', '_', '-'), at most 64 characters")
     description: str = ""
     model: str
     twin_model: str | None = Field(
@@ -420,6 +421,16 @@ class Plan(_Strict):
     energy_crosscheck: bool = Field(
         False, description="also read energy independently (nvidia-smi or Zeus) at every window edge"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_plan_name(cls, name: str) -> str:
+        # it becomes a run id and the folder of the bundle `wattbench spec` names (`bundle-NAME-...`): a name like
+        # ../../x put the agent's bundle outside it, and 5,000 characters was 'File name too long'
+        problem = plain_name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
 
     @field_validator("engines")
     @classmethod
@@ -519,13 +530,32 @@ def _read_plan_bytes(path: Path) -> bytes:
 
 class _PlanLoader(yaml.SafeLoader):
     """PyYAML's safe loader that refuses a document whose aliases expand beyond MAX_PLAN_VALUES values (or refer
-    to themselves), before it is built into objects."""
+    to themselves), before it is built into objects, and a mapping that names a key twice (YAML says keys are
+    unique; PyYAML keeps the last: `tp: 1` then `tp: 8` ran tp 8 without a word)."""
 
     def get_single_node(self):
         node = super().get_single_node()
         if node is not None:
             _count_expanded(node, {})
         return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults` may be overridden: that is what a merge is for
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {str(key)[:80]!r} is given twice (first at line {seen[key].line + 1}); expected each "
+                        "key once in a mapping (the last would silently win)",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
 
 
 class _TooLarge(Exception):
@@ -579,7 +609,9 @@ def load_plan(path: str | Path) -> tuple[Plan, str]:
             err = {**err, "msg": "unknown field; see plans/default.yaml for the fields a plan takes", "input": None}
         more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
         got = err.get("input")
-        got_text = "" if isinstance(got, dict) or got is None else f"; got {got!r}"
+        shown = repr(got)
+        shown = shown if len(shown) <= 80 else f"{shown[:80]}... ({len(shown):,} characters)"
+        got_text = "" if isinstance(got, dict) or got is None else f"; got {shown}"
         raise PlanError(f"{path}: field '{field}': {err['msg']}{got_text}{more}") from None
     if plan.twin_model:
         from wattbench_agent.emulator.specs import SpecError, config_path, model_spec

@@ -13,6 +13,7 @@ import os
 import sys
 
 from wattbench_agent import COMMAND_MODULES
+from wattbench_agent.argtypes import parse_command
 
 
 def build_parser(prog: str = "wattbench-agent") -> argparse.ArgumentParser:
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0].startswith("--") and argv[0] not in ("--help", "-h"):
         argv = ["agent", *argv]  # `python -m wattbench_agent --spec FILE`: the agent subcommand
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_command(parser, argv)  # an unknown flag: one line naming the subcommand
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

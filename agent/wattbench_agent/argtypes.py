@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
 
 
@@ -79,3 +80,16 @@ def bounded_int(minimum: int | None = None, maximum: int | None = None) -> Calla
 
     parse.__name__ = "whole number"
     return parse
+
+
+def parse_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but arguments no subcommand knows are one line naming the subcommand (`wattbench
+    load: unrecognized arguments: --foo`) and exit 2, not the top-level usage line, which says nothing of them."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(args, "command", None)
+        where = f"{parser.prog} {command}" if command else parser.prog
+        hint = f" ({where} --help lists its flags)" if command else ""
+        print(f"{where}: unrecognized arguments: {' '.join(extra)}{hint}", file=sys.stderr)
+        raise SystemExit(2)
+    return args

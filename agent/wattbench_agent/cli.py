@@ -50,6 +50,15 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.out:
         spec = spec.with_out(args.out)
+    try:  # before any engine starts: a folder that cannot be made (a name past the file system's limit) is one line
+        Path(spec.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(
+            f"wattbench agent: cannot make the bundle folder {spec.out[:200]!r} ({exc.strerror or exc}); expected a "
+            "folder this user can write",
+            file=sys.stderr,
+        )
+        return 2
     stop_on_sigterm()
     try:
         out = run_spec(spec, log=lambda m: print(m, file=sys.stderr, flush=True))

@@ -12,6 +12,14 @@ equal to the running process's; a process group only where the identity recorded
 group and it still does. Where Linux has pidfds (5.3+), the process is opened once, checked through /proc while
 held open and signalled through the same handle, so a pid reused between the check and the signal is never hit.
 
+Pid, host and start time say which process it is, not that it is the run's: anyone can read them from /proc and
+write them into a manifest. So the process must also carry the run's mark: the run token (`WATTBENCH_RUN_TOKEN`, a
+random value set in the environment a process of the run starts with: `wattbench run` gives one to the agent, the
+agent to every engine it starts) found in /proc/<pid>/environ, which only its owner and root can read, and no
+other process holds; or, for an agent started by hand without a token, the sha256 of its exact command line, which
+proves it only for a process of the reaper's own user (anyone can read a command line). A manifest an older agent
+wrote records neither: it is refused, and says so.
+
 - the agent records itself and each engine server it starts in its bundle's manifest (`processes`);
 - `wattbench run` tags its Dagster run with its own identity;
 - the stale-run reaper (pipelines/runs.py) reads both when the run's process is gone.
@@ -27,7 +35,9 @@ Stdlib only; Linux /proc (elsewhere a process is taken as alive while its pid ex
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import secrets
 import select
 import signal
 import socket
@@ -38,6 +48,9 @@ from typing import Any
 
 # the kernel's largest pid_max (PID_MAX_LIMIT on 64-bit), where /proc/sys/kernel/pid_max cannot be read
 PID_MAX_LIMIT = 4 * 1024 * 1024
+# the run's mark on its processes (module docstring)
+RUN_TOKEN_ENV = "WATTBENCH_RUN_TOKEN"
+_MIN_TOKEN_CHARS = 16
 
 
 class Refused(Exception):
@@ -78,11 +91,55 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+def run_token() -> str:
+    """This run's token: the one this process was started with, else a new one, set in its environment so that
+    every process it starts from now on carries it."""
+    token = os.environ.get(RUN_TOKEN_ENV)
+    if not token or len(token) < _MIN_TOKEN_CHARS:
+        token = os.environ[RUN_TOKEN_ENV] = secrets.token_hex(16)
+    return token
+
+
+def _environ_token(pid: int) -> str | None:
+    """The run token in the environment `pid` started with (/proc/<pid>/environ), or None (none, or unreadable)."""
+    try:
+        data = (Path("/proc") / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    key = RUN_TOKEN_ENV.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key) :].decode("utf-8", "replace")
+    return None
+
+
+def _cmdline_sha256(pid: int) -> str | None:
+    """sha256 of `pid`'s command line (/proc/<pid>/cmdline), or None. A hash: an engine's command line may hold a
+    secret (`--api-key`), and the manifest is a file of the bundle."""
+    try:
+        data = (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest() if data else None
+
+
 def identity(pid: int | None = None) -> dict[str, Any]:
-    """{"pid", "host", "start_ticks", "pgid"} of a process (default: this one). A process that leads its own
-    process group (an engine server started in a session of its own) has pgid == pid."""
+    """{"pid", "host", "start_ticks", "pgid"} of a process (default: this one), and its mark: "run_token" where it
+    was started with one, else "cmdline_sha256". A process that leads its own process group (an engine server
+    started in a session of its own) has pgid == pid."""
     pid = os.getpid() if pid is None else int(pid)
-    return {"pid": pid, "host": socket.gethostname(), "start_ticks": start_ticks(pid), "pgid": _pgid(pid)}
+    ident: dict[str, Any] = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "start_ticks": start_ticks(pid),
+        "pgid": _pgid(pid),
+    }
+    token = _environ_token(pid)
+    if token is not None:
+        ident["run_token"] = token
+    else:
+        ident["cmdline_sha256"] = _cmdline_sha256(pid)
+    return ident
 
 
 def _is_int(value: Any) -> bool:
@@ -141,6 +198,40 @@ def refusal(ident: Any) -> str | None:
         return f"start_ticks {ticks!r} is not a non-negative integer"
     if pid == os.getpid():
         return f"pid {pid} is this process"
+    token, cmd = ident.get("run_token"), ident.get("cmdline_sha256")
+    if token is None and cmd is None:
+        return (
+            "no mark of the run recorded (run_token or cmdline_sha256; an older agent's manifest?): pid, host and "
+            "start time say which process it is, not that it is the run's"
+        )
+    if token is not None and not (isinstance(token, str) and len(token) >= _MIN_TOKEN_CHARS):
+        return f"run_token {token!r:.40} is not a run token; expected a string of {_MIN_TOKEN_CHARS}+ characters"
+    if token is None and not (isinstance(cmd, str) and len(cmd) == 64):
+        return f"cmdline_sha256 {cmd!r:.40} is not a sha256; expected 64 hex digits"
+    return None
+
+
+def mark_refusal(ident: dict[str, Any]) -> str | None:
+    """Why the running process at `ident`'s pid does not carry the run's mark `ident` recorded (None: it does).
+    Read while the process is held (`stop`); `refusal(ident)` must be None first."""
+    pid, token = ident["pid"], ident.get("run_token")
+    if token is not None:
+        found = _environ_token(pid)
+        if found == token:
+            return None
+        what = "has no WATTBENCH_RUN_TOKEN" if found is None else "has another WATTBENCH_RUN_TOKEN"
+        return f"pid {pid} {what} in /proc/{pid}/environ (or it cannot be read); it is not a process of this run"
+    try:
+        owner = os.stat(Path("/proc") / str(pid)).st_uid
+    except OSError:
+        owner = None
+    if owner != os.geteuid():
+        return (
+            f"pid {pid} is another user's (uid {owner}) and is marked by its command line only, which anyone can read; "
+            "expected a run token"
+        )
+    if _cmdline_sha256(pid) != ident["cmdline_sha256"]:
+        return f"pid {pid} runs another command line than the one recorded; it is not a process of this run"
     return None
 
 
@@ -228,7 +319,8 @@ def stop(ident: Any, group: bool = False, grace_s: float = 10.0) -> bool:
 
     With `group`, its process group is signalled instead, but only where `ident` recorded that the process led its
     own group (pgid == pid) and it still does; otherwise the process alone. Raises Refused, signalling nothing,
-    when `ident` cannot prove which process it names (see `refusal`)."""
+    when `ident` cannot prove which process it names (see `refusal`), or the process it names does not carry the
+    run's mark (see `mark_refusal`)."""
     why = refusal(ident)
     if why:
         raise Refused(why)
@@ -242,6 +334,9 @@ def stop(ident: Any, group: bool = False, grace_s: float = 10.0) -> bool:
         # /proc entry read was its own (a pid is not reused while its process runs, nor while it is a zombie)
         if not handle.running() or start_ticks(pid) != want or not handle.running():
             return False
+        why = mark_refusal(ident)  # the very process, held: is it the run's?
+        if why:
+            raise Refused(why)
         # its group only if it was recorded leading one and still does
         lead = group and ident.get("pgid") == pid and _pgid(pid) == pid
 

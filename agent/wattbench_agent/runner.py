@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from wattbench_agent import hostfacts, procs
+from wattbench_agent import fetch, hostfacts, procs
 from wattbench_agent.bundle import BundleWriter
 from wattbench_agent.crosscheck import CrossCheck, open_crosscheck
 from wattbench_agent.deploy.local import DeployError, LocalProcess, free_port
@@ -220,20 +220,17 @@ def launch_deployment(d: Deployment, writer: BundleWriter, log: Log, start: int 
             url = (dep.url or "").rstrip("/")
             if url.endswith("/v1"):
                 url = url[: -len("/v1")]
-            try:
-                with httpx.Client(timeout=5.0) as client:
-                    client.get(url + "/v1/models").raise_for_status()
-            except httpx.HTTPError as exc:
-                what = (
-                    f"answered HTTP {exc.response.status_code}"
-                    if isinstance(exc, httpx.HTTPStatusError)
-                    else f"{type(exc).__name__}: {exc}"
-                )
+            try:  # the head only, within 5 s in total (wattbench_agent.fetch): the server may be anyone's
+                code = fetch.status(url + "/v1/models", timeout_s=5.0)
+                what = f"answered HTTP {code}" if not 200 <= code < 300 else None
+            except fetch.FetchError as exc:
+                what = str(exc).removeprefix(f"GET {redact_url(url)}/v1/models: ")
+            if what is not None:
                 raise DeployError(
                     "unreachable",
                     f"GET {redact_url(url)}/v1/models {what}; expected an OpenAI-compatible "
                     "endpoint answering 200 (is the url in the plan right, is it up?)",
-                ) from exc
+                )
             d.row["startup_s"] = None  # attached, not started: startup not measured
             d.url, d.row["url"] = url, redact_url(url)  # the row never holds a URL's user:password@
         else:
@@ -511,8 +508,8 @@ def _answers(url: str | None) -> bool:
         return False
     try:
         base = url.rstrip("/")
-        return httpx.get(base + ("/models" if base.endswith("/v1") else "/v1/models"), timeout=5.0).status_code < 500
-    except httpx.HTTPError:
+        return fetch.status(base + ("/models" if base.endswith("/v1") else "/v1/models"), timeout_s=5.0) < 500
+    except fetch.FetchError:
         return False
 
 
@@ -791,6 +788,7 @@ def run_spec(
     spec = AgentSpec.from_dict(spec)
     log = _redacting(log)
     out = Path(spec.out)
+    procs.run_token()  # the run's mark: every engine started from here carries it, for the stale-run reaper
     with BundleWriter(out, run_id=spec.run_id, source=spec.source, plan=spec.plan_name) as writer:
         if writer.set_aside is not None:
             log(

@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from wattbench_agent.engines.base import EngineConfig
+from wattbench_agent.safety import plain_name_problem
 
 if TYPE_CHECKING:  # the load generator loads where a load point is parsed
     from wattbench_agent.loadgen.spec import LoadSpec
@@ -47,6 +48,8 @@ def start_mark(start: int) -> str:
 
 
 MAX_TP = 64
+# a run id names the bundle's folder where `wattbench spec` chooses it (`bundle-RUN`): a plan's name (64) and a suffix
+MAX_RUN_ID_CHARS = 128
 SOURCES = ("measured", "emulated")
 TELEMETRY = ("auto", "nvml", "dcgm", "emulated", "none")
 
@@ -61,6 +64,18 @@ def _text(optional: bool = False):
         if v is None and optional:
             return None
         return None if isinstance(v, str) and v else "a non-empty string" + (" or null" if optional else "")
+
+    return rule
+
+
+def _plain(max_len: int, optional: bool = False):
+    """A name that becomes a file or folder name as it is (safety.plain_name_problem)."""
+
+    def rule(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        problem = plain_name_problem(v, max_len)
+        return None if problem is None else problem.split(" is not a plain name; expected ", 1)[-1]
 
     return rule
 
@@ -232,10 +247,10 @@ class AgentSpec:
         _check(
             self,
             {
-                "run_id": _text(),
+                "run_id": _plain(MAX_RUN_ID_CHARS),
                 "out": _text(),
                 "source": _one_of(*SOURCES),
-                "plan_name": _text(optional=True),
+                "plan_name": _plain(64, optional=True),
                 "telemetry": _one_of(*TELEMETRY),
                 "sampler_hz": _number(0, MAX_SAMPLER_HZ, strict=True),
                 "idle_baseline_s": _number(0, MAX_IDLE_BASELINE_S),
@@ -266,7 +281,7 @@ class AgentSpec:
 
     @classmethod
     def from_json(cls, text: str) -> AgentSpec:
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(json.loads(text, object_pairs_hook=_unique_keys))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AgentSpec:
@@ -297,6 +312,16 @@ class AgentSpec:
 
     def with_out(self, out: str) -> AgentSpec:
         return replace(self, out=str(out))
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (json keeps the last of two silently)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise WireError(f"agent spec: the key {k[:80]!r} is given twice in one object; expected each key once")
+        out[k] = v
+    return out
 
 
 def _build(cls, data: dict[str, Any], where: str):

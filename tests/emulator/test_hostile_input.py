@@ -185,3 +185,27 @@ def test_a_port_out_of_range_is_refused(port):
     assert r.returncode == 2, r.stderr
     assert "--port" in r.stderr and "0-65535" in r.stderr
     assert "listening" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "item, says",
+    [
+        ("max_num_seqs=1e400", "config key 'max_num_seqs' = inf; expected an integer from 1 to 2,147,483,647"),
+        ("max_num_seqs=nan", "config key 'max_num_seqs' = nan; expected an integer from 1 to 2,147,483,647"),
+        ("max_num_seqs=3000000000", "= 3000000000; expected an integer from 1 to 2,147,483,647"),
+        ("block_size=0", "config key 'block_size' = 0; expected an integer from 1 to 2,147,483,647"),
+        ("kv_cache_memory_bytes=1e400", "config key 'kv_cache_memory_bytes' = inf; expected a finite number"),
+    ],
+)
+def test_a_config_value_past_its_range_is_one_line(item, says):
+    """`wattbench emulate --config max_num_seqs=1e400` was an OverflowError traceback (nan a ValueError one)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "emulate", "--model", MODEL, "--config", item, "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert says in line, line

@@ -42,6 +42,7 @@ VLLM_KEYS = {
     "total_token_throughput",
     "max_output_tokens_per_s",
     "max_concurrent_requests",
+    "rtfx",
 }
 VLLM_DETAILED = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "generated_texts", "errors"}
 

@@ -151,6 +151,8 @@ def external_deployment(name: str, url: str, n_requests: int = 4) -> dict:
             "duration_s": 10.0,
             "max_requests": n_requests,
             "timeout_s": 5,
+            # the servers here count every request they get: none before t0 to size prompts (loadgen/prompt_length.py)
+            "calibrate_prompts": False,
         },
     }
     return {

@@ -8,7 +8,9 @@ signal it has no handler for, SIGKILL included), so a signal sent to pid 1 is se
 
 Modes:
 - `stop CASE.json`: CASE holds a manifest's `processes`, with `$sentinel`, `$stranger`, `$leader`, `$member`,
-  `$init` standing for those processes' pids (a `$name.ticks` string for their start times, `$host` for this host);
+  `$outsider`, `$init` standing for those processes' pids (a `$name.ticks` string for their start times,
+  `$name.cmd` for the sha256 of their command lines, `$host` for this host, `$token` for the run token that the
+  stranger, the leader and its member were started with; the sentinel and the outsider carry none);
   `pipelines.runs.stop_run_processes` is called on a bundle holding it.
 - `clean DIR`: a Dagster instance (DAGSTER_HOME) gets a run whose process is gone and whose bundle manifest names
   `pid: -1` and other malformed entries; `wattbench runs --clean` is run (in this process).
@@ -30,7 +32,7 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "agent")]  # this checkout's agent, not an installed one
 
 from wattbench_agent import procs  # noqa: E402
 
@@ -55,15 +57,27 @@ def everyone() -> dict[int, int | None]:
     return {int(p.name): procs.start_ticks(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
 
 
+TOKEN = "5eed" * 8  # the run token of the processes the planted run started
+
+
 def start_processes() -> dict[str, subprocess.Popen]:
+    outside = {k: v for k, v in os.environ.items() if k != procs.RUN_TOKEN_ENV}
+    marked = {**outside, procs.RUN_TOKEN_ENV: TOKEN}
     started = {
-        "sentinel": subprocess.Popen(["sleep", "300"]),  # a process nobody names: must outlive everything
-        "stranger": subprocess.Popen(["sleep", "300"]),  # a live process whose pid a manifest names loosely
+        "sentinel": subprocess.Popen(["sleep", "300"], env=outside),  # a process nobody names: must outlive everything
+        "stranger": subprocess.Popen(["sleep", "300"], env=marked),  # a live process whose pid a manifest names loosely
         # a process that leads its own group, and a member of that group (the member must survive when the
         # manifest did not record that the leader led a group)
         "leader": subprocess.Popen(
-            ["sh", "-c", "sleep 300 & echo $! ; wait"], start_new_session=True, stdout=subprocess.PIPE, text=True
+            ["sh", "-c", "sleep 300 & echo $! ; wait"],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=marked,
         ),
+        # a process of this host and user that is not the run's: its pid, start time and host may all be copied
+        # into a manifest, but it carries no run token
+        "outsider": subprocess.Popen(["sleep", "301"], env=outside),
     }
     member = int(started["leader"].stdout.readline())
     started["member"] = member  # type: ignore[assignment]
@@ -84,6 +98,10 @@ def substitute(value, pids: dict[str, int]):
         name, _, what = value[1:].partition(".")
         if name == "host":
             return socket.gethostname()
+        if name == "token":
+            return TOKEN
+        if what == "cmd":
+            return procs._cmdline_sha256(pids[name])
         if what == "ticks":
             return procs.start_ticks(pids[name])
         if what == "str":
@@ -117,7 +135,7 @@ def mode_stop(case_file: str) -> dict:
         "stopped": stopped,
         "refused": refused,
         "log": log,
-        "running": settle(started, ["sentinel", "stranger", "leader", "member"]),
+        "running": settle(started, ["sentinel", "stranger", "leader", "member", "outsider"]),
     }
 
 

@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "reliability" / "pidns_driver.py"
 SMOKE = REPO / "tests" / "data" / "smoke_plan.yaml"
-EVERYONE = ["sentinel", "stranger", "leader", "member"]
+EVERYONE = ["sentinel", "stranger", "leader", "member", "outsider"]
 
 
 def _namespaces_work() -> str | None:
@@ -46,7 +46,7 @@ def in_namespace(tmp_path: Path, *args: str, env: dict | None = None, timeout: f
     proc = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(DRIVER), *args],
         cwd=REPO,
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+        env={**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "agent")])},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -100,7 +100,7 @@ def test_a_malformed_identity_signals_nothing_and_says_why(tmp_path, name):
 
 def test_a_reused_pid_with_another_start_time_is_not_signalled(tmp_path):
     for i, name in enumerate(["agent", "engine:e"]):
-        entry = {"pid": "$leader", "host": "$host", "start_ticks": 1, "pgid": "$leader"}
+        entry = {"pid": "$leader", "host": "$host", "start_ticks": 1, "pgid": "$leader", "run_token": "$token"}
         out = stop_case(tmp_path / str(i), {name: entry})
         assert out["running"] == dict.fromkeys(EVERYONE, True) and out["init_signals"] == [], out
         assert out["stopped"] == [] and out["refused"] == []  # the run's process ended; its pid is another's now
@@ -108,34 +108,79 @@ def test_a_reused_pid_with_another_start_time_is_not_signalled(tmp_path):
 
 def test_a_group_is_signalled_only_where_the_manifest_recorded_its_leader(tmp_path):
     # the leader's identity without a recorded group: the leader alone is stopped, its group's member survives
-    out = stop_case(tmp_path, {"engine:e": {"pid": "$leader", "host": "$host", "start_ticks": "$leader.ticks"}})
-    assert out["running"] == {"sentinel": True, "stranger": True, "leader": False, "member": True}, out
+    leader = {"pid": "$leader", "host": "$host", "start_ticks": "$leader.ticks", "run_token": "$token"}
+    out = stop_case(tmp_path, {"engine:e": leader})
+    alone = {"sentinel": True, "stranger": True, "leader": False, "member": True, "outsider": True}
+    assert out["running"] == alone, out
     assert out["stopped"] == [f"engine:e (pid {out['pids']['leader']})"]
     # a group recorded as led by another process than the one named: the process alone
-    out = stop_case(
-        tmp_path / "other",
-        {"engine:e": {"pid": "$leader", "host": "$host", "start_ticks": "$leader.ticks", "pgid": "$sentinel"}},
-    )
-    assert out["running"] == {"sentinel": True, "stranger": True, "leader": False, "member": True}, out
+    out = stop_case(tmp_path / "other", {"engine:e": {**leader, "pgid": "$sentinel"}})
+    assert out["running"] == alone, out
 
 
 @pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "by pid"])
 def test_a_proven_identity_is_stopped_with_its_recorded_group(tmp_path, pidfd):
     """The positive control: what the agent records (procs.identity) is stopped, its group with it; also where
     Linux has no pidfds."""
+    mark = {"host": "$host", "run_token": "$token"}
     out = stop_case(
         tmp_path,
         {
-            "engine:e": {"pid": "$leader", "host": "$host", "start_ticks": "$leader.ticks", "pgid": "$leader"},
-            "agent": {"pid": "$stranger", "host": "$host", "start_ticks": "$stranger.ticks", "pgid": 1},
+            "engine:e": {"pid": "$leader", "start_ticks": "$leader.ticks", "pgid": "$leader", **mark},
+            "agent": {"pid": "$stranger", "start_ticks": "$stranger.ticks", "pgid": 1, **mark},
             "engine:x": {"pid": -1, **GOOD},
             "engine:y": {"pid": "$sentinel", "host": "$host"},
         },
         env=None if pidfd else {"PIDNS_NO_PIDFD": "1"},
     )
-    assert out["running"] == {"sentinel": True, "stranger": False, "leader": False, "member": False}, out
+    assert out["running"] == {**dict.fromkeys(EVERYONE, False), "sentinel": True, "outsider": True}, out
     assert len(out["refused"]) == 2 and out["init_signals"] == []
     assert len(out["stopped"]) == 2
+
+
+def test_an_agent_started_by_hand_is_stopped_by_its_command_line(tmp_path):
+    """An agent run by hand has no run token at its start: its manifest records the sha256 of its command line,
+    which proves it for a process of the reaper's own user."""
+    out = stop_case(tmp_path, {"agent": {"pid": "$outsider", "host": "$host", "start_ticks": "$outsider.ticks",
+                                         "cmdline_sha256": "$outsider.cmd"}})  # fmt: skip
+    assert out["running"] == {**dict.fromkeys(EVERYONE, True), "outsider": False}, out
+    assert out["stopped"] == [f"agent (pid {out['pids']['outsider']})"] and out["refused"] == []
+
+
+# A process of this host whose pid, start time and host a manifest names exactly, but which is not the run's.
+# Probed on the old reaper: each of these was sent SIGTERM (and its group with it, for an engine).
+NOT_THE_RUNS = {
+    "no mark recorded": (
+        {"pid": "$outsider", "host": "$host", "start_ticks": "$outsider.ticks", "pgid": "$outsider"},
+        "no mark of the run recorded",
+    ),
+    "a token it does not carry": (
+        {"pid": "$outsider", "host": "$host", "start_ticks": "$outsider.ticks", "run_token": "$token"},
+        "has no WATTBENCH_RUN_TOKEN",
+    ),
+    "another run's token": (
+        {"pid": "$stranger", "host": "$host", "start_ticks": "$stranger.ticks", "run_token": "f" * 32},
+        "has another WATTBENCH_RUN_TOKEN",
+    ),
+    "another command line": (
+        {"pid": "$outsider", "host": "$host", "start_ticks": "$outsider.ticks", "cmdline_sha256": "0" * 64},
+        "runs another command line than the one recorded",
+    ),
+    "a token that is not one": (
+        {"pid": "$stranger", "host": "$host", "start_ticks": "$stranger.ticks", "run_token": 12345},
+        "is not a run token",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_THE_RUNS))
+def test_a_process_without_the_runs_mark_is_not_signalled(tmp_path, name):
+    entry, why = NOT_THE_RUNS[name]
+    out = stop_case(tmp_path, {"engine:e": entry, "agent": entry})
+    assert out["running"] == dict.fromkeys(EVERYONE, True), f"{name}: a process was signalled: {out}"
+    assert out["init_signals"] == [] and out["stopped"] == []
+    assert len(out["refused"]) == 2 and all(why in r for r in out["refused"]), out["refused"]
+    assert all("\n" not in r for r in out["refused"])
 
 
 def place_env(tmp_path: Path) -> dict:

@@ -157,8 +157,26 @@ SECRET_ENV = {
     "GCP_CREDENTIALS": "s3cr3t-7",
     "OPENAI_SECRET": "s3cr3t-8",
     "PROXY": "Basic s3cr3t-9==",
+    # names the third round found in clear: plural and short words (issue 38)
+    "API_TOKENS": "s3cr3t-10",
+    "DB_PWD": "s3cr3t-11",
+    "GITHUB_PAT": "s3cr3t-12",
+    "SECRETS": "s3cr3t-13",
+    "TOKENS": "s3cr3t-14",
+    "SERVICE_KEYS": "s3cr3t-15",
+    "AWS_CREDS": "s3cr3t-16",
+    "SENTRY_DSN": "https://s3cr3t-17.ingest.example/1",
+    "ANY_NAME": "sk-proj-s3cr3t18abcdefghijklmn",  # a token in its issuer's form, whatever the name
 }
-KEPT_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "MAX_TOKENS": "64", "TOKENIZERS_PARALLELISM": "false", "PLAIN": "x"}
+KEPT_ENV = {
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "MAX_TOKENS": "64",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PLAIN": "x",
+    "SKIP_SPECIAL_TOKENS": "true",
+    "NUM_KEYS": "4",
+    "VLLM_COMPAT_MODE": "1",
+}
 
 
 def test_secret_names_and_values_are_masked():
@@ -271,3 +289,104 @@ def test_a_spec_holding_secrets_is_not_printed_and_is_written_for_its_owner_only
     assert wattbench(["spec", "--plan", str(plan), "--write", str(tmp_path / "spec.json")]) == 0
     assert (tmp_path / "spec.json").stat().st_mode & 0o777 == 0o600
     assert PASSWORD in (tmp_path / "spec.json").read_text()  # the agent needs it
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("HF_TOKEN: hf_abcdefghijklmnopqrstuvwxyz0123", "HF_TOKEN: "),
+        ('{"HF_TOKEN": "s3cr3t", "model": "m"}', '"model": "m"'),
+        ("{'api_key': 's3cr3t', 'max_tokens': 64}", "'max_tokens': 64"),
+        ("password: s3cr3t", "password: ***"),
+        ("api-key: s3cr3t", "api-key: ***"),
+        ("vllm serve m --api-key s3cr3t --max-num-batched-tokens 8192", "--max-num-batched-tokens 8192"),
+        ("vllm serve m --api-key=s3cr3t --port 8000", "--port 8000"),
+        ("export OPENAI_API_KEY; token sk-s3cr3tabcdefghijklmnop used", "token *** used"),
+        (
+            "cloned with ghp_s3cr3tabcdefghijklmnop0123 and github_pat_s3cr3t_abcdefghijklmnopq",
+            "cloned with *** and ***",
+        ),
+        ("API_TOKENS=s3cr3t DB_PWD=s3cr3t GITHUB_PAT=s3cr3t MAX_TOKENS=64", "MAX_TOKENS=64"),
+        ("KeyError: 'choices'", "KeyError: 'choices'"),  # an exception's name, not a key
+        ("--goodput: expected KEY:MILLISECONDS", "expected KEY:MILLISECONDS"),  # a message's placeholder
+        ('{"tokens": [1, 2], "api_key": "s3cr3t"}', '"tokens": [1, 2]'),
+    ],
+)
+def test_redact_text_masks_secrets_in_the_forms_they_are_written(text, kept):
+    from wattbench_agent.safety import redact_text
+
+    out = redact_text(text)
+    assert "s3cr3t" not in out and "hf_abc" not in out, out
+    assert kept in out, out
+
+
+def test_secret_names_and_the_counts_they_resemble():
+    from wattbench_agent.safety import is_secret, redact_argv
+
+    for name in ("API_TOKENS", "DB_PWD", "GITHUB_PAT", "SECRETS", "TOKENS", "KEYS", "CREDS", "PAT", "DSN", "db.pwd"):
+        assert is_secret(name, "abc"), name
+    kept = [("MAX_TOKENS", "64"), ("max_num_batched_tokens", 8192), ("SKIP_SPECIAL_TOKENS", "true")]
+    kept += [("PATH", "/usr/bin"), ("PWD", "/home/u"), ("COMPAT", "x"), ("TOKENIZERS_PARALLELISM", "x")]
+    for name, value in kept:
+        assert not is_secret(name, value), name
+    argv = redact_argv(["serve", "--api-tokens", "s3cr3t", "--max-num-batched-tokens", "8192", "--db-pwd=s3cr3t"])
+    assert argv == ["serve", "--api-tokens", "***", "--max-num-batched-tokens", "8192", "--db-pwd=***"]
+
+
+def test_a_spec_whose_env_has_plural_or_short_secret_names_is_not_printed(tmp_path, capsys):
+    from pipelines.cli import main as wattbench
+
+    plan = tmp_path / "plan.yaml"
+    smoke = (Path(__file__).resolve().parents[1] / "data" / "smoke_plan.yaml").read_text()
+    env = "{API_TOKENS: s3cr3t-a, DB_PWD: s3cr3t-b, GITHUB_PAT: s3cr3t-c, MAX_TOKENS: '64'}"
+    plan.write_text(
+        smoke.replace(
+            "profile: vllm-like, precision: fp8, tp: 1}", f"profile: vllm-like, precision: fp8, tp: 1, env: {env}}}"
+        )
+    )
+    assert wattbench(["spec", "--plan", str(plan)]) == 2
+    out = capsys.readouterr()
+    assert "s3cr3t" not in out.out + out.err
+    for name in ("API_TOKENS", "DB_PWD", "GITHUB_PAT"):
+        assert f"deployments[1].env.{name}" in out.err
+    assert "MAX_TOKENS" not in out.err
+
+
+class _RecordingServer(MisbehavingServer):
+    """Answers as MisbehavingServer does and keeps each request body it was sent."""
+
+    def __init__(self):
+        super().__init__(behaviours=("ok",))
+        self.bodies: list[dict] = []
+
+    def respond(self, sock, path, body):
+        if "completions" in path:
+            self.bodies.append(json.loads(body))
+        return super().respond(sock, path, body)
+
+
+def test_the_load_clients_extra_body_and_metadata_are_sent_as_given_and_written_masked(tmp_path):
+    import subprocess
+    import sys
+
+    server = _RecordingServer()
+    extra = {"api_key": PASSWORD, "hf_token": "hf_" + "x" * 30, "temperature": 0}
+    with server.running():
+        p = subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "load", "--url", server.url, "--model", "m", "--concurrency", "1",
+             "--max-requests", "2", "--duration", "0", "--no-progress", "--extra-body", json.dumps(extra),
+             "--metadata", f"github_pat={PASSWORD}", f"API_TOKENS={PASSWORD}", "team=infra",
+             "--out", str(tmp_path / "r.jsonl"), "--save-result", "--result-dir", str(tmp_path), "--json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert server.bodies and all(b["api_key"] == PASSWORD and b["hf_token"] == extra["hf_token"] for b in server.bodies)
+    written = {f.name: f.read_text() for f in tmp_path.iterdir()}
+    assert "r.points.jsonl" in written and len(written) == 3, sorted(written)
+    for name, text in written.items():
+        assert PASSWORD not in text and extra["hf_token"] not in text, name
+    point = json.loads(written["r.points.jsonl"].splitlines()[0])
+    assert point["spec"]["extra_body"] == {"api_key": "***", "hf_token": "***", "temperature": 0}
+    (result,) = [json.loads(t) for n, t in written.items() if n.endswith(".json")]
+    assert result["github_pat"] == result["API_TOKENS"] == "***" and result["team"] == "infra"
+    assert PASSWORD not in p.stdout + p.stderr

@@ -336,3 +336,63 @@ def test_a_manifest_whose_processes_are_not_identities_is_named_in_the_failure(p
     ]
     assert "'processes' is a JSON list" in failure
     assert dagster_runs()[run_id].status == dg.DagsterRunStatus.FAILURE
+
+
+@pytest.mark.parametrize("launched_with_token", [True, False], ids=["as wattbench run launches it", "by hand"])
+def test_the_agent_marks_itself_and_its_engines_for_the_reaper(tmp_path, launched_with_token):
+    """What a real agent records in its manifest is what the reaper demands: its engines carry the run token it
+    gave them; the agent carries the token `wattbench run` started it with, or (by hand) is known by its command
+    line. The reaper then stops both, and refuses the same identities with another token."""
+    from pipelines.runs import stop_run_processes
+    from tests.reliability.conftest import emulator_spec
+
+    bundle = tmp_path / "bundle"
+    spec = emulator_spec("r-marked", bundle, n_points=1, duration_s=60)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k not in (procs.RUN_TOKEN_ENV, "DAGSTER_PIPES_CONTEXT")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "agent")])
+    token = uuid.uuid4().hex
+    if launched_with_token:
+        env[procs.RUN_TOKEN_ENV] = token
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "wattbench_agent", "--spec", str(tmp_path / "spec.json")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        processes: dict = {}
+        while time.monotonic() < deadline and not any(k.startswith("engine:") for k in processes):
+            time.sleep(0.2)
+            try:
+                processes = json.loads((bundle / "manifest.json").read_text()).get("processes", {})
+            except (OSError, ValueError):
+                pass
+        (engine,) = [v for k, v in processes.items() if k.startswith("engine:")]
+        mine = processes["agent"]
+        assert len(engine["run_token"]) == 32 and procs.mark_refusal(engine) is None, engine
+        if launched_with_token:
+            assert mine["run_token"] == engine["run_token"] == token and "cmdline_sha256" not in mine
+        else:
+            assert "run_token" not in mine and len(mine["cmdline_sha256"]) == 64
+        assert procs.mark_refusal(mine) is None
+        # the same identities with another token are not the run's
+        other = {"engine:e": {**engine, "run_token": "0" * 32}}
+        stopped, refused = stop_run_processes(_with_manifest(tmp_path / "other", other), lambda s: None)
+        assert stopped == [] and "has another WATTBENCH_RUN_TOKEN" in refused[0] and agent.poll() is None
+        stopped, refused = stop_run_processes(bundle, lambda s: None)
+        assert refused == [] and "agent" in stopped[0], (stopped, refused)
+        assert agent.wait(timeout=60) is not None
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+
+
+def _with_manifest(folder: Path, processes: dict) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps({"run_id": "r", "processes": processes}))
+    return folder

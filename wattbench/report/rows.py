@@ -179,7 +179,10 @@ def contrasts_text(con, run_id: str) -> str:
     if not rows:
         return ""
     table = tabulate(rows, headers=["point", "engines", "figure", "ratio", "finding"], tablefmt="github")
-    return table + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate (Benjamini-Hochberg) over the run's comparisons."
+    return (
+        table + "\nRatios: 95% intervals of the mean ratio over server starts; findings at a 5% false discovery rate "
+        "(Benjamini-Hochberg) over the run's comparisons."
+    )
 
 
 def _ci(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
@@ -214,10 +217,19 @@ def slo_capacity_text(con, run_id: str) -> str:
         )
         tpj = _ci(r["output_tokens_per_j"], r["output_tokens_per_j_lo"], r["output_tokens_per_j_hi"])
         usd = _ci(r["usd_per_1m_output_tokens"], r["usd_per_1m_output_tokens_lo"], r["usd_per_1m_output_tokens_hi"])
-        rows.append([r["engine"], r["workload"], cap, bind, tpj, usd])
+        start = r.get("server_start")
+        rows.append([r["engine"], r["workload"], "-" if _missing(start) else str(start), cap, bind, tpj, usd])
     if not rows:
         return ""
-    headers = ["engine", "workload", "capacity [95% interval]", "binding bound", "tok/J at it", "$ per 1M out at it"]
+    headers = [
+        "engine",
+        "workload",
+        "server start",
+        "capacity [95% interval]",
+        "binding bound",
+        "tok/J at it",
+        "$ per 1M out at it",
+    ]
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 

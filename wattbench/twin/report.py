@@ -179,7 +179,7 @@ PARAMS_DOC = {
     ("pf", "k_busy"): "static power while the engine iterates, share of TDP (window W)",
     ("pf", "k_cmp"): "tensor power at the dense peak, share of TDP (window W; the 735 W prefill anchor)",
     ("gpu", "mem_power_scale"): "the H200's memory power at full bandwidth relative to k_mem x TDP (window W)",
-    ("gpu", "speed_scale"): "1: no board factor (withdrawn: the decode step is the same on every board)",
+    ("gpu", "speed_scale"): "1: no board factor (withdrawn: no run separates a board from its host, start and weights)",
 }
 
 
@@ -324,7 +324,8 @@ def write_report(final, rows, points, ints, coverage, figures, took_s: float) ->
         f"{32e3 * host['p95']:.1f} ms a step.",
         f"- the decode step, each window against the median of its configuration over every board and repeat "
         f"({dec['n']} windows): 5th percentile {dec['p05']:.3f}, 95th {dec['p95']:.3f} (min {dec['min']:.3f}, max "
-        f"{dec['max']:.3f}): the decode step is the same on every board within a few percent.",
+        f"{dec['max']:.3f}). Board, host, server start and weights change together from run to run: this spread is "
+        "all of them, not the boards'.",
         "",
         "A prediction is the twin at the median launch time and the median decode step. Its interval is not this "
         f"spread ({_spread_coverage(before)}) but the twin's own cross-validated errors (below).",

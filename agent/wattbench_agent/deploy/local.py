@@ -15,8 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
+from wattbench_agent import fetch
 from wattbench_agent.engines.failures import DeployError
 
 # Lines engines print when weights plus KV cache do not fit (vLLM, TensorRT-LLM, PyTorch, the emulator). vLLM
@@ -174,30 +173,29 @@ class LocalProcess:
         """Poll the health endpoint until it answers 200; returns seconds since start."""
         assert self.proc is not None and self.started_ns is not None
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    log = self.log_tail(START_LOG_BYTES)
-                    cause = start_failure_cause(log)
-                    raise DeployError(
-                        classify_start_failure(log),
-                        f"server exited with code {code} before it was healthy"
-                        + (f": {cause}" if cause else "")
-                        + f"\nlog {self.log_path}, last lines:\n{log[-1200:]}",
-                    )
-                try:
-                    if client.get(self.url + health_path).status_code == 200:
-                        return (time.perf_counter_ns() - self.started_ns) / 1e9
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise DeployError(
-                        "health_timeout",
-                        f"{self.url}{health_path} not healthy after {timeout_s:.0f} s; log {self.log_path}",
-                    )
-                time.sleep(0.1)
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                log = self.log_tail(START_LOG_BYTES)
+                cause = start_failure_cause(log)
+                raise DeployError(
+                    classify_start_failure(log),
+                    f"server exited with code {code} before it was healthy"
+                    + (f": {cause}" if cause else "")
+                    + f"\nlog {self.log_path}, last lines:\n{log[-1200:]}",
+                )
+            try:  # the head only, 2 s in total: a body is not needed, nor waited for
+                if fetch.status(self.url + health_path, timeout_s=2.0) == 200:
+                    return (time.perf_counter_ns() - self.started_ns) / 1e9
+            except fetch.FetchError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise DeployError(
+                    "health_timeout",
+                    f"{self.url}{health_path} not healthy after {timeout_s:.0f} s; log {self.log_path}",
+                )
+            time.sleep(0.1)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -137,6 +137,10 @@ KNOBS: dict[str, dict[str, tuple[Any, str]]] = {
 }
 
 
+# every integer knob (batch sizes, token budgets, lengths, block sizes, intervals) counts something: 1 to int32's top
+MAX_INT_KNOB = 2**31 - 1
+
+
 class ConfigError(ValueError):
     """A bad profile, knob or value."""
 
@@ -235,12 +239,16 @@ def resolve_options(profile: str, options: dict[str, Any] | None) -> dict[str, A
             v = parse_value(v)
         if isinstance(default, bool) and not isinstance(v, bool):
             raise ConfigError(f"config key {key!r} expects true/false, got {v!r}")
+        counts = isinstance(default, int) and not isinstance(default, bool)
+        if isinstance(v, float) and not math.isfinite(v):  # 1e400 is inf: int() of it was an OverflowError
+            expected = f"an integer from 1 to {MAX_INT_KNOB:,}" if counts else "a finite number"
+            raise ConfigError(f"config key {key!r} = {v!r}; expected {expected}")
         if isinstance(default, (int, float)) and not isinstance(default, bool) and v is not None:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ConfigError(f"config key {key!r} expects a number, got {v!r}")
-            if isinstance(default, int) and not isinstance(default, bool):
-                if float(v) != int(v):
-                    raise ConfigError(f"config key {key!r} expects an integer, got {v!r}")
+            if counts:
+                if float(v) != int(v) or not 1 <= v <= MAX_INT_KNOB:
+                    raise ConfigError(f"config key {key!r} = {v!r}; expected an integer from 1 to {MAX_INT_KNOB:,}")
                 v = int(v)
         out[key] = v
     return out

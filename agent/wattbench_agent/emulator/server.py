@@ -455,6 +455,31 @@ class EmulatorServer:
         toks += ["<|start_header_id|>", "assistant", "<|end_header_id|>", "\n\n"]
         return toks
 
+    def tokenize_body(self, raw: bytes) -> bytes:
+        """vLLM's POST /tokenize: `prompt` (BOS + its words) or `messages` (the chat template, with the assistant's
+        header unless add_generation_prompt is false): {count, max_model_len, tokens}; the ids stand in for tokens."""
+        import zlib
+
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, f"request body is not valid JSON ({str(exc)[:120]})") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        if body.get("model") is not None and str(body["model"]).lower() not in self.model_names:
+            raise ApiError(404, f"The model `{body['model']}` does not exist.", "NotFoundError")
+        if "messages" in body:
+            toks = self.tokenize_chat(body["messages"])
+            if body.get("add_generation_prompt") is False:
+                toks = toks[:-4]
+        elif isinstance(body.get("prompt"), str):
+            toks = ["<|begin_of_text|>"] if body.get("add_special_tokens", True) else []
+            self._words(body["prompt"], toks)
+        else:
+            raise ApiError(400, "give `prompt` (a string) or `messages`")
+        ids = [zlib.crc32(t.encode()) % 128256 for t in toks]
+        return json.dumps({"count": len(ids), "max_model_len": self.st.max_model_len, "tokens": ids}).encode()
+
     def block_hashes(self, toks: list[str]) -> list[int]:
         if not self.sched.prefix_caching:
             return []
@@ -834,6 +859,11 @@ class HttpConnection(asyncio.Protocol):
                     future.add_done_callback(lambda f: self._decoded(f, chat))
                     return
                 self._start(*srv.decode(body, chat), chat)
+                return
+            if path == "/tokenize" and srv.st.profile == "vllm-like":  # vLLM serves it; trtllm-serve does not
+                if method != "POST":
+                    raise ApiError(405, "use POST", "MethodNotAllowed")
+                self._respond(200, srv.tokenize_body(body))
                 return
             if method != "GET":
                 raise ApiError(

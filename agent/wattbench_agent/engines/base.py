@@ -101,15 +101,15 @@ class EngineAdapter:
         """(version, where it was read) from the running engine: its version endpoint, else its log; (None,
         'unknown') when neither says."""
         if url and self.version_path:
-            import httpx
+            from wattbench_agent.fetch import FetchError, get
 
-            try:
-                resp = httpx.get(url.rstrip("/") + self.version_path, timeout=3.0)
-                if resp.status_code == 200:
+            try:  # bounded in time, size and nesting: the engine may be anyone's
+                resp = get(url.rstrip("/") + self.version_path, timeout_s=3.0)
+                if resp.status == 200:
                     version = resp.json().get("version")
                     if version:
-                        return str(version), self.version_path
-            except (httpx.HTTPError, ValueError, AttributeError):
+                        return str(version)[:200], self.version_path
+            except (FetchError, ValueError, AttributeError):
                 pass
         for pattern in self.version_patterns:
             m = pattern.search(log_text)

@@ -10,14 +10,13 @@ from pathlib import Path
 from wattbench_agent.argtypes import check_finite, finite_float, port_number
 from wattbench_agent.safety import redact_text
 
-from . import search_cli, shapes
+from . import datasets, search_cli, shapes, vllm_flags
 from .endpoint import (
     BACKENDS,
     EndpointError,
     api_of,
     backend_api,
     check_url,
-    default_model,
     join_endpoint,
     resolve_api,
 )
@@ -61,6 +60,7 @@ def register(subparsers) -> None:
     _request_flags(p)
     _run_flags(p)
     _vllm_result_flags(p)
+    vllm_flags.register(p)
     search_cli.register(p)
     _energy_flags(p)
     p.set_defaults(func=main)
@@ -162,18 +162,26 @@ def _request_flags(p) -> None:
     )
     p.add_argument(
         "--random-range-ratio",
-        type=finite_float(0, 1),
+        type=vllm_flags.range_ratio,
         default=0.0,
-        help="vLLM's random dataset: lengths uniform in [L x (1 - r), L x (1 + r)]",
+        help='vLLM\'s random dataset: lengths uniform in [L x (1 - r), L x (1 + r)]; or JSON {"input": r, "output": r}',
     )
-    p.add_argument("--dataset", "--dataset-path", dest="dataset", help="ShareGPT-format JSON/JSONL for prompts")
+    p.add_argument(
+        "--dataset", "--dataset-path", dest="dataset", help="the dataset's file or folder (alone: ShareGPT JSON/JSONL)"
+    )
     p.add_argument(
         "--dataset-name",
-        choices=("random", "sharegpt"),
-        help="random (synthetic prompts, the default) or sharegpt (needs --dataset-path)",
+        choices=(*datasets.DATASETS, *datasets.NOT_TEXT),
+        help="vllm bench serve's datasets: random (synthetic, the default), sharegpt, sonnet, burstgpt, custom, hf, "
+        "prefix_repetition, spec_bench, speed_bench, timed_trace; and multi_turn (conversations, the chat API); "
+        "docs/LOADGEN.md",
     )
     p.add_argument("--shared-prefix-tokens", type=int, default=0)
-    p.add_argument("--tokenizer", help="tokenizer.json path or HF name (optional)")
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer.json path or HF name (optional: without one, synthetic prompts are sized on the server's "
+        "count, prompt_length in the summary)",
+    )
 
 
 def _run_flags(p) -> None:
@@ -199,7 +207,9 @@ def _run_flags(p) -> None:
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos/min_tokens")
     p.add_argument("--ignore-eos", action="store_true", help="(the default; accepted for vllm bench serve)")
     p.add_argument("--extra-body", help="JSON object merged into every request body")
-    p.add_argument("--header", action="append", default=[], help="extra HTTP header 'Name: value' (repeatable)")
+    p.add_argument(
+        "--header", nargs="*", action="extend", default=[], help="extra HTTP headers 'Name: value' or KEY=VALUE"
+    )
     p.add_argument("--transport", choices=("fast", "httpx"), default="fast")
     p.add_argument("--workers", type=int, help="client processes (default: automatic)")
     p.add_argument(
@@ -341,19 +351,11 @@ def resolve_target(a) -> tuple[str, str]:
 
 
 def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
-    dataset = a.dataset
-    if a.dataset_name == "sharegpt" and not dataset:
-        raise ValueError("--dataset-name sharegpt needs --dataset-path (a ShareGPT JSON/JSONL file)")
-    if a.dataset_name == "random" and dataset:
-        raise ValueError(f"--dataset-name random takes no --dataset-path ({dataset}); use --dataset-name sharegpt")
-    n_in = a.input_tokens if a.input_tokens is not None else 128
-    n_out = a.output_tokens if a.output_tokens is not None else 128
+    data = vllm_flags.spec_fields(a, api)  # the dataset and its lengths, sampling parameters, request ids, warm-ups
     d = dict(
         url=url,
         model=model,
         api=api,
-        input_tokens=n_in,
-        output_tokens=n_out,
         warmup_s=a.warmup,
         ramp_s=a.ramp,
         duration_s=a.duration if a.duration is not None else 10.0,
@@ -361,23 +363,19 @@ def _spec(a, url: str, api: str, model: str, **over) -> LoadSpec:
         timeout_s=a.timeout,
         seed=a.seed,
         ignore_eos=not a.no_ignore_eos,
-        extra_body=json.loads(a.extra_body) if a.extra_body else {},
+        extra_body={**data.pop("extra_body_under"), **(json.loads(a.extra_body) if a.extra_body else {})},
         headers=_headers(a),
         transport=a.transport,
-        dataset_path=dataset,
         shared_prefix_tokens=a.shared_prefix_tokens,
         tokenizer=a.tokenizer,
         load_point_id=a.load_point_id,
         fail_fast=not a.no_fail_fast,
     )
-    if dataset and a.output_tokens is None:
-        d["output_tokens_dist"] = {"kind": "dataset"}  # vLLM's behaviour: the dataset's own reply lengths
-    if a.random_range_ratio:
-        d["random_range_ratio"] = a.random_range_ratio  # LoadSpec: the prompts when synthetic, the outputs
+    d.update(data)
     until_sent = a.duration is None and a.max_requests is not None
-    if a.trace_path:
-        d.update(shape="trace", concurrency=a.max_concurrency)
-        if a.duration is None:
+    if a.trace_path or a.shape == "ramp":  # schedules of their own (ramp: vLLM's, over --num-prompts)
+        d.update(shape=a.shape or "trace", concurrency=a.max_concurrency)
+        if a.trace_path and a.duration is None:
             d["duration_s"] = 0.0
     elif a.rate is not None and not _inf(a.rate):
         # vllm bench serve's flags pick the shape: --burstiness other than 1 gamma, --surge-factor surge
@@ -416,7 +414,7 @@ def _points(a) -> tuple[str | None, list]:
         return "concurrency", [int(v) for v in counts]
     if a.rate is not None and not _inf(a.rate):
         return "rate", _floats(a.rate, "--rate")
-    if a.trace_path:
+    if a.trace_path or a.shape == "ramp":
         return None, [None]
     # vLLM's request rate inf (also its default, with --num-prompts alone): every request at once, capped by
     # --max-concurrency: that many closed-loop streams, or one per prompt
@@ -466,6 +464,14 @@ def summary_table(s: dict) -> str:
         rows.append("  errors: " + ", ".join(f"{k} {v}" for k, v in s["errors"].items()))
     if s.get("energy"):
         rows.append(energy_row(s["energy"]))
+    pl = s.get("prompt_length") or {}
+    if pl.get("achieved_mean_tokens") is not None:  # how prompt lengths were met, and what the server counted
+        asked = pl.get("requested_mean_tokens")
+        rows.append(
+            f"  prompt tokens (server's count) mean {pl['achieved_mean_tokens']:.1f}"
+            + (f", asked {asked:.1f} ({pl['error_pct']:+.2f}%)" if asked else "")
+            + f"   lengths: {pl['method']}"
+        )
     from .steps import describe  # numpy: not for `wattbench load --help`
 
     if describe(s.get("steps")):
@@ -493,11 +499,16 @@ def main(a) -> int:
     from .energy import EnergyError
 
     try:
+        problem = vllm_flags.refused(a)
+        if problem:
+            raise ValueError(problem)
+        vllm_flags.prepare(a)  # vLLM's flags into wattbench's: before the shape is read from them
         url, api = resolve_target(a)
         slo = parse_goodput(a.goodput) if a.goodput else None
         meter = energy_meter(a, url)
+        model_id = a.model or vllm_flags.server_model(url, _headers(a), a.ready_check_timeout_sec)
+        model = a.served_model_name or model_id  # the name sent in requests (vLLM's --served-model-name)
         if a.search:
-            model = a.model or default_model(url, _headers(a))
             if not a.model:
                 print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
             with meter or contextlib.nullcontext():
@@ -520,7 +531,6 @@ def main(a) -> int:
             if not sep:
                 raise ValueError(f"--metadata {item!r}: expected KEY=VALUE")
             metadata[k.strip()] = v.strip()
-        model = a.model or default_model(url, _headers(a))
         specs = [
             _spec(
                 a,
@@ -534,6 +544,7 @@ def main(a) -> int:
             )
             for v in values
         ]
+        specs = [vllm_flags.cap_to_dataset(spec) for spec in specs]  # --no-oversample
     except (LoadSpecError, EndpointError, ResultArgError, ValueError) as exc:
         print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
         return 2
@@ -541,14 +552,16 @@ def main(a) -> int:
         print(f"wattbench load: model {model} (the server's only model)", file=sys.stderr)
     try:
         with meter or contextlib.nullcontext():
-            return _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter)
+            return _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter, model_id)
     except EnergyError as exc:
         print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 
-def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter) -> int:
-    """Every load point of a `wattbench load` (one, or a sweep), its summary printed and its files written."""
+def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter, model_id) -> int:
+    """Every load point of a `wattbench load` (one, or a sweep), its summary printed and its files written. `model`:
+    the name requests carry; `model_id`: the model's id as the result file names it (vLLM's --served-model-name)."""
+    from .prelude import NotReady
     from .runner import run_load
 
     summaries = []
@@ -563,8 +576,9 @@ def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter) -> i
                 slo=slo,
                 on_window_start=start,
                 on_window_end=end,
+                verify=not a.insecure,
             )
-        except (LoadSpecError, ValueError) as exc:
+        except (LoadSpecError, ValueError, NotReady) as exc:
             print(f"wattbench load: {redact_text(str(exc))}", file=sys.stderr)
             return 2
         ff = res.summary.get("fail_fast")
@@ -584,10 +598,10 @@ def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter) -> i
                 )
         if gone:
             print(f"wattbench load: {redact_text(gone['message'])}", file=sys.stderr, flush=True)
-        if a.save_result or a.save_detailed:
+        if a.save_result or a.save_detailed or a.append_result or a.plot_timeline:
             result = result_json(
                 res,
-                model_id=model,
+                model_id=model_id,
                 label=a.label,
                 num_prompts=a.max_requests,
                 tokenizer_id=a.tokenizer,
@@ -600,8 +614,8 @@ def _run_points(a, specs, key, model, slo, pmetrics, pcts, metadata, meter) -> i
             suffix = f"{key[0]}{spec.concurrency if key == 'concurrency' else spec.rate:g}" if len(specs) > 1 else None
             path = result_filename(result, a.label, a.result_dir, a.result_filename, suffix)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(result) + "\n", encoding="utf-8")
-            print(f"wattbench load: result written to {path} (vllm bench serve's keys)", file=sys.stderr)
+            for line in vllm_flags.write_result(a, res, result, path):
+                print(f"wattbench load: {line}", file=sys.stderr)
         summaries.append(res.summary)
         if ff and not res.summary["completed"] or gone:
             break

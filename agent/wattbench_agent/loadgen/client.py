@@ -10,8 +10,13 @@ timeout (the request's overall timeout_s), connect_error, disconnected (connecti
 ended), malformed_sse (a data line that is not JSON; the rest of the stream is still read and timed),
 stream_error (the server sent an error object in the stream), sse_event_too_long (an SSE event grew past
 MAX_SSE_EVENT_BYTES without ending: the request is stopped there), http_3xx (a redirect, with where to: POSTs are
-not re-sent elsewhere, give the URL it names), empty_choices (the stream ended with no content, having sent chunks
-whose `choices` was empty), no_content (the stream ended with no content event), cancelled (the run was
+not re-sent elsewhere, give the URL it names), protocol_error (the answer breaks HTTP/1.1 framing: a negative or
+non-numeric Content-Length, a chunk size that is not hex, over 1 GiB or on a line past 4 KiB; FastTransport, whose
+checks are in transport.py; with transport="httpx" h11's own refusal is `disconnected`), empty_choices (the stream
+ended with no content, having sent chunks
+whose `choices` was empty), no_content (the stream ended with no content event), bad_usage (the usage the server
+reported is not a count: negative, not an integer, past 2^31 - 1, not an object; the figure is named in error_text,
+the request's token counts are NULL), cancelled (the run was
 interrupted or the drain bound hit), client_error (anything else, with its type).
 
 Connecting (TCP, and TLS for https) may take CONNECT_TIMEOUT_S, not the request's whole timeout_s: an https URL
@@ -31,7 +36,7 @@ import httpx
 from wattbench_agent.safety import redact_url
 
 from .metrics import distribute_tokens, tpot_ms
-from .transport import timed_stream
+from .transport import ProtocolViolation, timed_stream
 
 _perf_ns = time.perf_counter_ns
 _loads = json.loads
@@ -45,10 +50,11 @@ def endpoint_url(url: str, api: str) -> str:
     return u + path if u.endswith("/v1") else u + "/v1" + path
 
 
-def build_body(spec: Any, prompt: str, max_tokens: int) -> dict:
+def build_body(spec: Any, prompt: str, max_tokens: int, messages: list[dict] | None = None) -> dict:
+    """The request body; `messages` (a conversation's history and its next user turn) instead of the one prompt."""
     body: dict[str, Any] = {"model": spec.model}
     if spec.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt}]
     else:
         body["prompt"] = prompt
     body.update(max_tokens=int(max_tokens), stream=True, stream_options={"include_usage": True})
@@ -92,6 +98,30 @@ MAX_SSE_EVENT_BYTES = 1 << 20
 # An error response's body is read this far (its first 500 characters are kept); the rest is not waited for.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 30.0
+# A token count the engine reports must be an integer the warehouse's INTEGER columns hold. Anything else (-7, 1e308,
+# "4", 3.5, a usage that is not an object) is not a count: the request is `bad_usage`, its counts NULL, and nothing is
+# built on them (a usage of 1e308 printed output_tok_s = -2.6e22 and made the bundle unloadable).
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def usage_problem(usage: object) -> str | None:
+    """Why the server's `usage` cannot be believed (one line naming the figure), or None."""
+    if not isinstance(usage, dict):
+        return (
+            f"the server's usage = {repr(usage)[:80]}; expected an object with integer prompt_tokens and "
+            "completion_tokens (this request's token counts are not kept)"
+        )
+    for name in ("completion_tokens", "prompt_tokens"):
+        v = usage.get(name)
+        if v is None:
+            continue
+        counts = isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_TOKEN_COUNT
+        if not counts or (isinstance(v, float) and not v.is_integer()):
+            return (
+                f"the server's usage {name} = {repr(v)[:80]}; expected an integer from 0 to {MAX_TOKEN_COUNT:,} "
+                "(this request's token counts are not kept)"
+            )
+    return None
 
 
 class SSEParser:
@@ -349,8 +379,8 @@ class RequestRunner:
 
         self.fast = tr if isinstance(tr, FastTransport) else None
 
-    def encode(self, prompt: str, max_tokens: int) -> bytes:
-        return json.dumps(build_body(self.spec, prompt, max_tokens), separators=(",", ":")).encode()
+    def encode(self, prompt: str, max_tokens: int, messages: list[dict] | None = None) -> bytes:
+        return json.dumps(build_body(self.spec, prompt, max_tokens, messages), separators=(",", ":")).encode()
 
     async def run(
         self,
@@ -361,8 +391,17 @@ class RequestRunner:
         scheduled_ns: int,
         prompt: str | None = None,
         on_status: Callable[[int, float | None], None] | None = None,
+        number: int | None = None,
+        text_out: list[str] | None = None,
     ) -> dict:
-        p = SSEParser(self.is_chat, keep_text=self.tok is not None)
+        """One request. `number`: the request's number in its load point (x-request-id = the spec's
+        request_id_prefix + it, as vllm bench serve's); `text_out`: the streamed text is appended to it (a
+        conversation's next turn resends it)."""
+        p = SSEParser(self.is_chat, keep_text=self.tok is not None or text_out is not None)
+        headers = self.headers
+        if self.spec.request_id_prefix is not None and number is not None:
+            headers = headers.copy()
+            headers["x-request-id"] = f"{self.spec.request_id_prefix}{number}"
         status = None
         sent_ns = None
         retry_after = None
@@ -370,7 +409,7 @@ class RequestRunner:
         try:
             async with asyncio.timeout(self.spec.timeout_s):
                 req = httpx.Request(
-                    "POST", self.url, content=body, headers=self.headers, extensions={"timeout": self.timeout_ext}
+                    "POST", self.url, content=body, headers=headers, extensions={"timeout": self.timeout_ext}
                 )
                 sent_ns = _perf_ns()
                 if self.fast is not None:
@@ -429,6 +468,9 @@ class RequestRunner:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "connect_error", f"{type(exc).__name__}: {exc}"
+        except ProtocolViolation as exc:
+            fail_ns = _perf_ns()
+            p.err, p.errtxt = "protocol_error", f"the response breaks HTTP/1.1 framing: {exc}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             fail_ns = _perf_ns()
             p.err, p.errtxt = "disconnected", f"{type(exc).__name__}: {exc}"
@@ -445,6 +487,10 @@ class RequestRunner:
             p.err, p.errtxt = "client_error", f"{type(exc).__name__}: {exc}"
         if on_status is not None and status is not None:
             on_status(status, retry_after)
+        if p.usage is not None and p.err is None:
+            problem = usage_problem(p.usage)
+            if problem:
+                p.err, p.errtxt = "bad_usage", problem
         if p.err is None and not p.chunk_ns:
             fail_ns = _perf_ns()
             if p.empty:
@@ -453,30 +499,39 @@ class RequestRunner:
                 p.err, p.errtxt = "no_content", "the stream ended without a content event"
         if p.err is not None and fail_ns is None:
             fail_ns = _perf_ns()
+        if text_out is not None:
+            text_out.append("".join(p.raw))
         return self._record(request_id, scheduled_ns, sent_ns, fail_ns, status, p, input_tokens, max_tokens, prompt)
 
     def _record(
         self, request_id, scheduled_ns, sent_ns, fail_ns, status, p: SSEParser, input_tokens, max_tokens, prompt
     ) -> dict:
-        usage = p.usage or {}
+        lied = p.usage is not None and usage_problem(p.usage) is not None
+        usage = {} if lied else (p.usage or {})
         chunk_ns = p.chunk_ns
         n_events = p.events()
         ct = usage.get("completion_tokens")
         pt = usage.get("prompt_tokens")
-        if ct is not None:
-            source = "usage"
+        if lied:  # not counted: no estimate stands in for a figure the server gave wrongly
+            ct = pt = source = None
+        elif ct is not None:
+            ct, source = int(ct), "usage"
         elif self.tok is not None and p.raw:
             ct = len(self.tok.encode("".join(p.raw)))
             source = "tokenizer"
         else:
             ct = n_events if n_events else None
             source = "estimate"
-        if pt is None:
+        if pt is not None:
+            pt = int(pt)
+        elif not lied:
             if self.tok is not None and prompt is not None:
                 pt = len(self.tok.encode(prompt))
             else:
                 pt = input_tokens
-        if source == "estimate":
+        if lied:
+            chunk_tokens = None
+        elif source == "estimate":
             chunk_tokens = [1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts
         else:
             events = ([1] * (len(chunk_ns) - len(p.tail_counts)) + p.tail_counts) if p.tail_counts else None

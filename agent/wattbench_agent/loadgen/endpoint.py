@@ -98,22 +98,23 @@ def models_url(url: str) -> str:
 
 
 def server_models(url: str, headers: dict | None = None, timeout_s: float = 10.0) -> list[str]:
-    """The model ids the server lists at GET /v1/models. EndpointError with the URL and the answer otherwise."""
-    import httpx
+    """The model ids the server lists at GET /v1/models. EndpointError with the URL and the answer otherwise.
+    Bounded (wattbench_agent.fetch): timeout_s in total, 4 MiB decoded, JSON nesting."""
+    from wattbench_agent.fetch import FetchError, get
 
     where = models_url(url)
     try:
-        resp = httpx.get(where, headers=headers or {}, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise EndpointError(
-            f"cannot reach {where} to find the model ({type(exc).__name__}: {exc}); check --url, or give --model"
-        ) from None
-    if resp.status_code != 200:
-        raise EndpointError(f"{where} answered HTTP {resp.status_code}: {resp.text[:300].strip()}; give --model")
+        resp = get(where, headers=headers, timeout_s=timeout_s)
+    except FetchError as exc:
+        raise EndpointError(f"cannot read the model list: {exc}; check --url, or give --model") from None
+    if resp.status != 200:
+        raise EndpointError(f"{where} answered HTTP {resp.status}: {resp.text[:300].strip()}; give --model")
     try:
         data = resp.json().get("data") or []
         ids = [str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")]
-    except (ValueError, AttributeError, KeyError, TypeError):
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        if "nested deeper" in str(exc):
+            raise EndpointError(f"{exc}; give --model") from None
         raise EndpointError(
             f"{where} did not answer an OpenAI model list ({resp.text[:200].strip()!r}); give --model"
         ) from None

@@ -46,12 +46,13 @@ def noted(sink: Any, result: Any) -> Any:
     return `result`."""
     if getattr(sink, "path", None) is None or "replay" not in result.extra:
         return result
-    from wattbench_agent.safety import redact_url
+    from wattbench_agent.safety import mask_map, redact_url
 
     facts = result.extra["replay"]
     spec = result.spec.to_dict()
     spec["headers"] = dict.fromkeys(spec.get("headers") or {}, "***")
     spec["url"] = redact_url(spec["url"])
+    spec["extra_body"] = mask_map(spec.get("extra_body") or {})  # `--extra-body '{"api_key": ...}'`: sent, not kept
     line = {
         "points_version": POINTS_VERSION,
         "load_point_id": facts["load_point_id"],

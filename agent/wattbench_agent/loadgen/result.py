@@ -10,7 +10,7 @@ from typing import Any
 
 from wattbench_agent.safety import redact_url
 
-from . import metrics, steps
+from . import metrics, prompt_length, steps
 from .spec import LoadSpec
 from .workload import length_dists
 
@@ -72,7 +72,9 @@ def default_workload(spec: LoadSpec) -> str:
     if named:
         return named
     if spec.dataset_path:
-        return f"sharegpt:{Path(spec.dataset_path).name}"
+        return f"{spec.dataset_name or 'sharegpt'}:{Path(spec.dataset_path).name}"
+    if spec.dataset_name not in (None, "random"):
+        return f"{spec.dataset_name}-in{spec.input_tokens}-out{spec.output_tokens}"
     in_dist, out_dist = length_dists(spec)
     i = "dist" if in_dist else spec.input_tokens
     o = "dist" if out_dist else spec.output_tokens
@@ -179,6 +181,8 @@ def point_result(spec: LoadSpec, sink: Any, lp: str, duration_s: float, res: dic
     )
     if res["edge_errors"]:
         summary["window_callback_errors"] = res["edge_errors"]
+    summary["prompt_length"] = prompt_length.summary(spec, sink.records)
+    summary.update(res.get("prelude") or {})  # ready_check, warmup_requests: before t0, not measured
     if isinstance(res.get("energy"), dict):  # the window's energy reading (wattbench load --telemetry)
         from .energy import figures
 

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import httpx
 
-from . import replay, shapes
+from . import prelude, replay, shapes
 from .client import RequestRunner, _Cancelled, endpoint_url
 from .progress import Progress
 from .result import UNTIL_SENT_S, FailFast, LoadResult, point_result
@@ -283,6 +283,9 @@ class Prepared:
     duration_s: float
     worker: int = 0  # this worker's index: its requests are the global ones local * n_workers + worker
     n_workers: int = 1
+    # open loop over a duration, its schedule cut by neither max_requests nor an end of its own (a trace): the window
+    # is the scheduled span, whenever the last arrival fell in it (sending waits for the window's end)
+    fills_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -376,16 +379,49 @@ class _LoadRun:
         )
 
     async def one(self, i: int, scheduled: int, on_status=None) -> None:
+        if self.workload.conversations:
+            await self.converse(i, scheduled, on_status)
+            return
         body, n_in, n_out, prompt = self.item(i)
+        g = i * self.nw + self.wk
+        await self._send(f"{g:07d}", body, n_in, n_out, scheduled, prompt, on_status, g)
+
+    async def _send(self, rid, body, n_in, n_out, scheduled, prompt, on_status, number, text_out=None) -> dict:
         self.inflight += 1
         try:
-            rec = await self.runner.run(f"{i * self.nw + self.wk:07d}", body, n_in, n_out, scheduled, prompt, on_status)
+            rec = await self.runner.run(rid, body, n_in, n_out, scheduled, prompt, on_status, number, text_out)
         except _Cancelled as exc:
             self.sink.put(exc.record)
             raise
         finally:
             self.inflight -= 1
         self.sink.put(rec)
+        return rec
+
+    async def converse(self, i: int, scheduled: int, on_status=None) -> None:
+        """Conversation i (a multi-turn workload: an arrival or a stream's turn starts one): each turn goes out
+        after the last one's answer and its think time, the history resent with the text the server streamed, as a
+        chat client does (AIPerf's and guidellm's multi-turn); a failed turn ends the conversation, and no turn
+        starts once sending has ended."""
+        g = i * self.nw + self.wk
+        conv = self.workload.conversation(g)
+        history: list[dict] = []
+        for t, (text, n_out) in enumerate(conv.turns):
+            if t:
+                delay = conv.delays_s[t - 1] if t - 1 < len(conv.delays_s) else 0.0
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self.should_stop(_perf_ns()):
+                    return
+                scheduled = _perf_ns()
+            history.append({"role": "user", "content": text})
+            n_in = conv.input_tokens + sum(len(m["content"].split()) for m in history[1:])
+            reply: list[str] = []
+            body = self.runner.encode(text, n_out, history)
+            rec = await self._send(f"{g:07d}-{t}", body, n_in, n_out, scheduled, None, on_status, f"{g}-{t}", reply)
+            if rec["error_kind"] is not None:
+                return
+            history.append({"role": "assistant", "content": reply[0] if reply else ""})
 
     def should_stop(self, now: int) -> bool:
         stop_event = self.ctx.stop_event
@@ -457,6 +493,18 @@ class _LoadRun:
             t = self._track(self.loop.create_task(self.one(i, target)))
             if cap is not None:
                 t.add_done_callback(lambda _t: cap.release())
+        else:
+            if self.ctx.prepared.fills_window:
+                await self._until_send_end()
+
+    async def _until_send_end(self) -> None:
+        """Open loop: the schedule ran out before the window's end (no arrival fell after the last one): sending
+        lasts to the window's end, so the window is the span scheduled, not the span to the last answer."""
+        while not self.stop:
+            d = self.send_end - _perf_ns()
+            if d <= 0 or (self.ctx.stop_event is not None and self.ctx.stop_event.is_set()):
+                return
+            await asyncio.sleep(min(d / 1e9, 0.1))
 
     # ------------------------------------------------------------------ watchers
     async def show_progress(self) -> None:
@@ -595,6 +643,12 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
     # until every request is sent: the schedule of exactly max_requests (or the whole trace), not a day of arrivals
     until_sent = math.inf if duration_s >= UNTIL_SENT_S else horizon
     offsets = None if shape.closed_loop else shape.offsets(spec.point(), until_sent, spec.seed)
+    fills = (
+        offsets is not None
+        and math.isfinite(until_sent)
+        and not shape.ends_by_itself
+        and (spec.max_requests is None or len(offsets) < spec.max_requests)
+    )
     if offsets is not None:
         offsets = offsets[wk::nw]
         expected = len(offsets)
@@ -608,14 +662,14 @@ def _prepare(spec: LoadSpec, tok, lp: str, wk: int, nw: int) -> Prepared:
     rr = RequestRunner(spec, None, lp, tok)  # body encoding only
     items = []
     nbytes = 0
-    for i in range(expected):
+    for i in range(0 if workload.conversations else expected):  # a conversation's turns are made as it goes
         it = workload.item(i * nw + wk)
         body = rr.encode(it.prompt, it.output_tokens)
         nbytes += len(body)
         items.append((body, it.input_tokens, it.output_tokens, it.prompt if tok is not None else None))
         if nbytes > PREFETCH_BYTES:
             break
-    return Prepared(spec, shape, items, workload, offsets, lp, tok, duration_s, wk, nw)
+    return Prepared(spec, shape, items, workload, offsets, lp, tok, duration_s, wk, nw, fills)
 
 
 class _PipeSink:
@@ -881,17 +935,21 @@ def run_load(
     if isinstance(spec, dict):
         spec = LoadSpec.from_dict(spec)
     spec.validate()
-    tok = tokenizer if tokenizer is not None else (load_tokenizer(spec.tokenizer) if spec.tokenizer else None)
+    tok = (
+        tokenizer
+        if tokenizer is not None
+        else (load_tokenizer(spec.tokenizer, spec.tokenizer_options) if spec.tokenizer else None)
+    )
+    spec, before = prelude.run(spec, tok, verify)  # ready check, prompt length calibration, warm-up requests
     lp = spec.load_point_id or default_load_point_id(spec)
     n_workers = _auto_workers(spec, workers)
     sink = _Sink(out, on_record, FailFast(spec.fail_fast, endpoint_url(spec.url, spec.api)))
     if n_workers > 1:
-        return replay.noted(
-            sink,
-            _run_multi(
-                spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify, slo
-            ),
-        )
+        res = _run_multi(spec, n_workers, sink, lp, tok, progress, on_window_start, on_window_end, stop_event, verify,
+                         slo)  # fmt: skip
+        res.summary.update(before)  # what was done before t0, as point_result adds it in one process
+        res.extra["replay"]["res"]["prelude"] = before
+        return replay.noted(sink, res)
     prepared = _prepare(spec, tok, lp, 0, 1)
     ctx = RunContext(
         prepared,
@@ -936,6 +994,7 @@ def run_load(
     finally:
         sink.close()
 
+    res["prelude"] = before
     return replay.noted(sink, point_result(spec, sink, lp, prepared.duration_s, res, slo))
 
 

@@ -106,11 +106,11 @@ def start_load(a) -> float | None:
 
 def server_answers(url: str, headers: dict) -> bool:
     """Whether the server still answers its model list (asked after a probe whose requests failed)."""
-    import httpx
+    from wattbench_agent.fetch import FetchError, status
 
     try:
-        return httpx.get(models_url(url), headers=headers, timeout=5.0).status_code < 500
-    except httpx.HTTPError:
+        return status(models_url(url), headers=headers, timeout_s=5.0) < 500
+    except FetchError:
         return False
 
 

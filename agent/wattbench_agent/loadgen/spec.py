@@ -34,6 +34,10 @@ _BOUNDS: dict[str, tuple[bool, float]] = {
     "max_requests": (True, MAX_REQUESTS),
     "seed": (True, 2**63 - 1),
     "timeout_s": (False, MAX_WINDOW_S),
+    "turns": (True, 10_000),
+    "turn_delay_s": (False, MAX_WARMUP_S),
+    "num_warmups": (True, MAX_REQUESTS),
+    "ready_check_timeout_s": (False, MAX_WINDOW_S),
 }
 
 
@@ -82,10 +86,21 @@ class LoadSpec:
     # vllm bench serve's --random-range-ratio r: lengths uniform over [floor(L(1 - r)), ceil(L(1 + r))] where no
     # *_tokens_dist says otherwise (prompts only when synthetic); 0 = every request input_tokens / output_tokens
     random_range_ratio: float = 0.0
-    dataset_path: str | None = None  # ShareGPT-format JSON/JSONL: prompts (and output lengths) from it
+    dataset_path: str | None = None  # the dataset's file or folder (alone: ShareGPT-format JSON/JSONL)
+    # vllm bench serve's --dataset-name (loadgen/datasets.py: sharegpt, sonnet, burstgpt, custom, hf, spec_bench,
+    # speed_bench, timed_trace, prefix_repetition, random) or multi_turn; None: sharegpt with a path, else random
+    dataset_name: str | None = None
+    dataset_options: dict = field(default_factory=dict)  # the dataset's own options, by vLLM's flag names
+    turns: int = 1  # user turns per conversation (synthetic multi-turn); a multi_turn dataset has its own
+    turn_delay_s: float = 0.0  # think time before each later turn of a conversation
     shared_prefix_tokens: int = 0  # every prompt starts with the same prefix of this many tokens
     num_prefixes: int = 1  # number of distinct shared prefixes (requests assigned round robin)
     tokenizer: str | None = None  # tokenizer.json path or HF name (optional; exact lengths + token counts)
+    tokenizer_options: dict = field(default_factory=dict)  # trust_remote_code, tokenizer_mode (vLLM's flags)
+    # synthetic prompts' length met on the server's count (loadgen/prompt_length.py): calibrated before t0 on its
+    # /tokenize or its usage; the calibration found travels here (worker processes make the same prompts)
+    calibrate_prompts: bool = True
+    prompt_calibration: dict | None = None
     warmup_s: float = 0.0
     ramp_s: float = 0.0  # concurrency: start the streams evenly over this many seconds
     # (desynchronises closed-loop waves; keep it within warmup_s)
@@ -103,6 +118,9 @@ class LoadSpec:
     )
     transport: str = "fast"  # fast (wattbench's httpx transport) | httpx (httpx's own pool); see docs/LOADGEN.md
     fail_fast: bool = True  # stop when the first requests all fail the same way (result.FAIL_FAST_N)
+    request_id_prefix: str | None = None  # x-request-id: prefix + request number (vllm bench serve's)
+    num_warmups: int = 0  # requests sent (and not measured) before t0, as vllm bench serve's --num-warmups
+    ready_check_timeout_s: float = 0.0  # before anything: retry a test request until it succeeds, up to this long
     # the shape's own parameters (shapes.Param), by name: flat in the dict form (from_dict / to_dict, the wire's load),
     # as the fields above are, so that a new shape's parameter needs no field here
     params: dict = field(default_factory=dict)
@@ -206,4 +224,11 @@ class LoadSpec:
             raise LoadSpecError("transport must be 'fast' or 'httpx'")
         if not isinstance(self.extra_body, dict) or not isinstance(self.headers, dict):
             raise LoadSpecError("extra_body and headers must be mappings")
+        if self.turns < 1 or self.turn_delay_s < 0 or self.num_warmups < 0 or self.ready_check_timeout_s < 0:
+            raise LoadSpecError("turns must be >= 1; turn_delay_s, num_warmups, ready_check_timeout_s >= 0")
+        from . import datasets
+
+        problem = datasets.check(self)
+        if problem:
+            raise LoadSpecError(problem)
         return self

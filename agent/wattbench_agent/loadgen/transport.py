@@ -14,6 +14,13 @@ handed to the socket; `response.stream` (unwrapped via `timed_stream(response)`)
 yielding (arrival_ns, bytes). Timeouts: connect and pool come from the httpx timeout; read applies to the
 response head; the body is bounded by the caller's overall deadline (wattbench wraps each request in one).
 TLS works (https URLs); HTTP/2 is not spoken (use transport="httpx" with http2 for that).
+
+What a server sends is bounded before it is believed (`ProtocolViolation`, which the client records as
+`protocol_error`): interim 1xx heads (103 Early Hints) are skipped; a Content-Length must be digits (no sign) and
+agree with any other; a chunk size must be hex digits naming at most MAX_CHUNK_BYTES, its line (with extensions) at
+most MAX_CHUNK_LINE_BYTES; trailers at most MAX_HEAD_BYTES. A size of `-6` used to move the parser backwards (an
+endless loop on the event loop: no timeout or Ctrl-C could end it), and a size line without end grew the buffer
+without bound.
 """
 
 from __future__ import annotations
@@ -32,6 +39,49 @@ _H_HEAD, _H_BODY_CL, _H_BODY_CHUNK, _H_BODY_EOF, _H_DONE = range(5)
 # A server that speaks TLS completes a handshake in milliseconds; one that does not (a plain HTTP server behind an
 # https URL) never answers it: fail after this, not after the request's whole timeout.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# A response head (and a chunked body's trailers) may hold this many bytes.
+MAX_HEAD_BYTES = 65536
+# A chunk-size line is a few hex digits and perhaps an extension; one chunk may announce at most 1 GiB (engines send
+# a few events a chunk): past either the answer is not HTTP/1.1 a client can follow.
+MAX_CHUNK_LINE_BYTES = 4096
+MAX_CHUNK_BYTES = 1 << 30
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+class ProtocolViolation(httpx.RemoteProtocolError):
+    """The server's answer breaks HTTP/1.1 framing (a negative or non-numeric Content-Length, a bad chunk size):
+    the request ends with this error (`protocol_error`) and the connection is dropped."""
+
+
+def _content_length(value: bytes) -> int:
+    if not value or not value.isdigit() or len(value) > 18:  # isdigit on bytes: ASCII digits only, no sign or space
+        raise ProtocolViolation(
+            f"Content-Length {value[:40].decode('latin-1')!r}; expected a whole number of bytes (digits only, >= 0)"
+        )
+    return int(value)
+
+
+def _chunk_size_problem(line: bytes) -> str:
+    return f"chunk size {line[:40].decode('latin-1')!r}; expected hex digits (a chunk's length in bytes, >= 0)"
+
+
+def _chunk_size(line: bytes) -> int:
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    if not digits or not _HEX.issuperset(digits):
+        raise ProtocolViolation(_chunk_size_problem(line))
+    size = int(digits[-17:], 16) if len(digits.lstrip(b"0")) <= 16 else MAX_CHUNK_BYTES + 1
+    if size > MAX_CHUNK_BYTES:
+        raise ProtocolViolation(
+            f"chunk size {digits[:40].decode('latin-1')} (hex) is over {MAX_CHUNK_BYTES:,} bytes; expected at most "
+            "1 GiB a chunk"
+        )
+    return size
+
+
+def _interim(head: bytes) -> bool:
+    """An informational (1xx) head other than 101: the real answer follows it on the same connection."""
+    status = head[9:12]
+    return head[:7] == b"HTTP/1." and status[:1] == b"1" and status != b"101" and head[12:13] in (b" ", b"\r", b"")
 
 
 class _Body(httpx.AsyncByteStream):
@@ -148,15 +198,22 @@ class _Conn(asyncio.Protocol):
         st = self.state
         if st == _H_HEAD:
             buf = self.buf + data if self.buf else data
-            i = buf.find(b"\r\n\r\n")
-            if i < 0:
-                if len(buf) > 65536:
-                    self._fail_head(httpx.RemoteProtocolError("response head too large"))
-                self.buf = buf
-                return
+            while True:
+                i = buf.find(b"\r\n\r\n")
+                if i < 0:
+                    if len(buf) > MAX_HEAD_BYTES:
+                        self._fail_head(httpx.RemoteProtocolError("response head too large"))
+                    self.buf = buf
+                    return
+                if not _interim(buf[:i]):
+                    break
+                buf = buf[i + 4 :]  # 103 Early Hints and the like: the answer is the head after it
             self.buf = b""
             try:
                 self._parse_head(buf[:i])
+            except ProtocolViolation as exc:
+                self._fail_head(exc)
+                return
             except Exception as exc:  # malformed head
                 self._fail_head(httpx.RemoteProtocolError(f"malformed response head: {exc}"))
                 return
@@ -205,7 +262,10 @@ class _Conn(asyncio.Protocol):
             if lk == b"transfer-encoding" and b"chunked" in v.lower():
                 chunked = True
             elif lk == b"content-length":
-                length = int(v)
+                n = _content_length(v)
+                if length is not None and n != length:
+                    raise ProtocolViolation(f"two Content-Lengths ({length} and {n}); expected one")
+                length = n
             elif lk == b"connection":
                 lv = v.lower()
                 if b"close" in lv:
@@ -251,10 +311,25 @@ class _Conn(asyncio.Protocol):
                     self.chunk_phase = 0
             elif ph == 0:  # size line
                 j = buf.find(b"\r\n", pos)
-                if j < 0:
+                if j < 0 or j - pos > MAX_CHUNK_LINE_BYTES:
+                    if n - pos > MAX_CHUNK_LINE_BYTES:
+                        why = f"a chunk-size line longer than {MAX_CHUNK_LINE_BYTES:,} bytes; expected hex digits"
+                        self._body_failed(out, ns, why)
+                        return
                     self.buf = buf[pos:]
                     break
-                size = int(buf[pos:j].split(b";", 1)[0], 16)
+                line = buf[pos:j]
+                try:
+                    # the usual line (a few hex digits) in two C calls; anything else is checked in full
+                    size = int(line, 16) if len(line) <= 8 and line.isalnum() else _chunk_size(line)
+                except ValueError:
+                    size = -1
+                except ProtocolViolation as exc:
+                    self._body_failed(out, ns, str(exc))
+                    return
+                if size < 0:
+                    self._body_failed(out, ns, _chunk_size_problem(line))
+                    return
                 pos = j + 2
                 if size == 0:
                     self.chunk_phase = 2
@@ -264,6 +339,9 @@ class _Conn(asyncio.Protocol):
             else:  # trailers until an empty line
                 j = buf.find(b"\r\n", pos)
                 if j < 0:
+                    if n - pos > MAX_HEAD_BYTES:
+                        self._body_failed(out, ns, f"trailers longer than {MAX_HEAD_BYTES:,} bytes")
+                        return
                     self.buf = buf[pos:]
                     break
                 line_empty = j == pos
@@ -276,6 +354,19 @@ class _Conn(asyncio.Protocol):
                     return
         if out:
             self._push_joined(ns, out)
+
+    def _body_failed(self, out: list, ns: int, why: str) -> None:
+        """The body breaks chunked framing: what arrived before is delivered, then the request ends with the error
+        and the connection is dropped (its bytes cannot be trusted to frame another response)."""
+        if out:
+            self._push_joined(ns, out)
+        self.state = _H_DONE
+        body = self.body
+        self.body = None
+        if body is not None:
+            body._finish(ProtocolViolation(why))
+            body._conn = None
+        self._abort()
 
     def _push_joined(self, ns: int, out: list) -> None:
         piece = out[0] if len(out) == 1 else b"".join(out)

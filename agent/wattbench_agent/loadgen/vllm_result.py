@@ -186,6 +186,11 @@ def result_json(
             "request_rate": rate,
             "burstiness": spec.param("burstiness") or 1.0,  # vLLM's 1 (Poisson) for a shape without one
             "max_concurrency": max_conc,
+            **(
+                {k: spec.param(k) for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")}
+                if spec.shape == "ramp"
+                else {}
+            ),
             "duration": s.get("window_s"),
             "completed": s.get("finished_in_window"),
             "failed": s.get("failed"),
@@ -197,6 +202,7 @@ def result_json(
             "total_token_throughput": s.get("total_token_throughput"),
             "max_output_tokens_per_s": peak_tok_s,
             "max_concurrent_requests": peak_conc,
+            "rtfx": None,  # vLLM's inverse real-time factor of audio runs: none for text (vLLM writes 0.0)
         }
     )
     if detailed:
@@ -240,6 +246,7 @@ def result_json(
         "fail_fast": s.get("fail_fast"),
         # --telemetry / prices: the window's energy and cost figures (loadgen/energy.py); `wattbench import` reads them
         "energy": s.get("energy"),
+        "prompt_length": s.get("prompt_length"),
     }
     return _finite(out)
 
@@ -265,7 +272,11 @@ def result_filename(
     else:
         conc = f"-concurrency{result['max_concurrency']}" if result.get("max_concurrency") is not None else ""
         model = str(result.get("model_id") or "model").split("/")[-1]
-        name = f"{label or 'wattbench'}-{result['request_rate']}qps{conc}-{model}-{result['date']}.json"
+        rate = f"{result['request_rate']}qps"
+        if result.get("ramp_up_strategy"):  # vLLM's ramp naming
+            ramp = (result["ramp_up_strategy"], result["ramp_up_start_rps"], result["ramp_up_end_rps"])
+            rate = "ramp-up-{}-{:g}qps-{:g}qps".format(*ramp)
+        name = f"{label or 'wattbench'}-{rate}{conc}-{model}-{result['date']}.json"
     p = Path(name)
     if suffix:
         p = p.with_name(f"{p.stem}-{suffix}{p.suffix or '.json'}")

@@ -13,7 +13,6 @@ For the chat API the chat template adds its own tokens on top of the content's N
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,27 +20,25 @@ from typing import Any
 
 import numpy as np
 
-# Single-token (with leading space) in common BPE vocabularies.
-WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
-    "you were her she there been one all we their has would when if so no will more can out up who them some "
-    "into time only new other then two may these its like first any my now such people over also made after "
-    "did many most before must through back years where much your way well down should because each just those "
-    "how too little state good very make world still see own men work long here get both between life being under "
-    "never day same another know while last might us great old year off come since against go came right used "
-    "take three small large number part place water power house point city light family room table door river "
-    "line music money market system group order field story street friend paper road color stone summer winter "
-    "garden window glass cloud mountain forest ocean island bridge train school letter morning evening night"
-).split()
+from .words import WORDS, synthetic_text  # noqa: F401 (the prompt text, re-exported)
 
 
 class WorkloadError(ValueError):
     pass
 
 
-def load_tokenizer(name_or_path: str):
-    """A tokenizer from a tokenizer.json path (needs `tokenizers`) or a HF name/dir (needs `transformers`)."""
+def load_tokenizer(name_or_path: str, options: dict | None = None):
+    """A tokenizer from a tokenizer.json path (needs `tokenizers`) or a HF name/dir (needs `transformers`).
+    `options`: vllm bench serve's trust_remote_code and tokenizer_mode (auto | hf: the fast tokenizer; slow)."""
     p = Path(name_or_path)
+    options = options or {}
+    if p.suffix == ".json" and not p.is_file():
+        raise WorkloadError(f"tokenizer {name_or_path}: no such file (expected a tokenizer.json, or a model name)")
+    looks_like_path = p.is_absolute() or name_or_path.startswith((".", "~")) or name_or_path.count("/") > 1
+    if looks_like_path and not p.exists():
+        raise WorkloadError(f"tokenizer {name_or_path}: no such file or folder")
+    if p.is_dir() and (p / "tokenizer.json").is_file() and options.get("tokenizer_mode") != "slow":
+        p = p / "tokenizer.json"  # a model folder: its fast tokenizer, without `transformers`
     if p.is_file() and p.suffix == ".json":
         try:
             from tokenizers import Tokenizer  # type: ignore
@@ -63,7 +60,11 @@ def load_tokenizer(name_or_path: str):
         from transformers import AutoTokenizer  # type: ignore
     except ImportError as exc:
         raise WorkloadError(f"tokenizer {name_or_path}: needs `transformers` (or give a tokenizer.json path)") from exc
-    hf = AutoTokenizer.from_pretrained(name_or_path)
+    hf = AutoTokenizer.from_pretrained(
+        name_or_path,
+        trust_remote_code=bool(options.get("trust_remote_code")),
+        use_fast=options.get("tokenizer_mode") != "slow",
+    )
 
     class _HF:
         vocab_size = hf.vocab_size
@@ -139,82 +140,11 @@ def length_dists(spec: Any) -> tuple[dict | None, dict | None]:
     return inp, out
 
 
-# ------------------------------------------------------------------------------------------- prompts
-def synthetic_text(n_tokens: int, rng: np.random.Generator, tokenizer=None) -> str:
-    """A prompt of n_tokens tokens: exact with a tokenizer, approximate (one word per token) without."""
-    if n_tokens <= 0:
-        return ""
-    if tokenizer is None:
-        idx = rng.integers(0, len(WORDS), size=n_tokens)
-        return " ".join(WORDS[i] for i in idx)
-    vocab = int(getattr(tokenizer, "vocab_size", 30000) or 30000)
-    ids = rng.integers(0, min(vocab, 30000), size=n_tokens).tolist()
-    text = tokenizer.decode(ids)
-    for _ in range(10):
-        enc = tokenizer.encode(text)
-        if len(enc) == n_tokens:
-            return text
-        if len(enc) > n_tokens:
-            enc = enc[:n_tokens]
-        else:
-            enc = enc + rng.integers(0, min(vocab, 30000), size=n_tokens - len(enc)).tolist()
-        text = tokenizer.decode(enc)
-    # fall back to words, trimmed/padded with the tokenizer
-    words = synthetic_text(n_tokens, rng).split(" ")
-    while words and len(tokenizer.encode(" ".join(words))) > n_tokens:
-        words.pop()
-    while len(tokenizer.encode(" ".join(words))) < n_tokens:
-        words.append(WORDS[int(rng.integers(0, len(WORDS)))])
-    return " ".join(words)
-
-
 @dataclass
 class Item:
     prompt: str
     input_tokens: int  # requested prompt length (tokens)
     output_tokens: int  # max_tokens to ask for
-
-
-def load_sharegpt(path: str | Path) -> list[tuple[str, str | None]]:
-    """(first user turn, first assistant reply or None) pairs from a ShareGPT-format JSON or JSONL file
-    ({"conversations": [{"from": "human"|"gpt", "value": ...}]} or {"messages": [{"role", "content"}]})."""
-    p = Path(path)
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-        if isinstance(data, dict):
-            data = data.get("data") or [data]
-    except json.JSONDecodeError:
-        data = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    data.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise WorkloadError(f"{p}:{i}: not valid JSON ({exc.msg})") from None
-    pairs: list[tuple[str, str | None]] = []
-    for item in data:
-        if not isinstance(item, dict):
-            continue
-        turns = item.get("conversations") or item.get("conversation") or item.get("messages") or []
-        user = reply = None
-        for t in turns:
-            if not isinstance(t, dict):
-                continue
-            who = t.get("from", t.get("role"))
-            val = t.get("value", t.get("content"))
-            if not isinstance(val, str):
-                continue
-            if user is None and who in ("human", "user"):
-                user = val
-            elif user is not None and who in ("gpt", "assistant", "chatgpt", "bard", "model"):
-                reply = val
-                break
-        if user:
-            pairs.append((user, reply))
-    if not pairs:
-        raise WorkloadError(f"{p}: no conversations with a user turn (ShareGPT format expected)")
-    return pairs
 
 
 def _est_tokens(text: str, tokenizer=None) -> int:
@@ -223,15 +153,34 @@ def _est_tokens(text: str, tokenizer=None) -> int:
     return max(1, round(len(text) / 4))
 
 
+@dataclass
+class Conversation:
+    """A multi-turn conversation: its user turns (text, max_tokens), the think time before each later turn, and the
+    requested length of the first (the later ones carry the history the server answered)."""
+
+    turns: list[tuple[str, int]]
+    delays_s: list[float]
+    input_tokens: int
+
+
 class Workload:
-    """Makes request items on demand (index -> Item), deterministically from the seed."""
+    """Makes request items on demand (index -> Item), deterministically from the seed: synthetic prompts (their
+    length met on the server's count: prompt_length.py), a dataset's entries (datasets.py), a trace's rows."""
 
     def __init__(self, spec: Any, tokenizer=None, n_hint: int = 4096, trace_rows=None):
+        from . import datasets, prompt_length
+
         self.spec = spec
         self.tok = tokenizer
         self.rng = np.random.default_rng(spec.seed + 7919)
         self.trace_rows = trace_rows
-        self._pairs = load_sharegpt(spec.dataset_path) if spec.dataset_path else None
+        self.dataset = datasets.name_of(spec)
+        try:
+            self._entries = datasets.load(spec)
+        except datasets.DatasetError as exc:
+            raise WorkloadError(str(exc)) from None
+        self._cal = prompt_length.of(spec) if tokenizer is None else prompt_length.Calibration("tokenizer")
+        self._blocks: dict[tuple, list[str]] = {}
         self._n = max(int(n_hint), 1)
         self._in_dist, self._out_dist = length_dists(spec)
         self._in = sample_lengths(self._in_dist, spec.input_tokens, self._n, self.rng)
@@ -242,6 +191,15 @@ class Workload:
             self._prefixes = [
                 synthetic_text(spec.shared_prefix_tokens, prng, self.tok) for _ in range(max(spec.num_prefixes, 1))
             ]
+
+    @property
+    def size(self) -> int | None:
+        """Entries in the dataset (None: made without end)."""
+        return None if self._entries is None or self.dataset == "sonnet" else len(self._entries)
+
+    @property
+    def conversations(self) -> bool:
+        return self.dataset == "multi_turn" or self.spec.turns > 1
 
     def lengths(self, i: int) -> tuple[int, int]:
         """Request i's (input, output) lengths, drawn in order from the seed (the twin draws the same)."""
@@ -256,30 +214,105 @@ class Workload:
             self._n += extra
         return int(self._in[i]), int(self._out[i])
 
+    def words(self, n_tokens: int, rng: np.random.Generator) -> str:
+        """A synthetic prompt the server counts as n_tokens: exact with a tokenizer, else sized by the calibration."""
+        if self.tok is not None:
+            return synthetic_text(n_tokens, rng, self.tok)
+        return synthetic_text(self._cal.words(n_tokens), rng)
+
+    def _entry(self, i: int):
+        from .datasets import Entry
+
+        if self.trace_rows is not None:
+            row = self.trace_rows[i % len(self.trace_rows)]
+            return Entry(row.prompt, row.input_tokens, row.output_tokens, blocks=row.hash_ids), True
+        if self._entries is not None and self.dataset != "sonnet":
+            return self._entries[i % len(self._entries)], False
+        return None, False
+
+    def _own_output(self, entry, n_out: int) -> int:
+        """The output length: a trace row's own, else (n_out < 0: the dataset's lengths) the entry's own, its
+        reply's estimate, or the spec's."""
+        if entry.output_tokens is not None and (n_out < 0 or entry.blocks or entry.input_tokens is not None):
+            return int(entry.output_tokens)
+        if n_out < 0:
+            return _est_tokens(entry.reply, self.tok) if entry.reply else self.spec.output_tokens
+        return n_out
+
     def item(self, i: int) -> Item:
         n_in, n_out = self.lengths(i)
         rng = np.random.default_rng((self.spec.seed, i))
-        if self.trace_rows is not None:
-            row = self.trace_rows[i % len(self.trace_rows)]
-            if row.output_tokens is not None:
-                n_out = row.output_tokens
-            if row.prompt is not None:
-                n_in_t = row.input_tokens or _est_tokens(row.prompt, self.tok)
-                return Item(row.prompt, n_in_t, n_out)
-            if row.input_tokens is not None:
-                n_in = row.input_tokens
-        if self._pairs is not None:
-            user, reply = self._pairs[int(rng.integers(0, len(self._pairs)))]
-            if n_out < 0:
-                n_out = _est_tokens(reply, self.tok) if reply else self.spec.output_tokens
-            return Item(user, _est_tokens(user, self.tok), max(n_out, 1))
+        entry, from_trace = self._entry(i)
+        if entry is not None:
+            n_out = int(entry.output_tokens) if from_trace and entry.output_tokens is not None else n_out
+            n_out = max(self._own_output(entry, n_out), 1)
+            if entry.prompt is not None:
+                return Item(entry.prompt, entry.input_tokens or _est_tokens(entry.prompt, self.tok), n_out)
+            n_in = entry.input_tokens or n_in
+            if entry.blocks:
+                return Item(self._from_blocks(entry.blocks, n_in), n_in, n_out)
+            return Item(self.words(n_in, rng), n_in, n_out)
         if n_out < 0:
             n_out = self.spec.output_tokens
+        if self.dataset == "sonnet":
+            return self._sonnet(n_out, rng)
         prefix_n = 0
         prefix = ""
         if self._prefixes:
             prefix = self._prefixes[i % len(self._prefixes)]
             prefix_n = min(self.spec.shared_prefix_tokens, n_in - 1)
-        body = synthetic_text(n_in - prefix_n, rng, self.tok)
+        if self.tok is not None or not prefix:
+            body = synthetic_text(n_in - prefix_n, rng, self.tok) if self.tok is not None else self.words(n_in, rng)
+        else:
+            body = synthetic_text(max(self._cal.words(n_in) - len(prefix.split()), 1), rng)
         prompt = (prefix + " " + body) if prefix else body
         return Item(prompt, n_in, n_out)
+
+    def _sonnet(self, n_out: int, rng: np.random.Generator) -> Item:
+        from .datasets import option, sonnet_prompt
+
+        lines = [e.prompt for e in self._entries]
+        prompt = sonnet_prompt(
+            lines, self.spec.input_tokens, int(option(self.spec, "sonnet_prefix_len")), self._count, rng
+        )
+        return Item(prompt, self._count(prompt), n_out)
+
+    def _count(self, text: str) -> int:
+        return _est_tokens(text, self.tok)
+
+    def _from_blocks(self, blocks: tuple, n_tokens: int) -> str:
+        """vLLM's timed_trace prompt: the blocks of the row's hash ids (the same words for the same id, whatever the
+        row), up to the row's length (the last block cut); the server's framing taken off the last block."""
+        from .datasets import option
+
+        size = int(option(self.spec, "timed_trace_chunk_hash_size"))
+        budget = self._cal.words(n_tokens) if self.tok is None else n_tokens
+        words: list[str] = []
+        for h in blocks:
+            if len(words) >= budget:
+                break
+            key = (h, size)
+            if key not in self._blocks:
+                seed = int.from_bytes(str(h).encode()[:16].ljust(16, b"\0"), "little") % (2**63)
+                self._blocks[key] = synthetic_text(size, np.random.default_rng((self.spec.seed, seed))).split(" ")
+            words += self._blocks[key][: budget - len(words)]
+        if len(words) < budget:  # fewer blocks than the length: unique words for the rest
+            words += synthetic_text(budget - len(words), np.random.default_rng((self.spec.seed, len(blocks)))).split()
+        return " ".join(words)
+
+    def conversation(self, i: int) -> Conversation:
+        """Conversation i: a multi_turn dataset's entry (its user turns, its delays), or `turns` synthetic turns."""
+        n_in, n_out = self.lengths(i)
+        if n_out < 0:
+            n_out = self.spec.output_tokens
+        rng = np.random.default_rng((self.spec.seed, i))
+        if self._entries is not None and self.dataset == "multi_turn":
+            e = self._entries[i % len(self._entries)]
+            texts, delays = list(e.turns), list(e.delays_s)
+            n_in = _est_tokens(texts[0], self.tok)
+        else:
+            texts = [self.words(n_in, rng) for _ in range(self.spec.turns)]
+            delays = []
+        if not any(delays):
+            delays = [float(self.spec.turn_delay_s)] * (len(texts) - 1)
+        return Conversation([(t, max(n_out, 1)) for t in texts], delays, n_in)

@@ -58,11 +58,11 @@ class Trace(Shape):
         import numpy as np
 
         scale = float(self.param(p, "trace_time_scale"))
-        offs = np.asarray([r.t_s * scale for r in load_trace(p["trace_path"])], dtype=float)
+        offs = np.asarray([r.t_s * scale for r in load_trace(p["trace_path"], _labels(p))], dtype=float)
         return finish(offs, p, horizon_s)
 
     def request_rows(self, p: Mapping[str, Any]) -> list:
-        return load_trace(p["trace_path"])
+        return load_trace(p["trace_path"], _labels(p))
 
     def workload_name(self, p: Mapping[str, Any]) -> str:
         return f"trace:{Path(p.get('trace_path') or '').name}"
@@ -71,6 +71,16 @@ class Trace(Shape):
         if p.get("arrivals") is not None:
             return sorted(float(a) for a in p["arrivals"] if a < horizon_s)
         return super().twin_arrivals(p, horizon_s, seed)
+
+
+def _labels(p: Mapping[str, Any]) -> dict[str, str] | None:
+    """vLLM's timed_trace names its columns (--timed-trace-label-*): the dataset's options say which, when the
+    point's dataset is that trace."""
+    if p.get("dataset_name") != "timed_trace":
+        return None
+    opts = p.get("dataset_options") or {}
+    keys = ("timestamp", "input_length", "output_length", "hash_ids")
+    return {k: opts[f"timed_trace_label_{k}"] for k in keys if opts.get(f"timed_trace_label_{k}")}
 
 
 class TraceError(ValueError):
@@ -83,6 +93,7 @@ class TraceRow:
     input_tokens: int | None
     output_tokens: int | None
     prompt: str | None
+    hash_ids: tuple = ()  # vLLM's timed_trace: ids of prompt blocks shared by every row naming them
 
 
 _TS_KEYS = ("timestamp", "ts", "time", "arrival_time", "arrival_s", "t")
@@ -107,13 +118,16 @@ def _pick(row: dict, keys: tuple[str, ...]):
     return None
 
 
-def _parse_row(row: dict, where: str) -> TraceRow:
+def _parse_row(row: dict, where: str, labels: dict[str, str] | None = None) -> TraceRow:
     import numpy as np
 
     if not isinstance(row, dict):
         raise TraceError(f"{where}: expected an object, got {type(row).__name__}")
-    ts = _pick(row, _TS_KEYS)
+    labels = labels or {}
+    ts = _pick(row, (labels["timestamp"],) if "timestamp" in labels else _TS_KEYS)
     scale = 1.0
+    if ts is None and "timestamp" in labels:
+        raise TraceError(f"{where}: no timestamp {labels['timestamp']!r} (--timed-trace-label-timestamp)")
     if ts is None:
         ts = _pick(row, _TS_MS_KEYS)
         scale = 1e-3
@@ -127,8 +141,11 @@ def _parse_row(row: dict, where: str) -> TraceRow:
         raise TraceError(f"{where}: timestamp {ts!r} is not finite")
     prompt = _pick(row, _PROMPT_KEYS)
     vals = []
-    for keys, name in ((_IN_KEYS, "input_tokens"), (_OUT_KEYS, "output_tokens")):
-        v = _pick(row, keys)
+    for keys, name, label in (
+        (_IN_KEYS, "input_tokens", "input_length"),
+        (_OUT_KEYS, "output_tokens", "output_length"),
+    ):
+        v = _pick(row, (labels[label], *keys) if label in labels else keys)
         if v is None:
             vals.append(None)
             continue
@@ -144,12 +161,16 @@ def _parse_row(row: dict, where: str) -> TraceRow:
         raise TraceError(f"{where}: needs a prompt or input_tokens")
     if prompt is not None and not isinstance(prompt, str):
         raise TraceError(f"{where}: prompt must be a string")
-    return TraceRow(t, vals[0], vals[1], prompt)
+    hashes = row.get(labels.get("hash_ids", "hash_ids")) or ()
+    if not isinstance(hashes, (list, tuple)) or not all(isinstance(h, (int, str)) for h in hashes):
+        raise TraceError(f"{where}: hash_ids must be a list of ids")
+    return TraceRow(t, vals[0], vals[1], prompt, tuple(hashes))
 
 
-def load_trace(path: str | Path) -> list[TraceRow]:
+def load_trace(path: str | Path, labels: dict[str, str] | None = None) -> list[TraceRow]:
     """Read a JSONL or CSV trace (by extension; .csv/.tsv is CSV, anything else JSONL). Rows sorted by time,
-    timestamps shifted so the first is 0. Errors name the file and line."""
+    timestamps shifted so the first is 0. Errors name the file and line. `labels` names the columns of
+    timestamp, input_length, output_length and hash_ids where they are not the usual names (vLLM's timed_trace)."""
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such trace file")
@@ -164,7 +185,9 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                 where = f"{p}:{reader.line_num}"
                 if None in row:
                     raise TraceError(f"{where}: more fields than the header has")
-                rows.append(_parse_row({k: (v.strip() if isinstance(v, str) else v) for k, v in row.items()}, where))
+                rows.append(
+                    _parse_row({k: (v.strip() if isinstance(v, str) else v) for k, v in row.items()}, where, labels)
+                )
     else:
         with p.open(encoding="utf-8") as f:
             for i, line in enumerate(f, 1):
@@ -174,7 +197,7 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise TraceError(f"{p}:{i}: not valid JSON ({exc.msg})") from None
-                rows.append(_parse_row(obj, f"{p}:{i}"))
+                rows.append(_parse_row(obj, f"{p}:{i}", labels))
     if not rows:
         raise TraceError(f"{p}: the trace has no rows")
     rows.sort(key=lambda r: r.t_s)
