@@ -454,3 +454,45 @@ def test_aiperf_gpu_telemetry_is_the_runs_energy(db, capsys, tmp_path, scrapes):
         tel = con.execute("SELECT telemetry_source FROM deployments WHERE run_id = ?", [run_id]).fetchone()[0]
     assert tel == "imported:aiperf-dcgm"
     assert ("AIPerf's GPU telemetry" if scrapes else "profiling phase") in out
+
+
+def _set(field: str, index: int, value, gap: int | None = None):
+    def change(data: dict) -> None:
+        if gap is None:
+            data[field][index] = value
+        else:
+            data[field][index][gap] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, index, says",
+    [
+        (_set("output_lens", 1, 2**40), 1, "output_lens = 1099511627776; expected an integer up to 2,147,483,647"),
+        (_set("output_lens", 1, "16"), 1, "output_lens = '16'; expected an integer up to 2,147,483,647"),
+        (
+            _set("start_times", 0, "1000.0"),
+            0,
+            "start_times = '1000.0'; expected a number of seconds no larger than 4e+09",
+        ),
+        (_set("start_times", 0, 1e300), 0, "start_times = 1e+300; expected a number of seconds no larger than 4e+09"),
+        (_set("ttfts", 2, 1e300), 2, "ttfts = 1e+300; expected a number of seconds no larger than 1e+06"),
+        (_set("itls", 1, 1e300, gap=3), 1, "itls = 1e+300; expected a number of seconds no larger than 1e+06"),
+        (_set("itls", 1, "abc"), 1, "itls = 'abc'; expected a list of the request's inter-token gaps in seconds"),
+    ],
+)
+def test_a_vllm_result_with_a_value_out_of_bounds_is_one_line(db, capsys, tmp_path, change, index, says):
+    """Before: output_lens 2^40 was DuckDB's conversion traceback, start times as strings a TypeError, 1e300 s an
+    OverflowError (each a traceback; itls 'abc' was taken as no gaps). Every per-request value is a number within
+    its bound: one line naming the result, the request, the field and the value; nothing is imported."""
+    data = json.loads(VLLM_CONSTRUCTED.read_text())
+    change(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    assert main(["import", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"wattbench import: {path}: result 1, request {index}: {says}, or null; nothing was imported"
+    if db.exists():  # nothing imported
+        with connect(db, read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
