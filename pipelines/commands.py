@@ -297,6 +297,17 @@ def _query_error(exc: Exception) -> str:
     return f"query failed: {first}"
 
 
+def _named_params(given: list[str]) -> dict[str, str]:
+    """`--param NAME=VALUE` flags as {NAME: VALUE}; ValueError naming the one that is not of that form."""
+    out = {}
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE (a parameter's name, '=', its value)")
+        out[name.strip()] = value
+    return out
+
+
 def _finite_params(params: dict) -> None:
     import math
 
@@ -326,7 +337,7 @@ def _sql(args: argparse.Namespace) -> int:
                 if "$run_id" in text:
                     print(f"-- run_id = {run_id}", file=sys.stderr)
             try:
-                params = query_params(con, text, run_id, dict(p.split("=", 1) for p in args.param))
+                params = query_params(con, text, run_id, _named_params(args.param))
                 _finite_params(params)
             except ValueError as exc:
                 return _fail(str(exc))
