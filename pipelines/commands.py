@@ -380,7 +380,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from wattbench.ingest_checks import incomplete_note
-    from wattbench.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
+    from wattbench.warehouse import IngestInterrupted, WarehouseError, connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import ArchiveLimits, BundleError, GiB, read_manifest, unpacked
 
     plan_fields = None
@@ -401,6 +401,9 @@ def _ingest(args: argparse.Namespace) -> int:
             counts = ingest_bundle(con, folder, replace=args.replace)
             if plan_fields:
                 set_run_fields(con, manifest["run_id"], plan_fields)
+    except IngestInterrupted as exc:
+        print(f"wattbench: {exc}", file=sys.stderr)
+        return 130
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))

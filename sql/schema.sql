@@ -622,3 +622,6 @@ ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS shared_prefill_fraction DOUBLE;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS phase_note VARCHAR;
 -- version 14: server_metrics.labels_key (its NOT NULL and CHECK need the table made again: wattbench/schema.py
 -- rebuilds server_metrics of an older warehouse, filling the column, and the unique key is made on it)
+-- version 14 also: what sql/views.sql (with this file) was when the views were last made, so that a writer's connection
+-- makes them again only when it changed and opening the warehouse writes nothing otherwise (wattbench/schema.py)
+CREATE TABLE IF NOT EXISTS views_made (sha256 VARCHAR NOT NULL);

@@ -470,3 +470,19 @@ def test_a_damaged_token_file_is_named_at_query_time_and_written_whole_by_ingest
     assert stored.read_bytes() == whole
     capsys.readouterr()
     assert main(query) == 0 and capsys.readouterr().out == good
+
+
+def test_a_reference_near_the_int64_limit_is_named_not_an_overflow(tmp_path):
+    """Before: events_at = 2^63 - 10 made DuckDB's sum of the reference overflow: an OutOfRangeException traceback."""
+    from tests.bundle_files import line_of, read_table, write_table
+
+    folder, _ = _two_deployments(tmp_path / "b")
+    table = read_table(folder, "requests")
+    table[4]["events_at"] = 2**63 - 10
+    write_table(folder, "requests", table)
+    with pytest.raises(
+        BundleError,
+        match=rf"requests\.csv:{line_of(folder, 'requests', 4)}: events_at, events_n = 9223372036854775798, 32; "
+        r"expected the first event and the number of events within the 1280 events of requests\.chunk_ns\.bin",
+    ):
+        _load(tmp_path / "w.duckdb", folder)

@@ -4,6 +4,9 @@ this version (their kept figures filled for the columns a version added), and th
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from wattbench.ingest_checks import LABELS_KEY, ensure_natural_keys
 from wattbench.point_stats import (
     AFTER_RUN_FIELDS,
@@ -49,7 +52,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
         con.execute("ALTER TABLE point_stats ALTER longest_context_tokens SET DATA TYPE BIGINT")
     if "labels_key" not in table_columns(con, "server_metrics"):  # before version 14
         _rebuild_server_metrics(con)
-    con.execute((SQL_DIR / "views.sql").read_text())
+    _make_views(con)
     ensure_natural_keys(con)  # unique indexes where a table has no primary key (resources/ingest_checks.py)
     current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
     if current is not None and current < 3:  # version 3 keeps per-load-point figures: fill them for every run
@@ -76,6 +79,29 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
             f"warehouse schema version {current} is newer than this wattbench's {SCHEMA_VERSION}; upgrade wattbench"
         )
     return SCHEMA_VERSION
+
+
+def _make_views(con: duckdb.DuckDBPyConnection) -> None:
+    """sql/views.sql's views and macros, made again only when it (or sql/schema.sql, whose tables they read) changed
+    since they were last made here, or one of them is missing: opening a warehouse otherwise writes nothing (a full
+    disk used to fail every connection here, and every open rewrote them all)."""
+    text = (SQL_DIR / "views.sql").read_text()
+    digest = hashlib.sha256(((SQL_DIR / "schema.sql").read_text() + "\0" + text).encode()).hexdigest()
+    names = set(re.findall(r"CREATE OR REPLACE (?:VIEW|MACRO) (\w+)", text))
+    made = con.execute("SELECT sha256 FROM views_made").fetchall()
+    if made == [(digest,)]:
+        present = {
+            r[0]
+            for r in con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION SELECT function_name FROM "
+                "duckdb_functions() WHERE function_type IN ('macro', 'table_macro') AND NOT internal"
+            ).fetchall()
+        }
+        if names <= present:
+            return
+    con.execute(text)
+    con.execute("DELETE FROM views_made")
+    con.execute("INSERT INTO views_made VALUES (?)", [digest])
 
 
 def _rebuild_server_metrics(con: duckdb.DuckDBPyConnection) -> None:

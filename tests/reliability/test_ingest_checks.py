@@ -473,3 +473,95 @@ def test_a_bundle_cut_at_a_row_boundary_is_refused_naming_the_table(tmp_path, ca
     (bundle / "manifest.json").write_text(json.dumps({**manifest, "tables": {"requests": "166"}}))
     rc, _, err = ingest(bundle, db, capsys)
     assert rc == 2 and "field 'tables' is {'requests': '166'}; expected an object of table names and their rows" in err
+
+
+@pytest.mark.parametrize("value", ["abc", "0GB", "1GB'; CREATE TABLE pwned AS SELECT 42 AS x; SET memory_limit = '1GB"])
+def test_the_ingest_memory_setting_is_a_size_and_nothing_else(tmp_path, capsys, monkeypatch, value):
+    """Before: WATTBENCH_INGEST_MEMORY=abc was DuckDB's parser traceback, and a value with a quote ran the SQL after
+    it (the table `pwned` was made in the warehouse). Now it is one line naming the variable; a size still works."""
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    monkeypatch.setenv("WATTBENCH_INGEST_MEMORY", value)
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    expected = f"WATTBENCH_INGEST_MEMORY = {value[:80]!r}; expected a memory size greater than 0, a number and a unit"
+    assert expected in err
+    assert nothing_loaded(db)
+    with connect(db, read_only=True) as con:
+        assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pwned'").fetchone()[0]
+    monkeypatch.setenv("WATTBENCH_INGEST_MEMORY", "512 mib")
+    assert ingest(bundle, db, capsys)[0] == 0
+
+
+def _limited(args: list[str], file_bytes: int) -> subprocess.CompletedProcess:
+    """`wattbench ARGS` in its own process that may write no file past `file_bytes` (RLIMIT_FSIZE, SIGXFSZ ignored:
+    a write past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
+
+
+@pytest.mark.parametrize("file_bytes", [64 << 10, 1 << 20])
+def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, file_bytes):
+    """Before: a writer's connection rewrote every view at each open, so with no room to write it failed there, a
+    traceback (`Failed to commit: Could not write file ... .wal: File too large`); further on, the token store's
+    copy failed with `OSError: [Errno 27] File too large` (or a full disk's ENOSPC), and DuckDB's own failure was
+    hidden behind `cannot rollback - no transaction is active`. Now opening an up-to-date warehouse writes nothing,
+    and a write that fails is one line naming it: nothing of the bundle stays, the warehouse's other run and its
+    token file are as they were."""
+    from benchmarks.synthetic import synthesize
+
+    db = tmp_path / "w.duckdb"
+    synthesize(tmp_path / "a", "a", 2000, requests_per_point=1000)
+    synthesize(tmp_path / "b", "b", 2000, requests_per_point=1000, seed=1)
+    assert wattbench(["ingest", str(tmp_path / "a"), "--db", str(db)]) == 0
+    store = sorted(p.name for p in (tmp_path / "w.duckdb.tokens").iterdir())
+    p = _limited(["ingest", str(tmp_path / "b"), "--db", str(db)], file_bytes)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-3000:]
+    assert f"{db}: could not write the warehouse while ingesting {tmp_path / 'b'}: " in p.stderr
+    assert "File too large" in p.stderr and "nothing of the bundle was loaded (its transaction was rolled back" in (
+        p.stderr
+    )
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT list(DISTINCT run_id) FROM requests").fetchone()[0] == ["a"]
+    assert sorted(p.name for p in (tmp_path / "w.duckdb.tokens").iterdir()) == store
+    p = _limited(["sql", "SELECT count(*) AS n FROM v_itl", "--db", str(db), "--format", "csv"], 4096)
+    assert p.returncode == 0 and p.stdout.splitlines()[1] != "0", p.stderr
+
+
+def test_an_interrupted_ingest_says_it_was_rolled_back(tmp_path, capsys, monkeypatch):
+    """Before: Ctrl-C while DuckDB ran a query of the ingest was a `RuntimeError: Query interrupted` traceback (it had
+    rolled back), and between queries `wattbench: interrupted; everything measured so far is on disk`. Now one line
+    says nothing of the bundle was loaded, exit 130, and nothing of it stays: its rows, nor its token file. The
+    interrupt comes during a query the ingest runs (its kept figures), from a timer, as Ctrl-C would."""
+    import signal
+    import threading
+
+    from benchmarks.synthetic import synthesize
+    from wattbench import warehouse
+
+    synthesize(tmp_path / "b", "b", 2000, requests_per_point=1000)
+    db = tmp_path / "w.duckdb"
+    real = warehouse.refresh_point_stats
+
+    def slow_figures(con, run_id, events=None):  # a long query of the ingest's, interrupted as Ctrl-C would
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        con.execute("SELECT count(*) FROM range(10000000000) t(i) WHERE i % 7 = 3").fetchall()
+        return real(con, run_id, events=events)
+
+    monkeypatch.setattr(warehouse, "refresh_point_stats", slow_figures)
+    rc, _, err = ingest(tmp_path / "b", db, capsys)
+    assert rc == 130 and err.strip() == (
+        f"wattbench: {tmp_path / 'b'}: interrupted; nothing of it was loaded (its transaction was rolled back)"
+    )
+    assert nothing_loaded(db) and not list((tmp_path / "w.duckdb.tokens").glob("*.bin"))
