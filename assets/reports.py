@@ -437,11 +437,17 @@ def _html_sections(
 ) -> list[tuple[str, str]]:
     h2h = render.pivot_head_to_head(long)
     methods = render.interval_methods(frames["figures"])
+    scopes = frames.get("scopes")
+    scope_text = "; ".join(scopes["scope"]) if scopes is not None and not scopes.empty else "none"
     how = (
-        "<p class='meta'>[lo, hi]: the 95% interval. Every figure is the mean of the repeats' values (a latency "
-        "percentile: of each repeat's percentile; $ per 1M tokens: the price over the mean throughput), its interval "
-        "a t interval on the log scale (positive, and never below zero); none from one repeat, nor for a percentile "
-        "with fewer than ten requests beyond it in a repeat. Intervals here: "
+        "<p class='meta'>[lo, hi]: the 95% interval, for what another server start of the engine gives: every figure "
+        "is the mean of the repeats' values (a latency percentile: of each repeat's percentile; $ per 1M tokens: the "
+        "price over the mean throughput), its interval from the spread between server starts and within them on the "
+        "log scale (docs/MEASUREMENT.md, 'Server starts, repeats and intervals'); a figure of one start with no "
+        "between-start prior says 'within one server start' and sizes nothing; none from one repeat, nor for a "
+        "percentile with fewer than ten requests beyond it in a repeat. <b>Scope</b>: "
+        + html.escape(scope_text)
+        + ". Intervals here: "
         + html.escape("; ".join(methods) or "none")
         + ".</p>"
     )
@@ -451,8 +457,8 @@ def _html_sections(
             (
                 f"<p class='meta'>every cell from run {html.escape(run_id)}, a point's repeats summarised: "
                 "value [95% interval] @ the load point (workload:point) it came from. Tokens per joule above idle "
-                "(the deployment's idle power with the model loaded subtracted) is the row after the total.</p>"
-                + render.html_table(h2h, index=True)
+                "(the deployment's idle power with the model loaded subtracted) is the row after the total. "
+                f"Intervals: {html.escape(scope_text)}.</p>" + render.html_table(h2h, index=True)
             ),
         )
     ]
@@ -580,6 +586,7 @@ def html_report(context: AssetExecutionContext, plan: BenchPlan, warehouse: Duck
         long = run_sql(con, "head_to_head", {"run_id": run_id})
         frames = _run_frames(con, run_id)
         frames["per_repeat"] = run_sql(con, "load_runs", {"run_id": run_id})
+        frames["scopes"] = run_sql(con, "interval_scopes", {"run_id": run_id})  # what each engine's intervals hold
         contrasts = run_sql(con, "engine_contrasts", {"run_id": run_id})
         per_config, topologies = _capacity_frames(con, run_id, params)
         regress = run_sql(con, "regressions", {"run_id": run_id})

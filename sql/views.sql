@@ -504,6 +504,26 @@ CREATE OR REPLACE MACRO log_mean_bound(m, s, k, side) AS
     CASE WHEN k IS NULL OR k < 2 OR m IS NULL OR NOT (m > 0) OR s IS NULL THEN NULL
          ELSE m * exp(side * t975(k - 1) * s / (m * sqrt(k))) END;
 
+-- Student's t, two-sided p-value P(|T| >= |t|) at df degrees of freedom (floored to an integer, as t975 reads them;
+-- at most 1000), by the closed forms of the integer-df CDF (theta = atan(|t| / sqrt(df)); odd df: 1 - 2/pi (theta +
+-- sin cos (1 + sum_k prod_j 2j/(2j+1) cos^2k)); even df: 1 - sin (1 + sum_k prod_j (2j-1)/(2j) cos^2k)); equal to
+-- scipy's within 1e-14 (tests/test_intervals.py). The engine contrasts' false discovery rate reads it.
+CREATE OR REPLACE MACRO t_two_sided_p_int(a, n) AS
+    1 - CASE WHEN n % 2 = 1
+             THEN 2 / pi() * (atan(a / sqrt(n)) + sin(atan(a / sqrt(n))) * cos(atan(a / sqrt(n)))
+                  * CASE WHEN n >= 3
+                         THEN 1 + coalesce(list_sum(list_transform(range(1, (n - 1) // 2), lambda k:
+                                  list_aggregate(list_transform(range(1, k + 1), lambda j: (2 * j)::DOUBLE / (2 * j + 1)),
+                                                 'product') * pow(cos(atan(a / sqrt(n))), 2 * k))), 0)
+                         ELSE 0 END)
+             ELSE sin(atan(a / sqrt(n))) * (1 + coalesce(list_sum(list_transform(range(1, n // 2), lambda k:
+                      list_aggregate(list_transform(range(1, k + 1), lambda j: (2 * j - 1)::DOUBLE / (2 * j)),
+                                     'product') * pow(cos(atan(a / sqrt(n))), 2 * k))), 0)) END;
+CREATE OR REPLACE MACRO t_two_sided_p(t, df) AS
+    CASE WHEN t IS NULL OR df IS NULL OR isnan(t) OR isnan(df) OR df < 1 THEN NULL
+         WHEN isinf(t) THEN 0.0
+         ELSE greatest(t_two_sided_p_int(abs(t), least(floor(df), 1000)::BIGINT), 0.0) END;
+
 -- What an interval describes, in words (v_point_figures_live's interval_scope, with its starts, repeats and the
 -- prior's basis): every table, JSON and HTML figure prints it beside the interval.
 CREATE OR REPLACE MACRO scope_text(scope, starts, k, basis) AS
@@ -851,7 +871,7 @@ CREATE OR REPLACE VIEW v_slo_capacity AS SELECT * FROM slo_capacity;
 -- v_point_figures_live: within-start spread of the pairs, between-start spread of the starts' means, pooled with both
 -- engines' priors where one applies, b^2 = b_engine^2 + b_other^2: their starts are separate), and the finding
 -- survives the run's many comparisons: Benjamini-Hochberg over every tested figure x point x engine pair of the run
--- (q_bh: the false discovery rate at which it is a finding; 5%). A difference only where q_bh < 0.05; 'no
+-- (q_bh: the false discovery rate at which it is a finding; 5%; p from Student's t, t_two_sided_p). A difference only where q_bh < 0.05; 'no
 -- significant difference' otherwise (its per-comparison interval may still exclude 1: the finding says so). Chosen
 -- over Holm's familywise control: a run's ~150 comparisons are mostly the same few facts seen through correlated
 -- figures (tok/s, requests/s, goodput, $ per 1M), so familywise control would hide what every repeat shows. Not tested, said so: one pair of repeats; a

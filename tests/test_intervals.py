@@ -104,3 +104,14 @@ def test_t_table_and_prior_estimate() -> None:
     assert t975(1) == 12.706 and t975(8) == 2.306 and t975(0) is None and t975(5000) == 1.96
     sd, df = between_start_sd([[100.0, 101.0], [110.0, 111.0], [90.0, 91.0]])
     assert df == 2 and 0.08 < sd < 0.11
+
+
+def test_t_two_sided_p_is_students(tmp_path: Path) -> None:
+    """sql/views.sql t_two_sided_p (the contrasts' p-values, closed forms of the integer-df CDF) equals scipy's."""
+    from scipy import stats
+
+    with connect(tmp_path / "w.duckdb") as con:
+        for t, df in [(2.776, 4), (12.706, 1), (1.0, 3), (0.5, 2.9), (3.0, 10), (1.96, 1000), (0.0, 5), (8.0, 200)]:
+            got = con.execute("SELECT t_two_sided_p(?, ?)", [t, df]).fetchone()[0]
+            assert got == pytest.approx(2 * stats.t.sf(abs(t), int(df)), rel=1e-9, abs=1e-15), (t, df)
+        assert con.execute("SELECT t_two_sided_p(NULL, 3), t_two_sided_p(1.0, 0.5)").fetchone() == (None, None)

@@ -97,6 +97,7 @@ def plan_file(tmp_path: Path, engine: dict | None = None, point: dict | None = N
             }
         ],
         "prices": {"gpu_hour_usd": 2.0},
+        "server_starts": 1,  # one start: the registries, not the starts, are under test
     }
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan))

@@ -97,10 +97,9 @@ def connect(
                     "it lives, or point WATTBENCH_DB elsewhere"
                 ) from None
         elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
-            from wattbench import sql_functions, token_store
+            from wattbench import token_store
 
             token_store.register(con)
-            sql_functions.register(con)
         # a sandboxed connection (`wattbench sql`, `report`) registers them when a query first needs them
         # (execute_sql): registering a Python function imports numpy, a third of a command that reads no token times
         yield con

@@ -14,7 +14,6 @@ except ImportError:  # an older duckdb, whose engine is not a top-level module: 
     import duckdb
 
 from wattbench.settings import REPO_ROOT
-from wattbench.sql_functions import NAMES as SQL_FUNCTIONS
 
 SQL_DIR = REPO_ROOT / "sql"
 
@@ -56,14 +55,11 @@ def execute_sql(con: duckdb.DuckDBPyConnection, name_or_sql: str, params: dict[s
     try:
         return con.execute(text, used) if used else con.execute(text)
     except duckdb.CatalogException as exc:
-        missing = str(exc)
-        if not any(name in missing for name in ("token_times", "token_counts", *SQL_FUNCTIONS)):
+        if "token_times" not in str(exc) and "token_counts" not in str(exc):
             raise
-    # a query that reads token times or calls wattbench's functions, on a connection without them yet
-    from wattbench import sql_functions, token_store
+    from wattbench import token_store  # a query that reads token times, on a connection without the functions yet
 
     token_store.register(con)
-    sql_functions.register(con)
     return con.execute(text, used) if used else con.execute(text)
 
 

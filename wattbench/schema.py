@@ -38,10 +38,9 @@ LABELS_TEXT_TO_MAP = (
 def apply_schema(con: duckdb.DuckDBPyConnection) -> int:
     """Create every table if absent and record the schema version; safe to call on every connection (it also gives
     the connection the token store's functions, which sql/views.sql reads: resources/token_store.py)."""
-    from wattbench import sql_functions, token_store
+    from wattbench import token_store
 
     token_store.register(con)
-    sql_functions.register(con)
     con.execute((SQL_DIR / "schema.sql").read_text())
     if table_columns(con, "server_metrics").get("labels") == "VARCHAR":  # a version-1 warehouse
         con.execute(

@@ -84,7 +84,15 @@ def redirect(conn: socket.socket, stats: dict) -> None:
 
 
 def spec(url: str, **over) -> LoadSpec:
-    return LoadSpec(url=url, model="m", concurrency=1, duration_s=0, **{"max_requests": 1, "timeout_s": 120, **over})
+    """One request to a hostile server; no prompt-length calibration before it (its requests would meet the same
+    server first: loadgen/prompt_length.py bounds them apart, tests/loadgen/test_prompt_length.py)."""
+    return LoadSpec(
+        url=url,
+        model="m",
+        concurrency=1,
+        duration_s=0,
+        **{"max_requests": 1, "timeout_s": 120, "calibrate_prompts": False, **over},
+    )
 
 
 @pytest.mark.parametrize("transport", ["fast", "httpx"])

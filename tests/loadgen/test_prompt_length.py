@@ -79,3 +79,22 @@ def test_a_missing_tokenizer_file_says_so():
              "--duration", "1")  # fmt: skip
     assert p.returncode == 2
     assert p.stderr.strip() == "wattbench load: tokenizer /missing/file: no such file or folder"
+
+
+def test_a_server_that_never_answers_costs_the_calibration_its_bound_not_the_requests_timeout():
+    """A server that accepts and says nothing: the calibration gives up within its own bound (CALIBRATION_TIMEOUT_S,
+    /tokenize and usage together), says why, and the run goes on uncalibrated; it was 25 s against a 120 s timeout."""
+    import time
+
+    from tests.loadgen.test_hostile_servers import raw_server
+    from wattbench_agent.loadgen.prompt_length import CALIBRATION_TIMEOUT_S, calibrate
+
+    def silent(conn, stats) -> None:
+        time.sleep(40)
+
+    with raw_server(silent) as (url, _):
+        started = time.monotonic()
+        cal = calibrate(LoadSpec(url=url, model="m", concurrency=1, input_tokens=64, timeout_s=120))
+        took = time.monotonic() - started
+    assert cal.method == "uncalibrated" and cal.note, cal
+    assert took < CALIBRATION_TIMEOUT_S + 5, took

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,9 +39,23 @@ def _server(ttft_ms: float = 5, itl_ms: float = 2) -> tuple[subprocess.Popen, st
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
-def _kill_after(proc: subprocess.Popen, seconds: float, box: dict) -> threading.Thread:
+def _kill_after(proc: subprocess.Popen, seconds: float, box: dict, url: str | None = None) -> threading.Thread:
+    """Kill the server `seconds` after now and, given its url, not before it has answered some requests whole (its
+    /stats): on a loaded machine worker processes can take longer than `seconds` to send their first request, and a
+    server killed before any answer tests a refused connection, not a server that went away."""
+
+    def served() -> int:
+        try:
+            with urllib.request.urlopen(url + "/stats", timeout=5) as r:
+                return sum(1 for q in json.load(r)["requests"] if q["last_ns"])
+        except OSError:
+            return 0
+
     def kill() -> None:
         time.sleep(seconds)
+        deadline = time.monotonic() + 60
+        while url is not None and served() < 8 and time.monotonic() < deadline:
+            time.sleep(0.1)
         box["killed_ns"] = time.perf_counter_ns()  # CLOCK_MONOTONIC: the records' clock too
         proc.kill()
         proc.wait()
@@ -98,7 +113,7 @@ def test_worker_processes_stop_too_and_the_point_is_failed_server_gone():
     proc, url = _server()
     box: dict = {}
     try:
-        _kill_after(proc, 1.0, box)
+        _kill_after(proc, 1.0, box, url)
         res = run_load(
             LoadSpec(url=url, model="m", concurrency=8, output_tokens=20, duration_s=30, warmup_s=0.2), workers=2
         )

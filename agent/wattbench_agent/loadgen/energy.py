@@ -303,7 +303,15 @@ def over_windows(values: list[float | None], scale: str) -> dict[str, Any]:
     if scale == "reciprocal":
         lo, hi = 1 / hi, 1 / lo
     how = "price over the mean of its denominator; " if scale == "reciprocal" else ""
-    return {"estimate": estimate, "lo": lo, "hi": hi, "n": k, "method": f"{how}t interval on the log scale over {k}"}
+    return {
+        "estimate": estimate,
+        "lo": lo,
+        "hi": hi,
+        "n": k,
+        # one server, measured as it is: the interval of the mean of its windows (sql/views.sql's scope one_start)
+        "scope": "one_start",
+        "method": f"within one server start: {how}t interval on the log scale over {k} (says nothing of another start)",
+    }
 
 
 def at_capacity(summaries: list[dict]) -> dict[str, Any]:
@@ -349,7 +357,10 @@ def capacity_line(fig: dict) -> str:
         f"$ {_fig(fig.get('usd_per_1m_output_tokens'))} per 1M output tokens (GPU-hours)",
         f"energy $ {_fig(fig.get('energy_usd_per_1m_output_tokens'))} per 1M output tokens",
     ]
-    head = f"at the capacity (95% intervals over its windows; energy {fig.get('source') or 'not measured'}"
+    head = (
+        "at the capacity (95% intervals over its windows, within this one server start; energy "
+        f"{fig.get('source') or 'not measured'}"
+    )
     head += f", {fig.get('telemetry')} telemetry" if fig.get("telemetry") not in (None, "none") else ""
     head += f" on {fig['n_gpus']} GPU(s)" if fig.get("n_gpus") else ""
     return head + "): " + ", ".join(parts) + (f"; {fig['note']}" if fig.get("note") else "")

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 METHODS = ("tokenizer", "server_tokenize", "calibrated_on_usage", "uncalibrated", "dataset")
 _CACHE: dict[tuple, dict] = {}
-CALIBRATION_TIMEOUT_S = 10.0  # a calibration request's bound: a server that hangs costs the run this, not timeout_s
+CALIBRATION_TIMEOUT_S = 10.0  # the whole calibration's bound: a server that hangs costs the run this, not timeout_s
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def _prompts(spec: Any) -> list[str]:
     return [synthetic_text(n, rng), synthetic_text(max(n // 2, 8), rng)]
 
 
-def _by_tokenize(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | None, bool]:
+def _by_tokenize(spec: Any, texts: list[str], verify: Any, deadline: float) -> tuple[list[int] | None, bool]:
     """The server's /tokenize counts of `texts` (None: it does not serve it), and whether the server answered HTTP
     at all (a server that does not is not asked for usage either: the run says what is wrong with it). A response
     is read to 64 KiB at most: a server that answers without end costs a bounded read."""
@@ -92,6 +93,8 @@ def _by_tokenize(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | 
     try:
         with httpx.Client(timeout=min(spec.timeout_s, 5.0), verify=verify, headers=spec.headers or {}) as c:
             for text in texts:
+                if time.monotonic() > deadline:  # a server answering slowly: the calibration's time is up
+                    return None, True
                 body: dict[str, Any] = {"model": spec.model}
                 if spec.api == "chat":
                     body.update(messages=[{"role": "user", "content": text}], add_generation_prompt=True)
@@ -101,7 +104,7 @@ def _by_tokenize(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | 
                     raw = b""
                     for part in r.iter_raw():
                         raw += part
-                        if len(raw) > 65536:
+                        if len(raw) > 65536 or time.monotonic() > deadline:
                             return None, True
                     if r.status_code != 200:
                         return None, True
@@ -116,7 +119,7 @@ def _by_tokenize(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | 
     return counts, True
 
 
-def _by_usage(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | None, str | None]:
+def _by_usage(spec: Any, texts: list[str], verify: Any, deadline: float) -> tuple[list[int] | None, str | None]:
     """Two requests of max_tokens 1: the server's usage.prompt_tokens of each, or why not. On a thread of its own:
     the caller may be inside an event loop (run_load is callable from one)."""
     import threading
@@ -125,12 +128,16 @@ def _by_usage(spec: Any, texts: list[str], verify: Any) -> tuple[list[int] | Non
 
     from .client import RequestRunner
 
-    one = spec.replace(timeout_s=min(spec.timeout_s, CALIBRATION_TIMEOUT_S))
+    left = max(deadline - time.monotonic(), 0.5)
+    one = spec.replace(timeout_s=min(spec.timeout_s, left))
 
     async def go() -> list[dict]:
         async with httpx.AsyncClient(timeout=one.timeout_s, verify=verify) as client:
             runner = RequestRunner(one, client, "calibration")
-            return [await runner.run(f"cal{k}", runner.encode(t, 1), 0, 1, 0) for k, t in enumerate(texts)]
+            return await asyncio.wait_for(  # both requests within what is left of the calibration's time
+                asyncio.gather(*(runner.run(f"cal{k}", runner.encode(t, 1), 0, 1, 0) for k, t in enumerate(texts))),
+                timeout=left,
+            )
 
     box: dict[str, Any] = {}
 
@@ -166,12 +173,13 @@ def calibrate(spec: Any, verify: Any = True) -> Calibration:
         return Calibration(**_CACHE[key])
     texts = _prompts(spec)
     words = [len(t.split()) for t in texts]
-    counts, answers = _by_tokenize(spec, texts, verify)
+    deadline = time.monotonic() + CALIBRATION_TIMEOUT_S
+    counts, answers = _by_tokenize(spec, texts, verify, deadline)
     method, note = "server_tokenize", None
     if counts is None and not answers:
         note = "the server did not answer"
     elif counts is None:
-        counts, note = _by_usage(spec, texts, verify)
+        counts, note = _by_usage(spec, texts, verify, deadline)
         method = "calibrated_on_usage"
     if counts is None:
         cal = Calibration("uncalibrated", note=note if not answers else f"no /tokenize and {note}")
