@@ -216,6 +216,7 @@ def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str
     then point_stats (and the kept figures made from them) by wattbench.warehouse.refresh_point_stats, as ingest
     computes them. `runs_row`: columns of its row in table runs (default: status 'ingested', plan 'scale', nothing
     else). Returns the rows per table."""
+    from wattbench.ingest_checks import LABELS_KEY
     from wattbench.warehouse import refresh_point_stats
 
     run.stage(con)
@@ -227,7 +228,10 @@ def insert_run(con, run: SyntheticRun, runs_row: dict | None = None) -> dict[str
         con.execute("INSERT INTO requests BY NAME " + run.requests_sql(first, first + POINTS_PER_INSERT))
     con.execute("INSERT INTO gpu_samples BY NAME " + run.gpu_samples_sql())
     con.execute("INSERT INTO energy_windows BY NAME " + run.energy_windows_sql())
-    con.execute("INSERT INTO server_metrics BY NAME " + run.server_metrics_sql())
+    con.execute(  # with its key, as ingest writes it (wattbench/ingest_checks.LABELS_KEY)
+        f"INSERT INTO server_metrics BY NAME SELECT *, {LABELS_KEY.format(col='labels')} AS labels_key "
+        f"FROM ({run.server_metrics_sql()})"
+    )
     refresh_point_stats(con, run.run_id)
     return {
         t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run.run_id]).fetchone()[0]
@@ -270,11 +274,13 @@ def synthesize(
         con.execute(f"COPY ({run.requests_sql(ordered=True)}) TO '{folder / 'requests.jsonl'}' (FORMAT json)")
     else:
         _write_chunked_requests(con, folder, run, csv=bundle_version >= 3)
+    written = {"requests": con.execute(f"SELECT count(*) FROM ({run.requests_sql()})").fetchone()[0]}
     for table, sql in (
         ("gpu_samples", run.gpu_samples_sql()),
         ("energy_windows", run.energy_windows_sql()),
         ("server_metrics", run.server_metrics_sql()),
     ):
+        written[table] = con.execute(f"SELECT count(*) FROM ({sql})").fetchone()[0]
         if bundle_version >= 3 and table in CSV_TABLES:  # as the agent writes it: its columns, strings quoted
             have = {d[0] for d in con.execute(f"DESCRIBE {sql}").fetchall()}
             cols = ", ".join(c if c in have else f"NULL AS {c}" for c, _ in CSV_TABLES[table])
@@ -288,6 +294,7 @@ def synthesize(
     con.close()
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["complete"] = True
+    manifest["tables"].update(written)  # the rows of each table, as the agent counts them (ingest holds files to it)
     manifest["bundle_version"] = bundle_version  # a version-1 bundle says so: older code reads only that
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return {

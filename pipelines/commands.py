@@ -283,6 +283,9 @@ def _query_error(exc: Exception) -> str:
     import duckdb
 
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    udf = "Python exception occurred while executing the UDF: "
+    if udf in first:  # the token store's functions: their own message (a damaged or missing file, what to do)
+        first = first.split(udf, 1)[1].split(": ", 1)[-1]
     if "configuration has been locked" in first or "while database is running" in first:
         return f"query refused, the configuration is locked: {first}; {_READ_ONLY_HINT}"
     if (
@@ -292,6 +295,17 @@ def _query_error(exc: Exception) -> str:
     ):
         return f"query refused (read-only): {first}; {_READ_ONLY_HINT}"
     return f"query failed: {first}"
+
+
+def _named_params(given: list[str]) -> dict[str, str]:
+    """`--param NAME=VALUE` flags as {NAME: VALUE}; ValueError naming the one that is not of that form."""
+    out = {}
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE (a parameter's name, '=', its value)")
+        out[name.strip()] = value
+    return out
 
 
 def _finite_params(params: dict) -> None:
@@ -323,7 +337,7 @@ def _sql(args: argparse.Namespace) -> int:
                 if "$run_id" in text:
                     print(f"-- run_id = {run_id}", file=sys.stderr)
             try:
-                params = query_params(con, text, run_id, dict(p.split("=", 1) for p in args.param))
+                params = query_params(con, text, run_id, _named_params(args.param))
                 _finite_params(params)
             except ValueError as exc:
                 return _fail(str(exc))
@@ -366,7 +380,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _ingest(args: argparse.Namespace) -> int:
     from wattbench.ingest_checks import incomplete_note
-    from wattbench.warehouse import WarehouseError, connect, ingest_bundle, set_run_fields
+    from wattbench.warehouse import IngestInterrupted, WarehouseError, connect, ingest_bundle, set_run_fields
     from wattbench_agent.bundle import ArchiveLimits, BundleError, GiB, read_manifest, unpacked
 
     plan_fields = None
@@ -387,6 +401,9 @@ def _ingest(args: argparse.Namespace) -> int:
             counts = ingest_bundle(con, folder, replace=args.replace)
             if plan_fields:
                 set_run_fields(con, manifest["run_id"], plan_fields)
+    except IngestInterrupted as exc:
+        print(f"wattbench: {exc}", file=sys.stderr)
+        return 130
     except (BundleError, WarehouseError) as exc:
         return _fail(str(exc))
     print("ingested " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))

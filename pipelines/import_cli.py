@@ -25,7 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("files", nargs="+", metavar="FILE", help="result files (or AIPerf artifact folders)")
     p.add_argument("--tool", choices=IMPORTER_NAMES, help="the format (default: recognised)")
     p.add_argument("--db", help=settings.DB_HELP)
-    p.add_argument("--run-id", help="file the run under this id (one file only; default: from the file's content)")
+    p.add_argument(
+        "--run-id",
+        help="file the run under this id (one file only; default: from the file's content); an import replaces only "
+        "an import, never a measured, emulated or predicted run",
+    )
     g = p.add_argument_group("what was measured (the files do not say; used to pair points with other runs)")
     g.add_argument("--engine", help="engine kind: vllm, sglang, trtllm, ... (default: external)")
     g.add_argument("--config-name", help="engine config name, as in a plan (default: the tool's name)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines.commands import FORMATS, _fail, _print_table, latest_run_id
+from pipelines.commands import FORMATS, _fail, _print_table, _query_error, latest_run_id
 from wattbench import settings
 from wattbench.report.rows import contrasts_text, head_to_head_text
 from wattbench.report.specs import REPORTS, ReportSpec
@@ -243,7 +243,7 @@ def _flag(spec: ReportSpec) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from wattbench.connection import WarehouseError, connect
+    from wattbench.connection import WarehouseError, connect, duckdb
 
     try:
         with connect(args.db, read_only=True, sandbox=True) as con:
@@ -269,6 +269,8 @@ def _report(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     except WarehouseError as exc:
         return _fail(str(exc))
+    except duckdb.Error as exc:  # a query that failed (a damaged token file, ...): its message, not a traceback
+        return _fail(_query_error(exc))
     return 0
 
 

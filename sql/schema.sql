@@ -299,7 +299,12 @@ CREATE TABLE IF NOT EXISTS server_metrics (
     metric          VARCHAR NOT NULL,       -- the sample's name (histograms: <name>_bucket, _sum, _count)
     labels          MAP(VARCHAR, VARCHAR),  -- the sample's labels (le for histogram buckets)
     value           DOUBLE,
-    scrape          VARCHAR                 -- window_start | window_end (scraped at a load point's window edge) | NULL
+    scrape          VARCHAR,                -- window_start | window_end (scraped at a load point's window edge) | NULL
+    -- labels as text in one order ('' for none), written by ingest: the unique key server_metrics_key is
+    -- (run_id, deployment_id, t_ns, metric, labels_key), plain columns (wattbench/ingest_checks.py LABELS_KEY: the
+    -- same expression; version 14 made it a column, an index on the expression crashed DuckDB at checkpoint)
+    labels_key      VARCHAR NOT NULL,
+    CHECK (labels_key = coalesce(list_sort(map_entries(labels))::VARCHAR, ''))
 );
 
 -- Per-load-point figures over its requests, kept rather than recomputed from the raw token arrays at every report:
@@ -615,3 +620,8 @@ ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step DOUBLE;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS prefills_per_step_se DOUBLE;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS shared_prefill_fraction DOUBLE;
 ALTER TABLE load_runs ADD COLUMN IF NOT EXISTS phase_note VARCHAR;
+-- version 14: server_metrics.labels_key (its NOT NULL and CHECK need the table made again: wattbench/schema.py
+-- rebuilds server_metrics of an older warehouse, filling the column, and the unique key is made on it)
+-- version 14 also: what sql/views.sql (with this file) was when the views were last made, so that a writer's connection
+-- makes them again only when it changed and opening the warehouse writes nothing otherwise (wattbench/schema.py)
+CREATE TABLE IF NOT EXISTS views_made (sha256 VARCHAR NOT NULL);

@@ -51,8 +51,9 @@ def line_of(bundle: Path, table: str, index: int) -> int:
 
 def write_table(bundle: Path, table: str, rows: list[dict[str, Any]]) -> Path:
     """The table's file rewritten with `rows`, in its own format (a CSV table's header: its columns, then any other key
-    a row has, in the order met). A non-finite float is written as Python spells it (nan, inf: what another writer
-    might write), a Raw value as it is. Returns the file."""
+    a row has, in the order met), and the manifest's count of its rows with it (ingest holds the files to it). A
+    non-finite float is written as Python spells it (nan, inf: what another writer might write), a Raw value as it
+    is. Returns the file."""
     path = table_file(bundle, table)
     if path.suffix == ".csv":
         with open(path, newline="", encoding="utf-8") as fh:
@@ -63,6 +64,11 @@ def write_table(bundle: Path, table: str, rows: list[dict[str, Any]]) -> Path:
     else:
         lines = ["{" + ", ".join(f"{json.dumps(k)}: {_json(v)}" for k, v in row.items()) + "}" for row in rows]
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    manifest_path = Path(bundle) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if isinstance(manifest.get("tables"), dict):
+        manifest["tables"][table] = len(rows)
+        manifest_path.write_text(json.dumps(manifest))
     return path
 
 

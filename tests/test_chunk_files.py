@@ -260,3 +260,229 @@ def test_the_same_bundle_twice_stores_its_token_times_once_and_a_replaced_run_le
 
         assert collect(con) == 1
     assert not list((tmp_path / "w.duckdb.tokens").glob("*.bin"))
+
+
+# ------------------------------------------------------------------------------------------------ reconciled with rows
+def _two_deployments(folder, tokens: int = 32):
+    """Two deployments of 20 requests, each `tokens` events of one token 3-6 ms apart, as a version-3 bundle. Returns
+    (folder, rows)."""
+    rows = []
+    for d in ("a", "b"):
+        for i in range(20):
+            sent = 10**9 * (1 + i)
+            times = [sent + 10**6 * (50 + 3 * k + (k * i) % 4) for k in range(tokens)]
+            rows.append(
+                {
+                    "deployment_id": d,
+                    "load_point_id": f"{d}:w:c1",
+                    "request_id": str(i),
+                    "sent_ns": sent,
+                    "first_token_ns": times[0],
+                    "last_token_ns": times[-1],
+                    "completion_tokens": tokens,
+                    "chunk_ns": times,
+                    "chunk_tokens": [1] * tokens,
+                    "in_window": True,
+                }
+            )
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", rows)
+    return folder, rows
+
+
+def _inline(folder, rows):
+    """The bundle's requests rewritten inline in requests.jsonl, as version 1."""
+    (folder / "requests.csv").unlink()
+    for name, _, _ in CHUNK_FILES.values():
+        (folder / name).unlink()
+    (folder / "requests.jsonl").write_text("".join(json.dumps({**r, "source": "emulated"}) + "\n" for r in rows))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "bundle_version": 1}))
+
+
+@pytest.mark.parametrize("json_lines", [False, True])
+def test_a_row_naming_another_rows_events_is_refused_naming_both_lines(tmp_path, json_lines):
+    """Before: a request of deployment b pointing at the events of one of deployment a was loaded, and its point's ITL
+    read the other's gaps. Now the two lines are named (version 3's events_at/events_n, version 2's chunks)."""
+    from tests.bundle_files import as_json_lines, line_of, read_table, write_table
+
+    folder, _ = _two_deployments(tmp_path / "b")
+    table = read_table(folder, "requests")
+    theirs, mine = 5, 20 + 3  # a's sixth request, b's fourth
+    table[mine] = {**table[mine], "events_at": table[theirs]["events_at"], "events_n": table[theirs]["events_n"]}
+    write_table(folder, "requests", table)
+    if json_lines:
+        as_json_lines(folder)
+    at, n = table[theirs]["events_at"], table[theirs]["events_n"]
+    ref = rf"chunks = \[{at}, {n}\]" if json_lines else rf"events_at, events_n = {at}, {n}"
+    name = "requests.jsonl" if json_lines else "requests.csv"
+    with pytest.raises(
+        BundleError,
+        match=rf"{name}:{line_of(folder, 'requests', mine)}: {ref}; its events overlap those of line "
+        rf"{line_of(folder, 'requests', theirs)} \({ref}\); expected each request's own events in "
+        r"requests\.chunk_ns\.bin, shared with no other request; nothing was loaded",
+    ):
+        _load(tmp_path / "w.duckdb", folder)
+    with connect(tmp_path / "w.duckdb") as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_token_times_outside_their_request_are_refused(tmp_path, inline):
+    """Before: a token time of -2^62 in a request sent at 8 s was taken (and times from -5e18 to 5e18, whose gap
+    wraps past int64, ended the ingest with DuckDB's INT64 overflow traceback). A time before the request was sent (or
+    below 0), or after its last token, is named."""
+    folder, rows = _two_deployments(tmp_path / "b")
+    if not inline:
+        ns = np.fromfile(folder / CHUNK_FILES["chunk_ns"][0], dtype="<i8")
+        ns[32 * 7] = -(2**62)  # the first event of a's eighth request
+        ns.tofile(folder / CHUNK_FILES["chunk_ns"][0])
+        what = r"chunk_ns\[0\] = -4611686018427387904 \(in requests\.chunk_ns\.bin\) is outside"
+    else:
+        rows[7]["chunk_ns"][0] = -(2**62)
+        _inline(folder, rows)
+        what = r"chunk_ns\[0\] = -4611686018427387904 is outside"
+    from tests.bundle_files import line_of
+
+    with pytest.raises(
+        BundleError,
+        match=rf":{line_of(folder, 'requests', 7)}: {what} the request's own span \(sent_ns = 8000000000, "
+        r"last_token_ns = \d+\); expected token times from its send \(and >= 0\) to its last token",
+    ):
+        _load(tmp_path / "w.duckdb", folder)
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_token_counts_that_do_not_add_up_to_the_completion_tokens_are_refused(tmp_path, inline):
+    """Before: a request of 32 completion tokens whose events carried 2^31 - 1 tokens was taken (and its point's
+    throughput counted them). A request that succeeded has its events' tokens sum to its completion_tokens; a failed
+    one keeps what arrived."""
+    folder, rows = _two_deployments(tmp_path / "b")
+    rows[25]["chunk_tokens"][31] = 2**31 - 1
+    rows[26]["error_kind"], rows[26]["chunk_tokens"][0] = "disconnected", 3  # failed: its counts are what arrived
+    (folder / "requests.csv").unlink()
+    for name, _, _ in CHUNK_FILES.values():
+        (folder / name).unlink()
+    (folder / "manifest.json").unlink()
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", rows)
+    if inline:
+        _inline(folder, rows)
+    from tests.bundle_files import line_of
+
+    where = "" if inline else r" \(in requests\.chunk_tokens\.bin\)"
+    with pytest.raises(
+        BundleError,
+        match=rf":{line_of(folder, 'requests', 25)}: (its )?chunk_tokens{where} sum to 2147483678, while "
+        r"completion_tokens = 32; expected the tokens of its events to sum to its completion_tokens \(a request "
+        r"that failed, error_kind set, keeps what arrived\); nothing was loaded",
+    ):
+        _load(tmp_path / "w.duckdb", folder)
+    rows[25]["chunk_tokens"][31] = 1
+    (folder / "manifest.json").unlink()
+    for p in folder.glob("requests*"):
+        p.unlink()
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write("requests", rows)
+    if inline:
+        _inline(folder, rows)
+    assert len(_load(tmp_path / "w.duckdb", folder)["requests"]) == 40
+
+
+def test_rows_all_naming_one_range_are_refused_before_any_work_is_sized(tmp_path):
+    """The issue's bundle: 166 rows naming one range of 2M events. Before, the pass sized its work by the sum of the
+    references (332M events): a MemoryError traceback under 4 GiB of address space (6.1 GB of RSS for 100 rows of 1M
+    events, loaded). Now refused in SQL before the pass, naming two lines: in its own process, bounded in time and
+    address space."""
+    import resource
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.bundle_files import read_table, write_table
+
+    folder, events, t0 = tmp_path / "b", 2_000_000, 10**9
+    with BundleWriter(folder, run_id="r", source="emulated") as w:
+        w.write(
+            "requests",
+            [
+                {
+                    "deployment_id": "d",
+                    "load_point_id": "d:w:c1",
+                    "request_id": "0",
+                    "sent_ns": t0,
+                    "last_token_ns": t0 + events,
+                    "completion_tokens": events,
+                    "chunk_ns": list(range(t0 + 1, t0 + events + 1)),
+                    "chunk_tokens": [1] * events,
+                    "in_window": True,
+                }
+            ],
+        )
+    one = read_table(folder, "requests")[0]
+    write_table(folder, "requests", [{**one, "request_id": str(i)} for i in range(166)])
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    start = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "ingest", str(folder), "--db", str(tmp_path / "w.duckdb")],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    assert "requests.csv:3: events_at, events_n = 0, 2000000; its events overlap those of line 2" in p.stderr
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize("again", [["--replace"], []])
+def test_a_damaged_token_file_is_named_at_query_time_and_written_whole_by_ingesting_again(tmp_path, capsys, again):
+    """Before: a store file cut short made every query of token times fail with numpy's 'could not broadcast', and
+    ingesting the bundle again (--replace too) kept the damaged file, trusted by its name. Now a query names the file
+    and what to do, and ingesting the bundle again checks the file it would reuse (size, then hash) and writes it
+    whole."""
+    from pipelines.cli import main
+
+    folder, _ = _two_deployments(tmp_path / "b")
+    db = tmp_path / "w.duckdb"
+    assert main(["ingest", str(folder), "--db", str(db)]) == 0
+    capsys.readouterr()
+    query = ["sql", "SELECT count(*), round(median(itl_ms), 3) FROM v_itl", "--db", str(db), "--format", "csv"]
+    assert main(query) == 0
+    good = capsys.readouterr().out
+    (stored,) = (tmp_path / "w.duckdb.tokens").glob("*.bin")
+    whole = stored.read_bytes()
+    stored.write_bytes(whole[: len(whole) // 2])
+    assert main(query) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert (
+        f"{stored}: 640 values, while a request names values 640 to 671 of it; the token store's file is damaged "
+        "(cut short?): ingesting the bundle of its run again (wattbench ingest BUNDLE, or with --replace) writes it "
+        "whole again"
+    ) in err
+    assert main(["ingest", str(folder), "--db", str(db), *again]) == 0
+    assert stored.read_bytes() == whole
+    capsys.readouterr()
+    assert main(query) == 0 and capsys.readouterr().out == good
+
+
+def test_a_reference_near_the_int64_limit_is_named_not_an_overflow(tmp_path):
+    """Before: events_at = 2^63 - 10 made DuckDB's sum of the reference overflow: an OutOfRangeException traceback."""
+    from tests.bundle_files import line_of, read_table, write_table
+
+    folder, _ = _two_deployments(tmp_path / "b")
+    table = read_table(folder, "requests")
+    table[4]["events_at"] = 2**63 - 10
+    write_table(folder, "requests", table)
+    with pytest.raises(
+        BundleError,
+        match=rf"requests\.csv:{line_of(folder, 'requests', 4)}: events_at, events_n = 9223372036854775798, 32; "
+        r"expected the first event and the number of events within the 1280 events of requests\.chunk_ns\.bin",
+    ):
+        _load(tmp_path / "w.duckdb", folder)

@@ -326,6 +326,33 @@ def test_imported_token_times_that_go_backwards_are_refused(db, capsys, tmp_path
     assert "request 0000001: chunk_ns[3] = " in err and "expected token times that never go backwards" in err
 
 
+def test_an_import_never_replaces_a_measured_run(db, capsys, tmp_path):
+    """Before: `wattbench import FILE --run-id R`, R a measured and ingested run, replaced it (its requests became the
+    file's) and left its GPU samples and its token file behind, named by no row. Now it is refused with one line
+    naming the run and how to pick another id, and nothing changes; an import still replaces an import."""
+    from tests.reports.synth import Deployment, simple_point, write_run
+
+    write_run(db, tmp_path, "r", [Deployment("d", points=[simple_point("c1", 2.0)])], source="measured")
+    tables = ("runs", "deployments", "load_runs", "requests", "gpu_samples", "point_stats")
+
+    def state():
+        with connect(db, read_only=True) as con:
+            rows = {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id = 'r'").fetchone()[0] for t in tables}
+            source = con.execute("SELECT source FROM requests WHERE run_id = 'r' LIMIT 1").fetchone()
+        return rows, source, sorted(p.name for p in Path(f"{db}.tokens").iterdir())
+
+    before = state()
+    assert before[0]["requests"] == 20 and before[1] == ("measured",) and len(before[2]) == 1
+    assert main(["import", str(VLLM_REAL), "--run-id", "r"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "run r is already in the warehouse as a measured run (status complete); an import never replaces it" in err
+    assert "give another --run-id, or none" in err and "imported-vllm-" in err
+    assert state() == before
+    assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0
+    assert main(["import", str(VLLM_REAL), "--run-id", "mine"]) == 0  # the same import again replaces itself
+
+
 def test_imported_runs_read_plainly(db, capsys, tmp_path, monkeypatch):
     """Issue 39 item 7: `wattbench runs` said "(no runs)" beside imported runs; `sql load_points` printed every one of
     its ~90 columns, most NULL for an imported run; `--format json` printed JSON lines that json.load cannot read;
@@ -427,3 +454,45 @@ def test_aiperf_gpu_telemetry_is_the_runs_energy(db, capsys, tmp_path, scrapes):
         tel = con.execute("SELECT telemetry_source FROM deployments WHERE run_id = ?", [run_id]).fetchone()[0]
     assert tel == "imported:aiperf-dcgm"
     assert ("AIPerf's GPU telemetry" if scrapes else "profiling phase") in out
+
+
+def _set(field: str, index: int, value, gap: int | None = None):
+    def change(data: dict) -> None:
+        if gap is None:
+            data[field][index] = value
+        else:
+            data[field][index][gap] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "change, index, says",
+    [
+        (_set("output_lens", 1, 2**40), 1, "output_lens = 1099511627776; expected an integer up to 2,147,483,647"),
+        (_set("output_lens", 1, "16"), 1, "output_lens = '16'; expected an integer up to 2,147,483,647"),
+        (
+            _set("start_times", 0, "1000.0"),
+            0,
+            "start_times = '1000.0'; expected a number of seconds no larger than 4e+09",
+        ),
+        (_set("start_times", 0, 1e300), 0, "start_times = 1e+300; expected a number of seconds no larger than 4e+09"),
+        (_set("ttfts", 2, 1e300), 2, "ttfts = 1e+300; expected a number of seconds no larger than 1e+06"),
+        (_set("itls", 1, 1e300, gap=3), 1, "itls = 1e+300; expected a number of seconds no larger than 1e+06"),
+        (_set("itls", 1, "abc"), 1, "itls = 'abc'; expected a list of the request's inter-token gaps in seconds"),
+    ],
+)
+def test_a_vllm_result_with_a_value_out_of_bounds_is_one_line(db, capsys, tmp_path, change, index, says):
+    """Before: output_lens 2^40 was DuckDB's conversion traceback, start times as strings a TypeError, 1e300 s an
+    OverflowError (each a traceback; itls 'abc' was taken as no gaps). Every per-request value is a number within
+    its bound: one line naming the result, the request, the field and the value; nothing is imported."""
+    data = json.loads(VLLM_CONSTRUCTED.read_text())
+    change(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    assert main(["import", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"wattbench import: {path}: result 1, request {index}: {says}, or null; nothing was imported"
+    if db.exists():  # nothing imported
+        with connect(db, read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0

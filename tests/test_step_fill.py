@@ -31,7 +31,8 @@ def _points() -> dict[str, tuple[int, list[dict], list[dict]]]:
     for r in pairs[::7]:  # sent outside the window: not counted, but their first tokens mark shared steps
         r["in_window"] = False
     failed = dict(pairs[3], error_kind="http_500", request_id="failed")
-    pairs[3] = dict(pairs[3], chunk_ns=pairs[3]["chunk_ns"][:1], chunk_tokens=[1])  # one token: a prefill, no gap
+    # one event: a prefill, no gap (carrying its 41 tokens, as the agent splits a request's tokens over its events)
+    pairs[3] = dict(pairs[3], chunk_ns=pairs[3]["chunk_ns"][:1], chunk_tokens=[41])
     busy = closed_loop(16, 41)
     out = {}
     for lp, c, recs in (("spread", 4, spread), ("pairs", 4, pairs + [failed]), ("busy", 16, busy)):

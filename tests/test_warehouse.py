@@ -102,9 +102,11 @@ def test_schema_is_idempotent_and_versioned(tmp_path):
     ):
         assert table in tables
     with connect(db, read_only=True) as con:
-        # bookkeeping tables (check verdicts, which Dagster runs worked on which benchmark) carry no source
+        # bookkeeping tables (check verdicts, which Dagster runs worked on which benchmark, what the views were made
+        # from) carry no source
         for table in {t for t in tables if not t.startswith("v_")} - {
             "schema_version",
+            "views_made",
             "validation_results",
             "dagster_runs",
             "run_checks",
@@ -270,6 +272,53 @@ def test_a_version_10_warehouse_gains_the_shapes_traits(tmp_path):
     ]
 
 
+def test_a_version_13_warehouse_keys_its_metrics_on_a_column(tmp_path):
+    """Version 14 keys server_metrics on a stored column (labels_key, its labels as text in one order) instead of a
+    unique index on that expression, which crashed DuckDB at the checkpoint of a re-ingest
+    (tests/reliability/test_reingest.py): a warehouse from before keeps its samples, each with its key, and one copy of
+    a sample without labels stored twice (the old index let those through); the new index refuses a sample twice."""
+    import duckdb
+
+    db = tmp_path / "v13.duckdb"
+    with connect(db):
+        pass
+    old = duckdb.connect(str(db))  # server_metrics as version 13 made it
+    old.execute("DROP TABLE server_metrics")
+    old.execute(
+        "CREATE TABLE server_metrics (run_id VARCHAR NOT NULL, source VARCHAR NOT NULL, deployment_id VARCHAR NOT "
+        "NULL, load_point_id VARCHAR, t_ns BIGINT NOT NULL, metric VARCHAR NOT NULL, labels MAP(VARCHAR, VARCHAR), "
+        "value DOUBLE, scrape VARCHAR)"
+    )
+    old.execute(
+        "CREATE UNIQUE INDEX server_metrics_key ON server_metrics (run_id, deployment_id, t_ns, metric, "
+        "(list_sort(map_entries(labels))::VARCHAR))"
+    )
+    old.execute(
+        "INSERT INTO server_metrics VALUES ('r', 'measured', 'd', 'lp', 1, 'x_bucket', MAP {'le': '0.1', 'a': 'b'}, "
+        "3.0, 'window_start'), ('r', 'measured', 'd', NULL, 2, 'up', NULL, 1.0, NULL), "
+        "('r', 'measured', 'd', NULL, 2, 'up', NULL, 1.0, NULL)"
+    )
+    old.execute("DELETE FROM schema_version")
+    old.execute("INSERT INTO schema_version (version) VALUES (13)")
+    old.close()
+    with connect(db) as con:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 14
+        rows = con.execute("SELECT t_ns, labels, value, scrape, labels_key FROM server_metrics ORDER BY 1").fetchall()
+        assert rows == [
+            (1, {"le": "0.1", "a": "b"}, 3.0, "window_start", "[{'key': a, 'value': b}, {'key': le, 'value': 0.1}]"),
+            (2, None, 1.0, None, ""),
+        ]
+        (sql,) = con.execute("SELECT sql FROM duckdb_indexes() WHERE index_name = 'server_metrics_key'").fetchone()
+        assert "labels_key" in sql and "list_sort" not in sql
+        with pytest.raises(duckdb.ConstraintException, match="Duplicate key"):
+            con.execute(
+                "INSERT INTO server_metrics (run_id, source, deployment_id, t_ns, metric, labels, labels_key) "
+                "SELECT run_id, source, deployment_id, t_ns, metric, labels, labels_key FROM server_metrics"
+            )
+    with connect(db) as con:  # and applying the schema again changes nothing
+        assert con.execute("SELECT count(*) FROM server_metrics").fetchone()[0] == 2
+
+
 def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     """A warehouse written before benchmark runs had an identity of their own (tests/data/schema_v2.sql): its runs
     gain partition_key (NULL: not known then), 'succeeded' becomes 'complete', the latest finished run is still found,
@@ -290,7 +339,7 @@ def test_a_version_2_warehouse_is_migrated_to_benchmark_statuses(tmp_path):
     with connect(db, read_only=True) as con:  # read-only (wattbench sql) on the old file: 'succeeded' is finished
         assert latest_run_id(con) == "a"
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 13
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 14
         assert dict(con.execute("SELECT run_id, status FROM runs").fetchall()) == {"a": "complete", "b": "failed"}
         assert con.execute("SELECT count(*) FROM runs WHERE partition_key IS NULL").fetchone()[0] == 2
         tables = {r[0] for r in con.execute("SHOW TABLES").fetchall()}

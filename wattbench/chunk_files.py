@@ -23,10 +23,12 @@ import json
 import mmap
 import os
 import threading
+from array import array
 from pathlib import Path
 
 import numpy as np
 
+from wattbench.ingest_checks import NATURAL_KEYS
 from wattbench_agent.bundle import CHUNK_FILES, BundleError, read_rows
 
 STAGING = "_rq"
@@ -103,7 +105,7 @@ class ChunkFiles:
             bad = self.con.execute(
                 f"""SELECT events_at, events_n FROM {STAGING}
                     WHERE (events_at IS NULL) <> (events_n IS NULL) OR events_at < 0 OR events_n < 0
-                       OR events_at + events_n > ? OR (events_at IS NOT NULL AND (chunk_ns IS NOT NULL
+                       OR events_at::HUGEINT + events_n > ? OR (events_at IS NOT NULL AND (chunk_ns IS NOT NULL
                                                                               OR chunk_tokens IS NOT NULL))
                     LIMIT 1""",
                 [self.events],
@@ -127,11 +129,13 @@ class ChunkFiles:
                     f"{self.events} events of {self.paths.get('chunk_ns', Path('requests.chunk_ns.bin')).name} (and "
                     "no inline chunk_ns / chunk_tokens beside them)",
                 )
+            self._check_order()
             return
         bad = self.con.execute(
             f"""SELECT chunks::VARCHAR FROM {STAGING} WHERE chunks IS NOT NULL
                 AND (len(chunks) <> 2 OR chunks[1] IS NULL OR chunks[2] IS NULL OR chunks[1] < 0 OR chunks[2] < 0
-                     OR chunks[1] + chunks[2] > ? OR chunk_ns IS NOT NULL OR chunk_tokens IS NOT NULL) LIMIT 1""",
+                     OR chunks[1]::HUGEINT + chunks[2] > ? OR chunk_ns IS NOT NULL OR chunk_tokens IS NOT NULL)
+                LIMIT 1""",
             [self.events],
         ).fetchone()
         if bad:
@@ -150,6 +154,58 @@ class ChunkFiles:
                 f"{self.paths.get('chunk_ns', Path('requests.chunk_ns.bin')).name} (and no inline chunk_ns / "
                 "chunk_tokens beside it)",
             )
+        self._check_order()
+
+    def _check_order(self) -> None:
+        """Each request's events are its own: a reference to events another row (of any deployment) has too is refused
+        naming both lines, before any work is sized by the references (rows all naming one big range would each
+        claim it whole). Rows may come in any order; their ranges, in the file's order of events, may not overlap."""
+        bad = self.con.execute(
+            f"""SELECT count(*) FROM (
+                    SELECT events_at, lag(events_at::HUGEINT + events_n) OVER (ORDER BY events_at, events_n)
+                               AS previous_end
+                    FROM {STAGING} WHERE events_at IS NOT NULL AND events_n > 0)
+                WHERE events_at < previous_end"""
+        ).fetchone()[0]
+        if bad:
+            self._refuse_overlap()
+
+    def _refuse_overlap(self) -> None:
+        """BundleError naming a line whose events overlap another's, and that line (the slow path: only on a fault;
+        8 bytes a row for each of reference, length and line)."""
+        at, n, lines = array("q"), array("q"), array("q")
+        for lineno, row in read_rows(self.requests):
+            ref = _ref(row)
+            if ref is not None and ref[1]:
+                at.append(ref[0])
+                n.append(ref[1])
+                lines.append(lineno)
+        starts, counts, where = (np.frombuffer(a, dtype=np.int64) for a in (at, n, lines))
+        order = np.lexsort((counts, starts))
+        ends = starts[order] + counts[order]
+        clash = np.flatnonzero(starts[order][1:] < np.maximum.accumulate(ends)[:-1])
+        if not len(clash):
+            raise BundleError(f"{self.requests}: requests whose events overlap; nothing was loaded")
+        i = int(clash[0]) + 1  # overlaps the range that reaches furthest before it
+        j = int(np.argmax(ends[:i]))
+        a, b = sorted((int(order[i]), int(order[j])), key=lambda k: where[k])
+        csv = self.requests.name.endswith((".csv", ".csv.gz"))
+        text = {
+            k: f"events_at, events_n = {starts[k]}, {counts[k]}" if csv else f"chunks = [{starts[k]}, {counts[k]}]"
+            for k in (a, b)
+        }
+        rows = {n: row for n, row in read_rows(self.requests) if n in (where[a], where[b])}
+        key = NATURAL_KEYS["requests"]
+        if all(rows[where[a]].get(c) == rows[where[b]].get(c) for c in key):  # a row twice: said as the key check says
+            raise BundleError(
+                f"{self.requests}:{int(where[b])}: the same row as line {int(where[a])} ({', '.join(key)} = "
+                f"{', '.join(str(rows[where[b]].get(c)) for c in key)}); expected each row once; nothing was loaded"
+            )
+        raise BundleError(
+            f"{self.requests}:{int(where[b])}: {text[b]}; its events overlap those of line {int(where[a])} "
+            f"({text[a]}); expected each request's own events in {self.paths['chunk_ns'].name}, shared with no "
+            "other request; nothing was loaded"
+        )
 
     def inline_rows(self) -> int:
         """Rows that keep their lists in the requests file (not of two integer lists of one length)."""
@@ -161,6 +217,8 @@ class ChunkFiles:
     def start_pass(self, run_id: str) -> None:
         """Run the compiled pass over every staged load point in a thread (what it needs of DuckDB is read here,
         before it starts: the thread touches no connection). `wait_pass` hands over its results."""
+        from wattbench.token_pass import NO_BOUND
+
         con = self.con
         points = con.execute(
             f"""SELECT p.deployment_id, p.load_point_id, l.window_start_ns, l.window_end_ns, l.run_id IS NOT NULL
@@ -173,7 +231,10 @@ class ChunkFiles:
         refs = con.execute(
             f"""SELECT q.rowid AS seq, q.events_at AS "at", q.events_n AS n,
                        coalesce(q.chunks_exact, q.events_n) AS exact, q.error_kind IS NULL AS ok,
-                       coalesce(q.in_window, false) AS in_window, p.i AS point
+                       coalesce(q.in_window, false) AS in_window, p.i AS point,
+                       greatest(coalesce(q.sent_ns, 0), 0) AS first_ok,
+                       coalesce(q.last_token_ns, {NO_BOUND}) AS last_ok,
+                       coalesce(q.completion_tokens, -1)::BIGINT AS tokens
                 FROM {STAGING} q
                 JOIN (SELECT *, row_number() OVER (ORDER BY deployment_id, load_point_id) - 1 AS i
                       FROM (SELECT DISTINCT deployment_id, load_point_id FROM {STAGING} WHERE events_at IS NOT NULL)) p
@@ -231,7 +292,7 @@ class ChunkFiles:
                         return
                     dep, lp, ws, we, has_load_run = points[i]
                     lo, hi = int(bounds[i]), int(bounds[i + 1])
-                    part = {k: refs[k][lo:hi] for k in ("at", "n", "exact", "ok", "in_window")}
+                    part = {k: v[lo:hi] for k, v in refs.items()}
                     per_row, fig = run_point(ns, cnt, part, (ws, we) if has_load_run else None, has_load_run, work)
                     status[lo:hi], where[lo:hi], each[lo:hi] = per_row["status"], per_row["where"], per_row["each"]
                     figures[(dep, lp)] = fig
@@ -338,10 +399,26 @@ class ChunkFiles:
 
     # -------------------------------------------------------------------------------------------- messages
     def _refuse_seq(self, seq: int, status: int, where: int) -> None:
-        from wattbench.token_pass import BACKWARDS
+        from wattbench.token_pass import BACKWARDS, OUTSIDE, TOKENS
 
-        at, n = self.con.execute(f"SELECT events_at, events_n FROM {STAGING} WHERE rowid = ?", [seq]).fetchall()[0]
-        if status == BACKWARDS:
+        at, n, sent, last, tokens = self.con.execute(
+            f"SELECT events_at, events_n, sent_ns, last_token_ns, completion_tokens FROM {STAGING} WHERE rowid = ?",
+            [seq],
+        ).fetchall()[0]
+        if status == OUTSIDE:
+            ns = np.fromfile(self.paths["chunk_ns"], dtype="<i8", count=where + 1, offset=8 * at)
+            reason = (
+                f"chunk_ns[{where}] = {int(ns[where])} (in {self.paths['chunk_ns'].name}) is outside the request's own "
+                f"span (sent_ns = {sent}, last_token_ns = {last}); expected token times from its send (and >= 0) to "
+                "its last token"
+            )
+        elif status == TOKENS:
+            reason = (
+                f"its chunk_tokens (in {self.paths['chunk_tokens'].name}) sum to {where}, while completion_tokens = "
+                f"{tokens}; expected the tokens of its events to sum to its completion_tokens (a request that failed, "
+                "error_kind set, keeps what arrived)"
+            )
+        elif status == BACKWARDS:
             ns = np.fromfile(self.paths["chunk_ns"], dtype="<i8", count=where + 1, offset=8 * at)
             reason = (
                 f"chunk_ns[{where}] = {int(ns[where])} is before chunk_ns[{where - 1}] = {int(ns[where - 1])} (in "

@@ -86,7 +86,16 @@ def connect(
         if not read_only:
             from wattbench.schema import apply_schema
 
-            apply_schema(con)  # registers the token store's functions too
+            try:
+                apply_schema(con)  # registers the token store's functions too
+            except (duckdb.IOException, duckdb.FatalException, duckdb.TransactionException, OSError) as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                if isinstance(exc, duckdb.TransactionException) and "write" not in first.lower():
+                    raise
+                raise WarehouseError(
+                    f"{db}: could not write the warehouse to bring its schema up to date ({first}); free space where "
+                    "it lives, or point WATTBENCH_DB elsewhere"
+                ) from None
         elif not sandbox:  # the per-token times beside the warehouse, read by sql/views.sql (wattbench/token_store.py)
             from wattbench import token_store
 

@@ -176,13 +176,16 @@ NATURAL_KEYS = {
     "server_metrics": ("deployment_id", "t_ns", "metric", "labels"),
     "searches": ("search_id",),
 }
-# Unique indexes of the tables the schema gives no primary key (a MAP cannot be an index key: its sorted entries can).
+# A /metrics sample's labels as text, the same whatever order they came in ('' for none): server_metrics.labels_key,
+# which ingest writes beside the MAP (a MAP cannot be an index key) and the table's CHECK holds equal to it
+# (sql/schema.sql spells the same expression). The key is a stored column, not an index on this expression: DuckDB
+# 2.0.1 evaluates an index's expression when its checkpoint on close moves rows, after the connection that bound it
+# is gone, and list_sort then reads freed memory (SIGSEGV on re-ingest; docs/RELIABILITY.md section 11).
+LABELS_KEY = "coalesce(list_sort(map_entries({col}))::VARCHAR, '')"
+# Unique indexes of the tables the schema gives no primary key: on plain columns only (see LABELS_KEY).
 UNIQUE_INDEXES = {
     "gpu_samples_key": ("gpu_samples", "run_id, deployment_id, gpu_uuid, t_ns"),
-    "server_metrics_key": (
-        "server_metrics",
-        "run_id, deployment_id, t_ns, metric, (list_sort(map_entries(labels))::VARCHAR)",
-    ),
+    "server_metrics_key": ("server_metrics", "run_id, deployment_id, t_ns, metric, labels_key"),
     "validation_results_key": ("validation_results", "run_id, check_name, table_name, expectation"),
 }
 
@@ -303,6 +306,39 @@ def row_problem(
                         f"{column}[{i}] = {b} is before {column}[{i - 1}] = {a}; expected token times that never go "
                         "backwards (a negative inter-token gap)"
                     )
+    return _token_problem(row) if table == "requests" else None
+
+
+def _token_problem(row: dict[str, Any]) -> str | None:
+    """A request's token times and counts against the row's own figures (wattbench/token_pass.py checks the same of
+    times in a bundle's chunk files): every time within the request's span, from its send (and >= 0: times that
+    never go backwards from there have gaps that cannot wrap) to its last token, and, for a request that succeeded,
+    its events' tokens summing to its completion_tokens (a failed one keeps what arrived; error_kind says why)."""
+    times, counts = row.get("chunk_ns"), row.get("chunk_tokens")
+    if isinstance(times, list) and times and all(_number(t) for t in times):
+        sent, last = row.get("sent_ns"), row.get("last_token_ns")
+        lo = max(sent, 0) if _number(sent) else 0
+        for i, t in enumerate(times):
+            if t < lo or (_number(last) and t > last):
+                return (
+                    f"chunk_ns[{i}] = {t} is outside the request's own span (sent_ns = {sent}, last_token_ns = {last})"
+                    "; expected token times from its send (and >= 0) to its last token"
+                )
+    tokens = row.get("completion_tokens")
+    if (
+        row.get("error_kind") is None
+        and _number(tokens)
+        and isinstance(times, list)
+        and times
+        and isinstance(counts, list)
+        and counts
+        and all(_number(c) for c in counts)
+        and sum(counts) != tokens
+    ):
+        return (
+            f"chunk_tokens sum to {sum(counts)}, while completion_tokens = {tokens}; expected the tokens of its events "
+            "to sum to its completion_tokens (a request that failed, error_kind set, keeps what arrived)"
+        )
     return None
 
 
@@ -570,7 +606,17 @@ def suspect_rows(table: str, columns: dict[str, str]) -> str:
     for c in LIST_ORDERED.get(table, ()):
         if c in columns:
             terms.append(f"list_bool_or(list_transform(range(1, len({c})), lambda i: {c}[i + 1] < {c}[i]))")
+    if table == "requests" and {"chunk_ns", "sent_ns", "last_token_ns", "completion_tokens"} <= set(columns):
+        terms += _TOKEN_TERMS  # _token_problem, in SQL (a uniform count is kept as chunk_tokens_each)
     return " OR ".join(f"coalesce({t}, false)" for t in terms) or "false"
+
+
+_TOKEN_TERMS = [
+    "list_min(chunk_ns) < greatest(coalesce(sent_ns, 0), 0)",
+    "list_max(chunk_ns) > last_token_ns",
+    "error_kind IS NULL AND len(chunk_ns) > 0 AND coalesce(list_sum(chunk_tokens), "
+    "chunk_tokens_each::BIGINT * len(chunk_ns)) <> completion_tokens",
+]
 
 
 _JSON_NUMBER = "'BIGINT', 'UBIGINT', 'DOUBLE'"
@@ -635,6 +681,26 @@ def ensure_natural_keys(con) -> int:
             dropped += before - con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             con.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {name} ON {table} ({key})")
     return dropped
+
+
+def counts_problem(folder: Path, manifest: dict[str, Any], files: dict[str, Path], found: dict[str, int]) -> str | None:
+    """The rows loaded of each table against the rows the manifest counts (`tables`, rewritten by the agent after
+    every write): a file with fewer rows lost some (cut at a row boundary, which no other check sees), and a complete
+    bundle's file with more has rows the agent did not write. An incomplete bundle's file may be ahead of its manifest
+    (rows written just before the agent was killed). Only the tables the manifest counts are held to it (a writer
+    before the counts counts none). None when they agree."""
+    stated = manifest.get("tables")
+    if not isinstance(stated, dict):
+        return None
+    for table, expected in stated.items():
+        rows = found.get(table, 0)
+        if rows < expected or (rows > expected and manifest.get("complete")):
+            where = files.get(table, folder / f"{table}.*")
+            return (
+                f"{where}: {rows} row(s) of table {table}, while manifest.json counts {expected} (tables.{table}); "
+                "expected the rows the agent wrote (a file cut short, or rows added to it?); nothing was loaded"
+            )
+    return None
 
 
 def run_status(manifest: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ so `wattbench run` from any directory and `wattbench report` / `sql` from any ot
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,27 @@ def db_path(given: str | os.PathLike | None = None) -> Path:
 def plan_path(given: str | os.PathLike | None = None) -> Path:
     """The plan file: `given` (--plan), else $WATTBENCH_PLAN, else plans/default.yaml."""
     return Path(given or os.environ.get(PLAN) or DEFAULT_PLAN)
+
+
+# A memory limit as DuckDB reads one: a number and a unit (no unit: bytes); nothing else reaches its SET statement
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*", re.IGNORECASE)
+_UNITS = {u.lower(): u for u in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}
+
+
+def memory_size(name: str, default: str) -> str:
+    """A memory limit for DuckDB from the environment variable `name` (INGEST_MEMORY, VALIDATION_MEMORY), else
+    `default`, written back in DuckDB's spelling (`1GB`, `512MiB`); ValueError naming the variable, its value and what
+    was expected otherwise (the value goes into a SET statement: only a size may)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    m = _SIZE.fullmatch(raw)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(
+            f"{name} = {raw[:80]!r}; expected a memory size greater than 0, a number and a unit such as 1GB, 512MB "
+            "or 2GiB"
+        )
+    return f"{m.group(1)}{_UNITS[(m.group(2) or 'B').lower()]}"
 
 
 def runs_dir(given: str | os.PathLike | None = None) -> Path:

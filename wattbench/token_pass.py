@@ -3,8 +3,10 @@
 The token times stay in the files the agent wrote (wattbench/token_store.py keeps them beside the warehouse); a load
 point's requests point into them (first event, events). `point_pass` walks those events once, request by request, in
 the requests' order, and gives:
-- per request: whether its times go backwards or a count is negative (the ingest checks), and the one token count all
-  its events carried (requests.chunk_tokens_each), if they did;
+- per request: whether its times go backwards, a count is negative, a time lies outside the request's own span (before
+  its send or 0, after its last token: another request's events, or times past the clock's range, whose gaps would
+  wrap), or its counts do not sum to its completion tokens (a request that succeeded; the ingest checks), and the one
+  token count all its events carried (requests.chunk_tokens_each), if they did;
 - per load point: the figures of point_stats that read token times (sql/views.sql v_itl_stats_live,
   v_window_steadiness_live, the client's ITL of v_client_stats_live; warehouse._TOKEN_FIGURES is the same in SQL),
   and the step decomposition (wattbench_agent.loadgen.steps: decode step, the stalls of each kind, the prefills
@@ -33,8 +35,9 @@ BURST_NS = 500_000  # wattbench_agent.loadgen.steps.BURST_MS, in ns (a test keep
 SHIFT = 44  # a bin: a non-negative double's bits >> 44 (sign, exponent, 8 bits of mantissa)
 BINS = 1 << 19
 
-# per-request status codes
-OK, BACKWARDS, NEGATIVE = 0, 1, 2
+# per-request status codes (OUTSIDE: `where` is the event; TOKENS: `where` is the events' token sum)
+OK, BACKWARDS, NEGATIVE, OUTSIDE, TOKENS = 0, 1, 2, 3, 4
+NO_BOUND = np.iinfo(np.int64).max  # a request's last_token_ns not given
 
 # indexes of point_pass's float results
 F_ITL_Q = 0  # 5 values
@@ -116,13 +119,61 @@ def _neumaier(vals, m):
 
 
 @njit(cache=True, nogil=True)
+def _check_request(ns, cnt, a, k_n, ok, first_ok, last_ok, tokens):
+    """One request's events (k_n of them from a): (status, where, the one count they all carried or -1)."""
+    if k_n == 0:
+        return OK, 0, -1
+    c0 = cnt[a]
+    same = True
+    prev_t = ns[a]
+    total = 0
+    for k in range(k_n):
+        c = cnt[a + k]
+        t = ns[a + k]
+        if c < 0:
+            return NEGATIVE, k, -1
+        if t < prev_t:
+            return BACKWARDS, k, -1
+        if t < first_ok or t > last_ok:  # times that never go backwards, from >= 0: their gaps cannot wrap
+            return OUTSIDE, k, -1
+        same = same and c == c0
+        total += c
+        prev_t = t
+    if ok and tokens >= 0 and total != tokens:
+        return TOKENS, total, -1
+    return OK, 0, c0 if same else -1
+
+
+@njit(cache=True, nogil=True)
 def point_pass(
-    ns, cnt, at, n, exact, ok, inw, ws, we, has_window, has_load_run, status, where, each, gap, ptok, pw, hist, mark
+    ns,
+    cnt,
+    at,
+    n,
+    exact,
+    ok,
+    inw,
+    first_ok,
+    last_ok,
+    tokens,
+    ws,
+    we,
+    has_window,
+    has_load_run,
+    status,
+    where,
+    each,
+    gap,
+    ptok,
+    pw,
+    hist,
+    mark,
 ):
     """One load point (or any set of requests): status/where/each per request (filled), and (floats, ints) of the
     point's figures. ns/cnt: the times and counts files as arrays; at, n, exact: each request's first event, events
-    and exact events; ok: succeeded; inw: sent in the window. gap, ptok, pw: work arrays of at least the point's
-    events; hist: BINS counts."""
+    and exact events; ok: succeeded; inw: sent in the window; first_ok, last_ok: the span its times must lie in (its
+    send, never below 0, and its last token); tokens: its completion tokens (-1: not given). gap, ptok, pw: work
+    arrays of at least the point's events; hist: BINS counts."""
     f = np.full(11, np.nan)
     iv = np.zeros(16, np.int64)
     firsts = np.full(len(at), -1, np.int64)  # each request's first token (ns), -1: none
@@ -135,28 +186,7 @@ def point_pass(
     for r in range(len(at)):
         a = at[r]
         k_n = n[r]
-        status[r] = OK
-        where[r] = 0
-        each[r] = -1
-        if k_n > 0:
-            c0 = cnt[a]
-            same = True
-            prev_t = ns[a]
-            for k in range(k_n):
-                c = cnt[a + k]
-                t = ns[a + k]
-                if c < 0:
-                    status[r] = NEGATIVE
-                    where[r] = k
-                    break
-                if t < prev_t:
-                    status[r] = BACKWARDS
-                    where[r] = k
-                    break
-                same = same and c == c0
-                prev_t = t
-            if status[r] == OK and same:
-                each[r] = c0
+        status[r], where[r], each[r] = _check_request(ns, cnt, a, k_n, ok[r], first_ok[r], last_ok[r], tokens[r])
         ex = exact[r]
         if status[r] == OK:  # every request's first token marks a prefill, in the window or not, failed or not
             for k in range(min(k_n, ex)):
@@ -334,7 +364,8 @@ class Workspace:
 
 
 def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) -> tuple[dict, dict]:
-    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window), as Python values:
+    """point_pass over one load point's requests (refs: arrays at, n, exact, ok, in_window, and where its rows are
+    checked, first_ok, last_ok, tokens), as Python values:
     (per-request arrays status, where, each), (the point's figures, as warehouse.point_token_figures names them, and
     the step decomposition's raw parts)."""
     at = np.ascontiguousarray(refs["at"], dtype=np.int64)
@@ -354,6 +385,10 @@ def run_point(ns, cnt, refs: dict, window, has_load_run: bool, work: Workspace) 
         np.ascontiguousarray(refs["exact"], dtype=np.int64),
         np.ascontiguousarray(refs["ok"], dtype=np.bool_),
         np.ascontiguousarray(refs["in_window"], dtype=np.bool_),
+        # a request's span and completion tokens: not held to them where not given (rows the warehouse keeps)
+        np.ascontiguousarray(refs.get("first_ok", np.full(rows, np.iinfo(np.int64).min)), dtype=np.int64),
+        np.ascontiguousarray(refs.get("last_ok", np.full(rows, NO_BOUND)), dtype=np.int64),
+        np.ascontiguousarray(refs.get("tokens", np.full(rows, -1)), dtype=np.int64),
         int(ws) if has_window else 0,
         int(we) if has_window else 0,
         has_window,

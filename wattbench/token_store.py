@@ -15,7 +15,11 @@ that the function does not exist.
 
 Copying runs in a thread beside the rest of the ingest (`Copy`): copied by the kernel (copy_file_range), fsynced, the
 copy's bytes read back and hashed (hashing releases the GIL), then renamed to its hash: a crash leaves at most
-a partial file under a temporary name, which `collect` removes.
+a partial file under a temporary name, which `collect` removes. A file already in the store under that hash is
+trusted only once its size and then its own hash agree (a file cut short or changed in place would otherwise be kept,
+and every query of its token times fail): the fresh copy takes the place of one that does not, so ingesting its
+bundle again writes it whole. A reader that finds a file holding fewer events than a request names says which file
+and how to write it again (`DamagedTokenFile`), never a numpy broadcasting error.
 """
 
 from __future__ import annotations
@@ -44,6 +48,18 @@ def folder_of(con) -> Path:
     return Path(str(path) + ".tokens")
 
 
+class DamagedTokenFile(ValueError):
+    """A file of the store is not what its rows name (cut short, or not of whole values): the message names it and
+    how to write it again."""
+
+
+def _damaged(path: Path, what: str) -> DamagedTokenFile:
+    return DamagedTokenFile(
+        f"{path}: {what}; the token store's file is damaged (cut short?): ingesting the bundle of its run again "
+        "(wattbench ingest BUNDLE, or with --replace) writes it whole again"
+    )
+
+
 def register(con) -> None:
     """token_times / token_counts on this connection (idempotent)."""
     folder = folder_of(con)
@@ -62,9 +78,14 @@ def register(con) -> None:
             values = np.empty(int(offsets[-1]), dtype=dtype)
             for i, name in enumerate(names):
                 if count[i]:
-                    values[offsets[i] : offsets[i + 1]] = _map(folder, maps, name, dtype)[
-                        first[i] : first[i] + count[i]
-                    ]
+                    events = _map(folder, maps, name, dtype)
+                    if first[i] < 0 or first[i] + count[i] > len(events):
+                        raise _damaged(
+                            folder / f"{name}.bin",
+                            f"{len(events)} values, while a request names values {first[i]} to "
+                            f"{first[i] + count[i] - 1} of it",
+                        )
+                    values[offsets[i] : offsets[i + 1]] = events[first[i] : first[i] + count[i]]
             arrow = pa.int64() if dtype == "<i8" else pa.int32()
             return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, type=arrow))
 
@@ -92,6 +113,8 @@ def _map(folder: Path, maps: dict, name: str, dtype: str):
                 f"{path}: missing; the warehouse's per-token times are kept in {folder} beside it (moved or deleted?)"
             )
         size = path.stat().st_size
+        if size % np.dtype(dtype).itemsize:
+            raise _damaged(path, f"{size} bytes, not a whole number of {np.dtype(dtype).itemsize}-byte values")
         got = (
             np.memmap(path, dtype=dtype, mode="r", shape=(size // np.dtype(dtype).itemsize,))
             if size
@@ -126,11 +149,12 @@ class Copy:
                 _hash(tmp, digest)  # the bytes stored, read back (from the page cache)
                 self.id = digest.hexdigest()
                 final = self.folder / f"{self.id}.bin"
-                if final.exists():
+                existed = final.exists()
+                if existed and _intact(final, os.stat(tmp).st_size, self.id):
                     os.unlink(tmp)
-                else:
+                else:  # new, or a damaged file of this name made whole again (kept if the ingest fails)
                     os.replace(tmp, final)
-                    self.created = True
+                    self.created = not existed
                     _fsync_dir(self.folder)
             except BaseException:
                 if os.path.exists(tmp):
@@ -181,6 +205,18 @@ def _hash(path: str, digest) -> None:
     with open(path, "rb", buffering=0) as fh:
         while n := fh.readinto(buffer):
             digest.update(view[:n])
+
+
+def _intact(path: Path, size: int, sha256: str) -> bool:
+    """Whether a file of the store still holds the bytes its name says: its size first, then its hash."""
+    try:
+        if path.stat().st_size != size:
+            return False
+        digest = hashlib.sha256()
+        _hash(str(path), digest)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha256
 
 
 def _fsync_dir(folder: Path) -> None:

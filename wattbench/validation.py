@@ -746,7 +746,7 @@ def validate_run(
     rules = suites(plan_validation, sample_period_s)[table]
     source, params = _run_rows_sql(con, table), {"run_id": run_id}
     kept = f"_wb_checked_{table}"
-    with _memory(con, os.environ.get(settings.VALIDATION_MEMORY, VALIDATION_MEMORY)):
+    with _memory(con, settings.memory_size(settings.VALIDATION_MEMORY, VALIDATION_MEMORY)):  # a size, nothing else
         try:
             if table in _FRAME_JOINS:  # a few rows joined to views that read whole tables: join once, not per query
                 con.execute(f"CREATE OR REPLACE TEMP TABLE {kept} AS {source}", params)

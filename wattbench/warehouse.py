@@ -27,7 +27,9 @@ from wattbench.connection import (  # noqa: F401 - the connection and query inte
     table_columns,
 )
 from wattbench.ingest_checks import (
+    LABELS_KEY,
     check_table_file,
+    counts_problem,
     csv_header,
     mark_run,
     numeric_columns,
@@ -60,8 +62,11 @@ EVICT_MEMORY = "128MB"
 
 def ingest_memory() -> str:
     """DuckDB's memory limit while a bundle loads: WATTBENCH_INGEST_MEMORY, read when a bundle loads (importing the
-    code location reads no environment variable), else INGEST_MEMORY."""
-    return os.environ.get(settings.INGEST_MEMORY, INGEST_MEMORY)
+    code location reads no environment variable), else INGEST_MEMORY; WarehouseError for a value that is not a size."""
+    try:
+        return settings.memory_size(settings.INGEST_MEMORY, INGEST_MEMORY)
+    except ValueError as exc:
+        raise WarehouseError(f"{exc}; nothing was loaded") from None
 
 
 # Columns read from a bundle as another type than the table's, then converted (old bundles wrote them otherwise).
@@ -107,6 +112,7 @@ def ingest_bundle(
         regular_file(path, f"a {'CSV' if _is_csv(path) else 'JSON-lines'} file of table {table}")
     types = {t: table_columns(con, t) for t in files}
 
+    memory = ingest_memory()  # a value that is not a size is refused before anything starts
     chunks = None
     version = manifest.get("bundle_version", 1)
     if "requests" in files and (paths := chunk_paths(folder, version)) is not None:  # version 2: token times in binary
@@ -114,25 +120,79 @@ def ingest_bundle(
         chunks.start_copy(token_store.folder_of(con))  # into the token store, in a thread, while the rest loads
     counts: dict[str, int] = {}
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
-    con.execute(f"SET memory_limit = '{ingest_memory()}'")  # DuckDB spills to disk past it: a big bundle stays bounded
+    con.execute(f"SET memory_limit = '{memory}'")  # DuckDB spills to disk past it: a big bundle stays bounded
+    interrupted = False  # after the commit: the bundle is loaded
     try:
         result = _ingest(con, folder, manifest, run_id, files, types, counts, chunks, replace)
-    except BaseException:
-        if chunks is not None:
-            chunks.drop()
-            chunks.undo()  # what this bundle put in the token store goes with its rows
+    except _CommittedThenInterrupted:
+        result, interrupted = dict(counts), True
+    except BaseException as exc:
+        if chunks is not None:  # what this bundle put in the token store goes with its rows, unless they may be kept
+            _undo(chunks, keep_files=getattr(exc, "at_commit", False))
+        failure = _write_failure(exc, con, folder)
+        if failure is not None:
+            raise failure from None
+        if _interrupt(exc):
+            raise IngestInterrupted(
+                f"{folder}: interrupted; nothing of it was loaded (its transaction was rolled back)"
+                if not getattr(exc, "at_commit", False)
+                else f"{folder}: interrupted during its commit; see whether run {run_id} is in the warehouse "
+                "(wattbench sql: SELECT * FROM runs)"
+            ) from None
         raise
     finally:
-        con.execute(f"SET memory_limit = '{limit}'")
-    if chunks is not None:
-        chunks.drop()
-    token_store.collect(con)  # files no row names any more (a run replaced): after the commit
+        try:
+            con.execute(f"SET memory_limit = '{limit}'")
+        except (duckdb.Error, RuntimeError, KeyboardInterrupt):  # invalidated or interrupted: said above instead
+            pass
+    try:
+        if chunks is not None:
+            chunks.drop()
+        if not interrupted:
+            token_store.collect(con)  # files no row names any more (a run replaced): after the commit
+    except BaseException as exc:
+        if not _interrupt(exc):
+            raise
+        interrupted = True
+    if interrupted:
+        raise IngestInterrupted(
+            f"{folder}: interrupted after its commit: run {run_id} is loaded (token files that no row names any "
+            "more are removed by the next ingest)"
+        )
     return result
+
+
+class IngestInterrupted(WarehouseError):
+    """An ingest stopped by an interrupt (Ctrl-C, SIGINT): the message says what became of the bundle."""
+
+
+def _interrupt(exc: BaseException) -> bool:
+    """Whether an error is an interrupt: Python's, or DuckDB's way of saying a query was stopped by one."""
+    if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException":
+        return True
+    return isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()
+
+
+def _undo(chunks: ChunkFiles, keep_files: bool = False) -> None:
+    """After a failed ingest: the staging table dropped where the database still answers, and the token files this
+    bundle copied removed, unless `keep_files` (a commit that failed may still have reached DuckDB's log, and its rows
+    name them; a file no row names is removed by the next ingest)."""
+    try:
+        chunks.drop()
+    except (duckdb.Error, RuntimeError, KeyboardInterrupt):  # invalidated or interrupted: said by the caller
+        pass
+    if not keep_files:
+        chunks.undo()
 
 
 # Columns ingest computes, never read from a bundle (a row that names one is refused as naming an unknown column);
 # events_at / events_n come from a version-3 bundle's requests.csv (or version 2's `chunks`) only.
-_COMPUTED = {"requests": {"chunk_tokens_each", "events_file", "counts_file", "events_at", "events_n"}}
+_COMPUTED = {
+    "requests": {"chunk_tokens_each", "events_file", "counts_file", "events_at", "events_n"},
+    "server_metrics": {"labels_key"},
+}
+# Computed columns made from the row's own values as it is read: {table: {column: SQL}}.
+_DERIVED = {"server_metrics": {"labels_key": LABELS_KEY.format(col="labels")}}
 # A request whose events all carried one token count keeps that count, not the list (sql/views.sql event_tokens).
 _UNIFORM_TOKENS = (
     "chunk_tokens IS NOT NULL AND len(chunk_tokens) > 0 AND len(chunk_tokens) = len(chunk_ns) "
@@ -279,6 +339,8 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
             )
             if staged and table == "load_runs":  # the windows are in
                 chunks.start_pass(run_id)
+        if problem := counts_problem(folder, manifest, files, counts):
+            raise BundleError(problem)
         fill_shape_traits(con, run_id)
         # before the rows are compared with a complete run's: a bundle loads to the same rows each time
         fill_steps(con, run_id, flat)
@@ -301,11 +363,80 @@ def _ingest(con, folder, manifest, run_id, files, types, counts, chunks=None, re
         con.execute(f"SET memory_limit = '{EVICT_MEMORY}'")
         con.execute(f"SET memory_limit = '{ingest_memory()}'")
         refresh_point_stats(con, run_id, events=flat)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
+    except BaseException:  # an interrupt (Ctrl-C) too: nothing of the bundle stays
+        _rollback(con)
         raise
+    try:
+        interrupted = _commit(con)
+    except BaseException as exc:
+        _rollback(con)
+        exc.at_commit = True  # what was loaded is kept only if DuckDB's log took the commit (_write_failure says so)
+        raise
+    if interrupted:
+        raise _CommittedThenInterrupted
     return counts
+
+
+class _CommittedThenInterrupted(Exception):
+    """An interrupt came while the ingest committed: the commit ended first, and the bundle is loaded."""
+
+
+def _commit(con) -> bool:
+    """COMMIT, an interrupt (SIGINT) held until it has ended, so that it is never cut in two: whether one came. (Only
+    the main thread may set a handler: elsewhere, as in a Dagster step's thread, it commits as it is.)"""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        con.execute("COMMIT")
+        return False
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        con.execute("COMMIT")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return bool(caught)
+
+
+def _rollback(con) -> None:
+    """ROLLBACK, where DuckDB has not ended the transaction itself (a full disk, an interrupt, a fatal error): its
+    'no transaction is active' would otherwise take the place of the error that ended it."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def _write_failure(exc: BaseException, con, folder: Path) -> WarehouseError | None:
+    """A failure to write the warehouse or its token store (a full disk, a file-size limit, DuckDB's IO error or the
+    fatal error it becomes) as one line naming it and what became of the bundle; None for any other error."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO):
+        reason = f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    elif isinstance(exc, (duckdb.IOException, duckdb.FatalException)):
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        reason = next((line for line in lines if "Could not write" in line or "No space" in line), lines[0])
+    else:
+        return None
+    if getattr(exc, "at_commit", False):
+        kept = "its rows are in the warehouse only if DuckDB's log took the commit (wattbench sql: SELECT * FROM runs)"
+    else:
+        kept = "nothing of the bundle was loaded (its transaction was rolled back, its token files removed)"
+    return WarehouseError(
+        f"{_db_name(con)}: could not write the warehouse while ingesting {folder}: {reason}; {kept}. Free space "
+        "where the warehouse lives, or point WATTBENCH_DB elsewhere, and ingest it again"
+    )
+
+
+def _db_name(con) -> str:
+    """The warehouse file of a connection, for messages."""
+    try:
+        rows = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    except duckdb.Error:  # a database DuckDB invalidated answers nothing
+        return "the warehouse"
+    return str(rows[0][0]) if rows and rows[0][0] else ":memory:"
 
 
 def table_files(folder: Path) -> dict[str, Path]:
@@ -368,6 +499,8 @@ def _load_table(
     allowed = _allowed(table, cols, chunks)
     if chunks is None:
         select = _read_csv_select(table, cols, path, allowed) if _is_csv(path) else _read_json_select(table, cols, None)
+        if table in _DERIVED:
+            select = f"SELECT *, {', '.join(f'{e} AS {c}' for c, e in _DERIVED[table].items())} FROM ({select})"
         _checked(
             con,
             table,

@@ -472,6 +472,41 @@ def regular_file(path: Path, what: str) -> os.stat_result:
     return st
 
 
+def open_regular(path: Path, what: str, max_bytes: int):
+    """`path` opened for reading (binary) if it is a regular file of at most `max_bytes`; BundleError naming what it is
+    otherwise. Opened without waiting (a FIFO opens at once, and is refused) and checked on the descriptor read, so the
+    path cannot be swapped between the check and the read; a reader that must stay within the bound reads at most
+    max_bytes + 1 (read_regular)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing; expected {what}") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: not a regular file (a directory); expected {what}") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot be read ({exc.strerror or exc}); expected {what}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"{path}: not a regular file ({file_kind(st.st_mode)}); expected {what}")
+        if st.st_size > max_bytes:
+            raise BundleError(f"{path}: {st.st_size:,} bytes; expected {what} of at most {max_bytes:,} bytes")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (open_regular); one that grew past it is refused too."""
+    with open_regular(path, what, max_bytes) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise BundleError(f"{path}: over {max_bytes:,} bytes; expected {what} of at most {max_bytes:,} bytes")
+    return data
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     folder = Path(path)
     manifest_path = folder / MANIFEST
@@ -514,6 +549,14 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{manifest_path}: field 'complete' is {manifest['complete']!r:.80}; expected true or false")
     if not isinstance(manifest.get("errors", []), list):
         raise BundleError(f"{manifest_path}: field 'errors' is {manifest['errors']!r:.80}; expected a list")
+    tables = manifest.get("tables", {})  # rows per table: ingest holds the files to them
+    if not isinstance(tables, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**63 for n in tables.values()
+    ):
+        raise BundleError(
+            f"{manifest_path}: field 'tables' is {tables!r:.80}; expected an object of table names and their rows "
+            "(integers >= 0)"
+        )
     # the fields ingest stores (runs.host, runs.clock_anchor_*): of their types, or absent
     host = manifest.get("host")
     if host is not None and not isinstance(host, str):

@@ -281,4 +281,4 @@ def test_inspect_names_a_bad_line(tmp_path):
     p = load_cli("inspect", str(bad))
     assert p.returncode == 2 and f"{bad}:2: not JSON" in p.stderr
     p = load_cli("inspect", str(tmp_path / "missing.jsonl"))
-    assert p.returncode == 2 and "missing.jsonl: cannot read it" in p.stderr
+    assert p.returncode == 2 and "missing.jsonl: missing; expected one request record a line" in p.stderr

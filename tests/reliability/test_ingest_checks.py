@@ -18,6 +18,7 @@ import pytest
 from pipelines.cli import main as wattbench
 from tests.bundle_files import as_json_lines, line_of, table_file
 from tests.test_warehouse import make_bundle
+from wattbench.ingest_checks import LABELS_KEY
 from wattbench.validation import table_frame, validate_table
 from wattbench.warehouse import connect
 
@@ -114,12 +115,25 @@ def test_the_warehouse_itself_refuses_a_sample_twice(tmp_path):
             con.execute(
                 f"INSERT INTO gpu_samples (run_id, source, deployment_id, gpu_uuid, t_ns, power_w) VALUES {row}"
             )
-        metric = "('r', 'emulated', 'd', 100, 'vllm:x_bucket', MAP {'le': '0.1'}, 1.0)"
-        sql = "INSERT INTO server_metrics (run_id, source, deployment_id, t_ns, metric, labels, value) VALUES "
-        con.execute(sql + metric)
-        con.execute(sql + metric.replace("'0.1'", "'0.5'"))  # another bucket of the same scrape: a row of its own
-        with pytest.raises(duckdb.ConstraintException):
-            con.execute(sql + metric)
+        # a /metrics sample's key holds its labels as text (server_metrics.labels_key, which the table holds equal to
+        # its labels: a row whose key is missing or is not its labels' is refused too)
+        cols = "run_id, source, deployment_id, t_ns, metric, value, labels"
+
+        def sample(labels: str, key: str | None = LABELS_KEY.format(col="m")) -> None:
+            values = f"'r', 'emulated', 'd', 100, 'vllm:x_bucket', 1.0, m{', ' + key if key else ''}"
+            con.execute(
+                f"INSERT INTO server_metrics ({cols}{', labels_key' if key else ''}) "
+                f"SELECT {values} FROM (SELECT MAP {{{labels}}} AS m)"
+            )
+
+        sample("'le': '0.1', 'a': 'b'")
+        sample("'le': '0.5', 'a': 'b'")  # another bucket of the same scrape: a row of its own
+        with pytest.raises(duckdb.ConstraintException, match="Duplicate key"):  # the same labels, another order
+            sample("'a': 'b', 'le': '0.1'")
+        with pytest.raises(duckdb.ConstraintException, match="CHECK"):
+            sample("'le': '0.9'", key="'le=0.9'")
+        with pytest.raises(duckdb.ConstraintException, match="NOT NULL"):
+            sample("'le': '0.9'", key=None)
 
 
 def test_a_warehouse_that_already_holds_a_row_twice_keeps_one(tmp_path):
@@ -276,8 +290,8 @@ def test_gx_suites_name_non_finite_values_of_every_table(tmp_path):
             "power_w",
         ),
         "server_metrics": (
-            "(run_id, source, deployment_id, t_ns, metric, labels, value)",
-            "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE)",
+            "(run_id, source, deployment_id, t_ns, metric, labels, value, labels_key)",
+            "('r', 'emulated', 'd', 1, 'm', MAP {}, 'inf'::DOUBLE, '[]')",
             "value",
         ),
     }
@@ -430,3 +444,124 @@ def test_a_committed_version1_bundle_loads_within_the_ingest_memory(tmp_path):
         counts = ingest_bundle(con, folder)
         assert counts["requests"] == 13_598
         assert con.execute("SELECT count(*) FROM requests WHERE chunk_ns IS NOT NULL").fetchone()[0] > 13_000
+
+
+def test_a_bundle_cut_at_a_row_boundary_is_refused_naming_the_table(tmp_path, capsys):
+    """Before: a bundle whose requests file was cut at a row boundary (60 of 166 rows) while its manifest still
+    counted 166 loaded as 'ingested', 106 requests short. The manifest's count of each table's rows (rewritten by the
+    agent after every write) holds the files to it: one line naming the table, the count expected and found."""
+    bundle, db = make_bundle(tmp_path / "b", n_requests=166), tmp_path / "w.duckdb"
+    path = table_file(bundle, "requests")
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: line_of(bundle, "requests", 60) - 1]))  # the header and 60 whole rows
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert (
+        f"{path}: 60 row(s) of table requests, while manifest.json counts 166 (tables.requests); expected the rows "
+        "the agent wrote (a file cut short, or rows added to it?); nothing was loaded"
+    ) in err
+    assert nothing_loaded(db)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "tables": {**manifest["tables"], "requests": 50}}))
+    rc, _, err = ingest(bundle, db, capsys)  # a complete bundle with rows its manifest does not count
+    assert rc == 2 and "60 row(s) of table requests, while manifest.json counts 50" in err and nothing_loaded(db)
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "complete": False, "tables": {"requests": 50}}))
+    rc, _, err = ingest(bundle, db, capsys)  # an agent killed after writing rows, before counting them: loaded
+    assert rc == 0, err
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 60
+    (bundle / "manifest.json").write_text(json.dumps({**manifest, "tables": {"requests": "166"}}))
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and "field 'tables' is {'requests': '166'}; expected an object of table names and their rows" in err
+
+
+@pytest.mark.parametrize("value", ["abc", "0GB", "1GB'; CREATE TABLE pwned AS SELECT 42 AS x; SET memory_limit = '1GB"])
+def test_the_ingest_memory_setting_is_a_size_and_nothing_else(tmp_path, capsys, monkeypatch, value):
+    """Before: WATTBENCH_INGEST_MEMORY=abc was DuckDB's parser traceback, and a value with a quote ran the SQL after
+    it (the table `pwned` was made in the warehouse). Now it is one line naming the variable; a size still works."""
+    bundle, db = make_bundle(tmp_path / "b"), tmp_path / "w.duckdb"
+    monkeypatch.setenv("WATTBENCH_INGEST_MEMORY", value)
+    rc, _, err = ingest(bundle, db, capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    expected = f"WATTBENCH_INGEST_MEMORY = {value[:80]!r}; expected a memory size greater than 0, a number and a unit"
+    assert expected in err
+    assert nothing_loaded(db)
+    with connect(db, read_only=True) as con:
+        assert not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'pwned'").fetchone()[0]
+    monkeypatch.setenv("WATTBENCH_INGEST_MEMORY", "512 mib")
+    assert ingest(bundle, db, capsys)[0] == 0
+
+
+def _limited(args: list[str], file_bytes: int) -> subprocess.CompletedProcess:
+    """`wattbench ARGS` in its own process that may write no file past `file_bytes` (RLIMIT_FSIZE, SIGXFSZ ignored:
+    a write past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
+
+
+@pytest.mark.parametrize("file_bytes", [64 << 10, 1 << 20])
+def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, file_bytes):
+    """Before: a writer's connection rewrote every view at each open, so with no room to write it failed there, a
+    traceback (`Failed to commit: Could not write file ... .wal: File too large`); further on, the token store's
+    copy failed with `OSError: [Errno 27] File too large` (or a full disk's ENOSPC), and DuckDB's own failure was
+    hidden behind `cannot rollback - no transaction is active`. Now opening an up-to-date warehouse writes nothing,
+    and a write that fails is one line naming it: nothing of the bundle stays, the warehouse's other run and its
+    token file are as they were."""
+    from benchmarks.synthetic import synthesize
+
+    db = tmp_path / "w.duckdb"
+    synthesize(tmp_path / "a", "a", 2000, requests_per_point=1000)
+    synthesize(tmp_path / "b", "b", 2000, requests_per_point=1000, seed=1)
+    assert wattbench(["ingest", str(tmp_path / "a"), "--db", str(db)]) == 0
+    store = sorted(p.name for p in (tmp_path / "w.duckdb.tokens").iterdir())
+    p = _limited(["ingest", str(tmp_path / "b"), "--db", str(db)], file_bytes)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-3000:]
+    assert f"{db}: could not write the warehouse while ingesting {tmp_path / 'b'}: " in p.stderr
+    assert "File too large" in p.stderr and "nothing of the bundle was loaded (its transaction was rolled back" in (
+        p.stderr
+    )
+    with connect(db, read_only=True) as con:
+        assert con.execute("SELECT list(DISTINCT run_id) FROM requests").fetchone()[0] == ["a"]
+    assert sorted(p.name for p in (tmp_path / "w.duckdb.tokens").iterdir()) == store
+    p = _limited(["sql", "SELECT count(*) AS n FROM v_itl", "--db", str(db), "--format", "csv"], 4096)
+    assert p.returncode == 0 and p.stdout.splitlines()[1] != "0", p.stderr
+
+
+def test_an_interrupted_ingest_says_it_was_rolled_back(tmp_path, capsys, monkeypatch):
+    """Before: Ctrl-C while DuckDB ran a query of the ingest was a `RuntimeError: Query interrupted` traceback (it had
+    rolled back), and between queries `wattbench: interrupted; everything measured so far is on disk`. Now one line
+    says nothing of the bundle was loaded, exit 130, and nothing of it stays: its rows, nor its token file. The
+    interrupt comes during a query the ingest runs (its kept figures), from a timer, as Ctrl-C would."""
+    import signal
+    import threading
+
+    from benchmarks.synthetic import synthesize
+    from wattbench import warehouse
+
+    synthesize(tmp_path / "b", "b", 2000, requests_per_point=1000)
+    db = tmp_path / "w.duckdb"
+    real = warehouse.refresh_point_stats
+
+    def slow_figures(con, run_id, events=None):  # a long query of the ingest's, interrupted as Ctrl-C would
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        con.execute("SELECT count(*) FROM range(10000000000) t(i) WHERE i % 7 = 3").fetchall()
+        return real(con, run_id, events=events)
+
+    monkeypatch.setattr(warehouse, "refresh_point_stats", slow_figures)
+    rc, _, err = ingest(tmp_path / "b", db, capsys)
+    assert rc == 130 and err.strip() == (
+        f"wattbench: {tmp_path / 'b'}: interrupted; nothing of it was loaded (its transaction was rolled back)"
+    )
+    assert nothing_loaded(db) and not list((tmp_path / "w.duckdb.tokens").glob("*.bin"))

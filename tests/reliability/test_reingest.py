@@ -116,3 +116,63 @@ def test_the_refused_and_the_replacing_ingest_exit_cleanly_every_time(complete_r
         )
         assert p.returncode == (0 if replace else 2), (i, p.returncode, p.stderr[-2000:])
         assert len(_points(copy)) == (1 if replace else 9)
+
+
+def _metrics_bundle(folder: Path, run_id: str, samples: int = 1300) -> Path:
+    """A small bundle of one deployment 'd' and its /metrics samples, each with labels (what the re-ingest crash
+    needed: rows of server_metrics, keyed by their labels, in a warehouse that holds another run's too)."""
+    with BundleWriter(folder, run_id=run_id, source="emulated") as w:
+        w.write(
+            "deployments",
+            [{"deployment_id": "d", "model": "m", "engine": "e", "config_name": "d", "status": "healthy"}],
+        )
+        w.write(
+            "server_metrics",
+            [
+                {
+                    "deployment_id": "d",
+                    "t_ns": 10**9 * (i // 12),
+                    "metric": f"vllm:m{i % 4}",
+                    "labels": {"engine": "0", "model_name": "m", "le": str(i % 3)},
+                    "value": float(i),
+                }
+                for i in range(samples)
+            ],
+        )
+    return folder
+
+
+def test_reingesting_a_run_beside_another_never_crashes(tmp_path):
+    """The sequence that exited with SIGSEGV (24 of 50 here, on close) before server_metrics' unique key was an index
+    on an expression: a warehouse holding two runs, and `wattbench ingest` of one of them again, in its own process,
+    50 times (two at a time), each on a fresh copy of the warehouse. Every process exits 0 and the rows stay."""
+    import shutil
+
+    first, second = _metrics_bundle(tmp_path / "r1", "r1"), _metrics_bundle(tmp_path / "r2", "r2")
+    base = tmp_path / "base.duckdb"
+    with connect(base) as con:
+        from wattbench.warehouse import ingest_bundle
+
+        ingest_bundle(con, first)
+        ingest_bundle(con, second)
+
+    def start(i: int) -> tuple[Path, subprocess.Popen]:
+        copy = tmp_path / f"w{i}.duckdb"
+        shutil.copy(base, copy)
+        cmd = [sys.executable, "-m", "pipelines.cli", "ingest", str(first), "--db", str(copy)]
+        return copy, subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    codes = []
+    for i in range(0, 50, 2):
+        pair = [start(i), start(i + 1)]
+        for copy, proc in pair:
+            _, err = proc.communicate(timeout=120)
+            codes.append(proc.returncode)
+            assert proc.returncode == 0, (len(codes), proc.returncode, err[-2000:])
+            copy.unlink()
+    assert codes == [0] * 50
+    copy, proc = start(50)
+    assert proc.wait(timeout=120) == 0
+    with connect(copy, read_only=True) as con:
+        counts = con.execute("SELECT run_id, count(*) FROM server_metrics GROUP BY 1 ORDER BY 1").fetchall()
+    assert counts == [("r1", 1300), ("r2", 1300)]

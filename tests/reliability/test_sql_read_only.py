@@ -104,3 +104,11 @@ def test_a_parameter_that_is_not_finite_is_refused(warehouse, capsys):
     rc = wattbench(["sql", "SELECT $x::DOUBLE AS x", "--db", str(warehouse), "--param", "x=inf"])
     err = capsys.readouterr().err
     assert rc == 2 and "--param x" in err and "finite" in err
+
+
+@pytest.mark.parametrize("given", ["foo", "=3", "a b=3"])
+def test_a_parameter_not_named_is_one_line(warehouse, capsys, given):
+    """Before: `--param foo` said `dictionary update sequence element #0 has length 1; 2 is required`."""
+    rc = wattbench(["sql", "SELECT $x AS x", "--db", str(warehouse), "--param", given])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == f"wattbench: --param {given!r}: expected NAME=VALUE (a parameter's name, '=', its value)"

@@ -139,6 +139,7 @@ def store_run(
     check_rows(con, run, lr_rows, req_rows)
     con.execute("BEGIN TRANSACTION")
     try:
+        _refuse_a_measured_run(con, rid, run)
         for table in ("requests", "load_runs", "searches", "deployments", "runs"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [rid])
         _insert(con, "runs", [run_row])
@@ -223,6 +224,31 @@ def _point_rows(run: ImportedRun, ids: dict[str, Any], idle_power_w: float | Non
 def _search_id(row: dict, dep_id: str) -> str | None:
     """A probe's search id, as the warehouse names it: <deployment>:<workload> (the file's own id is dropped)."""
     return f"{dep_id}:{row['workload']}" if row.get("search_id") else None
+
+
+def _refuse_a_measured_run(con, run_id: str, run: ImportedRun) -> None:
+    """An import replaces only an import: a run id whose rows came from anything else (a measured, emulated or
+    predicted run, with its GPU samples, /metrics and token files that an import has none of) is refused, naming
+    how to pick another id (WarehouseError; nothing changed)."""
+    from wattbench.queries import WarehouseError
+
+    row = con.execute(
+        "SELECT source, status FROM runs WHERE run_id = ? AND NOT coalesce(source LIKE 'imported:%', false)", [run_id]
+    ).fetchone()
+    if row is None:  # a run row may be missing where its rows are not (written by other SQL): their sources say
+        row = con.execute(
+            "SELECT source, NULL FROM (SELECT source FROM deployments WHERE run_id = ? UNION ALL SELECT source FROM "
+            "load_runs WHERE run_id = ?) WHERE NOT coalesce(source LIKE 'imported:%', false) LIMIT 1",
+            [run_id, run_id],
+        ).fetchone()
+    if row is not None:
+        source, status = row
+        raise WarehouseError(
+            f"{run.path}: run {run_id} is already in the warehouse as a {source} run"
+            + (f" (status {status})" if status else "")
+            + "; an import never replaces it. Nothing was imported; give another --run-id, or none (the file's "
+            f"content names it: {run_id_of(run)})"
+        )
 
 
 def check_rows(con, run: ImportedRun, lr_rows: list[dict], req_rows: list[dict]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,30 +72,49 @@ class ImportedRun:
     searches: list[dict] = field(default_factory=list)  # `searches` rows (an SLO capacity search's answer)
 
 
+# A result file is read whole and parsed in memory (about 3x its size at its peak: docs/RELIABILITY.md section 11);
+# vllm bench serve's detailed result of 100k requests of 256 tokens is about 0.5 GB.
+MAX_IMPORT_BYTES = 1 << 30
+_WHAT = "a JSON result file"
+
+
 def file_sha256(paths: list[Path]) -> str:
+    from wattbench_agent.bundle import BundleError, open_regular
+
     h = hashlib.sha256()
     for p in paths:
-        h.update(p.read_bytes())
+        try:
+            with open_regular(p, _WHAT, MAX_IMPORT_BYTES) as fh:
+                while block := fh.read(1 << 20):
+                    h.update(block)
+        except (BundleError, OSError) as exc:
+            raise ImportFileError(str(exc)) from None
     return h.hexdigest()
 
 
 def read_json(path: Path) -> Any:
-    """A JSON document, or JSON lines (one object per line, as vLLM's --append-result and AIPerf's records write)."""
+    """A JSON document, or JSON lines (one object per line, as vLLM's --append-result and AIPerf's records write):
+    from a regular file of at most MAX_IMPORT_BYTES (a FIFO is refused without waiting, a device without reading it);
+    nesting deeper than Python's parser goes is one line, not a RecursionError."""
+    from wattbench_agent.bundle import BundleError, read_regular
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, _WHAT, MAX_IMPORT_BYTES).decode("utf-8")
+    except BundleError as exc:
+        raise ImportFileError(str(exc)) from None
     except OSError as exc:
         raise ImportFileError(f"{path}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise ImportFileError(f"{path}: not a text file; expected a JSON result file") from None
     try:
-        return json.loads(text)
+        return _loads(text, path)
     except json.JSONDecodeError as first:
         rows = []
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                rows.append(_loads(line, path, i))
             except json.JSONDecodeError as exc:
                 if i == 1:
                     raise ImportFileError(
@@ -103,6 +123,18 @@ def read_json(path: Path) -> Any:
                     ) from None
                 raise ImportFileError(f"{path}:{i}: not valid JSON ({exc.msg}); expected one object per line") from None
         return rows
+
+
+def _loads(text: str, path: Path, line: int | None = None) -> Any:
+    """json.loads, with nesting past the parser's recursion limit said in one line."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        where = f"{path}:{line}" if line else str(path)
+        raise ImportFileError(
+            f"{where}: JSON nested deeper than this reader goes (Python's recursion limit, "
+            f"{sys.getrecursionlimit():,} levels); expected a result file of vllm bench serve, AIPerf or guidellm"
+        ) from None
 
 
 def point_label(shape: str, concurrency: int | None, rate: float | None, burstiness: float | None) -> str:

@@ -107,6 +107,7 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
     ins, outs, itls, lats, starts, errs = (
         col(c) for c in ("input_lens", "output_lens", "itls", "latencies", "start_times", "errors")
     )
+    _check_requests(path, i, ttfts, ins, outs, itls, lats, starts)
     window = _window_ns(d)
     rows = []
     for k in range(n):
@@ -147,6 +148,48 @@ def _requests(d: dict, path: Path, i: int) -> list[dict]:
             }
         )
     return rows
+
+
+# What a request's fields may be: token counts fit the warehouse's INTEGER columns; times are seconds on the vLLM host's
+# perf_counter clock (start_times) and durations (ttfts, itls, latencies), bounded so that every rebuilt token time fits
+# in int64 nanoseconds (4e9 s of clock, a request of at most 1e6 s: 11.6 days)
+_MAX_COUNT = 2**31 - 1
+_MAX_CLOCK_S = 4e9
+_MAX_DURATION_S = 1e6
+
+
+def _check_requests(path: Path, i: int, ttfts, ins, outs, itls, lats, starts) -> None:
+    """Every per-request value a number within its bound (ImportFileError naming the result, the request, the field
+    and its value; nothing is imported): a count as a string, 2^40 tokens or a time of 1e300 s was a traceback."""
+
+    def bad(k: int, name: str, value: Any, expected: str) -> ImportFileError:
+        return ImportFileError(
+            f"{path}: result {i + 1}, request {k}: {name} = {value!r:.60}; expected {expected}; nothing was imported"
+        )
+
+    def number(k, name, value, hi, integer=False):
+        if value is None:
+            return
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or abs(value) > hi or (integer and value != int(value)):  # below 0: the ingest rules name it
+            kind = f"an integer up to {hi:,}" if integer else f"a number of seconds no larger than {hi:g}"
+            raise bad(k, name, value, f"{kind}, or null")
+
+    for k in range(len(ttfts)):
+        number(k, "input_lens", ins[k], _MAX_COUNT, integer=True)
+        number(k, "output_lens", outs[k], _MAX_COUNT, integer=True)
+        number(k, "start_times", starts[k], _MAX_CLOCK_S)
+        for name, value in (("ttfts", ttfts[k]), ("latencies", lats[k])):
+            number(k, name, value, _MAX_DURATION_S)
+        if itls[k] is not None and not isinstance(itls[k], list):
+            raise bad(k, "itls", itls[k], "a list of the request's inter-token gaps in seconds, or null")
+        gaps = itls[k] or []
+        for g in gaps:
+            number(k, "itls", g, _MAX_DURATION_S)
+        if sum(abs(g) for g in gaps) > _MAX_DURATION_S:
+            raise bad(
+                k, "itls", f"{len(gaps)} gaps summing to {sum(gaps):g} s", f"a request of at most {_MAX_DURATION_S:g} s"
+            )
 
 
 def _point(d: dict, path: Path, i: int) -> ImportedPoint:

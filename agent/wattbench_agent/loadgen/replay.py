@@ -91,20 +91,37 @@ class SavedPoint:
     records: list[dict] = field(default_factory=list)
 
 
+# A per-request file is read line by line, its records kept (a point's summary needs them all): a regular file of at
+# most MAX_FILE_BYTES (an hour at 300 req/s of 256-token streams is about 3 GB), each line at most MAX_LINE_BYTES.
+MAX_FILE_BYTES = 4 << 30
+MAX_LINE_BYTES = 16 << 20
+
+
 def _json_lines(path: Path, what: str):
-    """(byte offset, line number, object) of every non-blank line; ReplayError naming file:line otherwise."""
+    """(byte offset, line number, object) of every non-blank line; ReplayError naming file:line otherwise. A FIFO or a
+    device is refused without waiting on it or reading it, and the file and its lines are bounded."""
+    from wattbench_agent.bundle import BundleError, open_regular
+
     try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise ReplayError(f"{path}: cannot read it ({exc.strerror or exc}); expected {what}") from None
+        f = open_regular(path, what, MAX_FILE_BYTES)
+    except BundleError as exc:
+        raise ReplayError(str(exc)) from None
     with f:
-        offset = 0
-        for number, raw in enumerate(f, 1):
+        offset = number = 0
+        while raw := f.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ReplayError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB; expected {what}")
             start, offset = offset, offset + len(raw)
             if not raw.strip():
                 continue
             try:
                 obj = json.loads(raw)
+            except RecursionError:
+                raise ReplayError(
+                    f"{path}:{number}: JSON nested deeper than this reader goes (Python's recursion limit); expected "
+                    f"{what}"
+                ) from None
             except ValueError as exc:
                 raise ReplayError(f"{path}:{number}: not JSON ({exc}); expected {what}") from None
             if not isinstance(obj, dict):
