@@ -215,7 +215,7 @@ def test_a_version_2_warehouse_gains_its_kept_figures(tmp_path):
         con.execute("DELETE FROM schema_version")
         con.execute("INSERT INTO schema_version (version) VALUES (2)")
     with connect(db) as con:
-        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 13
+        assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION == 14
         after = con.execute("SELECT * FROM v_load_points ORDER BY load_point_id").df()
     assert len(before) == 6 and list(before.columns) == list(after.columns)
     summed = [c for c in before.columns if c in SUMMED]
