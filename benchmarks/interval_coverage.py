@@ -6,7 +6,7 @@ The real runs: vLLM 0.25, the Llama-3.1-8B-shaped random model, one H200 each (f
 every request 512 in / 128 out, bf16 and fp8 (the groups of PROTOCOL; their per-repeat figures are extracted from
 the committed bundles into results/interval_coverage_repeats.csv by --extract, which needs a warehouse holding
 them). A group is a run's workload at that point (one run, h200-vllm-8b-unit, holds two: the same server start).
-Methods (wattbench/intervals.py, the arithmetic of sql/views.sql):
+Methods (agent/wattbench_agent/intervals.py, the arithmetic of sql/views.sql):
 - one_start: a group's own repeats (the interval every figure had before schema 12): does another group's mean
   fall inside it? (pairs)
 - prior: the same repeats, the between-start spread taken from the prior of the OTHER groups but the one tested
@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from wattbench.intervals import between_start_sd, interval  # noqa: E402
+from wattbench_agent.intervals import between_start_sd, interval  # noqa: E402
 
 REPEATS_CSV = ROOT / "results" / "interval_coverage_repeats.csv"
 OUT_MD = ROOT / "results" / "interval_coverage.md"

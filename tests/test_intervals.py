@@ -1,5 +1,5 @@
-"""Intervals over server starts (sql/views.sql v_point_figures_live, wattbench/intervals.py): the warehouse's arithmetic
-equals the Python mirror the coverage benchmark scores, the scope says what each interval describes, a prior is
+"""Intervals over server starts (sql/views.sql v_point_figures_live, agent/wattbench_agent/intervals.py): the
+warehouse's arithmetic equals the Python mirror the coverage benchmark scores, the scope says what each interval describes, a prior is
 borrowed only where one is written for the engine, and a one-start figure without a prior never sizes a fleet."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.reports.synth import Deployment, Point, write_run
-from wattbench.intervals import between_start_sd, interval, t975
 from wattbench.warehouse import connect
+from wattbench_agent.intervals import between_start_sd, interval, t975
 
 TOKS = {1: [2400.0, 2460.0, 2380.0], 2: [2250.0, 2290.0, 2270.0]}  # output tok/s by server start, 10 s windows
 

@@ -304,9 +304,9 @@ def two_engine_sweep(folder: Path) -> Path:
 
 def emulated_interval(values: list[float], scale: str = "log") -> tuple[float, float | None, float | None]:
     """(estimate, lo, hi) of a figure whose repeats are `values`, one server start of an emulated engine, as the
-    warehouse gives it (wattbench/intervals.py, the arithmetic of sql/views.sql v_point_figures_live)."""
-    from wattbench.intervals import interval
+    warehouse gives it (agent/wattbench_agent/intervals.py, the arithmetic of sql/views.sql v_point_figures_live)."""
     from wattbench_agent.emulator.profiles import START_SPEED_SD
+    from wattbench_agent.intervals import interval
 
     iv = interval([list(values)], scale=scale, prior_sd=START_SPEED_SD, prior_df=EMULATOR_PRIOR_DF)
     return iv.estimate, iv.lo, iv.hi

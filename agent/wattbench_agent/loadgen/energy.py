@@ -270,38 +270,26 @@ def figures(summary: dict, reading: dict) -> dict[str, Any]:
     return out
 
 
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile (the 95% two-sided interval), as sql/views.sql t975."""
-    table = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145]
-    table += [2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048]
-    table += [2.045, 2.042]
-    if df < 1:
-        return math.inf
-    if df <= 30:
-        return table[df - 1]
-    return 2.021 if df <= 40 else 2.000 if df <= 60 else 1.980 if df <= 120 else 1.960
-
-
 def over_windows(values: list[float | None], scale: str) -> dict[str, Any]:
     """The mean of a figure over windows (repeats) with its 95% interval, as sql/views.sql v_point_figures_live makes
-    it: 'log' a t interval on the log scale (log_mean_bound: m x exp(-+ t(0.975, k-1) x s / (m sqrt(k)))); 'reciprocal'
-    (a cost per token) the price over the mean of its denominator, the interval mapped through 1/x; none from one
-    window, and `method` says why."""
+    it for one server start with no between-start prior (wattbench_agent/intervals.py, scope one_start): 'log' a t
+    interval on the log scale; 'reciprocal' (a cost per token) the price over the mean of its denominator, the interval
+    mapped through 1/x; none from one window, and `method` says why."""
+    from wattbench_agent.intervals import interval
+
     xs = [v for v in values if v is not None]
     if not xs:
         return {"estimate": None, "lo": None, "hi": None, "n": 0, "method": "not measured"}
     ys = [1 / v if scale == "reciprocal" and v else v for v in xs]
     k = len(ys)
-    m = sum(ys) / k
+    iv = interval([ys])
+    m = iv.estimate
     estimate = 1 / m if scale == "reciprocal" and m else m
     if k < 2:
         return {"estimate": estimate, "lo": None, "hi": None, "n": k, "method": "one window: no interval"}
-    s = math.sqrt(sum((y - m) ** 2 for y in ys) / (k - 1))
-    if m <= 0:
+    if iv.lo is None:
         return {"estimate": estimate, "lo": None, "hi": None, "n": k, "method": "no interval: the mean is not positive"}
-    lo, hi = (m * math.exp(side * t975(k - 1) * s / (m * math.sqrt(k))) for side in (-1, 1))
-    if scale == "reciprocal":
-        lo, hi = 1 / hi, 1 / lo
+    lo, hi = (1 / iv.hi, 1 / iv.lo) if scale == "reciprocal" else (iv.lo, iv.hi)
     how = "price over the mean of its denominator; " if scale == "reciprocal" else ""
     return {
         "estimate": estimate,
@@ -309,7 +297,7 @@ def over_windows(values: list[float | None], scale: str) -> dict[str, Any]:
         "hi": hi,
         "n": k,
         # one server, measured as it is: the interval of the mean of its windows (sql/views.sql's scope one_start)
-        "scope": "one_start",
+        "scope": iv.scope,
         "method": f"within one server start: {how}t interval on the log scale over {k} (says nothing of another start)",
     }
 

@@ -47,8 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattbench_agent.intervals import t975 as _t975
+
 from .energy import SCALES, at_capacity, capacity_line
-from .energy import t975 as _t975
 from .metrics import SLO_KEYS, request_end_ns
 from .spec import MAX_CONCURRENCY, LoadSpec, LoadSpecError
 

@@ -1,7 +1,8 @@
 """The interval of a figure over server starts, in Python: the same model and arithmetic as sql/views.sql
-v_point_figures_live (tests/test_intervals.py holds them equal), for what cannot run in the warehouse: the coverage
-benchmark (benchmarks/interval_coverage.py) scores it on committed runs and on simulations, and writes the
-between-start prior that the view borrows (v_between_start_prior).
+v_point_figures_live (tests/test_intervals.py holds them equal), for what cannot run in the warehouse: `wattbench
+load`'s figures at a search's capacity (loadgen/energy.py: one server, within one start), and the coverage benchmark
+(benchmarks/interval_coverage.py), which scores it on committed runs and simulations and writes the between-start
+prior the view borrows (v_between_start_prior). In the agent, which imports no DuckDB, so that both sides share it.
 
 The model, on the log scale (the delta method, x / m): a repeat's value = the mean + its server start's offset (sd b,
 between starts) + its own noise (sd w, within a start). The interval holds another start's mean of as many repeats:
