@@ -1,6 +1,7 @@
 """Intervals over server starts (sql/views.sql v_point_figures_live, agent/wattbench_agent/intervals.py): the
-warehouse's arithmetic equals the Python mirror the coverage benchmark scores, the scope says what each interval describes, a prior is
-borrowed only where one is written for the engine, and a one-start figure without a prior never sizes a fleet."""
+warehouse's arithmetic equals the Python mirror the coverage benchmark scores, the scope says what each interval
+describes, a prior is borrowed only where one is written for the engine, and a one-start figure without a prior never
+sizes a fleet."""
 
 from __future__ import annotations
 
