@@ -65,6 +65,10 @@ MIN_BODY_BYTES = 1 << 20
 # byte (408, closed: a slowloris client sending a byte now and then), a kept-alive connection idle for
 # IDLE_TIMEOUT_S is closed, and past the file-descriptor limit the connection idle longest (sending no request, or
 # half a one) is closed to let a new one in.
+# An error answer that closes the connection (408, 400, 500) is followed by a lingering close, as HTTP servers do:
+# the write side is shut and what the client still sends is read and dropped for up to LINGER_S. Closing at once
+# with unread bytes makes the kernel send a reset, and the client's kernel then drops the answer unread.
+LINGER_S = 2.0
 FD_HEADROOM = 64  # descriptors kept for everything but client connections
 DECODE_IN_THREAD_BYTES = 256 * 1024  # a body this large is decoded by the decoder thread (a few ms of json and words)
 _BUCKETS_TTFT = (
@@ -701,7 +705,9 @@ class EmulatorServer:
         self.connections.add(conn)
         if len(self.connections) <= self.max_connections:
             return True
-        idle = [c for c in self.connections if c is not conn and not c.busy and not c.closed]
+        idle = [
+            c for c in self.connections if c is not conn and not c.busy and (not c.closed or c.linger_until is not None)
+        ]
         if not idle:
             self.connections.discard(conn)
             return False
@@ -731,6 +737,7 @@ class HttpConnection(asyncio.Protocol):
         "paused",
         "first_byte_t",
         "last_active_t",
+        "linger_until",
     )
 
     def __init__(self, srv: EmulatorServer):
@@ -745,6 +752,7 @@ class HttpConnection(asyncio.Protocol):
         self.paused = False
         self.first_byte_t: float | None = None  # when the request being received began to arrive
         self.last_active_t = time.monotonic()
+        self.linger_until: float | None = None  # set once an answer closed the connection (see LINGER_S)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -769,6 +777,8 @@ class HttpConnection(asyncio.Protocol):
         self.active = None
 
     def data_received(self, data: bytes) -> None:
+        if self.linger_until is not None:
+            return  # answered and closing: dropped (see LINGER_S)
         now = time.monotonic()
         self.last_active_t = now
         if not self.buf:
@@ -783,7 +793,11 @@ class HttpConnection(asyncio.Protocol):
 
     def check_timeouts(self, now: float) -> None:
         """Called by the server's sweep: a request that does not arrive in time, or an idle kept-alive connection,
-        is closed."""
+        is closed; a lingering close ends."""
+        if self.linger_until is not None:
+            if now > self.linger_until and self.transport is not None:
+                self.transport.close()
+            return
         if self.closed or self.busy:
             return
         if self.buf and self.first_byte_t is not None and now - self.first_byte_t > self.srv.request_timeout_s:
@@ -799,7 +813,7 @@ class HttpConnection(asyncio.Protocol):
 
     def close_idle(self, why: str) -> None:
         self.srv.timed_out += 1
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and (not self.closed or self.linger_until is not None):
             self.transport.close()
         self.closed = True
 
@@ -962,9 +976,24 @@ class HttpConnection(asyncio.Protocol):
             head += b"connection: close\r\n"
         self.last_active_t = time.monotonic()  # idle from the end of its last answer
         self.transport.write(head + b"\r\n" + body)
-        if close or not self.keep_alive:
+        if close:
+            self._linger()
+        elif not self.keep_alive:
             self.transport.close()
             self.closed = True
+
+    def _linger(self) -> None:
+        """Shut the write side after the answer and drop what the client still sends (see LINGER_S)."""
+        self.closed = True
+        if self not in self.srv.connections or not self.transport.can_write_eof():
+            # not admitted (the server's sweep would never end its linger): closed at once
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self.linger_until = time.monotonic() + LINGER_S
+        if self.paused:
+            self.transport.resume_reading()
+            self.paused = False
 
     # called by the engine loop
     def write_chunk(self, data: bytes, last: bool = False) -> None:
