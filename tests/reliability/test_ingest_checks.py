@@ -560,7 +560,14 @@ def test_an_interrupted_ingest_says_it_was_rolled_back(tmp_path, capsys, monkeyp
         return real(con, run_id, events=events)
 
     monkeypatch.setattr(warehouse, "refresh_point_stats", slow_figures)
-    rc, _, err = ingest(tmp_path / "b", db, capsys)
+    # Python's own SIGINT handler, as in a terminal: pytest started in the background of a non-interactive shell
+    # (`nohup make test &`) inherits SIGINT ignored, and the timer's Ctrl-C was then lost (the query ran to its end)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        rc, _, err = ingest(tmp_path / "b", db, capsys)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == 130 and err.strip() == (
         f"wattbench: {tmp_path / 'b'}: interrupted; nothing of it was loaded (its transaction was rolled back)"
     )
