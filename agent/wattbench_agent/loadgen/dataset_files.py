@@ -35,35 +35,32 @@ def open_text(path: Path) -> str:
         raise DatasetError(f"{path}: cannot be read ({exc})") from None
 
 
-def records(path: Path) -> list[Any]:
-    """A JSON array / object (its `data`) or JSON Lines, by content: one JSON value per line when the whole is not."""
+def records(path: Path, wrapped_in: tuple[str, ...] = ("data", "rows")) -> list[Any]:
+    """A JSON array / object (its first non-empty key of `wrapped_in`, else the object itself) or JSON Lines, by
+    content: one JSON value per line when the whole is not."""
     text = open_text(path)
     try:
         data = json.loads(text)
-        if isinstance(data, dict):
-            data = data.get("data") or data.get("rows") or [data]
-        return data if isinstance(data, list) else [data]
     except json.JSONDecodeError:
-        pass
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
-    return out
+        return [value for _, value in _json_lines(path, text)]
+    if isinstance(data, dict):
+        data = next((data[k] for k in wrapped_in if data.get(k)), [data])
+    return data if isinstance(data, list) else [data]
 
 
 def lines_json(path: Path) -> list[tuple[int, Any]]:
     """(line number, value) of a JSON Lines file."""
+    return _json_lines(path, open_text(path), "; expected JSON Lines")
+
+
+def _json_lines(path: Path, text: str, expected: str = "") -> list[tuple[int, Any]]:
     out = []
-    for i, line in enumerate(open_text(path).splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 out.append((i, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{i}: not valid JSON ({exc.msg}); expected JSON Lines") from None
+                raise DatasetError(f"{path}:{i}: not valid JSON ({exc.msg}){expected}") from None
     return out
 
 
@@ -79,19 +76,7 @@ def load_sharegpt(path: str | Path) -> list[tuple[str, str | None]]:
     """(first user turn, first assistant reply or None) pairs from a ShareGPT-format JSON or JSONL file
     ({"conversations": [{"from": "human"|"gpt", "value": ...}]} or {"messages": [{"role", "content"}]})."""
     p = Path(path)
-    text = open_text(p)
-    try:
-        data = json.loads(text)
-        if isinstance(data, dict):
-            data = data.get("data") or [data]
-    except json.JSONDecodeError:
-        data = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    data.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{p}:{i}: not valid JSON ({exc.msg})") from None
+    data = records(p, wrapped_in=("data",))
     pairs: list[tuple[str, str | None]] = []
     for item in data:
         if not isinstance(item, dict):
