@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from wattbench_agent.bundle import file_kind
 from wattbench_agent.engines.base import EngineConfig
 from wattbench_agent.engines.registry import adapter_for, engine_names
 from wattbench_agent.loadgen import shapes
@@ -491,13 +492,6 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 # nested aliases expands to 387 M values), checked before anything is built from it.
 MAX_PLAN_BYTES = 1024 * 1024
 MAX_PLAN_VALUES = 100_000  # scalars, lists and mappings after alias expansion (plans/ hold at most a few hundred)
-_FILE_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
 
 
 def _read_plan_bytes(path: Path) -> bytes:
@@ -515,8 +509,7 @@ def _read_plan_bytes(path: Path) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise PlanError(f"{path}: not a regular file ({kind}); {expected}")
+            raise PlanError(f"{path}: not a regular file ({file_kind(mode)}); {expected}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             raw = fh.read(MAX_PLAN_BYTES + 1)
     except OSError as exc:
