@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 READY_RETRY_S = 5.0  # vLLM's wait_for_endpoint retry interval
@@ -22,22 +23,28 @@ class NotReady(RuntimeError):
     """The server did not answer the ready check in time (one line)."""
 
 
-def _in_thread(coro_fn) -> Any:
-    """Run an async function on a loop of its own, in a thread (run_load may be called inside an event loop)."""
+def call_in_thread(fn: Callable[[], Any], name: str) -> Any:
+    """fn() on a thread of its own, its result returned or its exception raised here (a caller inside an event loop
+    cannot run another loop in its own thread: run_load may be called inside one)."""
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["out"] = asyncio.run(coro_fn())
+            box["out"] = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["exc"] = exc
 
-    th = threading.Thread(target=target, name="wattbench-prelude", daemon=True)
+    th = threading.Thread(target=target, name=name, daemon=True)
     th.start()
     th.join()
     if "exc" in box:
         raise box["exc"]
     return box["out"]
+
+
+def _in_thread(coro_fn) -> Any:
+    """Run an async function on a loop of its own, in a thread."""
+    return call_in_thread(lambda: asyncio.run(coro_fn()), "wattbench-prelude")
 
 
 def _first(spec: Any, tok) -> tuple[bytes, int, int]:

@@ -971,23 +971,7 @@ def run_load(
             in_loop = True
         except RuntimeError:
             in_loop = False
-        if in_loop:
-            box: dict[str, Any] = {}
-
-            def target():
-                try:
-                    box["res"] = go()
-                except BaseException as exc:  # noqa: BLE001
-                    box["exc"] = exc
-
-            th = threading.Thread(target=target, name="wattbench-loadgen", daemon=True)
-            th.start()
-            th.join()
-            if "exc" in box:
-                raise box["exc"]
-            res = box["res"]
-        else:
-            res = go()
+        res = prelude.call_in_thread(go, "wattbench-loadgen") if in_loop else go()
     except asyncio.CancelledError:
         sink.close()
         raise KeyboardInterrupt("load run interrupted") from None
