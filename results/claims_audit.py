@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from wattbench.twin.evaluate import LABEL as LABELS  # the twin's names of its figures
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from the repository root: benchmarks/ is not installed
-
 
 AUDIT = ROOT / "results" / "claims_audit.md"
 BEGIN, END = "<!-- claims_audit: begin (python results/claims_audit.py --write) -->", "<!-- claims_audit: end -->"
@@ -725,16 +726,6 @@ def results_claims_runs(D: Data) -> list[Claim]:
             "table gives the paired ratios with their intervals; tok/J: no significant difference at any point holds",
         ),
     ]
-
-
-LABELS = {
-    "output_tok_s": "tok/s",
-    "tpot_p50_ms": "TPOT p50",
-    "counter_w_per_gpu": "W",
-    "output_tokens_per_j": "tok/J",
-    "ttft_p50_ms": "TTFT p50",
-    "ttft_p99_ms": "TTFT p99",
-}
 
 
 def cross_run_rows(D: Data) -> list[dict]:
