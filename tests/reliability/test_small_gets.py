@@ -5,7 +5,6 @@ body unpacked to 6 GB), with a timeout per read only (a byte every 2 s never end
 from __future__ import annotations
 
 import socket
-import threading
 import time
 import tracemalloc
 import zlib
@@ -14,6 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.loadgen.test_hostile_servers import raw_server
 from wattbench_agent.engines.vllm import VllmAdapter
 from wattbench_agent.metrics_scrape import MetricsScraper
 
@@ -21,47 +21,18 @@ from wattbench_agent.metrics_scrape import MetricsScraper
 @contextmanager
 def answering(head: bytes, body: bytes, per_byte_s: float = 0.0) -> Iterator[str]:
     """A loopback server that answers every request with `head` + `body` (a byte at a time when per_byte_s)."""
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    srv.settimeout(0.2)
-    stop = threading.Event()
 
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            try:
-                got = b""
-                while b"\r\n\r\n" not in got:
-                    got += conn.recv(65536) or b"\r\n\r\n"
-                conn.sendall(head)
-                if per_byte_s:
-                    for b in body:
-                        if stop.is_set():
-                            return
-                        conn.sendall(bytes([b]))
-                        time.sleep(per_byte_s)
-                else:
-                    conn.sendall(body)
-            except OSError:
-                pass
+    def answer(conn: socket.socket, stats: dict) -> None:
+        conn.sendall(head)
+        if not per_byte_s:
+            conn.sendall(body)
+            return
+        for b in body:
+            conn.sendall(bytes([b]))  # raises once the client has closed: the thread ends
+            time.sleep(per_byte_s)
 
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        srv.close()
+    with raw_server(answer) as (url, _):
+        yield url
 
 
 def _gzip_zeros(n: int) -> bytes:
