@@ -3,19 +3,11 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 
-from .conftest import ROOT
+from .conftest import ROOT, wattbench_load
 
-
-def cli(*args, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "load", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kw,
-    )
+cli = partial(wattbench_load, timeout=60)
 
 
 def test_cli_json_summary(fast_server, tmp_path):

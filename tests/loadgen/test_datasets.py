@@ -11,23 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.cli import main as wattbench
 from wattbench.plan import PlanError, load_plan
 from wattbench.settings import DEFAULT_PLAN
 from wattbench_agent.loadgen import LoadSpec, run_load
 
+from .conftest import load_in_process as run
 from .recording_server import recording_server
 
 D = Path(__file__).resolve().parents[1] / "data" / "datasets"
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        rc = wattbench(["load", *args])
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def measured(rec, n: int) -> list[dict]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import yaml
@@ -18,22 +18,14 @@ import yaml
 from tests.emulator.conftest import start_emulator, stop
 from wattbench.warehouse import connect
 
-from .conftest import ROOT
+from .conftest import ROOT, wattbench_load
 
 TRACE = ROOT / "tests" / "telemetry" / "traces" / "h200_trace.json"
 FIGURES = ("output_tok_s", "output_tokens_per_j", "j_per_request", "usd_per_1m_output_tokens")
 PRICES = ["--gpu-hour-usd", "2.5", "--energy-kwh-usd", "0.1", "--pue", "1.2"]
 
 
-def load(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "load", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+load = partial(wattbench_load, timeout=300)
 
 
 def wattbench(*args: str) -> subprocess.CompletedProcess:

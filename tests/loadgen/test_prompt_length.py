@@ -6,13 +6,14 @@ header): 512 asked arrived as 522 at the chat API before. vllm-like serves vLLM'
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 
 import pytest
 
-from tests.emulator.conftest import ROOT, start_emulator, stop
+from tests.emulator.conftest import start_emulator, stop
 from wattbench_agent.loadgen import LoadSpec, run_load
+
+from .conftest import ROOT, wattbench_load
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +25,7 @@ def servers():
     stop(trt)
 
 
-def load(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "load", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+load = partial(wattbench_load, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +23,8 @@ from wattbench_agent.loadgen.search import (
     run_search,
 )
 from wattbench_agent.loadgen.testserver import server_process
+
+from .conftest import wattbench_load
 
 ROOT = Path(__file__).resolve().parents[2]
 # 4 slots, TTFT 20 ms, 10 ms a token, 16 tokens: a stream holds its slot 170 ms. Up to 4 closed-loop streams never
@@ -46,14 +47,7 @@ def _measure(slo):
     return measure
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "load", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+_cli = partial(wattbench_load, timeout=300)
 
 
 # ------------------------------------------------------------------------------------------------ real servers

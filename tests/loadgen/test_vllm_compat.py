@@ -10,13 +10,14 @@ import re
 import socket
 import subprocess
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
 
 from wattbench_agent.loadgen.testserver import server_process
 
-from .conftest import ROOT
+from .conftest import ROOT, wattbench_load
 
 # The keys of vllm bench serve's result JSON (vllm/benchmarks/serve.py: result_json = setup keys + the
 # benchmark() result dict + process_one_metric's mean/median/std/p<P> per selected metric).
@@ -47,14 +48,7 @@ VLLM_KEYS = {
 VLLM_DETAILED = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "generated_texts", "errors"}
 
 
-def load(*args, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "load", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+load = partial(wattbench_load, timeout=120)
 
 
 @pytest.fixture(scope="module")

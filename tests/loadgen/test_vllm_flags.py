@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from pipelines.cli import build_parser
-from pipelines.cli import main as wattbench
 from wattbench_agent.loadgen import shapes, vllm_flags
 
+from .conftest import load_in_process as run
 from .recording_server import recording_server
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
@@ -27,15 +27,6 @@ def vllm_flags_list() -> list[str]:
 def load_parser():
     sub = build_parser("load")._subparsers._group_actions[0]
     return sub.choices["load"]
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        rc = wattbench(["load", *args])
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_the_fixture_lists_vllms_flags():
