@@ -67,13 +67,25 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[tuple[str, d
         srv.close()
 
 
-def endless_line(conn: socket.socket, stats: dict) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ")
-    piece = b"x" * 65536
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and stats["sent"] < 512 << 20:
-        conn.sendall(piece)
-        stats["sent"] += len(piece)
+def endless(start: bytes, filler: bytes, seconds: float) -> Callable[[socket.socket, dict], None]:
+    """An answer that sends `start`, then `filler` 64 KiB at a time for `seconds` or up to 512 MiB, counting what it
+    sent in stats["sent"]."""
+
+    def answer(conn: socket.socket, stats: dict) -> None:
+        conn.sendall(start)
+        piece = filler * 65536
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and stats["sent"] < 512 << 20:
+            conn.sendall(piece)
+            stats["sent"] += len(piece)
+
+    return answer
+
+
+# an SSE line that never ends
+endless_line = endless(
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ", b"x", seconds=60
+)
 
 
 def redirect(conn: socket.socket, stats: dict) -> None:
@@ -168,13 +180,10 @@ def chunked(first_line: bytes) -> Callable[[socket.socket, dict], None]:
     return answer
 
 
-def endless_chunk_size_line(conn: socket.socket, stats: dict) -> None:
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n1")
-    piece = b"0" * 65536
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and stats["sent"] < 512 << 20:
-        conn.sendall(piece)
-        stats["sent"] += len(piece)
+# a chunk-size line that never ends
+endless_chunk_size_line = endless(
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n1", b"0", seconds=30
+)
 
 
 @pytest.mark.timeout(60)
