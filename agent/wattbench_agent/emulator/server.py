@@ -705,9 +705,7 @@ class EmulatorServer:
         self.connections.add(conn)
         if len(self.connections) <= self.max_connections:
             return True
-        idle = [
-            c for c in self.connections if c is not conn and not c.busy and (not c.closed or c.linger_until is not None)
-        ]
+        idle = [c for c in self.connections if c is not conn and not c.busy and c.socket_open]
         if not idle:
             self.connections.discard(conn)
             return False
@@ -753,6 +751,11 @@ class HttpConnection(asyncio.Protocol):
         self.first_byte_t: float | None = None  # when the request being received began to arrive
         self.last_active_t = time.monotonic()
         self.linger_until: float | None = None  # set once an answer closed the connection (see LINGER_S)
+
+    @property
+    def socket_open(self) -> bool:
+        """Its socket is still open: serving, or lingering after an answer that closed it (see LINGER_S)."""
+        return not self.closed or self.linger_until is not None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -813,7 +816,7 @@ class HttpConnection(asyncio.Protocol):
 
     def close_idle(self, why: str) -> None:
         self.srv.timed_out += 1
-        if self.transport is not None and (not self.closed or self.linger_until is not None):
+        if self.transport is not None and self.socket_open:
             self.transport.close()
         self.closed = True
 
