@@ -26,8 +26,9 @@ from .conftest import ROOT
 
 
 @contextmanager
-def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[tuple[str, dict]]:
-    """A loopback server that reads a request head and calls `answer(conn)` (one thread per connection)."""
+def raw_server(answer: Callable[[socket.socket, dict], None]) -> Iterator[tuple[str, dict]]:
+    """A loopback server that reads a request (head and Content-Length body), calls `answer(conn, stats)` and closes
+    with a lingering close (one thread per connection)."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", 0))
