@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,7 +25,6 @@ from wattbench_agent.loadgen.testserver import server_process
 
 from .conftest import wattbench_load
 
-ROOT = Path(__file__).resolve().parents[2]
 # 4 slots, TTFT 20 ms, 10 ms a token, 16 tokens: a stream holds its slot 170 ms. Up to 4 closed-loop streams never
 # wait (TTFT 20 ms, 80 ms under the bound: room for a loaded host); a fifth always waits for a slot, up to 170 ms:
 # under a 100 ms TTFT bound the capacity is 4.
