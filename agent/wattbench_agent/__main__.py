@@ -33,11 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
         from wattbench_agent.cli import stop_on_sigterm
         from wattbench_agent.procs import die_with_parent
-        from wattbench_agent.runner import run_spec
+        from wattbench_agent.runner import STOP, run_spec
         from wattbench_agent.wire import AgentSpec
 
         stop_on_sigterm()  # a terminated Dagster run stops the engine and leaves a loadable bundle
-        die_with_parent()  # and so does one killed outright (SIGKILL): the kernel sends SIGTERM when it dies
+        # and so does one killed outright (SIGKILL): the kernel sends SIGTERM when it dies; either way a watchdog
+        # ends this process within a bounded time should the main thread not get there (procs.StopWatchdog)
+        die_with_parent(stop=STOP)
         with open_dagster_pipes() as pipes:
             spec = AgentSpec.from_dict(pipes.get_extra("spec"))
             out = run_spec(spec, log=pipes.log.info, report=pipes.report_custom_message)

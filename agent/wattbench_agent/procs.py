@@ -26,7 +26,10 @@ wrote records neither: it is refused, and says so.
 
 `die_with_parent()` asks Linux to SIGTERM the calling process when its parent dies (PR_SET_PDEATHSIG): the agent
 does so under Dagster Pipes, so a `wattbench run` killed with SIGKILL takes its agent (and through the agent's
-SIGTERM handling, the engines) with it.
+SIGTERM handling, the engines) with it. A watchdog thread makes that bounded whatever the main thread is doing: it
+sends the signal to the main thread itself when the parent is gone (a process-wide signal taken by another thread
+does not interrupt a main thread blocked in a wait), and once the parent is gone or a stop was asked for, a process
+still running `stop_grace_s()` later writes every thread's stack, stops the engines it recorded and exits.
 
 Stdlib only; Linux /proc (elsewhere a process is taken as alive while its pid exists, and none can be proven, so
 `stop` signals nothing).
@@ -42,6 +45,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -357,9 +361,10 @@ def stop(ident: Any, group: bool = False, grace_s: float = 10.0) -> bool:
         handle.close()
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
+def die_with_parent(sig: int = signal.SIGTERM, stop: threading.Event | None = None) -> None:
     """Have Linux send `sig` to this process when its parent dies (also by SIGKILL). If the parent is already gone,
-    the signal is raised now. Elsewhere a no-op."""
+    the signal is raised now. Then watch (`StopWatchdog`): the parent's death, or `stop` being set, ends this
+    process within `stop_grace_s()` whatever its main thread is doing. Elsewhere a no-op."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -371,11 +376,86 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         return
     if os.getppid() != parent:  # the parent died before the request took effect
         os.kill(os.getpid(), sig)
+    StopWatchdog(parent, sig, stop).start()
+
+
+# What this process recorded (`record`): the engines the watchdog stops when the agent itself cannot, and where.
+_RECORDED: dict[str, dict[str, Any]] = {}
+_BUNDLE: list[Path] = []
+# the time a stopping agent gets to stop its engines and close its bundle on its own: a base, and a server's
+# LocalProcess.stop (SIGTERM, 10 s, SIGKILL, 5 s) for each engine it runs
+STOP_GRACE_BASE_S = 30.0
+STOP_GRACE_PER_ENGINE_S = 15.0
+
+
+def stop_grace_s() -> float:
+    return STOP_GRACE_BASE_S + STOP_GRACE_PER_ENGINE_S * sum(1 for ident in _RECORDED.values() if alive(ident))
+
+
+class StopWatchdog(threading.Thread):
+    """A daemon thread that bounds how long a stopping agent runs. Every 0.25 s: once the parent is gone (its pid
+    is no longer the parent's), `sig` goes to the main thread itself, which a wait it is blocked in then returns
+    from (the kernel's own signal may have been taken by another thread); once the parent is gone or `stop` is
+    set, a process still running `stop_grace_s()` later writes every thread's stack to stderr and to the bundle's
+    logs/stop_watchdog.txt, stops the engines it recorded (their process groups: SIGTERM, SIGKILL after 5 s) and
+    exits with 128 + sig. What the bundle already holds stays (its manifest says complete=false)."""
+
+    def __init__(self, parent: int, sig: int, stop: threading.Event | None, poll_s: float = 0.25):
+        super().__init__(name="stop-watchdog", daemon=True)
+        self.parent, self.sig, self.stop, self.poll_s = parent, int(sig), stop, poll_s
+
+    def run(self) -> None:
+        deadline = None
+        while True:
+            time.sleep(self.poll_s)
+            gone = os.getppid() != self.parent
+            if deadline is None and (gone or (self.stop is not None and self.stop.is_set())):
+                why = "its parent died" if gone else "it was asked to stop"
+                grace = stop_grace_s()
+                deadline = time.monotonic() + grace
+                if gone and not (self.stop is not None and self.stop.is_set()):
+                    signal.pthread_kill(threading.main_thread().ident, self.sig)
+            if deadline is not None and time.monotonic() > deadline:
+                self.end(why, grace)
+
+    def end(self, why: str, grace: float) -> None:
+        import faulthandler
+
+        line = (
+            f"wattbench agent: still running {grace:.0f} s after {why}; stopping its engines and exiting "
+            "(every thread's stack follows)\n"
+        )
+        targets = [sys.stderr]
+        try:
+            path = _BUNDLE[0] / "logs" / "stop_watchdog.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            targets.append(open(path, "w"))
+        except (IndexError, OSError):
+            pass
+        for out in targets:
+            try:
+                out.write(line)
+                out.flush()
+                faulthandler.dump_traceback(file=out, all_threads=True)
+                out.flush()
+            except (OSError, ValueError):
+                pass
+        for ident in list(_RECORDED.values()):
+            try:
+                stop(ident, group=True, grace_s=5.0)
+            except (Refused, OSError):
+                pass
+        os._exit(128 + self.sig)
 
 
 def record(writer: Any, name: str, pid: int) -> None:
-    """Note a process this run started in the bundle's manifest (`processes`), for the stale-run reaper: its
-    identity, with its process group (an engine server leads its own)."""
+    """Note a process this run started in the bundle's manifest (`processes`), for the stale-run reaper (and the
+    StopWatchdog, should this agent not stop it itself): its identity, with its process group (an engine server
+    leads its own)."""
     processes = dict(writer.manifest.get("processes") or {})
     processes[name] = identity(pid)
+    if name != "agent":
+        _RECORDED[name] = processes[name]
+    if not _BUNDLE and getattr(writer, "path", None):
+        _BUNDLE.append(Path(writer.path))
     writer.update_manifest(processes=processes)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -134,8 +135,14 @@ def test_a_killed_run_takes_its_agent_along_and_does_not_wedge_the_next(place):
         killed_run = run_dir.name
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
-        # the agent dies with its parent (PR_SET_PDEATHSIG), stopping its engines on the way out
-        assert not wait_gone(started), f"left running after the kill: {wait_gone(started, 1)}"
+        # the agent dies with its parent (PR_SET_PDEATHSIG), stopping its engines on the way out; should its main
+        # thread not get there, its stop watchdog ends it and them within 30 s + 15 s an engine
+        left = wait_gone(started, 120)
+        watchdog = run_dir / "bundle" / "logs" / "stop_watchdog.txt"
+        said = watchdog.read_text() if watchdog.exists() else ""
+        assert not left, f"left running after the kill: {left}\n{said}"
+        if said:  # bounded, but not the way it should be: keep what the main thread was doing
+            warnings.warn(f"the agent's stop watchdog had to end it:\n{said}", stacklevel=1)
         assert json.loads((run_dir / "bundle" / "manifest.json").read_text())["complete"] is False
 
         second, second_log = start_run(place, SMOKE, "second")

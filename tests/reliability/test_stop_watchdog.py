@@ -1,0 +1,129 @@
+"""The agent's stop watchdog (wattbench_agent.procs.StopWatchdog): an agent whose main thread never gets to stop
+(here it swallows SIGTERM and waits on a lock forever) still ends, with the engine it recorded, within the grace
+once its parent is SIGKILLed or a stop is asked for; it leaves every thread's stack in the bundle's logs.
+
+Real processes: a parent, the agent-like child under it (die_with_parent, procs.record) and a sleeper in its own
+session as the engine."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from wattbench_agent import procs
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The agent-like child: grace 1 s + 1 s an engine; SIGTERM swallowed; the main thread blocked in a wait that no
+# signal ends. `stop_after_s`: sets the stop event itself after that long (a stop asked for, the parent alive).
+CHILD = """
+import json, os, signal, subprocess, sys, threading, time
+from pathlib import Path
+from wattbench_agent import procs
+
+procs.STOP_GRACE_BASE_S, procs.STOP_GRACE_PER_ENGINE_S = 1.0, 1.0
+bundle, stop_after_s = Path(sys.argv[1]), float(sys.argv[2])
+
+class Writer:  # what procs.record needs of a BundleWriter
+    path = bundle
+    manifest = {}
+    def update_manifest(self, **fields):
+        self.manifest.update(fields)
+        (bundle / "manifest.json").write_text(json.dumps(self.manifest))
+
+signal.signal(signal.SIGTERM, lambda *a: None)  # a main thread that never acts on the stop
+stop = threading.Event()
+procs.die_with_parent(stop=stop)
+engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+writer = Writer()
+procs.record(writer, "agent", os.getpid())
+procs.record(writer, "engine:e", engine.pid)
+if stop_after_s >= 0:
+    threading.Timer(stop_after_s, stop.set).start()
+lock = threading.Lock()
+lock.acquire()
+lock.acquire()  # blocked for good
+"""
+
+
+def start_family(tmp: Path, stop_after_s: float) -> tuple[subprocess.Popen, dict]:
+    """A parent (a plain Python process) whose child is the agent-like process; returns the parent and the
+    manifest's processes once the engine is recorded."""
+    bundle = tmp / "bundle"
+    bundle.mkdir()
+    script = tmp / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; subprocess.Popen(sys.argv[1:]).wait()",
+            sys.executable,
+            str(script),
+            str(bundle),
+            str(stop_after_s),
+        ],
+        cwd=REPO,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            processes = json.loads((bundle / "manifest.json").read_text())["processes"]
+        except (OSError, ValueError, KeyError):
+            processes = {}
+        if "engine:e" in processes:
+            return parent, processes
+        assert parent.poll() is None, "the parent exited early"
+        time.sleep(0.05)
+    raise AssertionError("the child never recorded its engine")
+
+
+def wait_gone(idents: dict, timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [k for k, ident in idents.items() if procs.alive(ident)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def kill_all(parent: subprocess.Popen, idents: dict) -> None:
+    for ident in idents.values():
+        try:
+            procs.stop(ident, group=True, grace_s=1)
+        except procs.Refused:
+            pass
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait(10)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+@pytest.mark.parametrize("how", ["parent SIGKILLed", "stop asked for"])
+def test_a_stuck_agent_ends_with_its_engine_within_the_grace(tmp_path, how):
+    parent, idents = start_family(tmp_path, stop_after_s=-1 if how == "parent SIGKILLed" else 0.5)
+    try:
+        if how == "parent SIGKILLed":
+            time.sleep(1.5)  # not before the grace: the child stays while its parent lives
+            assert all(procs.alive(i) for i in idents.values()), "the child or its engine ended with its parent alive"
+            parent.send_signal(signal.SIGKILL)
+            parent.wait(10)
+        # grace: 1 s + 1 s for the engine, polled every 0.25 s, then the engine's SIGTERM
+        left = wait_gone(idents, 20)
+        assert not left, f"still running: {left}"
+    finally:
+        kill_all(parent, idents)
+    text = (tmp_path / "bundle" / "logs" / "stop_watchdog.txt").read_text()
+    why = "its parent died" if how == "parent SIGKILLed" else "it was asked to stop"
+    assert f"after {why}; stopping its engines and exiting" in text, text
+    # every thread's stack: the watchdog's own and the blocked main thread's (in the child's script)
+    assert "Current thread" in text and "child.py" in text, text
