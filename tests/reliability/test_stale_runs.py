@@ -107,6 +107,27 @@ def wait_gone(idents: dict, timeout_s: float = 60) -> list[str]:
     return left
 
 
+def describe(pid: int) -> str:
+    """What /proc says of a process that outlived its run: its status lines that bear on signals, its parent, and
+    each thread's state and wait channel."""
+    proc = Path("/proc") / str(pid)
+    try:
+        status = dict(line.split(":", 1) for line in (proc / "status").read_text().splitlines() if ":" in line)
+        keys = ("Name", "State", "PPid", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        lines = [f"pid {pid}: " + ", ".join(f"{k}={status.get(k, '').strip()}" for k in keys)]
+        ppid = status.get("PPid", "").strip()
+        parent = (Path("/proc") / ppid / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        lines.append(f"  parent {ppid}: {parent[:300]}")
+        for task in sorted((proc / "task").iterdir()):
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            comm = (task / "comm").read_text().strip()
+            wchan = (task / "wchan").read_text().strip() if (task / "wchan").exists() else "?"
+            lines.append(f"  thread {task.name} {comm}: state {state}, wchan {wchan}")
+        return "\n".join(lines)
+    except OSError as exc:
+        return f"pid {pid}: {exc}"
+
+
 def run_status(db: Path, run_id: str) -> str | None:
     with connect(db, read_only=True) as con:
         row = con.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
@@ -140,7 +161,9 @@ def test_a_killed_run_takes_its_agent_along_and_does_not_wedge_the_next(place):
         left = wait_gone(started, 120)
         watchdog = run_dir / "bundle" / "logs" / "stop_watchdog.txt"
         said = watchdog.read_text() if watchdog.exists() else ""
-        assert not left, f"left running after the kill: {left}\n{said}"
+        assert not left, f"left running after the kill: {left}\n{said}\n" + "\n".join(
+            describe(started[k]["pid"]) for k in left
+        )
         if said:  # bounded, but not the way it should be: keep what the main thread was doing
             warnings.warn(f"the agent's stop watchdog had to end it:\n{said}", stacklevel=1)
         assert json.loads((run_dir / "bundle" / "manifest.json").read_text())["complete"] is False
