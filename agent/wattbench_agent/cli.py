@@ -16,11 +16,17 @@ def stop_on_sigterm() -> None:
 
     from wattbench_agent.runner import STOP
 
+    seen: list[int] = []
+
     def _terminate(signum, frame):
-        first = not STOP.is_set()
+        # Only the first signal acts. Later ones come in bursts (the kernel sends PR_SET_PDEATHSIG once for each
+        # thread of the dying parent the agent is handed to on its way to init), and Python runs a handler inside
+        # the one before it: a second STOP.set() there waited for the Event's lock that the first held, for ever.
+        if seen:
+            return
+        seen.append(signum)
         STOP.set()
-        if first:
-            raise KeyboardInterrupt(f"terminated by {signal.Signals(signum).name}")
+        raise KeyboardInterrupt(f"terminated by {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, _terminate)
 

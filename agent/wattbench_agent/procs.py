@@ -38,6 +38,7 @@ Stdlib only; Linux /proc (elsewhere a process is taken as alive while its pid ex
 from __future__ import annotations
 
 import errno
+import faulthandler
 import hashlib
 import os
 import secrets
@@ -419,32 +420,37 @@ class StopWatchdog(threading.Thread):
                 self.end(why, grace)
 
     def end(self, why: str, grace: float) -> None:
-        import faulthandler
-
+        # Nothing here may wait on what the stuck main thread may hold: no import (its module lock), no sys.stderr
+        # (its buffer's lock); the stacks go to a file of its own, then to fd 2 from a thread given 2 s.
         line = (
             f"wattbench agent: still running {grace:.0f} s after {why}; stopping its engines and exiting "
             "(every thread's stack follows)\n"
         )
-        targets = [sys.stderr]
         try:
             path = _BUNDLE[0] / "logs" / "stop_watchdog.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
-            targets.append(open(path, "w"))
-        except (IndexError, OSError):
-            pass
-        for out in targets:
-            try:
-                out.write(line)
+            with open(path, "wb") as out:  # bytes: no codec to look up
+                out.write(line.encode())
                 out.flush()
                 faulthandler.dump_traceback(file=out, all_threads=True)
-                out.flush()
-            except (OSError, ValueError):
-                pass
+        except (IndexError, OSError):
+            pass
         for ident in list(_RECORDED.values()):
             try:
                 stop(ident, group=True, grace_s=5.0)
             except (Refused, OSError):
                 pass
+
+        def to_stderr() -> None:
+            try:
+                os.write(2, line.encode())
+                faulthandler.dump_traceback(file=2, all_threads=True)
+            except OSError:
+                pass
+
+        said = threading.Thread(target=to_stderr, name="stop-watchdog-stderr", daemon=True)
+        said.start()
+        said.join(2.0)
         os._exit(128 + self.sig)
 
 

@@ -1,9 +1,14 @@
-"""The agent's stop watchdog (wattbench_agent.procs.StopWatchdog): an agent whose main thread never gets to stop
-(here it swallows SIGTERM and waits on a lock forever) still ends, with the engine it recorded, within the grace
-once its parent is SIGKILLed or a stop is asked for; it leaves every thread's stack in the bundle's logs.
+"""A stopping agent ends, whatever arrives and whatever its main thread is doing.
 
-Real processes: a parent, the agent-like child under it (die_with_parent, procs.record) and a sleeper in its own
-session as the engine."""
+- A burst of SIGTERMs (the kernel sends PR_SET_PDEATHSIG once for each thread of a SIGKILLed `wattbench run` the
+  agent is handed to): the second, arriving while the handler of the first holds the stop Event's lock, deadlocked the
+  agent for good in CI, its engine left running. Only the first signal acts now.
+- The stop watchdog (wattbench_agent.procs.StopWatchdog): an agent whose main thread never gets to stop (here it
+  swallows SIGTERM and waits on a lock forever) still ends, with the engine it recorded, within the grace once its
+  parent is SIGKILLed or a stop is asked for; it leaves every thread's stack in the bundle's logs.
+
+Real processes and signals: a parent, the agent-like child under it (die_with_parent, procs.record) and a sleeper in
+its own session as the engine."""
 
 from __future__ import annotations
 
@@ -21,8 +26,9 @@ from wattbench_agent import procs
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The agent-like child: grace 1 s + 1 s an engine; SIGTERM swallowed; the main thread blocked in a wait that no
-# signal ends. `stop_after_s`: sets the stop event itself after that long (a stop asked for, the parent alive).
+# The agent-like child: grace 1 s + 1 s an engine; SIGTERM swallowed; the main thread blocked for good in a wait
+# that no signal ends, inside an import. `stop_after_s`: it sets the stop event itself after that long (a stop asked
+# for, the parent alive).
 CHILD = """
 import json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
@@ -47,9 +53,16 @@ procs.record(writer, "agent", os.getpid())
 procs.record(writer, "engine:e", engine.pid)
 if stop_after_s >= 0:
     threading.Timer(stop_after_s, stop.set).start()
-lock = threading.Lock()
-lock.acquire()
-lock.acquire()  # blocked for good
+class NeverAnswers:  # an import finder that blocks: the main thread then holds the import lock, as the CI agent's did
+    def find_spec(self, name, path=None, target=None):
+        if name == "never_answered":
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()  # blocked for good
+        return None
+
+sys.meta_path.insert(0, NeverAnswers())
+import never_answered
 """
 
 
@@ -127,3 +140,38 @@ def test_a_stuck_agent_ends_with_its_engine_within_the_grace(tmp_path, how):
     assert f"after {why}; stopping its engines and exiting" in text, text
     # every thread's stack: the watchdog's own and the blocked main thread's (in the child's script)
     assert "Current thread" in text and "child.py" in text, text
+
+
+# The agent's own SIGTERM handler (cli.stop_on_sigterm) with a stop Event that receives a second SIGTERM while it
+# holds its lock, as a burst does: the handler must not wait on that lock.
+BURST = """
+import os, signal, sys, threading
+from wattbench_agent import runner
+from wattbench_agent.cli import stop_on_sigterm
+
+class SecondSignalInside(threading.Event):
+    def set(self):
+        with self._cond:
+            os.kill(os.getpid(), signal.SIGTERM)  # the next one, while this handler holds the lock
+            for _ in range(1000):  # bytecode: Python runs the pending handler here
+                pass
+            self._flag = True
+            self._cond.notify_all()
+
+runner.STOP = SecondSignalInside()
+stop_on_sigterm()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**6):
+        pass
+except KeyboardInterrupt as exc:
+    print("stopped:", exc, "| stop set:", runner.STOP.is_set())
+"""
+
+
+def test_a_second_sigterm_inside_the_first_handler_does_not_deadlock_the_agent():
+    proc = subprocess.run(
+        [sys.executable, "-c", BURST], cwd=REPO, capture_output=True, text=True, timeout=15, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "stopped: terminated by SIGTERM | stop set: True", proc.stdout + proc.stderr[-2000:]
