@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.reliability.test_stale_runs import wait_gone
 from wattbench_agent import procs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
+from tests.reliability.test_stale_runs import wait_gone
 from wattbench_agent import procs
 
 procs.STOP_GRACE_BASE_S, procs.STOP_GRACE_PER_ENGINE_S = 1.0, 1.0
@@ -97,16 +99,6 @@ def start_family(tmp: Path, stop_after_s: float) -> tuple[subprocess.Popen, dict
         assert parent.poll() is None, "the parent exited early"
         time.sleep(0.05)
     raise AssertionError("the child never recorded its engine")
-
-
-def wait_gone(idents: dict, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        left = [k for k, ident in idents.items() if procs.alive(ident)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    return left
 
 
 def kill_all(parent: subprocess.Popen, idents: dict) -> None:
