@@ -33,7 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import json, os, signal, subprocess, sys, threading, time
 from pathlib import Path
-from tests.reliability.test_stale_runs import wait_gone
 from wattbench_agent import procs
 
 procs.STOP_GRACE_BASE_S, procs.STOP_GRACE_PER_ENGINE_S = 1.0, 1.0
