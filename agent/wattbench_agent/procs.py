@@ -380,17 +380,24 @@ def die_with_parent(sig: int = signal.SIGTERM, stop: threading.Event | None = No
     StopWatchdog(parent, sig, stop).start()
 
 
-# What this process recorded (`record`): the engines the watchdog stops when the agent itself cannot, and where.
-_RECORDED: dict[str, dict[str, Any]] = {}
-_BUNDLE: list[Path] = []
+# The bundle writer this process records its processes with (`record`): the watchdog reads the engines it stops,
+# and where to write, from it.
+_WRITER: list[Any] = []
 # the time a stopping agent gets to stop its engines and close its bundle on its own: a base, and a server's
 # LocalProcess.stop (SIGTERM, 10 s, SIGKILL, 5 s) for each engine it runs
 STOP_GRACE_BASE_S = 30.0
 STOP_GRACE_PER_ENGINE_S = 15.0
 
 
+def _recorded_engines() -> list[dict[str, Any]]:
+    """The identities of the processes this agent started, as its manifest records them (not the agent itself).
+    Read without the writer's lock, which a stuck main thread may hold: `record` replaces the dict whole."""
+    processes = (_WRITER[0].manifest.get("processes") or {}) if _WRITER else {}
+    return [ident for name, ident in processes.items() if name != "agent"]
+
+
 def stop_grace_s() -> float:
-    return STOP_GRACE_BASE_S + STOP_GRACE_PER_ENGINE_S * sum(1 for ident in _RECORDED.values() if alive(ident))
+    return STOP_GRACE_BASE_S + STOP_GRACE_PER_ENGINE_S * sum(1 for ident in _recorded_engines() if alive(ident))
 
 
 class StopWatchdog(threading.Thread):
@@ -410,11 +417,12 @@ class StopWatchdog(threading.Thread):
         while True:
             time.sleep(self.poll_s)
             gone = os.getppid() != self.parent
-            if deadline is None and (gone or (self.stop is not None and self.stop.is_set())):
+            asked = self.stop is not None and self.stop.is_set()
+            if deadline is None and (gone or asked):
                 why = "its parent died" if gone else "it was asked to stop"
                 grace = stop_grace_s()
                 deadline = time.monotonic() + grace
-                if gone and not (self.stop is not None and self.stop.is_set()):
+                if not asked:
                     signal.pthread_kill(threading.main_thread().ident, self.sig)
             if deadline is not None and time.monotonic() > deadline:
                 self.end(why, grace)
@@ -427,7 +435,7 @@ class StopWatchdog(threading.Thread):
             "(every thread's stack follows)\n"
         )
         try:
-            path = _BUNDLE[0] / "logs" / "stop_watchdog.txt"
+            path = Path(_WRITER[0].path) / "logs" / "stop_watchdog.txt"
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as out:  # bytes: no codec to look up
                 out.write(line.encode())
@@ -435,7 +443,7 @@ class StopWatchdog(threading.Thread):
                 faulthandler.dump_traceback(file=out, all_threads=True)
         except (IndexError, OSError):
             pass
-        for ident in list(_RECORDED.values()):
+        for ident in _recorded_engines():
             try:
                 stop(ident, group=True, grace_s=5.0)
             except (Refused, OSError):
@@ -460,8 +468,6 @@ def record(writer: Any, name: str, pid: int) -> None:
     leads its own)."""
     processes = dict(writer.manifest.get("processes") or {})
     processes[name] = identity(pid)
-    if name != "agent":
-        _RECORDED[name] = processes[name]
-    if not _BUNDLE and getattr(writer, "path", None):
-        _BUNDLE.append(Path(writer.path))
     writer.update_manifest(processes=processes)
+    if not _WRITER:
+        _WRITER.append(writer)
